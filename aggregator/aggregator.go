@@ -1,0 +1,408 @@
+// Package aggregator is the single place where events meet wait states. Every source
+// (HTTP callbacks, the Kafka consumer, later the deadline sweeper) hands it the same
+// Event; it correlates the event by execution_id and correlation_id, records it under an
+// optimistic version fence, applies the wait's strategy, and — in the same transaction —
+// completes the wait, writes the node's output and enqueues the execution's continuation.
+//
+// It does not run workflows (that is the executor, which picks up the continuation from
+// the run queue) and it knows nothing of HTTP or Kafka.
+package aggregator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+)
+
+// Event names of the design note's two events.
+const (
+	EventAPIResponse = "api_response"
+	EventKafka       = "kafka_event"
+)
+
+// Wait state statuses.
+const (
+	StatusWaiting   = "waiting"
+	StatusCompleted = "completed"
+	StatusTimeout   = "timeout"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+// ConflictRetriesDefault bounds how often one event is re-decided after losing an
+// optimistic-lock race. Each loss means another writer committed, so progress is made
+// globally; the bound only protects against a livelock bug.
+const ConflictRetriesDefault = 50
+
+// ErrConflictRetries is returned when an event lost the version race more often than the
+// configured bound. The caller may retry the whole delivery.
+var ErrConflictRetries = errors.New("aggregator: too many optimistic-lock conflicts")
+
+// Event is one arrival, whatever its source.
+type Event struct {
+	ExecutionID   uuid.UUID
+	CorrelationID uuid.UUID
+	// Name is the expected event this arrival is, e.g. api_response or kafka_event.
+	Name    string
+	Payload json.RawMessage
+	Source  Source
+	// IdempotencyKey identifies this very event across redeliveries (a webhook-id). When
+	// empty, the SHA-256 of the payload is used, so a redelivered body is a duplicate.
+	IdempotencyKey string
+}
+
+// Source describes where an event came from; it is stored with the event.
+type Source struct {
+	Kind      string `json:"kind"` // "callback" or "kafka"
+	Service   string `json:"service,omitempty"`
+	Topic     string `json:"topic,omitempty"`
+	Partition *int32 `json:"partition,omitempty"`
+	Offset    *int64 `json:"offset,omitempty"`
+}
+
+func (e Event) key() string {
+	if e.IdempotencyKey != "" {
+		return "id:" + e.IdempotencyKey
+	}
+	sum := sha256.Sum256(e.Payload)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Outcome says what an event did.
+type Outcome string
+
+const (
+	// Recorded: applied; the wait is still waiting for more.
+	Recorded Outcome = "recorded"
+	// Completed: applied, and it satisfied the strategy: the continuation is enqueued.
+	Completed Outcome = "completed"
+	// Duplicate: this very event was already recorded; nothing changed.
+	Duplicate Outcome = "duplicate"
+	// Late: a new event for a wait that has finished; nothing changed.
+	Late Outcome = "late"
+	// AlreadyRecorded: the wait is still open but already holds a different event of this
+	// name; nothing changed.
+	AlreadyRecorded Outcome = "already_recorded"
+	// NotExpected: the wait exists but does not expect an event of this name.
+	NotExpected Outcome = "not_expected"
+	// NotFound: no wait has these ids.
+	NotFound Outcome = "not_found"
+	// IDMismatch: the correlation id belongs to another execution, or the execution
+	// exists but has no wait with this correlation id. Never applied; logged at error.
+	IDMismatch Outcome = "id_mismatch"
+)
+
+// Result reports what Apply did.
+type Result struct {
+	Outcome     Outcome
+	WaitStateID uuid.UUID
+	NodeID      string
+	// Status is the wait's status after the event.
+	Status  string
+	Version int64
+	// Conflicts counts optimistic-lock races lost before the decision.
+	Conflicts int
+}
+
+// Received is one recorded event, as stored in received_events (in arrival order).
+type Received struct {
+	Name       string    `json:"name"`
+	ReceivedAt time.Time `json:"received_at"`
+	Source     Source    `json:"source"`
+	Key        string    `json:"key"`
+}
+
+// Config configures an Aggregator.
+type Config struct {
+	// InstanceID names this process in logs and in resumed_by. Required.
+	InstanceID string
+	// ConflictRetries bounds re-decisions after optimistic-lock conflicts. Default
+	// ConflictRetriesDefault.
+	ConflictRetries int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.ConflictRetries <= 0 {
+		c.ConflictRetries = ConflictRetriesDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.InstanceID == "" {
+		return errors.New("aggregator.instance_id: must not be empty")
+	}
+	return nil
+}
+
+// Aggregator applies events to wait states.
+type Aggregator struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	q       *dbsqlc.Queries
+	logger  *slog.Logger
+	onApply func(Result)
+}
+
+// New returns an Aggregator over pool.
+func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger}, nil
+}
+
+// Apply decides one event in its own transaction.
+func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
+	var res Result
+	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = a.ApplyTx(ctx, tx, ev)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	a.logResult(ctx, ev, res)
+	return res, nil
+}
+
+// ApplyTx decides one event inside the caller's transaction, so a source can batch
+// several events into one commit. Nothing it did is visible until the caller commits.
+func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
+	key := ev.key()
+	var res Result
+	for attempt := 0; ; attempt++ {
+		ws, err := a.q.WaitStateGetByIDs(ctx, tx, dbsqlc.WaitStateGetByIDsParams{ExecutionID: ev.ExecutionID, CorrelationID: ev.CorrelationID})
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				return a.classifyMissing(ctx, tx, ev)
+			}
+			return Result{}, fmt.Errorf("load wait state: %w", err)
+		}
+		res = Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version, Conflicts: attempt}
+
+		var enabled []string
+		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
+			return Result{}, fmt.Errorf("decode enabled_events of wait %s: %w", ws.ID, err)
+		}
+		var received []Received
+		if err := json.Unmarshal(ws.ReceivedEvents, &received); err != nil {
+			return Result{}, fmt.Errorf("decode received_events of wait %s: %w", ws.ID, err)
+		}
+		if i := slices.IndexFunc(received, func(r Received) bool { return r.Name == ev.Name }); i >= 0 {
+			switch {
+			case received[i].Key == key:
+				res.Outcome = Duplicate
+			case ws.Status != StatusWaiting:
+				res.Outcome = Late
+			default:
+				res.Outcome = AlreadyRecorded
+			}
+			return res, nil
+		}
+		if !slices.Contains(enabled, ev.Name) {
+			res.Outcome = NotExpected
+			return res, nil
+		}
+		if ws.Status != StatusWaiting {
+			res.Outcome = Late
+			return res, nil
+		}
+
+		var required []string
+		if err := json.Unmarshal(ws.RequiredEvents, &required); err != nil {
+			return Result{}, fmt.Errorf("decode required_events of wait %s: %w", ws.ID, err)
+		}
+		received = append(received, Received{Name: ev.Name, ReceivedAt: time.Now().UTC(), Source: ev.Source, Key: key})
+		names := make([]string, len(received))
+		for i, r := range received {
+			names[i] = r.Name
+		}
+		status := StatusWaiting
+		if Satisfied(ws.AggregationStrategy, enabled, required, names) {
+			status = StatusCompleted
+		}
+		receivedJSON, err := json.Marshal(received)
+		if err != nil {
+			return Result{}, err
+		}
+		params := dbsqlc.WaitStateRecordEventParams{
+			ReceivedEvents: receivedJSON,
+			Status:         status,
+			ID:             ws.ID,
+			Version:        ws.Version,
+		}
+		payload := ev.Payload
+		if len(payload) == 0 {
+			payload = json.RawMessage("null")
+		}
+		switch ev.Name {
+		case EventAPIResponse:
+			params.ApiResponseData = payload
+		case EventKafka:
+			params.KafkaEventData = payload
+		}
+		newVersion, err := a.q.WaitStateRecordEvent(ctx, tx, params)
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				// Lost the race: someone changed the row since we read it.
+				if attempt+1 >= a.cfg.ConflictRetries {
+					return Result{}, fmt.Errorf("%w (wait %s)", ErrConflictRetries, ws.ID)
+				}
+				a.logger.DebugContext(ctx, "optimistic lock conflict, deciding again",
+					"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", ws.NodeID,
+					"instance_id", a.cfg.InstanceID, "version", ws.Version)
+				continue
+			}
+			return Result{}, fmt.Errorf("record event: %w", err)
+		}
+		res.Version, res.Status, res.Outcome = newVersion, status, Recorded
+		if status == StatusCompleted {
+			res.Outcome = Completed
+			ws.ReceivedEvents = receivedJSON
+			if ev.Name == EventAPIResponse {
+				ws.ApiResponseData = payload
+			}
+			if ev.Name == EventKafka {
+				ws.KafkaEventData = payload
+			}
+			if err := a.complete(ctx, tx, ws, received); err != nil {
+				return Result{}, err
+			}
+		}
+		return res, nil
+	}
+}
+
+// complete writes the node's output and enqueues the continuation, in the transaction
+// that moved the wait to completed: either all of it commits or none of it.
+func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, received []Received) error {
+	output, err := Output(ws, received, false)
+	if err != nil {
+		return err
+	}
+	outJSON, err := json.Marshal(output)
+	if err != nil {
+		return err
+	}
+	if err := a.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{
+		Status: "completed", Output: outJSON, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID,
+	}); err != nil {
+		return fmt.Errorf("complete node: %w", err)
+	}
+	if _, err := a.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: ws.ExecutionID, NodeID: ws.NodeID, Kind: "resume"}); err != nil {
+		return fmt.Errorf("enqueue continuation: %w", err)
+	}
+	if err := a.q.Notify(ctx, tx, db.ChannelRunQueue); err != nil {
+		return fmt.Errorf("notify run queue: %w", err)
+	}
+	return nil
+}
+
+// Output builds a finished wait's node output: the outputMapping entries, then which
+// events arrived, when, from where and in what order, so that edges can branch on it.
+func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOut bool) (map[string]any, error) {
+	payloads := map[string]any{}
+	for name, raw := range map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData} {
+		if len(raw) == 0 {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("decode %s data: %w", name, err)
+		}
+		payloads[name] = v
+	}
+	var mapping map[string]string
+	if len(ws.OutputMapping) > 0 {
+		if err := json.Unmarshal(ws.OutputMapping, &mapping); err != nil {
+			return nil, fmt.Errorf("decode output_mapping: %w", err)
+		}
+	}
+	out := map[string]any{}
+	for key, path := range mapping {
+		name, sub, _ := strings.Cut(path, ".")
+		v, ok := payloads[name]
+		if ok && sub != "" {
+			v, ok = dotpath.Get(v, sub)
+		}
+		if !ok {
+			v = nil
+		}
+		out[key] = v
+	}
+	events := make([]map[string]any, len(received))
+	order := make([]string, len(received))
+	for i, r := range received {
+		events[i] = map[string]any{"name": r.Name, "received_at": r.ReceivedAt, "source": r.Source}
+		order[i] = r.Name
+	}
+	out["events"] = events
+	out["arrival_order"] = order
+	out["correlation_id"] = ws.CorrelationID.String()
+	out["strategy"] = ws.AggregationStrategy
+	out["timeout"] = timedOut
+	return out, nil
+}
+
+func (a *Aggregator) classifyMissing(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
+	other, err := a.q.WaitStateGetByCorrelationID(ctx, tx, ev.CorrelationID)
+	if err == nil {
+		a.logger.ErrorContext(ctx, "event rejected: correlation id belongs to another execution",
+			"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID,
+			"owner_execution_id", other.ExecutionID, "node_id", other.NodeID, "event", ev.Name,
+			"instance_id", a.cfg.InstanceID)
+		return Result{Outcome: IDMismatch}, nil
+	}
+	if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+		return Result{}, fmt.Errorf("look up correlation id: %w", err)
+	}
+	exists, err := a.q.WaitStateExistsForExecution(ctx, tx, ev.ExecutionID)
+	if err != nil {
+		return Result{}, fmt.Errorf("look up execution waits: %w", err)
+	}
+	if exists {
+		a.logger.ErrorContext(ctx, "event rejected: execution has no wait with this correlation id",
+			"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "event", ev.Name,
+			"instance_id", a.cfg.InstanceID)
+		return Result{Outcome: IDMismatch}, nil
+	}
+	return Result{Outcome: NotFound}, nil
+}
+
+func (a *Aggregator) logResult(ctx context.Context, ev Event, res Result) {
+	attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
+		"instance_id", a.cfg.InstanceID, "event", ev.Name, "outcome", res.Outcome, "version", res.Version}
+	switch res.Outcome {
+	case Completed:
+		a.logger.InfoContext(ctx, "wait satisfied", attrs...)
+	case Recorded:
+		a.logger.InfoContext(ctx, "event recorded", attrs...)
+	case Duplicate:
+		a.logger.DebugContext(ctx, "duplicate event ignored", attrs...)
+	case Late, AlreadyRecorded, NotExpected, NotFound:
+		a.logger.WarnContext(ctx, "event not applied", attrs...)
+	}
+}

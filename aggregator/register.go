@@ -1,0 +1,117 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Registration describes a wait to create.
+type Registration struct {
+	ExecutionID   uuid.UUID
+	NodeID        string
+	CorrelationID uuid.UUID
+	Strategy      string
+	Expected      []Expected
+	// RequiredEvents is the custom strategy's list.
+	RequiredEvents []string
+	// Timeout is the overall deadline, relative to now.
+	Timeout       time.Duration
+	OnTimeout     string
+	OutputMapping map[string]string
+	// APICall: an outbound correlated call is queued in the same transaction.
+	APICall bool
+}
+
+// Register creates the wait state (and its outbox row) inside the caller's transaction.
+// The row is committed before any call leaves, so a reply can never beat its row.
+func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (dbsqlc.ExecutionWaitState, error) {
+	required, err := RequiredSet(r.Strategy, r.Expected, r.RequiredEvents)
+	if err != nil {
+		return dbsqlc.ExecutionWaitState{}, err
+	}
+	enabled := make([]string, len(r.Expected))
+	for i, e := range r.Expected {
+		enabled[i] = e.Name
+	}
+	mapping := r.OutputMapping
+	if mapping == nil {
+		mapping = map[string]string{}
+	}
+	var js [4][]byte
+	for i, v := range []any{required, enabled, r.Expected, mapping} {
+		if js[i], err = json.Marshal(v); err != nil {
+			return dbsqlc.ExecutionWaitState{}, err
+		}
+	}
+	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
+		ID:                  uuid.New(),
+		ExecutionID:         r.ExecutionID,
+		NodeID:              r.NodeID,
+		CorrelationID:       r.CorrelationID,
+		AggregationStrategy: r.Strategy,
+		RequiredEvents:      js[0],
+		EnabledEvents:       js[1],
+		ExpectedEvents:      js[2],
+		ApiCallEnabled:      slices.Contains(enabled, EventAPIResponse),
+		KafkaEventEnabled:   slices.Contains(enabled, EventKafka),
+		OnTimeout:           r.OnTimeout,
+		OutputMapping:       js[3],
+		ExpiresAt:           time.Now().Add(r.Timeout),
+	})
+	if err != nil {
+		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
+	}
+	if r.APICall {
+		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
+			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("queue api call: %w", err)
+		}
+		if err := a.q.Notify(ctx, tx, db.ChannelOutbox); err != nil {
+			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("notify outbox: %w", err)
+		}
+	}
+	return ws, nil
+}
+
+// FailCall fails a wait whose required outbound call finally failed, unless the reply
+// already arrived (a service may call back before answering the call itself) or the wait
+// is no longer waiting. It reports whether the wait was failed; the caller then fails the
+// node and the execution in the same transaction.
+func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.UUID, reason string) (bool, error) {
+	for attempt := 0; attempt < a.cfg.ConflictRetries; attempt++ {
+		ws, err := a.q.WaitStateGetByID(ctx, tx, waitStateID)
+		if err != nil {
+			if errors.Is(db.Interpret(err), db.ErrNotFound) {
+				return false, nil
+			}
+			return false, fmt.Errorf("load wait state: %w", err)
+		}
+		if ws.Status != StatusWaiting {
+			return false, nil
+		}
+		var received []Received
+		if err := json.Unmarshal(ws.ReceivedEvents, &received); err != nil {
+			return false, err
+		}
+		if slices.ContainsFunc(received, func(r Received) bool { return r.Name == EventAPIResponse }) {
+			return false, nil
+		}
+		_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusFailed, Error: &reason, ID: ws.ID, Version: ws.Version})
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return false, fmt.Errorf("fail wait state: %w", err)
+		}
+	}
+	return false, fmt.Errorf("%w (wait %s)", ErrConflictRetries, waitStateID)
+}

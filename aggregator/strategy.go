@@ -1,0 +1,75 @@
+package aggregator
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Aggregation strategies of the design note.
+const (
+	StrategyAll          = "all"
+	StrategyAny          = "any"
+	StrategyRequiredOnly = "required_only"
+	StrategyCustom       = "custom"
+)
+
+// Expected is one event a wait expects.
+type Expected struct {
+	Name     string `json:"name"`
+	Source   string `json:"source"` // "callback" or "kafka"
+	Topic    string `json:"topic,omitempty"`
+	Required bool   `json:"required"`
+	// TimeoutMS is the event's own deadline, relative to registration (0: none).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// RequiredSet returns the events a strategy waits for, which is what is stored in
+// required_events. For "any" it is empty: any one enabled event satisfies it.
+func RequiredSet(strategy string, expected []Expected, custom []string) ([]string, error) {
+	var out []string
+	switch strategy {
+	case StrategyAll:
+		for _, e := range expected {
+			out = append(out, e.Name)
+		}
+	case StrategyAny:
+	case StrategyRequiredOnly:
+		for _, e := range expected {
+			if e.Required {
+				out = append(out, e.Name)
+			}
+		}
+	case StrategyCustom:
+		for _, name := range custom {
+			if !slices.ContainsFunc(expected, func(e Expected) bool { return e.Name == name }) {
+				return nil, fmt.Errorf("custom strategy requires %q, which is not an enabled event", name)
+			}
+		}
+		out = slices.Clone(custom)
+	default:
+		return nil, fmt.Errorf("unknown aggregation strategy %q", strategy)
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// Satisfied reports whether the received events complete a wait. It is a pure function
+// of what the wait state row stores, so every pod reaches the same answer.
+func Satisfied(strategy string, enabled, required, received []string) bool {
+	if strategy == StrategyAny {
+		for _, r := range received {
+			if slices.Contains(enabled, r) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range required {
+		if !slices.Contains(received, r) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,212 @@
+package callbacks
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+)
+
+// Route is where external services call back; :service is a free label (the name of
+// the calling service) stored with the event.
+const Route = "/api/internal/callbacks/:service"
+
+// Id headers and body fields of a callback.
+const (
+	HeaderExecutionID   = "X-Execution-Id"
+	HeaderCorrelationID = "X-Correlation-Id"
+	FieldExecutionID    = "execution_id"
+	FieldCorrelationID  = "correlation_id"
+)
+
+// MaxBodyBytesDefault bounds a callback body; larger ones get 413.
+const MaxBodyBytesDefault = 1 << 20
+
+// Config configures the callback endpoint.
+type Config struct {
+	// Secrets enables Standard Webhooks signatures when not empty: every callback must be
+	// signed with one of them (several allow rotation). Default: none, unsigned.
+	Secrets []string
+	// SignatureTolerance is the accepted clock skew of webhook-timestamp. Default
+	// SignatureToleranceDefault.
+	SignatureTolerance time.Duration
+	// MaxBodyBytes bounds a body. Default MaxBodyBytesDefault.
+	MaxBodyBytes int64
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.SignatureTolerance <= 0 {
+		c.SignatureTolerance = SignatureToleranceDefault
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Handler serves the callback endpoint.
+type Handler struct {
+	cfg      Config
+	agg      *aggregator.Aggregator
+	verifier *Verifier
+}
+
+// New returns a Handler that feeds agg.
+func New(agg *aggregator.Aggregator, cfg Config) (*Handler, error) {
+	cfg = cfg.WithDefaults()
+	h := &Handler{cfg: cfg, agg: agg}
+	if len(cfg.Secrets) > 0 {
+		v, err := NewVerifier(cfg.Secrets, cfg.SignatureTolerance)
+		if err != nil {
+			return nil, fmt.Errorf("callbacks.secrets: %w", err)
+		}
+		h.verifier = v
+	}
+	return h, nil
+}
+
+// Register adds the endpoint to e.
+func (h *Handler) Register(e *echo.Echo) {
+	e.POST(Route, h.handle)
+}
+
+// Accepted is the body of 200 and 202 answers.
+type Accepted struct {
+	Status      string    `json:"status"` // recorded, completed or duplicate
+	WaitStateID uuid.UUID `json:"wait_state_id"`
+	WaitStatus  string    `json:"wait_status"`
+	Version     int64     `json:"version"`
+}
+
+func (h *Handler) handle(c echo.Context) error {
+	req := c.Request()
+	if req.ContentLength > h.cfg.MaxBodyBytes {
+		return tooLarge(h.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, h.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return problem.New(http.StatusBadRequest, "could not read body: "+err.Error())
+	}
+	if int64(len(body)) > h.cfg.MaxBodyBytes {
+		return tooLarge(h.cfg.MaxBodyBytes)
+	}
+
+	var webhookID string
+	if h.verifier != nil {
+		webhookID, err = h.verifier.Verify(req.Header, body)
+		if err != nil {
+			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: bad signature", "service", c.Param("service"), "err", err)
+			return problem.New(http.StatusUnauthorized, err.Error()).WithType("invalid-signature")
+		}
+	}
+
+	ev, perr := parse(req.Header, body)
+	if perr != nil {
+		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
+		return perr
+	}
+	ev.Source = aggregator.Source{Kind: "callback", Service: c.Param("service")}
+	ev.IdempotencyKey = webhookID
+
+	res, err := h.agg.Apply(req.Context(), ev)
+	if err != nil {
+		if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
+			c.Response().Header().Set("Retry-After", "1")
+			h.cfg.Logger.ErrorContext(req.Context(), "callback not recorded: database unavailable", "execution_id", ev.ExecutionID,
+				"correlation_id", ev.CorrelationID, "err", err)
+			return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
+		}
+		return err
+	}
+	ok := Accepted{Status: string(res.Outcome), WaitStateID: res.WaitStateID, WaitStatus: res.Status, Version: res.Version}
+	switch res.Outcome {
+	case aggregator.Recorded, aggregator.Completed:
+		return c.JSON(http.StatusAccepted, ok)
+	case aggregator.Duplicate:
+		return c.JSON(http.StatusOK, ok)
+	case aggregator.Late:
+		return problem.New(http.StatusConflict, fmt.Sprintf("the wait is already %s; the event was not applied", res.Status)).
+			WithType("late-event").With("wait_status", res.Status)
+	case aggregator.AlreadyRecorded:
+		return problem.New(http.StatusConflict, "the wait already holds a different api_response; the event was not applied").
+			WithType("already-recorded")
+	case aggregator.NotExpected:
+		return problem.New(http.StatusUnprocessableEntity, "the wait does not expect a callback (apiCall is not enabled)").
+			WithType("not-expected")
+	default: // NotFound, IDMismatch: indistinguishable to the caller, ids are capabilities
+		return problem.New(http.StatusNotFound, "no wait matches this execution_id and correlation_id").WithType("wait-not-found")
+	}
+}
+
+func tooLarge(limit int64) error {
+	return problem.New(http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit)).WithType("body-too-large")
+}
+
+// parse extracts the ids (headers first, then body fields) and the payload. It is a pure
+// function so that it can be fuzzed.
+func parse(h http.Header, body []byte) (aggregator.Event, *problem.Problem) {
+	var ev aggregator.Event
+	var obj map[string]any
+	trimmed := strings.TrimSpace(string(body))
+	switch {
+	case trimmed == "":
+		body = []byte("null")
+	case !json.Valid(body):
+		return ev, problem.New(http.StatusBadRequest, "body is not valid JSON").WithType("malformed-json")
+	default:
+		_ = json.Unmarshal(body, &obj) // not an object: ids must then come from headers
+	}
+	field := func(name string) string {
+		if s, ok := obj[name].(string); ok {
+			return s
+		}
+		return ""
+	}
+	execRaw := strings.TrimSpace(h.Get(HeaderExecutionID))
+	if execRaw == "" {
+		execRaw = field(FieldExecutionID)
+	}
+	corrRaw := strings.TrimSpace(h.Get(HeaderCorrelationID))
+	if corrRaw == "" {
+		corrRaw = field(FieldCorrelationID)
+	}
+	var missing []string
+	if execRaw == "" {
+		missing = append(missing, "execution_id")
+	}
+	if corrRaw == "" {
+		missing = append(missing, "correlation_id")
+	}
+	if len(missing) > 0 {
+		return ev, problem.New(http.StatusBadRequest,
+			fmt.Sprintf("missing %s: send the %s/%s headers or the execution_id/correlation_id body fields",
+				strings.Join(missing, " and "), HeaderExecutionID, HeaderCorrelationID)).WithType("missing-id")
+	}
+	var err error
+	if ev.ExecutionID, err = uuid.Parse(execRaw); err != nil {
+		return ev, problem.New(http.StatusBadRequest, "execution_id is not a UUID").WithType("malformed-id")
+	}
+	if ev.CorrelationID, err = uuid.Parse(corrRaw); err != nil {
+		return ev, problem.New(http.StatusBadRequest, "correlation_id is not a UUID").WithType("malformed-id")
+	}
+	ev.Name = aggregator.EventAPIResponse
+	ev.Payload = json.RawMessage(body)
+	return ev, nil
+}

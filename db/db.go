@@ -1,0 +1,107 @@
+// Package db owns everything SQL: the embedded migrations, the sqlc-generated queries
+// (package dbsqlc), the connection pool, and the interpretation of driver errors into the
+// few errors the rest of rendezvous decides on (ErrNotFound, ErrDuplicate, Unavailable).
+//
+// It holds no business rules: which rows change, and when, is decided by the packages
+// that run transactions (aggregator, executor).
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	// ErrNotFound is returned for a lookup that matched no row.
+	ErrNotFound = errors.New("not found")
+	// ErrDuplicate is returned when an insert collides with a unique constraint.
+	ErrDuplicate = errors.New("duplicate")
+)
+
+// Notification channels. A NOTIFY is only a hint that work is ready; every consumer also
+// polls, so a notification lost to a reconnect delays work but never loses it.
+const (
+	ChannelRunQueue = "rendezvous_run_queue"
+	ChannelOutbox   = "rendezvous_outbox"
+)
+
+// Interpret maps driver errors onto this package's errors (wrapping the original), so
+// that no caller needs to know pgx's error types.
+func Interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %s: %w", ErrDuplicate, pgErr.ConstraintName, err)
+	}
+	return err
+}
+
+// IsUnavailable reports whether err means the database could not be reached or is
+// shutting down, as opposed to a statement being wrong. Callers answer such errors with
+// "try again later" (HTTP 503, a Kafka partition paused) instead of failing the work.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"57": // operator intervention: admin shutdown, crash shutdown, cannot connect now
+			return true
+		}
+		return false
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	// A connection dropped mid-statement surfaces as a plain error from the wire layer.
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"conn closed", "connection reset", "broken pipe", "unexpected eof", "connection refused"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Connect opens a pool. A URL without an explicit pool size gets maxConns (when > 0).
+func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Tx runs fn in a transaction, committing when fn returns nil and rolling back otherwise.
+func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}

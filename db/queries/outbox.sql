@@ -1,0 +1,34 @@
+-- name: OutboxInsert :exec
+INSERT INTO outbox (wait_state_id, execution_id, node_id)
+VALUES (@wait_state_id::uuid, @execution_id::uuid, @node_id::text)
+ON CONFLICT (wait_state_id) DO NOTHING;
+
+-- name: OutboxClaim :many
+UPDATE outbox
+SET attempt = attempt + 1,
+    claimed_by = @instance_id::text,
+    visible_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8)
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE visible_at <= now()
+    ORDER BY visible_at, id
+    LIMIT @max::integer
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
+
+-- name: OutboxDeleteClaimed :execrows
+DELETE FROM outbox WHERE id = @id::bigint AND attempt = @attempt::integer;
+
+-- name: OutboxRetryLater :execrows
+UPDATE outbox
+SET visible_at = now() + make_interval(secs => sqlc.arg(delay_seconds)::float8),
+    last_error = @last_error::text
+WHERE id = @id::bigint AND attempt = @attempt::integer;
+
+-- name: OutboxRelease :exec
+UPDATE outbox SET visible_at = now()
+WHERE id = @id::bigint AND attempt = @attempt::integer;
+
+-- name: OutboxDeleteForExecution :exec
+DELETE FROM outbox WHERE execution_id = @execution_id::uuid;

@@ -1,0 +1,39 @@
+-- name: RunQueueInsert :execrows
+-- Idempotent: a node is enqueued at most once per kind for an execution.
+INSERT INTO run_queue (execution_id, node_id, kind)
+VALUES (@execution_id::uuid, @node_id::text, @kind::text)
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
+
+-- name: RunQueueClaim :many
+-- SKIP LOCKED lets every pod claim concurrently without waiting on each other; the lease
+-- (visible_at pushed forward) hands work of a dead pod to another once it runs out.
+UPDATE run_queue
+SET attempt = attempt + 1,
+    claimed_by = @instance_id::text,
+    visible_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8)
+WHERE id IN (
+    SELECT id FROM run_queue
+    WHERE visible_at <= now()
+    ORDER BY visible_at, id
+    LIMIT @max::integer
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
+
+-- name: RunQueueDeleteClaimed :execrows
+-- The fence: only the holder of the latest claim removes the row. Zero rows means the
+-- lease was lost to another pod and the caller must roll back.
+DELETE FROM run_queue WHERE id = @id::bigint AND attempt = @attempt::integer;
+
+-- name: RunQueueRelease :exec
+-- Hands claimed but unstarted work back on shutdown, so it need not wait for the lease.
+UPDATE run_queue SET visible_at = now()
+WHERE id = @id::bigint AND attempt = @attempt::integer;
+
+-- name: RunQueueDeleteForExecution :exec
+DELETE FROM run_queue WHERE execution_id = @execution_id::uuid;
+
+-- name: Notify :exec
+-- Delivered on commit, and only if the transaction commits: a wake-up never runs ahead
+-- of the rows it announces.
+SELECT pg_notify(@channel::text, '');

@@ -1,0 +1,336 @@
+// Package executor runs workflow definitions: it stores and compiles them, starts
+// executions, and works the durable run queue — running nodes, recording their outcomes,
+// and advancing each execution's graph when a node completes or a wait resumes. It also
+// sends the outbox of correlated API calls.
+//
+// It never sees where an event came from: a satisfied wait reaches it only as a
+// "resume" row in the run queue, written by the aggregator.
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// Defaults for Config.
+const (
+	WorkersDefault           = 16
+	OutboxWorkersDefault     = 16
+	LeaseDefault             = 2 * time.Minute
+	PollIntervalDefault      = time.Second
+	NodeMaxAttemptsDefault   = 3
+	OutboxMaxAttemptsDefault = 8
+	OutboxBackoffMinDefault  = 500 * time.Millisecond
+	OutboxBackoffMaxDefault  = 30 * time.Second
+	OutboxTimeoutDefault     = 10 * time.Second
+	ShutdownTimeoutDefault   = 20 * time.Second
+)
+
+// Config configures an Executor.
+type Config struct {
+	// InstanceID names this process: it claims work and resumes waits under this name.
+	// Required.
+	InstanceID string
+	// Workers is how many nodes run at once in this process. Default WorkersDefault.
+	Workers int
+	// OutboxWorkers is how many correlated calls are sent at once. Default
+	// OutboxWorkersDefault.
+	OutboxWorkers int
+	// Lease is how long claimed work stays invisible to other pods; work of a pod that
+	// dies becomes claimable again after it. It must exceed the longest node run (http
+	// nodes are capped at 60 s). Default LeaseDefault.
+	Lease time.Duration
+	// PollInterval is how often the queues are polled when no notification arrives.
+	// Default PollIntervalDefault.
+	PollInterval time.Duration
+	// NodeMaxAttempts bounds attempts of a node whose run errors (a network error of an
+	// http node); the last failure fails the node. Default NodeMaxAttemptsDefault.
+	NodeMaxAttempts int
+	// OutboxMaxAttempts bounds sends of a correlated call. Default
+	// OutboxMaxAttemptsDefault.
+	OutboxMaxAttempts int
+	// OutboxBackoffMin and OutboxBackoffMax bound the exponential backoff between sends.
+	// Defaults OutboxBackoffMinDefault and OutboxBackoffMaxDefault.
+	OutboxBackoffMin time.Duration
+	OutboxBackoffMax time.Duration
+	// OutboxTimeout is the timeout of one send. Default OutboxTimeoutDefault.
+	OutboxTimeout time.Duration
+	// ShutdownTimeout is how long Run waits for in-flight work after its context ends.
+	// Default ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+	// NodeTypes is the registry of node types. Default BuiltinNodeTypes().
+	NodeTypes map[string]NodeType
+	// HTTPClient sends node and outbox requests. Default a client without a global
+	// timeout (each request carries its own).
+	HTTPClient *http.Client
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt(&c.Workers, WorkersDefault)
+	defInt(&c.OutboxWorkers, OutboxWorkersDefault)
+	defInt(&c.NodeMaxAttempts, NodeMaxAttemptsDefault)
+	defInt(&c.OutboxMaxAttempts, OutboxMaxAttemptsDefault)
+	def(&c.Lease, LeaseDefault)
+	def(&c.PollInterval, PollIntervalDefault)
+	def(&c.OutboxBackoffMin, OutboxBackoffMinDefault)
+	def(&c.OutboxBackoffMax, OutboxBackoffMaxDefault)
+	def(&c.OutboxTimeout, OutboxTimeoutDefault)
+	def(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	if c.NodeTypes == nil {
+		c.NodeTypes = BuiltinNodeTypes()
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.InstanceID == "" {
+		return errors.New("executor.instance_id: must not be empty")
+	}
+	if c.Lease <= workflow.MaxHTTPTimeout+5*time.Second {
+		return fmt.Errorf("executor.lease: must exceed the longest http node run (%s)", workflow.MaxHTTPTimeout)
+	}
+	if c.OutboxTimeout >= c.Lease {
+		return errors.New("executor.outbox_timeout: must be shorter than executor.lease")
+	}
+	return nil
+}
+
+// Executor runs workflows.
+type Executor struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	q      *dbsqlc.Queries
+	agg    *aggregator.Aggregator
+	logger *slog.Logger
+	reg    workflow.Registry
+
+	defsMu sync.RWMutex
+	defs   map[defKey]*workflow.Workflow
+
+	wakeRun    chan struct{}
+	wakeOutbox chan struct{}
+}
+
+type defKey struct {
+	name    string
+	version int32
+}
+
+// New returns an Executor. agg registers the waits of wait_events nodes.
+func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	reg := workflow.Registry{}
+	for name, t := range cfg.NodeTypes {
+		reg[name] = t.Parse
+	}
+	return &Executor{
+		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
+		defs:       map[defKey]*workflow.Workflow{},
+		wakeRun:    make(chan struct{}, 1),
+		wakeOutbox: make(chan struct{}, 1),
+	}, nil
+}
+
+// Registry returns the node parsers, for validating definitions elsewhere.
+func (e *Executor) Registry() workflow.Registry { return e.reg }
+
+// ErrNameMismatch is returned when a definition's name differs from the name it is
+// stored under.
+var ErrNameMismatch = errors.New("definition name does not match")
+
+// StoredWorkflow is the result of PutWorkflow.
+type StoredWorkflow struct {
+	Name      string    `json:"name"`
+	Version   int32     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	// Created is true for the first version of a name.
+	Created bool `json:"-"`
+	// Unchanged is true when the definition equals the latest version, which is kept.
+	Unchanged bool `json:"unchanged"`
+}
+
+// PutWorkflow validates raw and stores it as the next version of name. A definition
+// equal to the latest version stores nothing and returns that version. Validation
+// problems are a *workflow.ValidationError listing all of them.
+func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (StoredWorkflow, error) {
+	wf, err := workflow.Compile(raw, e.reg)
+	if err != nil {
+		return StoredWorkflow{}, err
+	}
+	if wf.Definition().Name != name {
+		return StoredWorkflow{}, &workflow.ValidationError{Errors: []workflow.FieldError{{
+			Path: "name", Message: fmt.Sprintf("%q does not match the name in the URL %q", wf.Definition().Name, name),
+		}}}
+	}
+	for attempt := 0; ; attempt++ {
+		latest, err := e.q.WorkflowGetLatest(ctx, e.pool, name)
+		switch {
+		case err == nil:
+			if sameJSON(latest.Definition, raw) {
+				return StoredWorkflow{Name: name, Version: latest.Version, CreatedAt: latest.CreatedAt, Unchanged: true}, nil
+			}
+		case !errors.Is(db.Interpret(err), db.ErrNotFound):
+			return StoredWorkflow{}, fmt.Errorf("load workflow: %w", err)
+		}
+		row, err := e.q.WorkflowInsert(ctx, e.pool, dbsqlc.WorkflowInsertParams{Name: name, Definition: raw})
+		if err != nil {
+			// Two concurrent stores of one name pick the same version; the loser retries.
+			if errors.Is(db.Interpret(err), db.ErrDuplicate) && attempt < 5 {
+				continue
+			}
+			return StoredWorkflow{}, fmt.Errorf("store workflow: %w", db.Interpret(err))
+		}
+		e.defsMu.Lock()
+		e.defs[defKey{name, row.Version}] = wf
+		e.defsMu.Unlock()
+		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
+	}
+}
+
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// definition returns a compiled definition; versions are immutable, so compiled ones
+// are cached for the life of the process.
+func (e *Executor) definition(ctx context.Context, q dbsqlc.DBTX, name string, version int32) (*workflow.Workflow, error) {
+	k := defKey{name, version}
+	e.defsMu.RLock()
+	wf := e.defs[k]
+	e.defsMu.RUnlock()
+	if wf != nil {
+		return wf, nil
+	}
+	row, err := e.q.WorkflowGet(ctx, q, dbsqlc.WorkflowGetParams{Name: name, Version: version})
+	if err != nil {
+		return nil, fmt.Errorf("load workflow %s v%d: %w", name, version, db.Interpret(err))
+	}
+	wf, err = workflow.Compile(row.Definition, e.reg)
+	if err != nil {
+		return nil, fmt.Errorf("compile stored workflow %s v%d: %w", name, version, err)
+	}
+	e.defsMu.Lock()
+	e.defs[k] = wf
+	e.defsMu.Unlock()
+	return wf, nil
+}
+
+// ErrWorkflowNotFound is returned when starting an execution of an unknown workflow.
+var ErrWorkflowNotFound = errors.New("workflow not found")
+
+// Started describes a new execution.
+type Started struct {
+	ID              uuid.UUID `json:"id"`
+	Workflow        string    `json:"workflow"`
+	WorkflowVersion int32     `json:"workflow_version"`
+	Status          string    `json:"status"`
+	CreatedAt       time.Time `json:"created_at"`
+}
+
+// StartExecution starts the latest version of a workflow with input (a JSON value;
+// empty means {}). Its root nodes are queued in the same transaction.
+func (e *Executor) StartExecution(ctx context.Context, name string, input json.RawMessage) (Started, error) {
+	if len(input) == 0 {
+		input = json.RawMessage(`{}`)
+	}
+	latest, err := e.q.WorkflowGetLatest(ctx, e.pool, name)
+	if err != nil {
+		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return Started{}, fmt.Errorf("%w: %s", ErrWorkflowNotFound, name)
+		}
+		return Started{}, fmt.Errorf("load workflow: %w", err)
+	}
+	wf, err := e.definition(ctx, e.pool, name, latest.Version)
+	if err != nil {
+		return Started{}, err
+	}
+	var ids []string
+	for _, n := range wf.Nodes() {
+		ids = append(ids, n.ID)
+	}
+	var exec dbsqlc.Execution
+	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		exec, err = e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
+			ID: uuid.New(), WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
+		})
+		if err != nil {
+			return fmt.Errorf("insert execution: %w", err)
+		}
+		if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
+			return fmt.Errorf("insert node executions: %w", err)
+		}
+		for _, root := range wf.Roots() {
+			if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
+				return err
+			}
+		}
+		return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+	})
+	if err != nil {
+		return Started{}, err
+	}
+	poke(e.wakeRun)
+	e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
+		"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
+	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
+}
+
+// enqueueRun queues a node and shows it as running: from here on it is the run queue's.
+func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, nodeID string) error {
+	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: "run"}); err != nil {
+		return fmt.Errorf("enqueue node %s: %w", nodeID, err)
+	}
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: "running", ExecutionID: execID, NodeID: nodeID}); err != nil {
+		return fmt.Errorf("mark node %s running: %w", nodeID, err)
+	}
+	return nil
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,266 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/template"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// Node statuses.
+const (
+	nodePending   = "pending"
+	nodeRunning   = "running"
+	nodeWaiting   = "waiting_for_events"
+	nodeCompleted = "completed"
+	nodeFailed    = "failed"
+	nodeSkipped   = "skipped"
+)
+
+// Execution statuses.
+const (
+	execRunning   = "running"
+	execWaiting   = "waiting"
+	execCompleted = "completed"
+	execFailed    = "failed"
+	execCancelled = "cancelled"
+)
+
+func execFinished(status string) bool {
+	return status == execCompleted || status == execFailed || status == execCancelled
+}
+
+// execState is an execution with its definition and node states, loaded together.
+type execState struct {
+	exec  dbsqlc.Execution
+	wf    *workflow.Workflow
+	nodes map[string]*dbsqlc.NodeExecution
+}
+
+func (e *Executor) loadState(ctx context.Context, q dbsqlc.DBTX, id uuid.UUID, forUpdate bool) (*execState, error) {
+	var exec dbsqlc.Execution
+	var err error
+	if forUpdate {
+		exec, err = e.q.ExecutionGetForUpdate(ctx, q, id)
+	} else {
+		exec, err = e.q.ExecutionGet(ctx, q, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load execution %s: %w", id, db.Interpret(err))
+	}
+	wf, err := e.definition(ctx, q, exec.WorkflowName, exec.WorkflowVersion)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := e.q.NodeExecutionListByExecution(ctx, q, id)
+	if err != nil {
+		return nil, fmt.Errorf("load node executions: %w", err)
+	}
+	st := &execState{exec: exec, wf: wf, nodes: make(map[string]*dbsqlc.NodeExecution, len(rows))}
+	for i := range rows {
+		st.nodes[rows[i].NodeID] = &rows[i]
+	}
+	return st, nil
+}
+
+func decodeJSON(raw []byte) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil
+	}
+	return v
+}
+
+// scope is what templates of a node may reference: the input, the vars and the outputs
+// of nodes that have completed.
+func (st *execState) scope() template.Scope {
+	outputs := map[string]any{}
+	for id, n := range st.nodes {
+		if n.Status == nodeCompleted {
+			outputs[id] = decodeJSON(n.Output)
+		}
+	}
+	return template.Scope{
+		Trigger:     decodeJSON(st.exec.Input),
+		Vars:        st.wf.Definition().Vars,
+		ExecutionID: st.exec.ID.String(),
+		Nodes:       outputs,
+	}
+}
+
+func (st *execState) setNode(id, status string, output []byte) {
+	if n := st.nodes[id]; n != nil {
+		n.Status = status
+		if output != nil {
+			n.Output = output
+		}
+	}
+}
+
+// advance moves the graph on from a node that just completed (or was skipped): every
+// successor whose predecessors are all done runs when at least one incoming edge holds,
+// and is skipped otherwise, which propagates. It must run under the execution's row lock.
+func (e *Executor) advance(ctx context.Context, tx pgx.Tx, st *execState, from string) (enqueued bool, err error) {
+	queue := []string{from}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for _, out := range st.wf.Outgoing(cur) {
+			target := out.Target
+			n := st.nodes[target]
+			if n == nil || n.Status != nodePending {
+				continue
+			}
+			ready, run := true, false
+			for _, in := range st.wf.Incoming(target) {
+				src := st.nodes[in.Source]
+				switch {
+				case src == nil || (src.Status != nodeCompleted && src.Status != nodeSkipped):
+					ready = false
+				case src.Status == nodeCompleted && !run:
+					ok, err := in.Eval(e.conditionEnv(st, in.Source))
+					if err != nil {
+						return enqueued, &conditionError{edge: in, err: err}
+					}
+					run = ok
+				}
+			}
+			if !ready {
+				continue
+			}
+			if run {
+				if err := e.enqueueRun(ctx, tx, st.exec.ID, target); err != nil {
+					return enqueued, err
+				}
+				st.setNode(target, nodeRunning, nil)
+				enqueued = true
+				continue
+			}
+			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeSkipped, ExecutionID: st.exec.ID, NodeID: target}); err != nil {
+				return enqueued, fmt.Errorf("skip node %s: %w", target, err)
+			}
+			st.setNode(target, nodeSkipped, nil)
+			queue = append(queue, target)
+		}
+	}
+	return enqueued, nil
+}
+
+type conditionError struct {
+	edge *workflow.CompiledEdge
+	err  error
+}
+
+func (c *conditionError) Error() string {
+	return fmt.Sprintf("edge %s -> %s: condition %q: %v", c.edge.Source, c.edge.Target, c.edge.Condition, c.err)
+}
+
+func (e *Executor) conditionEnv(st *execState, source string) map[string]any {
+	nodes := map[string]any{}
+	for id, n := range st.nodes {
+		if n.Status == nodeCompleted {
+			nodes[id] = map[string]any{"output": decodeJSON(n.Output)}
+		}
+	}
+	return map[string]any{
+		"output": decodeJSON(st.nodes[source].Output),
+		"input":  decodeJSON(st.exec.Input),
+		"vars":   st.wf.Definition().Vars,
+		"nodes":  nodes,
+	}
+}
+
+// settle derives the execution's status from its nodes and stores it when it changed.
+func (e *Executor) settle(ctx context.Context, tx pgx.Tx, st *execState) error {
+	status := execCompleted
+	waiting, running := false, false
+	for _, n := range st.nodes {
+		switch n.Status {
+		case nodeFailed:
+			return nil // failExecution already decided
+		case nodeRunning:
+			running = true
+		case nodeWaiting:
+			waiting = true
+		case nodePending:
+			status = ""
+		}
+	}
+	switch {
+	case running:
+		status = execRunning
+	case waiting:
+		status = execWaiting
+	case status == "":
+		// Pending nodes behind nothing runnable cannot happen in a valid DAG; keep it
+		// visible rather than calling it finished.
+		status = execRunning
+	}
+	if status == st.exec.Status {
+		return nil
+	}
+	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: status}); err != nil {
+		return fmt.Errorf("set execution status: %w", err)
+	}
+	if status == execCompleted {
+		e.logger.InfoContext(ctx, "execution completed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID)
+	}
+	st.exec.Status = status
+	return nil
+}
+
+// failExecution fails the execution and stops everything else it had going: open waits
+// are cancelled (behind their version fence), queued work and unsent calls are dropped.
+func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, reason string) error {
+	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: execFailed, Error: &reason}); err != nil {
+		return fmt.Errorf("fail execution: %w", err)
+	}
+	if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
+		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
+	}); err != nil {
+		return fmt.Errorf("cancel open waits: %w", err)
+	}
+	if err := e.q.RunQueueDeleteForExecution(ctx, tx, st.exec.ID); err != nil {
+		return fmt.Errorf("drop queued work: %w", err)
+	}
+	if err := e.q.OutboxDeleteForExecution(ctx, tx, st.exec.ID); err != nil {
+		return fmt.Errorf("drop queued calls: %w", err)
+	}
+	st.exec.Status = execFailed
+	e.logger.WarnContext(ctx, "execution failed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID, "reason", reason)
+	return nil
+}
+
+// failNode records a node failure and fails the execution.
+func (e *Executor) failNode(ctx context.Context, tx pgx.Tx, st *execState, nodeID, reason string) error {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeFailed, Error: &reason, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+		return fmt.Errorf("fail node %s: %w", nodeID, err)
+	}
+	st.setNode(nodeID, nodeFailed, nil)
+	return e.failExecution(ctx, tx, st, fmt.Sprintf("node %s: %s", nodeID, reason))
+}
+
+// advanceOrFail advances from a node, turning a condition error into a failure of the
+// edge's target node.
+func (e *Executor) advanceOrFail(ctx context.Context, tx pgx.Tx, st *execState, from string) (bool, error) {
+	enqueued, err := e.advance(ctx, tx, st, from)
+	var ce *conditionError
+	if errors.As(err, &ce) {
+		return false, e.failNode(ctx, tx, st, ce.edge.Target, ce.Error())
+	}
+	if err != nil {
+		return false, err
+	}
+	return enqueued, e.settle(ctx, tx, st)
+}

@@ -1,0 +1,294 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/template"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// NodeType is one kind of node: how its data is validated when a definition is stored,
+// and what running it does. Adding a node type means adding an entry to the registry
+// handed to New; the executor itself does not change.
+type NodeType struct {
+	// Parse validates the node's data and returns its decoded configuration, which Run
+	// receives as RunContext.Node.Config.
+	Parse workflow.NodeParser
+	// Run does the node's work outside any database transaction. An error means the
+	// attempt could not be made (and is retried); a failed node is an Outcome.
+	Run func(ctx context.Context, rc *RunContext) (Outcome, error)
+}
+
+// RunContext is what a node sees while it runs.
+type RunContext struct {
+	ExecutionID uuid.UUID
+	Node        *workflow.CompiledNode
+	// Scope renders the node's templates: execution input, vars, earlier outputs.
+	Scope  template.Scope
+	HTTP   *http.Client
+	Logger *slog.Logger
+}
+
+// Outcome is the result of running a node; the executor records it in one transaction
+// together with the graph's next step.
+type Outcome struct {
+	Status OutcomeStatus
+	Output map[string]any
+	// Error explains a failed node.
+	Error string
+	// Wait is registered in the same transaction that records a waiting outcome, so the
+	// wait state and its outbound call exist together or not at all.
+	Wait *aggregator.Registration
+}
+
+// OutcomeStatus says how a node run ended.
+type OutcomeStatus int
+
+const (
+	// OutcomeCompleted moves the graph on.
+	OutcomeCompleted OutcomeStatus = iota
+	// OutcomeFailed fails the node and the execution.
+	OutcomeFailed
+	// OutcomeWaiting suspends the node until its wait is satisfied.
+	OutcomeWaiting
+)
+
+// Completed returns a completed outcome.
+func Completed(output map[string]any) Outcome {
+	return Outcome{Status: OutcomeCompleted, Output: output}
+}
+
+// Failed returns a failed outcome.
+func Failed(format string, args ...any) Outcome {
+	return Outcome{Status: OutcomeFailed, Error: fmt.Sprintf(format, args...)}
+}
+
+// BuiltinNodeTypes returns the node types every executor knows.
+func BuiltinNodeTypes() map[string]NodeType {
+	return map[string]NodeType{
+		"wait_events": {Parse: workflow.ParseWaitEventsNode, Run: runWaitEvents},
+		"http":        {Parse: workflow.ParseHTTPNode, Run: runHTTP},
+	}
+}
+
+// runWaitEvents registers the wait. The correlated call itself is not made here: it is
+// an outbox row committed with the wait state, sent afterwards by any pod.
+func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
+	cfg := rc.Node.Config.(*workflow.WaitEvents)
+	expected := cfg.Expected()
+	if len(expected) == 0 {
+		return Completed(map[string]any{"events": []any{}, "arrival_order": []string{}, "timeout": false}), nil
+	}
+	correlationID := uuid.New()
+	if cfg.APICall != nil {
+		// Rendered now only to fail fast on a template naming something that does not
+		// exist; the outbox renders it again when it sends.
+		rc.Scope.CorrelationID = correlationID.String()
+		if _, err := BuildAPIRequest(cfg.APICall, rc.Scope, rc.ExecutionID, correlationID); err != nil {
+			return Failed("%v", err), nil
+		}
+	}
+	reg := &aggregator.Registration{
+		ExecutionID:    rc.ExecutionID,
+		NodeID:         rc.Node.ID,
+		CorrelationID:  correlationID,
+		Strategy:       cfg.AggregationStrategy,
+		RequiredEvents: cfg.RequiredEvents,
+		Timeout:        cfg.Timeout,
+		OnTimeout:      cfg.OnTimeout,
+		OutputMapping:  cfg.OutputMapping,
+		APICall:        cfg.APICall != nil,
+	}
+	for _, e := range expected {
+		reg.Expected = append(reg.Expected, aggregator.Expected{
+			Name: e.Name, Source: e.Source, Topic: e.Topic, Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(),
+		})
+	}
+	return Outcome{Status: OutcomeWaiting, Wait: reg, Output: map[string]any{
+		"status": "waiting", "correlation_id": correlationID.String(), "execution_id": rc.ExecutionID.String(),
+	}}, nil
+}
+
+// Request is a rendered outbound HTTP request.
+type Request struct {
+	Method  string
+	URL     string
+	Headers http.Header
+	Body    []byte
+}
+
+// BuildAPIRequest renders a wait's correlated call and injects the two ids into the
+// configured body fields and headers, plus Idempotency-Key: the correlation id, so the
+// external service can absorb the retries of an at-least-once outbox.
+func BuildAPIRequest(c *workflow.APICall, scope template.Scope, executionID, correlationID uuid.UUID) (*Request, error) {
+	req, body, err := renderRequest(c.Method, c.URL, c.Headers, c.Body, scope, "apiCall")
+	if err != nil {
+		return nil, err
+	}
+	switch b := body.(type) {
+	case map[string]any:
+		setField(b, c.ExecutionIDField, executionID.String())
+		setField(b, c.CorrelationIDField, correlationID.String())
+	case nil:
+		if req.Method != http.MethodGet && req.Method != http.MethodDelete {
+			b2 := map[string]any{}
+			setField(b2, c.ExecutionIDField, executionID.String())
+			setField(b2, c.CorrelationIDField, correlationID.String())
+			body = b2
+		}
+	}
+	if err := encodeBody(req, body); err != nil {
+		return nil, err
+	}
+	req.Headers.Set(c.ExecutionIDHeader, executionID.String())
+	req.Headers.Set(c.CorrelationIDHeader, correlationID.String())
+	req.Headers.Set("Idempotency-Key", correlationID.String())
+	return req, nil
+}
+
+func renderRequest(method, url string, headers map[string]string, body any, scope template.Scope, where string) (*Request, any, error) {
+	u, err := template.RenderString(url, scope)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s.url: %w", where, err)
+	}
+	req := &Request{Method: method, URL: u, Headers: http.Header{}}
+	for k, v := range headers {
+		hv, err := template.RenderString(v, scope)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s.headers.%s: %w", where, k, err)
+		}
+		req.Headers.Set(k, hv)
+	}
+	var rendered any
+	if body != nil {
+		rendered, err = template.Render(body, scope)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s.body: %w", where, err)
+		}
+	}
+	return req, rendered, nil
+}
+
+func encodeBody(req *Request, body any) error {
+	switch b := body.(type) {
+	case nil:
+		return nil
+	case string:
+		req.Body = []byte(b)
+		if req.Headers.Get("Content-Type") == "" {
+			req.Headers.Set("Content-Type", "text/plain; charset=utf-8")
+		}
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return fmt.Errorf("encode body: %w", err)
+		}
+		req.Body = raw
+		if req.Headers.Get("Content-Type") == "" {
+			req.Headers.Set("Content-Type", "application/json")
+		}
+	}
+	return nil
+}
+
+// setField sets a possibly dotted field, creating objects on the way.
+func setField(m map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}
+
+// Response is what an outbound call answered, trimmed for storage and messages.
+type Response struct {
+	Status  int
+	Headers http.Header
+	Body    []byte
+}
+
+// maxResponseBytes bounds what is read of a response: outputs live in the database.
+const maxResponseBytes = 1 << 20
+
+// Do sends req with the given timeout.
+func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Duration) (*Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if req.Body != nil {
+		body = bytes.NewReader(req.Body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
+	if err != nil {
+		return nil, err
+	}
+	hr.Header = req.Headers.Clone()
+	resp, err := client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	return &Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}, nil
+}
+
+// excerpt returns the start of a body for error messages.
+func excerpt(b []byte) string {
+	const n = 512
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
+	cfg := rc.Node.Config.(*workflow.HTTP)
+	req, body, err := renderRequest(cfg.Method, cfg.URL, cfg.Headers, cfg.Body, rc.Scope, "data")
+	if err != nil {
+		return Failed("%v", err), nil
+	}
+	if err := encodeBody(req, body); err != nil {
+		return Failed("%v", err), nil
+	}
+	// Stable per node and execution: a retried attempt (lease lost, pod killed) is
+	// recognisable as the same call by a receiver that honours Idempotency-Key.
+	req.Headers.Set("Idempotency-Key", rc.ExecutionID.String()+":"+rc.Node.ID)
+	resp, err := Do(ctx, rc.HTTP, req, cfg.Timeout)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("http %s %s: %w", req.Method, req.URL, err)
+	}
+	if cfg.FailOnNon2xx && (resp.Status < 200 || resp.Status > 299) {
+		return Failed("http %s %s: status %d: %s", req.Method, req.URL, resp.Status, excerpt(resp.Body)), nil
+	}
+	headers := map[string]any{}
+	for k, v := range resp.Headers {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	var parsed any
+	if len(resp.Body) > 0 {
+		if err := json.Unmarshal(resp.Body, &parsed); err != nil {
+			parsed = string(resp.Body)
+		}
+	}
+	return Completed(map[string]any{"status": resp.Status, "headers": headers, "body": parsed}), nil
+}

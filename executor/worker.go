@@ -1,0 +1,332 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// errLeaseLost means another pod claimed the work after our lease ran out; our result is
+// discarded by rolling back.
+var errLeaseLost = errors.New("lease lost")
+
+// Run works the run queue and the outbox until ctx ends, then waits up to
+// Config.ShutdownTimeout for work in flight and hands back whatever it had claimed but
+// not finished, so another pod takes it over at once.
+func (e *Executor) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); e.listen(ctx) }()
+	go func() {
+		defer wg.Done()
+		runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimRun, e.processRun)
+	}()
+	go func() {
+		defer wg.Done()
+		runLoop(ctx, e, "outbox", e.cfg.OutboxWorkers, e.wakeOutbox, e.claimOutbox, e.processOutbox)
+	}()
+	wg.Wait()
+	return nil
+}
+
+// runLoop claims up to slots items at a time and processes each in its own goroutine.
+// Items are processed with a context that outlives ctx by the shutdown budget, so a
+// SIGTERM lets in-flight work finish instead of abandoning it half-done.
+func runLoop[T any](ctx context.Context, e *Executor, name string, slots int, wake <-chan struct{},
+	claim func(context.Context, int) ([]T, error), process func(context.Context, T),
+) {
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var inflight atomic.Int64
+	var wg sync.WaitGroup
+	freed := make(chan struct{}, 1)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := time.Duration(0)
+
+	for ctx.Err() == nil {
+		free := slots - int(inflight.Load())
+		if free > 0 {
+			items, err := claim(ctx, free)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+				e.logger.WarnContext(ctx, "claim failed", "queue", name, "instance_id", e.cfg.InstanceID, "err", err, "retry_in", backoff)
+			} else {
+				backoff = 0
+			}
+			for _, it := range items {
+				inflight.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					process(workCtx, it)
+					inflight.Add(-1)
+					poke(freed)
+				}()
+			}
+			if err == nil && len(items) == free {
+				continue // there may be more
+			}
+		}
+		wait := e.cfg.PollInterval
+		if backoff > 0 {
+			wait = backoff
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-freed:
+		case <-timer.C:
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.cfg.ShutdownTimeout):
+		e.logger.Warn("shutdown budget spent; abandoning in-flight work to its lease", "queue", name, "instance_id", e.cfg.InstanceID)
+		cancelWork()
+		<-done
+	}
+}
+
+func (e *Executor) claimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, error) {
+	return e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Max: int32(n),
+	})
+}
+
+func (e *Executor) releaseRun(job dbsqlc.RunQueue) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = e.q.RunQueueRelease(ctx, e.pool, dbsqlc.RunQueueReleaseParams{ID: job.ID, Attempt: job.Attempt})
+}
+
+// processRun handles one claimed run-queue row.
+func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
+	log := e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID, "kind", job.Kind, "attempt", job.Attempt)
+	var err error
+	switch job.Kind {
+	case "resume":
+		err = e.resume(ctx, job)
+	default:
+		err = e.runNode(ctx, job)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, errLeaseLost):
+		log.WarnContext(ctx, "lease lost; another instance owns this work now")
+	default:
+		// Left claimed: it becomes visible again when the lease runs out. Hand it back
+		// sooner, with a short delay, when the database is reachable.
+		log.ErrorContext(ctx, "run queue item failed; will retry", "err", err)
+		if !db.IsUnavailable(err) {
+			e.releaseRun(job)
+		}
+	}
+}
+
+// finishJob removes the claimed row inside tx; zero rows means the lease was lost.
+func (e *Executor) finishJob(ctx context.Context, tx pgx.Tx, job dbsqlc.RunQueue) error {
+	n, err := e.q.RunQueueDeleteClaimed(ctx, tx, dbsqlc.RunQueueDeleteClaimedParams{ID: job.ID, Attempt: job.Attempt})
+	if err != nil {
+		return fmt.Errorf("finish run queue item: %w", err)
+	}
+	if n == 0 {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// runNode runs a node outside any transaction, then records its outcome and advances
+// the graph in one transaction under the execution's row lock.
+func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
+	st, err := e.loadState(ctx, e.pool, job.ExecutionID, false)
+	if err != nil {
+		return err
+	}
+	n := st.nodes[job.NodeID]
+	if execFinished(st.exec.Status) || n == nil || (n.Status != nodeRunning && n.Status != nodePending) {
+		return db.Tx(ctx, e.pool, func(tx pgx.Tx) error { return e.finishJob(ctx, tx, job) })
+	}
+	node, ok := st.wf.Node(job.NodeID)
+	if !ok {
+		return fmt.Errorf("node %s not in definition", job.NodeID)
+	}
+	typ, ok := e.cfg.NodeTypes[node.Type]
+	if !ok {
+		return fmt.Errorf("node type %q not registered", node.Type)
+	}
+	if err := e.q.NodeExecutionMarkRunning(ctx, e.pool, dbsqlc.NodeExecutionMarkRunningParams{ExecutionID: job.ExecutionID, NodeID: job.NodeID}); err != nil {
+		return fmt.Errorf("mark node running: %w", err)
+	}
+	out, runErr := typ.Run(ctx, &RunContext{
+		ExecutionID: job.ExecutionID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient,
+		Logger: e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID),
+	})
+	if runErr != nil {
+		if int(job.Attempt) < e.cfg.NodeMaxAttempts {
+			return runErr
+		}
+		out = Failed("%v (after %d attempts)", runErr, job.Attempt)
+	}
+
+	var notifyOutbox, enqueued bool
+	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
+		if err != nil {
+			return err
+		}
+		if err := e.finishJob(ctx, tx, job); err != nil {
+			return err
+		}
+		if execFinished(st.exec.Status) {
+			return nil
+		}
+		switch out.Status {
+		case OutcomeFailed:
+			return e.failNode(ctx, tx, st, job.NodeID, out.Error)
+		case OutcomeWaiting:
+			ws, err := e.agg.Register(ctx, tx, *out.Wait)
+			if err != nil {
+				return fmt.Errorf("register wait: %w", err)
+			}
+			out.Output["wait_state_id"] = ws.ID.String()
+			raw, err := json.Marshal(out.Output)
+			if err != nil {
+				return err
+			}
+			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
+				return fmt.Errorf("mark node waiting: %w", err)
+			}
+			st.setNode(job.NodeID, nodeWaiting, raw)
+			notifyOutbox = out.Wait.APICall
+			e.logger.InfoContext(ctx, "waiting for events", "execution_id", st.exec.ID, "node_id", job.NodeID,
+				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID)
+			return e.settle(ctx, tx, st)
+		default:
+			raw, err := json.Marshal(out.Output)
+			if err != nil {
+				return err
+			}
+			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
+				return fmt.Errorf("complete node: %w", err)
+			}
+			st.setNode(job.NodeID, nodeCompleted, raw)
+			enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
+			if err != nil || !enqueued {
+				return err
+			}
+			return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if enqueued {
+		poke(e.wakeRun)
+	}
+	if notifyOutbox {
+		poke(e.wakeOutbox)
+	}
+	return nil
+}
+
+// resume continues an execution after its wait was satisfied. The aggregator already
+// completed the node; here the graph moves on, once: resumed_at is set only if unset.
+func (e *Executor) resume(ctx context.Context, job dbsqlc.RunQueue) error {
+	var enqueued bool
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
+		if err != nil {
+			return err
+		}
+		if err := e.finishJob(ctx, tx, job); err != nil {
+			return err
+		}
+		if execFinished(st.exec.Status) {
+			return nil
+		}
+		n, err := e.q.WaitStateMarkResumed(ctx, tx, dbsqlc.WaitStateMarkResumedParams{
+			InstanceID: e.cfg.InstanceID, ExecutionID: job.ExecutionID, NodeID: job.NodeID,
+		})
+		if err != nil {
+			return fmt.Errorf("mark resumed: %w", err)
+		}
+		if n == 0 {
+			e.logger.WarnContext(ctx, "wait already resumed; not advancing again", "execution_id", job.ExecutionID,
+				"node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
+			return nil
+		}
+		e.logger.InfoContext(ctx, "execution resumed", "execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
+		enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
+		if err != nil || !enqueued {
+			return err
+		}
+		return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+	})
+	if err == nil && enqueued {
+		poke(e.wakeRun)
+	}
+	return err
+}
+
+// listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the
+// next poll, so it reconnects with backoff and pokes both loops after each reconnect.
+func (e *Executor) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := e.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		e.logger.WarnContext(ctx, "notification listener lost its connection", "instance_id", e.cfg.InstanceID, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (e *Executor) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, ch := range []string{db.ChannelRunQueue, db.ChannelOutbox} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return err
+		}
+	}
+	poke(e.wakeRun)
+	poke(e.wakeOutbox)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case db.ChannelRunQueue:
+			poke(e.wakeRun)
+		case db.ChannelOutbox:
+			poke(e.wakeOutbox)
+		}
+	}
+}

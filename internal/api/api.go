@@ -1,0 +1,103 @@
+// Package api serves the management HTTP API under /api/v1: storing workflow
+// definitions, starting executions and reading them back. It translates between HTTP
+// and the executor; every error is an RFC 7807 problem. Callbacks from external
+// services are not here but in package callbacks.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// maxDefinitionBytes bounds a definition or an execution input.
+const maxDefinitionBytes = 4 << 20
+
+// Register adds the API routes to e.
+func Register(e *echo.Echo, ex *executor.Executor) {
+	h := &handlers{ex: ex}
+	e.PUT("/api/v1/workflows/:name", h.putWorkflow)
+	e.POST("/api/v1/workflows/:name/executions", h.startExecution)
+	e.GET("/api/v1/executions/:id", h.getExecution)
+}
+
+type handlers struct{ ex *executor.Executor }
+
+func readBody(c echo.Context) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxDefinitionBytes+1))
+	if err != nil {
+		return nil, problem.New(http.StatusBadRequest, "could not read body: "+err.Error())
+	}
+	if len(body) > maxDefinitionBytes {
+		return nil, problem.New(http.StatusRequestEntityTooLarge, "body too large").WithType("body-too-large")
+	}
+	return body, nil
+}
+
+func (h *handlers) putWorkflow(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	stored, err := h.ex.PutWorkflow(c.Request().Context(), c.Param("name"), body)
+	var verr *workflow.ValidationError
+	if errors.As(err, &verr) {
+		return problem.New(http.StatusUnprocessableEntity, verr.Error()).WithType("invalid-definition").With("errors", verr.Errors)
+	}
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if stored.Created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, stored)
+}
+
+type startRequest struct {
+	Input json.RawMessage `json:"input"`
+}
+
+func (h *handlers) startExecution(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req startRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			return problem.New(http.StatusBadRequest, "body must be {\"input\": <JSON>}: "+err.Error()).WithType("malformed-json")
+		}
+	}
+	started, err := h.ex.StartExecution(c.Request().Context(), c.Param("name"), req.Input)
+	if errors.Is(err, executor.ErrWorkflowNotFound) {
+		return problem.New(http.StatusNotFound, "no workflow named "+c.Param("name")).WithType("workflow-not-found")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, started)
+}
+
+func (h *handlers) getExecution(c echo.Context) error {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(http.StatusBadRequest, "execution id is not a UUID").WithType("malformed-id")
+	}
+	v, err := h.ex.Execution(c.Request().Context(), id)
+	if errors.Is(err, executor.ErrExecutionNotFound) {
+		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}

@@ -1,0 +1,213 @@
+// Package service assembles one rendezvous process: pool, migrations, aggregator,
+// executor, HTTP server (API and callbacks), and their orderly shutdown. cmd/rendezvous
+// maps flags onto Config; tests start several Services on one database to play
+// replicated pods.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/callbacks"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/api"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+)
+
+// Defaults for Config.
+const (
+	HTTPAddrDefault     = ":8080"
+	DBMaxConnsDefault   = 32
+	HTTPShutdownDefault = 10 * time.Second
+)
+
+// Config configures a Service.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. Required.
+	DatabaseURL string
+	// DBMaxConns is the pool size of this process. Default DBMaxConnsDefault.
+	DBMaxConns int32
+	// HTTPAddr is where the API and callbacks listen. Default HTTPAddrDefault.
+	HTTPAddr string
+	// InstanceID names this process in claims, resumed_by and logs. Default: hostname.
+	InstanceID string
+	// AutoMigrate applies pending migrations at start, under an advisory lock. Default
+	// false in the struct; the serve command turns it on unless --no-migrate.
+	AutoMigrate bool
+	// HTTPShutdown bounds draining in-flight requests. Default HTTPShutdownDefault.
+	HTTPShutdown time.Duration
+	Callbacks    callbacks.Config
+	Executor     executor.Config
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.DBMaxConns <= 0 {
+		c.DBMaxConns = DBMaxConnsDefault
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = HTTPAddrDefault
+	}
+	if c.InstanceID == "" {
+		c.InstanceID, _ = os.Hostname()
+	}
+	if c.HTTPShutdown <= 0 {
+		c.HTTPShutdown = HTTPShutdownDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("database_url: must not be empty (--database-url or DATABASE_URL)")
+	}
+	if c.InstanceID == "" {
+		return errors.New("instance_id: must not be empty")
+	}
+	return nil
+}
+
+// Service is one running rendezvous process.
+type Service struct {
+	cfg      Config
+	logger   *slog.Logger
+	pool     *pgxpool.Pool
+	echo     *echo.Echo
+	listener net.Listener
+	Agg      *aggregator.Aggregator
+	Exec     *executor.Executor
+}
+
+// New connects, migrates when asked, and binds the HTTP listener; Run starts the work.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger.With("instance_id", cfg.InstanceID)
+	pool, err := db.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, logger: logger, pool: pool}
+	if err := s.init(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) init(ctx context.Context) error {
+	cfg := s.cfg
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	if cfg.AutoMigrate {
+		if err := db.Migrate(ctx, s.pool, s.logger); err != nil {
+			return err
+		}
+	}
+	agg, err := aggregator.New(s.pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	ecfg := cfg.Executor
+	ecfg.InstanceID = cfg.InstanceID
+	ecfg.Logger = s.logger
+	ex, err := executor.New(s.pool, agg, ecfg)
+	if err != nil {
+		return err
+	}
+	ccfg := cfg.Callbacks
+	ccfg.Logger = s.logger
+	cb, err := callbacks.New(agg, ccfg)
+	if err != nil {
+		return err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = problem.ErrorHandler(s.logger)
+	api.Register(e, ex)
+	cb.Register(e)
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.ready)
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	s.Agg, s.Exec, s.echo, s.listener = agg, ex, e, ln
+	return nil
+}
+
+func (s *Service) ready(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "database": err.Error()})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "database": "ok"})
+}
+
+// Addr is the address the HTTP server listens on.
+func (s *Service) Addr() string { return s.listener.Addr().String() }
+
+// Pool is the service's database pool.
+func (s *Service) Pool() *pgxpool.Pool { return s.pool }
+
+// Run serves until ctx ends. Shutdown goes in dependency order: stop accepting HTTP
+// (in-flight callbacks finish), then let the executor finish or hand back its work,
+// then close the pool. It returns nil after a clean shutdown.
+func (s *Service) Run(ctx context.Context) error {
+	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr())
+	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
+	httpErr := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			httpErr <- err
+		}
+		close(httpErr)
+	}()
+	execCtx, stopExec := context.WithCancel(context.WithoutCancel(ctx))
+	execDone := make(chan struct{})
+	go func() { _ = s.Exec.Run(execCtx); close(execDone) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-httpErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	}
+	s.logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
+	_ = srv.Shutdown(shutdownCtx)
+	cancel()
+	stopExec()
+	<-execDone
+	s.pool.Close()
+	s.logger.Info("stopped")
+	return runErr
+}
+
+// Close releases resources of a Service that was never Run.
+func (s *Service) Close() {
+	if s.listener != nil {
+		_ = s.listener.Close()
+	}
+	s.pool.Close()
+}
