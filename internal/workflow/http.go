@@ -1,0 +1,48 @@
+package workflow
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// HTTP node timeouts: the node blocks an executor slot while waiting, so
+// long waits belong in wait_events instead.
+const (
+	DefaultHTTPTimeout = 10 * time.Second
+	MaxHTTPTimeout     = 60 * time.Second
+)
+
+// HTTP is the configuration of an http node: one synchronous request whose
+// response becomes the node output.
+type HTTP struct {
+	URL          string
+	Method       string            // default GET
+	Headers      map[string]string // values may contain templates
+	Body         any               // object, array or string, may contain templates; nil when absent
+	Timeout      time.Duration     // default 10s, at most 60s
+	FailOnNon2xx bool              // JSON "failOnNon2xx", default true
+}
+
+// ParseHTTPNode is the NodeParser for http nodes; config is an *HTTP with
+// defaults applied.
+func ParseHTTPNode(data json.RawMessage, path string) (any, []FieldError) {
+	var errs errList
+	o, ok := parseData(data, path, &errs)
+	if !ok {
+		return nil, errs
+	}
+	o.unknown("url", "method", "headers", "body", "timeout", "failOnNon2xx")
+	h := &HTTP{
+		URL:          o.url("required"),
+		Method:       o.method("GET"),
+		Headers:      o.headers(),
+		Body:         o.body(),
+		Timeout:      o.duration("timeout", DefaultHTTPTimeout),
+		FailOnNon2xx: o.boolean("failOnNon2xx", true),
+	}
+	if h.Timeout > MaxHTTPTimeout {
+		errs.add(o.p("timeout"), "must be at most %s", MaxHTTPTimeout)
+		h.Timeout = MaxHTTPTimeout
+	}
+	return h, errs
+}

@@ -1,0 +1,150 @@
+// Package workflow owns workflow definitions: their JSON shape, their
+// validation (every problem reported at once, located by a JSON path such as
+// nodes[2].data.kafkaEvent.topic), the configuration of the built-in node
+// types (wait_events, http) and the compiled graph an executor walks.
+//
+// It does not execute anything: it performs no I/O, keeps no state and
+// knows nothing about storage, HTTP callbacks or Kafka. Executors own
+// running nodes; they extend the set of node types by adding parsers to a
+// Registry. Template rendering lives in package template; this package only
+// checks template syntax.
+package workflow
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Definition is the JSON document describing a workflow.
+type Definition struct {
+	Name  string         `json:"name"`
+	Vars  map[string]any `json:"vars,omitempty"`
+	Nodes []Node         `json:"nodes"`
+	Edges []Edge         `json:"edges,omitempty"`
+}
+
+// Node is one step of a definition; Data is interpreted by the parser
+// registered for Type.
+type Node struct {
+	ID   string          `json:"id"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Edge connects two nodes. Target runs after Source when Condition (an
+// expr-lang expression, empty meaning always) evaluates to true.
+type Edge struct {
+	Source    string `json:"source"`
+	Target    string `json:"target"`
+	Condition string `json:"condition,omitempty"`
+}
+
+// FieldError is one problem in a definition, located by a JSON path like
+// nodes[2].data.kafkaEvent.topic. An empty Path means the whole document.
+type FieldError struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// String renders "path: message", or just the message when Path is empty.
+func (e FieldError) String() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// ValidationError carries every problem found in a definition, never just
+// the first, so that authors can fix a definition in one round trip.
+type ValidationError struct {
+	Errors []FieldError
+}
+
+// Error joins all problems: "invalid definition: a: x; b: y".
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		parts[i] = fe.String()
+	}
+	return "invalid definition: " + strings.Join(parts, "; ")
+}
+
+// NodeParser validates and decodes one node type's data; path is the JSON
+// path of the data, e.g. "nodes[2].data", and prefixes every returned
+// error. It must report every problem and never panic. data is nil when
+// the node has no data.
+type NodeParser func(data json.RawMessage, path string) (config any, errs []FieldError)
+
+// Registry maps a node type to its parser.
+type Registry map[string]NodeParser
+
+// Known returns the registered node types, sorted.
+func (r Registry) Known() []string {
+	return slices.Sorted(maps.Keys(r))
+}
+
+// BuiltinRegistry returns a new Registry holding the node types this
+// package implements. Callers may add types to the returned map.
+func BuiltinRegistry() Registry {
+	return Registry{
+		TypeWaitEvents: ParseWaitEventsNode,
+		TypeHTTP:       ParseHTTPNode,
+	}
+}
+
+// Built-in node types.
+const (
+	TypeWaitEvents = "wait_events"
+	TypeHTTP       = "http"
+)
+
+// CompiledNode is a validated node with its decoded configuration (for the
+// built-in types *WaitEvents or *HTTP).
+type CompiledNode struct {
+	ID     string
+	Type   string
+	Config any
+}
+
+// Workflow is a compiled, validated definition: an acyclic graph whose
+// edge conditions are already compiled. It is immutable and safe for
+// concurrent use.
+type Workflow struct {
+	def   Definition
+	nodes []*CompiledNode
+	byID  map[string]*CompiledNode
+	in    map[string][]*CompiledEdge
+	out   map[string][]*CompiledEdge
+	roots []string
+}
+
+// Definition returns a copy of the definition the workflow was compiled
+// from.
+func (w *Workflow) Definition() Definition {
+	d := w.def
+	d.Vars = maps.Clone(w.def.Vars)
+	d.Nodes = slices.Clone(w.def.Nodes)
+	d.Edges = slices.Clone(w.def.Edges)
+	return d
+}
+
+// Node returns the node with the given id.
+func (w *Workflow) Node(id string) (*CompiledNode, bool) {
+	n, ok := w.byID[id]
+	return n, ok
+}
+
+// Nodes returns all nodes in definition order.
+func (w *Workflow) Nodes() []*CompiledNode { return slices.Clone(w.nodes) }
+
+// Roots returns the ids of nodes without incoming edges, in definition
+// order; an execution starts there.
+func (w *Workflow) Roots() []string { return slices.Clone(w.roots) }
+
+// Incoming returns the edges targeting id, in definition order.
+func (w *Workflow) Incoming(id string) []*CompiledEdge { return slices.Clone(w.in[id]) }
+
+// Outgoing returns the edges leaving id, in definition order.
+func (w *Workflow) Outgoing(id string) []*CompiledEdge { return slices.Clone(w.out[id]) }
