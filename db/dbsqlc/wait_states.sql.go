@@ -371,7 +371,7 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 
 const waitStateMarkResumed = `-- name: WaitStateMarkResumed :execrows
 UPDATE execution_wait_states
-SET resumed_at = now(),
+SET resumed_at = clock_timestamp(),
     resumed_by = $1::text,
     updated_at = now()
 WHERE execution_id = $2::uuid AND node_id = $3::text

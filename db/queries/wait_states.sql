@@ -68,7 +68,7 @@ RETURNING id;
 -- name: WaitStateMarkResumed :execrows
 -- resumed_at is set once: a second resume of the same wait changes nothing.
 UPDATE execution_wait_states
-SET resumed_at = now(),
+SET resumed_at = clock_timestamp(),
     resumed_by = @instance_id::text,
     updated_at = now()
 WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text

@@ -1,0 +1,176 @@
+package aggregator_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+)
+
+const (
+	api   = aggregator.EventAPIResponse
+	kafka = aggregator.EventKafka
+)
+
+// expectBoth returns the design note's two events, with the given required flags.
+func expectBoth(apiRequired, kafkaRequired bool) []aggregator.Expected {
+	return []aggregator.Expected{
+		{Name: api, Source: "callback", Required: apiRequired},
+		{Name: kafka, Source: "kafka", Topic: "orders", Required: kafkaRequired},
+	}
+}
+
+func expectAPIOnly() []aggregator.Expected {
+	return []aggregator.Expected{{Name: api, Source: "callback", Required: true}}
+}
+
+func TestRequiredSet(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		strategy string
+		expected []aggregator.Expected
+		custom   []string
+		want     []string
+		wantErr  string
+	}{
+		{name: "all/both required", strategy: aggregator.StrategyAll, expected: expectBoth(true, true), want: []string{api, kafka}},
+		{name: "all ignores required flags", strategy: aggregator.StrategyAll, expected: expectBoth(false, false), want: []string{api, kafka}},
+		{name: "all/api only", strategy: aggregator.StrategyAll, expected: expectAPIOnly(), want: []string{api}},
+		{name: "all/nothing expected", strategy: aggregator.StrategyAll, expected: nil, want: []string{}},
+		{name: "any/both required", strategy: aggregator.StrategyAny, expected: expectBoth(true, true), want: []string{}},
+		{name: "any/none required", strategy: aggregator.StrategyAny, expected: expectBoth(false, false), want: []string{}},
+		{name: "required_only/both", strategy: aggregator.StrategyRequiredOnly, expected: expectBoth(true, true), want: []string{api, kafka}},
+		{name: "required_only/kafka optional", strategy: aggregator.StrategyRequiredOnly, expected: expectBoth(true, false), want: []string{api}},
+		{name: "required_only/api optional", strategy: aggregator.StrategyRequiredOnly, expected: expectBoth(false, true), want: []string{kafka}},
+		{name: "required_only/none required", strategy: aggregator.StrategyRequiredOnly, expected: expectBoth(false, false), want: []string{}},
+		{name: "custom/api", strategy: aggregator.StrategyCustom, expected: expectBoth(false, false), custom: []string{api}, want: []string{api}},
+		{name: "custom/kafka", strategy: aggregator.StrategyCustom, expected: expectBoth(true, true), custom: []string{kafka}, want: []string{kafka}},
+		{name: "custom/both keeps order", strategy: aggregator.StrategyCustom, expected: expectBoth(false, false), custom: []string{kafka, api}, want: []string{kafka, api}},
+		{name: "custom/empty list", strategy: aggregator.StrategyCustom, expected: expectBoth(true, true), custom: []string{}, want: []string{}},
+		{name: "custom/nil list", strategy: aggregator.StrategyCustom, expected: expectBoth(true, true), custom: nil, want: []string{}},
+		{name: "custom/names disabled event", strategy: aggregator.StrategyCustom, expected: expectAPIOnly(), custom: []string{kafka},
+			wantErr: `custom strategy requires "kafka_event", which is not an enabled event`},
+		{name: "custom/names unknown event", strategy: aggregator.StrategyCustom, expected: expectBoth(true, true), custom: []string{api, "sms"},
+			wantErr: `custom strategy requires "sms", which is not an enabled event`},
+		{name: "custom/nothing enabled", strategy: aggregator.StrategyCustom, expected: nil, custom: []string{api},
+			wantErr: `custom strategy requires "api_response", which is not an enabled event`},
+		{name: "unknown strategy", strategy: "most", expected: expectBoth(true, true), wantErr: `unknown aggregation strategy "most"`},
+		{name: "empty strategy", strategy: "", expected: expectBoth(true, true), wantErr: `unknown aggregation strategy ""`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := aggregator.RequiredSet(tt.strategy, tt.expected, tt.custom)
+			if tt.wantErr != "" {
+				require.EqualError(t, err, tt.wantErr)
+				require.Nil(t, got)
+				return
+			}
+			require.NoError(t, err)
+			// Never nil: it is stored as a JSON array, and null is not an array.
+			require.NotNil(t, got)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// The custom list is copied: the caller's slice may change afterwards.
+func TestRequiredSetCustomIsCopied(t *testing.T) {
+	t.Parallel()
+	custom := []string{api, kafka}
+	got, err := aggregator.RequiredSet(aggregator.StrategyCustom, expectBoth(false, false), custom)
+	require.NoError(t, err)
+	custom[0] = "changed"
+	require.Equal(t, []string{api, kafka}, got)
+}
+
+func TestSatisfied(t *testing.T) {
+	t.Parallel()
+	both := []string{api, kafka}
+	tests := []struct {
+		name     string
+		strategy string
+		enabled  []string
+		required []string
+		received []string
+		want     bool
+	}{
+		{"all/nothing", aggregator.StrategyAll, both, both, nil, false},
+		{"all/api", aggregator.StrategyAll, both, both, []string{api}, false},
+		{"all/kafka", aggregator.StrategyAll, both, both, []string{kafka}, false},
+		{"all/api,kafka", aggregator.StrategyAll, both, both, []string{api, kafka}, true},
+		{"all/kafka,api", aggregator.StrategyAll, both, both, []string{kafka, api}, true},
+		{"all/api-only wait", aggregator.StrategyAll, []string{api}, []string{api}, []string{api}, true},
+
+		{"any/nothing", aggregator.StrategyAny, both, []string{}, nil, false},
+		{"any/api", aggregator.StrategyAny, both, []string{}, []string{api}, true},
+		{"any/kafka", aggregator.StrategyAny, both, []string{}, []string{kafka}, true},
+		{"any/both", aggregator.StrategyAny, both, []string{}, []string{kafka, api}, true},
+		{"any/only a not-enabled event", aggregator.StrategyAny, []string{api}, []string{}, []string{kafka}, false},
+		{"any/not-enabled then enabled", aggregator.StrategyAny, []string{api}, []string{}, []string{kafka, api}, true},
+
+		{"required_only api/nothing", aggregator.StrategyRequiredOnly, both, []string{api}, nil, false},
+		{"required_only api/kafka", aggregator.StrategyRequiredOnly, both, []string{api}, []string{kafka}, false},
+		{"required_only api/api", aggregator.StrategyRequiredOnly, both, []string{api}, []string{api}, true},
+		{"required_only api/kafka,api", aggregator.StrategyRequiredOnly, both, []string{api}, []string{kafka, api}, true},
+		{"required_only kafka/api", aggregator.StrategyRequiredOnly, both, []string{kafka}, []string{api}, false},
+		{"required_only kafka/kafka", aggregator.StrategyRequiredOnly, both, []string{kafka}, []string{kafka}, true},
+		{"required_only both/api", aggregator.StrategyRequiredOnly, both, both, []string{api}, false},
+		{"required_only both/kafka", aggregator.StrategyRequiredOnly, both, both, []string{kafka}, false},
+		{"required_only both/both", aggregator.StrategyRequiredOnly, both, both, []string{kafka, api}, true},
+		// Workflow validation rejects required_only without a required event; should such a
+		// row exist anyway, the first event completes it rather than waiting forever.
+		{"required_only none/kafka", aggregator.StrategyRequiredOnly, both, []string{}, []string{kafka}, true},
+
+		{"custom api/nothing", aggregator.StrategyCustom, both, []string{api}, nil, false},
+		{"custom api/kafka", aggregator.StrategyCustom, both, []string{api}, []string{kafka}, false},
+		{"custom api/api", aggregator.StrategyCustom, both, []string{api}, []string{api}, true},
+		{"custom kafka/api", aggregator.StrategyCustom, both, []string{kafka}, []string{api}, false},
+		{"custom kafka/api,kafka", aggregator.StrategyCustom, both, []string{kafka}, []string{api, kafka}, true},
+		{"custom both/api", aggregator.StrategyCustom, both, both, []string{api}, false},
+		{"custom both/kafka,api", aggregator.StrategyCustom, both, both, []string{kafka, api}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, aggregator.Satisfied(tt.strategy, tt.enabled, tt.required, tt.received))
+		})
+	}
+}
+
+// Satisfied agrees with RequiredSet for every strategy and every subset of events, so the
+// value stored at registration is all a pod needs to decide.
+func TestSatisfiedFromRequiredSet(t *testing.T) {
+	t.Parallel()
+	subsets := [][]string{nil, {api}, {kafka}, {api, kafka}, {kafka, api}}
+	type config struct {
+		strategy string
+		expected []aggregator.Expected
+		custom   []string
+		// needs reports whether a received set satisfies the strategy, per the design note.
+		needs func(got map[string]bool) bool
+	}
+	configs := map[string]config{
+		"all":                          {aggregator.StrategyAll, expectBoth(true, false), nil, func(g map[string]bool) bool { return g[api] && g[kafka] }},
+		"any":                          {aggregator.StrategyAny, expectBoth(true, true), nil, func(g map[string]bool) bool { return g[api] || g[kafka] }},
+		"required_only/kafka optional": {aggregator.StrategyRequiredOnly, expectBoth(true, false), nil, func(g map[string]bool) bool { return g[api] }},
+		"required_only/api optional":   {aggregator.StrategyRequiredOnly, expectBoth(false, true), nil, func(g map[string]bool) bool { return g[kafka] }},
+		"required_only/both":           {aggregator.StrategyRequiredOnly, expectBoth(true, true), nil, func(g map[string]bool) bool { return g[api] && g[kafka] }},
+		"custom/api":                   {aggregator.StrategyCustom, expectBoth(false, true), []string{api}, func(g map[string]bool) bool { return g[api] }},
+		"custom/both":                  {aggregator.StrategyCustom, expectBoth(false, false), []string{api, kafka}, func(g map[string]bool) bool { return g[api] && g[kafka] }},
+	}
+	for name, c := range configs {
+		required, err := aggregator.RequiredSet(c.strategy, c.expected, c.custom)
+		require.NoError(t, err, name)
+		enabled := []string{api, kafka}
+		for _, received := range subsets {
+			got := map[string]bool{}
+			for _, r := range received {
+				got[r] = true
+			}
+			require.Equal(t, c.needs(got), aggregator.Satisfied(c.strategy, enabled, required, received), "%s with %v", name, received)
+		}
+	}
+}

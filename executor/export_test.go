@@ -1,0 +1,37 @@
+package executor
+
+import (
+	"context"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Hooks into the unexported queue machinery for the black-box tests in package
+// executor_test, which play a pod step by step (claim, lose the lease, finish).
+
+// ErrLeaseLost is errLeaseLost.
+var ErrLeaseLost = errLeaseLost
+
+// ClaimRun claims up to n run-queue rows as this instance, with its lease.
+func (e *Executor) ClaimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, error) {
+	return e.claimRun(ctx, n)
+}
+
+// RunJob does the work of one claimed run-queue row and returns its error, which
+// processRun would only log.
+func (e *Executor) RunJob(ctx context.Context, job dbsqlc.RunQueue) error {
+	if job.Kind == "resume" {
+		return e.resume(ctx, job)
+	}
+	return e.runNode(ctx, job)
+}
+
+// ClaimOutbox claims up to n outbox rows as this instance, with its lease.
+func (e *Executor) ClaimOutbox(ctx context.Context, n int) ([]dbsqlc.Outbox, error) {
+	return e.claimOutbox(ctx, n)
+}
+
+// SendOutbox sends one claimed outbox row and returns its error.
+func (e *Executor) SendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
+	return e.sendOutbox(ctx, item)
+}
