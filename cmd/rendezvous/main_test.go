@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// buildBinary compiles the command once per test run, as users run it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rendezvous")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestServeMigrateAndSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	schema := dbtest.NewSchema(t) // already migrated: migrate must then be a no-op
+
+	out, err := exec.Command(bin, "migrate", "--database-url", schema.URL, "--log-format", "text").CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	addr := freePort(t)
+	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--instance-id", "sigterm-test")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, logs.String())
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "exit after SIGTERM must be 0; logs:\n%s", logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30 s after SIGTERM; logs:\n%s", logs.String())
+	}
+	require.Contains(t, logs.String(), `"instance_id":"sigterm-test"`)
+	require.Contains(t, logs.String(), "stopped")
+}
+
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run([]string{"version"}, &stdout, &stderr))
+	require.NotEmpty(t, strings.TrimSpace(stdout.String()))
+
+	stdout.Reset()
+	require.Equal(t, 2, run([]string{"frobnicate"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `unknown command "frobnicate"`)
+
+	stderr.Reset()
+	require.Equal(t, 1, run([]string{"serve", "--database-url", ""}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "database_url: must not be empty")
+
+	stderr.Reset()
+	require.Equal(t, 1, run([]string{"serve", "--workers", "many"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "not an integer")
+}
