@@ -44,8 +44,8 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// ConflictRetriesDefault bounds how often one event is re-decided after losing an
-// optimistic-lock race. Each loss means another writer committed, so progress is made
+// ConflictRetriesDefault bounds how many times one event is decided (the first attempt
+// included) when it keeps losing optimistic-lock races. Each loss means another writer committed, so progress is made
 // globally; the bound only protects against a livelock bug.
 const ConflictRetriesDefault = 50
 
@@ -131,8 +131,8 @@ type Received struct {
 type Config struct {
 	// InstanceID names this process in logs and in resumed_by. Required.
 	InstanceID string
-	// ConflictRetries bounds re-decisions after optimistic-lock conflicts. Default
-	// ConflictRetriesDefault.
+	// ConflictRetries bounds the attempts to decide one event (the first included) when
+	// it keeps losing optimistic-lock races. Default ConflictRetriesDefault.
 	ConflictRetries int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 )
 
 var (
@@ -54,6 +55,11 @@ func Interpret(err error) error {
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
+	}
+	// A closed pool (pgxpool returns puddle's error as is) means this process is shutting
+	// down: another replica can take the work, so it is not the statement's fault.
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return true
 	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {

@@ -65,8 +65,9 @@ type Config struct {
 	// OutboxMaxAttempts bounds sends of a correlated call. Default
 	// OutboxMaxAttemptsDefault.
 	OutboxMaxAttempts int
-	// OutboxBackoffMin and OutboxBackoffMax bound the exponential backoff between sends.
-	// Defaults OutboxBackoffMinDefault and OutboxBackoffMaxDefault.
+	// OutboxBackoffMin and OutboxBackoffMax bound the exponential backoff between sends
+	// of a call, and between attempts of a node whose run errored. Defaults
+	// OutboxBackoffMinDefault and OutboxBackoffMaxDefault.
 	OutboxBackoffMin time.Duration
 	OutboxBackoffMax time.Duration
 	// OutboxTimeout is the timeout of one send. Default OutboxTimeoutDefault.

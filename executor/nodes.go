@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -251,12 +252,19 @@ func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Dur
 	return &Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}, nil
 }
 
-// excerpt returns the start of a body for error messages.
+// excerpt returns the start of a body for error messages. It ends up in text columns,
+// so it must be text PostgreSQL accepts: valid UTF-8 without NUL bytes, cut at a
+// character boundary.
 func excerpt(b []byte) string {
 	const n = 512
 	s := strings.ToValidUTF8(string(b), "?")
+	s = strings.ReplaceAll(s, "\x00", "?")
 	if len(s) > n {
-		return s[:n] + "…"
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return s[:cut] + "…"
 	}
 	return s
 }
@@ -290,5 +298,26 @@ func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
 			parsed = string(resp.Body)
 		}
 	}
-	return Completed(map[string]any{"status": resp.Status, "headers": headers, "body": parsed}), nil
+	return Completed(map[string]any{"status": resp.Status, "headers": headers, "body": withoutNUL(parsed)}), nil
+}
+
+// withoutNUL replaces U+0000 in the strings and keys of a decoded JSON value: jsonb
+// cannot hold it, and an output that cannot be recorded would make the node run again
+// and again.
+func withoutNUL(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "\x00", "\uFFFD")
+	case []any:
+		for i, e := range x {
+			x[i] = withoutNUL(e)
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[strings.ReplaceAll(k, "\x00", "\uFFFD")] = withoutNUL(e)
+		}
+		return out
+	}
+	return v
 }

@@ -110,10 +110,10 @@ func (e *Executor) claimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, erro
 	})
 }
 
-func (e *Executor) releaseRun(job dbsqlc.RunQueue) {
+func (e *Executor) releaseRun(job dbsqlc.RunQueue, delay time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = e.q.RunQueueRelease(ctx, e.pool, dbsqlc.RunQueueReleaseParams{ID: job.ID, Attempt: job.Attempt})
+	_ = e.q.RunQueueRelease(ctx, e.pool, dbsqlc.RunQueueReleaseParams{DelaySeconds: delay.Seconds(), ID: job.ID, Attempt: job.Attempt})
 }
 
 // processRun handles one claimed run-queue row.
@@ -132,13 +132,27 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 		log.WarnContext(ctx, "lease lost; another instance owns this work now")
 	default:
 		// Left claimed: it becomes visible again when the lease runs out. Hand it back
-		// sooner, with a short delay, when the database is reachable.
+		// sooner, after a backoff, when the database is reachable; at once when a
+		// shutdown abandoned it. A node's own failed attempt (a network error of an
+		// http node) says nothing about the database, even though it looks like a
+		// network error.
 		log.ErrorContext(ctx, "run queue item failed; will retry", "err", err)
-		if !db.IsUnavailable(err) {
-			e.releaseRun(job)
+		var attemptErr *nodeAttemptError
+		switch {
+		case ctx.Err() != nil:
+			e.releaseRun(job, 0)
+		case errors.As(err, &attemptErr) || !db.IsUnavailable(err):
+			e.releaseRun(job, e.backoff(job.Attempt))
 		}
 	}
 }
+
+// nodeAttemptError is a node run that could not be made (NodeType.Run returned an
+// error); it is retried up to Config.NodeMaxAttempts.
+type nodeAttemptError struct{ err error }
+
+func (e *nodeAttemptError) Error() string { return e.err.Error() }
+func (e *nodeAttemptError) Unwrap() error { return e.err }
 
 // finishJob removes the claimed row inside tx; zero rows means the lease was lost.
 func (e *Executor) finishJob(ctx context.Context, tx pgx.Tx, job dbsqlc.RunQueue) error {
@@ -180,7 +194,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 	})
 	if runErr != nil {
 		if int(job.Attempt) < e.cfg.NodeMaxAttempts {
-			return runErr
+			return &nodeAttemptError{runErr}
 		}
 		out = Failed("%v (after %d attempts)", runErr, job.Attempt)
 	}

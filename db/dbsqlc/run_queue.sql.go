@@ -124,17 +124,19 @@ func (q *Queries) RunQueueInsert(ctx context.Context, db DBTX, arg RunQueueInser
 }
 
 const runQueueRelease = `-- name: RunQueueRelease :exec
-UPDATE run_queue SET visible_at = now()
-WHERE id = $1::bigint AND attempt = $2::integer
+UPDATE run_queue SET visible_at = now() + make_interval(secs => $1::float8)
+WHERE id = $2::bigint AND attempt = $3::integer
 `
 
 type RunQueueReleaseParams struct {
-	ID      int64
-	Attempt int32
+	DelaySeconds float64
+	ID           int64
+	Attempt      int32
 }
 
-// Hands claimed but unstarted work back on shutdown, so it need not wait for the lease.
+// Hands claimed work back before its lease ends: after a delay when an attempt failed,
+// at once when a shutdown abandoned it.
 func (q *Queries) RunQueueRelease(ctx context.Context, db DBTX, arg RunQueueReleaseParams) error {
-	_, err := db.Exec(ctx, runQueueRelease, arg.ID, arg.Attempt)
+	_, err := db.Exec(ctx, runQueueRelease, arg.DelaySeconds, arg.ID, arg.Attempt)
 	return err
 }

@@ -26,8 +26,9 @@ RETURNING *;
 DELETE FROM run_queue WHERE id = @id::bigint AND attempt = @attempt::integer;
 
 -- name: RunQueueRelease :exec
--- Hands claimed but unstarted work back on shutdown, so it need not wait for the lease.
-UPDATE run_queue SET visible_at = now()
+-- Hands claimed work back before its lease ends: after a delay when an attempt failed,
+-- at once when a shutdown abandoned it.
+UPDATE run_queue SET visible_at = now() + make_interval(secs => sqlc.arg(delay_seconds)::float8)
 WHERE id = @id::bigint AND attempt = @attempt::integer;
 
 -- name: RunQueueDeleteForExecution :exec

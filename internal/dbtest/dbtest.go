@@ -163,7 +163,7 @@ func NewSchema(tb testing.TB) Schema {
 func NewPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	s := NewSchema(tb)
-	pool, err := db.Connect(context.Background(), s.URL, 20)
+	pool, err := db.Connect(context.Background(), s.URL, 10)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}

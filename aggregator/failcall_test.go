@@ -1,0 +1,189 @@
+package aggregator_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+)
+
+func (f *fixture) failCall(t *testing.T, id uuid.UUID, reason string) bool {
+	t.Helper()
+	var failed bool
+	err := pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error {
+		var err error
+		failed, err = f.agg.FailCall(t.Context(), tx, id, reason)
+		return err
+	})
+	require.NoError(t, err)
+	return failed
+}
+
+func TestFailCall(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	both := registration(aggregator.StrategyAll, expectBoth(true, true))
+	tests := []struct {
+		name   string
+		reg    aggregator.Registration
+		before func(w wait) []aggregator.Event
+		want   bool
+	}{
+		{name: "nothing received", reg: both, want: true},
+		{name: "api-only wait", reg: registration(aggregator.StrategyAll, expectAPIOnly()), want: true},
+		{name: "only kafka_event received", reg: both,
+			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(kafka, kafkaPayload)} }, want: true},
+		{name: "api_response already received", reg: both,
+			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} }, want: false},
+		{name: "completed by api_response", reg: registration(aggregator.StrategyAny, expectBoth(true, true)),
+			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} }, want: false},
+		{name: "completed by kafka_event alone", reg: registration(aggregator.StrategyRequiredOnly, expectBoth(false, true)),
+			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(kafka, kafkaPayload)} }, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := f.newWait(t, tt.reg)
+			if tt.before != nil {
+				for _, ev := range tt.before(w) {
+					f.apply(t, ev)
+				}
+			}
+			ws := f.waitState(t, w.ID)
+			before := f.snapshot(t, w.ExecutionID)
+
+			require.Equal(t, tt.want, f.failCall(t, w.ID, "call failed: 503 after 5 attempts"))
+			if !tt.want {
+				require.Equal(t, before, f.snapshot(t, w.ExecutionID), "nothing changed")
+				return
+			}
+			after := f.waitState(t, w.ID)
+			require.Equal(t, aggregator.StatusFailed, after.Status)
+			require.Equal(t, ws.Version+1, after.Version)
+			require.NotNil(t, after.Error)
+			require.Equal(t, "call failed: 503 after 5 attempts", *after.Error)
+			require.Equal(t, ws.ReceivedEvents, after.ReceivedEvents)
+			require.Equal(t, "waiting_for_events", f.node(t, w).Status, "the caller fails the node")
+			require.Empty(t, f.runQueue(t, w))
+
+			// A failed wait takes no more events and cannot be failed again.
+			failedSnap := f.snapshot(t, w.ExecutionID)
+			require.False(t, f.failCall(t, w.ID, "again"))
+			for _, ev := range []aggregator.Event{w.event(api, apiPayload), w.event(kafka, `{"status":"late"}`)} {
+				if ev.Name == kafka && !after.KafkaEventEnabled {
+					continue
+				}
+				res := f.apply(t, ev)
+				require.Equal(t, aggregator.Late, res.Outcome, ev.Name)
+				require.Equal(t, aggregator.StatusFailed, res.Status)
+			}
+			require.Equal(t, failedSnap, f.snapshot(t, w.ExecutionID), "nothing changed")
+		})
+	}
+
+	t.Run("unknown wait", func(t *testing.T) {
+		t.Parallel()
+		require.False(t, f.failCall(t, uuid.New(), "boom"))
+	})
+
+	t.Run("redelivered event of a failed wait is a duplicate", func(t *testing.T) {
+		t.Parallel()
+		w := f.newWait(t, both)
+		require.Equal(t, aggregator.Recorded, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
+		require.True(t, f.failCall(t, w.ID, "boom"))
+		require.Equal(t, aggregator.Duplicate, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
+	})
+
+	t.Run("rolled back with its transaction", func(t *testing.T) {
+		t.Parallel()
+		w := f.newWait(t, both)
+		before := f.snapshot(t, w.ExecutionID)
+		tx, err := f.pool.Begin(t.Context())
+		require.NoError(t, err)
+		failed, err := f.agg.FailCall(t.Context(), tx, w.ID, "boom")
+		require.NoError(t, err)
+		require.True(t, failed)
+		require.NoError(t, tx.Rollback(t.Context()))
+		require.Equal(t, before, f.snapshot(t, w.ExecutionID))
+	})
+}
+
+// FailCall is fenced like events: it re-decides after losing the version race.
+func TestFailCallVersionFence(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tests := []struct {
+		name        string
+		rival       func(ctx context.Context, tx pgx.Tx, w wait) error
+		want        bool
+		wantStatus  string
+		wantVersion int64
+	}{
+		{
+			name: "version bumped",
+			rival: func(ctx context.Context, tx pgx.Tx, w wait) error {
+				_, err := tx.Exec(ctx, `UPDATE execution_wait_states SET version = version + 1 WHERE id = $1`, w.ID)
+				return err
+			},
+			want: true, wantStatus: aggregator.StatusFailed, wantVersion: 3,
+		},
+		{
+			name: "kafka_event arrived",
+			rival: func(ctx context.Context, tx pgx.Tx, w wait) error {
+				_, err := f.agg.ApplyTx(ctx, tx, w.event(kafka, kafkaPayload))
+				return err
+			},
+			want: true, wantStatus: aggregator.StatusFailed, wantVersion: 3,
+		},
+		{
+			name: "api_response arrived",
+			rival: func(ctx context.Context, tx pgx.Tx, w wait) error {
+				_, err := f.agg.ApplyTx(ctx, tx, w.event(api, apiPayload))
+				return err
+			},
+			want: false, wantStatus: aggregator.StatusWaiting, wantVersion: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+			var failed bool
+			err := f.interleave(t,
+				func(ctx context.Context, tx pgx.Tx) error { return tt.rival(ctx, tx, w) },
+				func(ctx context.Context, tx pgx.Tx) error {
+					var err error
+					failed, err = f.agg.FailCall(ctx, tx, w.ID, "boom")
+					return err
+				})
+			require.NoError(t, err)
+			require.Equal(t, tt.want, failed)
+			ws := f.waitState(t, w.ID)
+			require.Equal(t, tt.wantStatus, ws.Status)
+			require.Equal(t, tt.wantVersion, ws.Version)
+		})
+	}
+
+	t.Run("bounded retries", func(t *testing.T) {
+		t.Parallel()
+		agg, err := aggregator.New(f.pool, aggregator.Config{InstanceID: "test", ConflictRetries: 1, Logger: slog.New(f.logs)})
+		require.NoError(t, err)
+		w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		err = f.interleave(t,
+			func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `UPDATE execution_wait_states SET version = version + 1 WHERE id = $1`, w.ID)
+				return err
+			},
+			func(ctx context.Context, tx pgx.Tx) error {
+				_, err := agg.FailCall(ctx, tx, w.ID, "boom")
+				return err
+			})
+		require.ErrorIs(t, err, aggregator.ErrConflictRetries)
+		require.Equal(t, aggregator.StatusWaiting, f.waitState(t, w.ID).Status)
+	})
+}

@@ -1,0 +1,293 @@
+package executor_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+)
+
+// TestWaitAllThenContinue is the whole path: a wait for an API reply and a Kafka record
+// (strategy all), both applied through the aggregator, then an http node that gets the
+// aggregated output through templates and runs exactly once.
+func TestWaitAllThenContinue(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("full", []obj{
+		node("wait", "wait_events", obj{
+			"apiCall":             obj{"url": "@{_vars.svc}/process", "body": obj{"order": "@{_trigger.order}"}},
+			"kafkaEvent":          obj{"topic": "orders"},
+			"aggregationStrategy": "all",
+		}),
+		node("notify", "http", obj{
+			"url":     "@{_vars.svc}/done",
+			"method":  "POST",
+			"headers": obj{"X-Result": "r=@{nodes.wait.output.apiResponse.result}"},
+			"body": obj{
+				"execution_id": "@{_execution.id}",
+				"result":       "@{nodes.wait.output.apiResponse.result}",
+				"kafka":        "@{nodes.wait.output.kafkaEvent}",
+				"order":        "@{nodes.wait.output.arrival_order}",
+				"input":        "@{_trigger.order}",
+			},
+		}),
+	}, []obj{edge("wait", "notify", "output.timeout == false")}))
+	h.run(t)
+	id := h.start(t, name, obj{"order": 42})
+
+	v := h.waitStatus(t, id, "waiting")
+	ws := waitOf(t, v, "wait")
+	require.Equal(t, []string{aggregator.EventAPIResponse, aggregator.EventKafka}, ws.EnabledEvents)
+	require.Equal(t, []string{aggregator.EventAPIResponse, aggregator.EventKafka}, ws.RequiredEvents)
+	eventually(t, func() bool { return h.fake.count("/process") == 1 })
+
+	// One event is not enough for "all".
+	require.Equal(t, aggregator.Recorded, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"amount": 12.5, "sku": "k-1"}))
+	stays(t, 200*time.Millisecond, func() bool { return h.view(t, id).Status == "waiting" && h.fake.count("/done") == 0 })
+
+	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"result": "approved"}))
+	v = h.waitStatus(t, id, "completed")
+	require.NotNil(t, v.FinishedAt)
+	require.Nil(t, v.Error)
+
+	// The continuation ran once, with the aggregated output.
+	eventually(t, func() bool { return h.fake.count("/done") == 1 })
+	done := h.fake.requests("/done")[0]
+	require.Equal(t, http.MethodPost, done.Method)
+	require.Equal(t, "r=approved", done.Header.Get("X-Result"))
+	require.Equal(t, id.String()+":notify", done.Header.Get("Idempotency-Key"))
+	require.Equal(t, obj{
+		"execution_id": id.String(),
+		"result":       "approved",
+		"kafka":        obj{"amount": 12.5, "sku": "k-1"},
+		"order":        []any{"kafka_event", "api_response"},
+		"input":        float64(42),
+	}, done.Body)
+
+	waitOut := output(t, nodeOf(t, v, "wait"))
+	require.Equal(t, obj{"result": "approved"}, waitOut["apiResponse"])
+	require.Equal(t, false, waitOut["timeout"])
+	require.Equal(t, ws.CorrelationID.String(), waitOut["correlation_id"])
+	notifyOut := output(t, nodeOf(t, v, "notify"))
+	require.Equal(t, float64(http.StatusAccepted), notifyOut["status"])
+	require.Equal(t, int32(1), nodeOf(t, v, "notify").Attempts)
+
+	ws = waitOf(t, v, "wait")
+	require.Equal(t, aggregator.StatusCompleted, ws.Status)
+	require.EqualValues(t, 3, ws.Version, "registered, then one bump per event")
+	require.Len(t, ws.ReceivedEvents, 2)
+	require.NotNil(t, ws.ResumedAt)
+	require.Equal(t, "a", errText(ws.ResumedBy))
+	resumedAt := *ws.ResumedAt
+
+	// Redelivered events change nothing, nor does a redelivered continuation.
+	require.Equal(t, aggregator.Duplicate, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"amount": 12.5, "sku": "k-1"}))
+	require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"result": "rejected"}))
+	require.EqualValues(t, 1, h.exec(t, `INSERT INTO run_queue (execution_id, node_id, kind) VALUES ($1, 'wait', 'resume')`, id))
+	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM run_queue`) == 0 })
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/done") == 1 }, "continuation ran twice")
+	v = h.view(t, id)
+	require.Equal(t, "completed", v.Status)
+	ws = waitOf(t, v, "wait")
+	require.Equal(t, resumedAt, *ws.ResumedAt, "resumed_at is set once")
+	require.EqualValues(t, 3, ws.Version)
+	require.Equal(t, 1, h.fake.count("/process"))
+}
+
+// TestBranching: conditions on the wait's output pick one of two branches; the other is
+// skipped, the skip propagates down its branch, and the join after both runs once.
+func TestBranching(t *testing.T) {
+	t.Parallel()
+	for _, approved := range []bool{true, false} {
+		t.Run(map[bool]string{true: "approved", false: "rejected"}[approved], func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			post := func(path string) obj {
+				return obj{"url": "@{_vars.svc}" + path, "method": "POST", "body": obj{"execution_id": "@{_execution.id}"}}
+			}
+			name := h.put(t, h.workflow("branch", []obj{
+				node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "decisions"}}),
+				node("yes", "http", post("/yes")),
+				node("no", "http", post("/no")),
+				node("no_after", "http", post("/no_after")),
+				node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST",
+					"body": obj{"yes": "@{_trigger.x}", "decision": "@{nodes.wait.output.kafkaEvent.approved}"}}),
+			}, []obj{
+				edge("wait", "yes", "output.kafkaEvent.approved == true"),
+				edge("wait", "no", "output.kafkaEvent.approved == false"),
+				edge("no", "no_after", ""),
+				edge("yes", "join", ""),
+				edge("no_after", "join", ""),
+			}))
+			h.run(t)
+			id := h.start(t, name, obj{"x": 1})
+			ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+			require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"approved": approved}))
+
+			v := h.waitStatus(t, id, "completed")
+			taken, skipped := []string{"yes"}, []string{"no", "no_after"}
+			if !approved {
+				taken, skipped = skipped, taken
+			}
+			for _, n := range taken {
+				require.Equal(t, "completed", nodeOf(t, v, n).Status, n)
+				require.Equal(t, 1, h.fake.count("/"+n), n)
+			}
+			for _, n := range skipped {
+				require.Equal(t, "skipped", nodeOf(t, v, n).Status, n)
+				require.Nil(t, nodeOf(t, v, n).StartedAt, n)
+				require.Zero(t, h.fake.count("/"+n), n)
+			}
+			require.Equal(t, "completed", nodeOf(t, v, "join").Status)
+			stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/join") == 1 }, "join must run exactly once")
+			require.Equal(t, obj{"yes": float64(1), "decision": approved}, h.fake.requests("/join")[0].Body)
+			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
+		})
+	}
+}
+
+// TestAllBranchesSkipped: when no condition holds, everything downstream is skipped
+// and the execution still completes.
+func TestAllBranchesSkipped(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("none", []obj{
+		node("first", "http", obj{"url": "@{_vars.svc}/first"}),
+		node("second", "http", obj{"url": "@{_vars.svc}/second"}),
+		node("third", "http", obj{"url": "@{_vars.svc}/third"}),
+	}, []obj{
+		edge("first", "second", "output.status == 200"), // the fake answers 202
+		edge("second", "third", ""),
+	}))
+	h.run(t)
+	v := h.waitStatus(t, h.start(t, name, nil), "completed")
+	require.Equal(t, "completed", nodeOf(t, v, "first").Status)
+	require.Equal(t, "skipped", nodeOf(t, v, "second").Status)
+	require.Equal(t, "skipped", nodeOf(t, v, "third").Status)
+	require.Equal(t, 1, h.fake.count("/first"))
+	require.Zero(t, h.fake.count("/second")+h.fake.count("/third"))
+}
+
+// TestConditionRuntimeErrorFailsExecution: a condition that cannot be evaluated fails
+// the edge's target node and the execution; nothing downstream runs.
+func TestConditionRuntimeErrorFailsExecution(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	const cond = "output.kafkaEvent.amount > 5"
+	name := h.put(t, h.workflow("conderr", []obj{
+		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("next", "http", obj{"url": "@{_vars.svc}/next"}),
+	}, []obj{edge("wait", "next", cond)}))
+	h.run(t)
+	id := h.start(t, name, nil)
+	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"amount": "lots"}))
+
+	v := h.waitStatus(t, id, "failed")
+	next := nodeOf(t, v, "next")
+	require.Equal(t, "failed", next.Status)
+	require.Contains(t, errText(next.Error), "edge wait -> next")
+	require.Contains(t, errText(next.Error), cond)
+	require.Contains(t, errText(v.Error), "node next:")
+	require.Equal(t, "completed", nodeOf(t, v, "wait").Status)
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/next") == 0 })
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
+}
+
+// TestMissingTemplateValueFailsNode: a template naming something that does not exist
+// fails its node when it runs, naming where and what; the execution fails and nothing
+// is sent.
+func TestMissingTemplateValueFailsNode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		node  obj
+		input obj
+		want  []string
+	}{
+		{
+			name: "wait_events api call body",
+			node: node("n", "wait_events", obj{"apiCall": obj{
+				"url": "@{_vars.svc}/process", "body": obj{"email": "@{_trigger.customer.email}"},
+			}}),
+			input: obj{"customer": obj{"name": "x"}},
+			want:  []string{"apiCall.body: email", "@{_trigger.customer.email}", `_trigger.customer has no field "email"`},
+		},
+		{
+			name:  "http url",
+			node:  node("n", "http", obj{"url": "@{_vars.svc}/items/@{_trigger.missing}"}),
+			input: obj{"present": 1},
+			want:  []string{"data.url", "@{_trigger.missing}", `_trigger has no field "missing"`},
+		},
+		{
+			name:  "http header from an unknown var",
+			node:  node("n", "http", obj{"url": "@{_vars.svc}/x", "headers": obj{"X-Token": "@{_vars.token}"}}),
+			input: obj{},
+			want:  []string{"data.headers.X-Token", `_vars has no field "token"`, "RENDEZVOUS_VAR_TOKEN"},
+		},
+		{
+			name:  "http body from a node that did not run",
+			node:  node("n", "http", obj{"url": "@{_vars.svc}/x", "method": "POST", "body": obj{"v": "@{nodes.ghost.output.v}"}}),
+			input: obj{},
+			want:  []string{"data.body: v", `node "ghost" has no output`},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			name := h.put(t, h.workflow("missing", []obj{tc.node}, nil))
+			h.run(t)
+			id := h.start(t, name, tc.input)
+			v := h.waitStatus(t, id, "failed")
+			n := nodeOf(t, v, "n")
+			require.Equal(t, "failed", n.Status)
+			for _, w := range tc.want {
+				require.Contains(t, errText(n.Error), w)
+				require.Contains(t, errText(v.Error), w)
+			}
+			require.Contains(t, errText(v.Error), "node n:")
+			require.Empty(t, v.Waits)
+			require.Zero(t, h.count(t, `SELECT count(*) FROM outbox`))
+			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
+			h.fake.mu.Lock()
+			require.Empty(t, h.fake.reqs)
+			h.fake.mu.Unlock()
+		})
+	}
+}
+
+// TestWaitWithoutEventsCompletesAtOnce: a wait_events node with neither event enabled
+// has nothing to wait for.
+func TestWaitWithoutEventsCompletesAtOnce(t *testing.T) {
+	t.Parallel()
+	tests := map[string]obj{
+		"both disabled": {
+			"apiCall":    obj{"enabled": false, "url": "@{_vars.svc}/process"},
+			"kafkaEvent": obj{"enabled": false, "topic": "orders"},
+		},
+		"both absent": {},
+	}
+	for name, data := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			wf := h.put(t, h.workflow("noevents", []obj{
+				node("wait", "wait_events", data),
+				node("after", "http", obj{"url": "@{_vars.svc}/after", "method": "POST",
+					"body": obj{"n": "@{nodes.wait.output.events}"}}),
+			}, []obj{edge("wait", "after", "output.timeout == false")}))
+			h.run(t)
+			v := h.waitStatus(t, h.start(t, wf, nil), "completed")
+			require.Equal(t, "completed", nodeOf(t, v, "wait").Status)
+			require.Equal(t, obj{"events": []any{}, "arrival_order": []any{}, "timeout": false}, output(t, nodeOf(t, v, "wait")))
+			require.Empty(t, v.Waits)
+			require.Zero(t, h.fake.count("/process"))
+			require.Equal(t, 1, h.fake.count("/after"))
+			require.Equal(t, obj{"n": []any{}}, h.fake.requests("/after")[0].Body)
+		})
+	}
+}

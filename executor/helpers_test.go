@@ -1,0 +1,368 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitTimeout bounds every wait for asynchronous progress. Work normally lands within
+// a few poll intervals; the margin is for -race on a loaded 2-core machine.
+const waitTimeout = 20 * time.Second
+
+// testLogger writes warnings and errors of the code under test into the test's output
+// (shown on failure and with -v). EXECUTOR_TEST_LOG=debug|info lowers the level.
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	switch os.Getenv("EXECUTOR_TEST_LOG") {
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// testClient is an HTTP client whose idle connections are closed when the test ends,
+// so no keep-alive goroutine outlives it.
+func testClient(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// config is an executor configuration for tests: fast polling and backoff.
+func config(t *testing.T, instance string) executor.Config {
+	return executor.Config{
+		InstanceID:       instance,
+		PollInterval:     50 * time.Millisecond,
+		OutboxBackoffMin: 10 * time.Millisecond,
+		OutboxBackoffMax: 50 * time.Millisecond,
+		ShutdownTimeout:  10 * time.Second,
+		HTTPClient:       testClient(t),
+		Logger:           testLogger(t),
+	}
+}
+
+// pod is one executor (with its aggregator) on a pool, as one replica would run it.
+type pod struct {
+	pool *pgxpool.Pool
+	agg  *aggregator.Aggregator
+	ex   *executor.Executor
+}
+
+func newPod(t *testing.T, pool *pgxpool.Pool, cfg executor.Config) *pod {
+	t.Helper()
+	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: cfg.Logger})
+	require.NoError(t, err)
+	ex, err := executor.New(pool, agg, cfg)
+	require.NoError(t, err)
+	return &pod{pool: pool, agg: agg, ex: ex}
+}
+
+// run starts ex.Run in a goroutine. The returned stop cancels it and returns once Run
+// has returned; it also runs when the test ends.
+func (p *pod) run(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.ex.Run(ctx)
+	}()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
+}
+
+// setup is the common bundle: a fresh schema, a fake external service, and one pod
+// "a" (not running yet). opts adjust the pod's configuration.
+type harness struct {
+	*pod
+	fake *fakeService
+}
+
+func setup(t *testing.T, opts ...func(*executor.Config)) *harness {
+	t.Helper()
+	pool := dbtest.NewPool(t)
+	fake := newFakeService(t)
+	cfg := config(t, "a")
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &harness{pod: newPod(t, pool, cfg), fake: fake}
+}
+
+// ---- workflows ----
+
+type obj = map[string]any
+
+func node(id, typ string, data obj) obj { return obj{"id": id, "type": typ, "data": data} }
+
+func edge(source, target, condition string) obj {
+	e := obj{"source": source, "target": target}
+	if condition != "" {
+		e["condition"] = condition
+	}
+	return e
+}
+
+// workflow builds a definition; vars.svc is the fake service's URL.
+func (h *harness) workflow(name string, nodes []obj, edges []obj) obj {
+	if edges == nil {
+		edges = []obj{}
+	}
+	return obj{"name": name, "vars": obj{"svc": h.fake.srv.URL}, "nodes": nodes, "edges": edges}
+}
+
+func (p *pod) put(t *testing.T, def obj) string {
+	t.Helper()
+	raw, err := json.Marshal(def)
+	require.NoError(t, err)
+	name := def["name"].(string)
+	_, err = p.ex.PutWorkflow(context.Background(), name, raw)
+	require.NoError(t, err)
+	return name
+}
+
+func (p *pod) start(t *testing.T, name string, input any) uuid.UUID {
+	t.Helper()
+	var raw json.RawMessage
+	if input != nil {
+		var err error
+		raw, err = json.Marshal(input)
+		require.NoError(t, err)
+	}
+	st, err := p.ex.StartExecution(context.Background(), name, raw)
+	require.NoError(t, err)
+	return st.ID
+}
+
+// ---- observing executions ----
+
+func finished(status string) bool {
+	return status == "completed" || status == "failed" || status == "cancelled"
+}
+
+// waitStatus polls until the execution has status want; reaching another final status
+// fails at once, with the execution in the message.
+func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want string) *executor.ExecutionView {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		v, err := p.ex.Execution(context.Background(), id)
+		require.NoError(t, err)
+		if v.Status == want {
+			return v
+		}
+		if (finished(v.Status) && v.Status != want) || time.Now().After(deadline) {
+			require.Failf(t, "execution did not reach status", "want %s, have %s:\n%s", want, v.Status, dump(v))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *pod) view(t *testing.T, id uuid.UUID) *executor.ExecutionView {
+	t.Helper()
+	v, err := p.ex.Execution(context.Background(), id)
+	require.NoError(t, err)
+	return v
+}
+
+func dump(v any) string {
+	raw, _ := json.MarshalIndent(v, "", "  ")
+	return string(raw)
+}
+
+func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeView {
+	t.Helper()
+	for _, n := range v.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	require.Failf(t, "no such node", "%s in\n%s", id, dump(v))
+	return executor.NodeView{}
+}
+
+func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) executor.WaitView {
+	t.Helper()
+	for _, w := range v.Waits {
+		if w.NodeID == nodeID {
+			return w
+		}
+	}
+	require.Failf(t, "no wait state", "for node %s in\n%s", nodeID, dump(v))
+	return executor.WaitView{}
+}
+
+func output(t *testing.T, n executor.NodeView) obj {
+	t.Helper()
+	var out obj
+	require.NoError(t, json.Unmarshal(n.Output, &out), "output of %s: %s", n.ID, n.Output)
+	return out
+}
+
+func errText(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// count runs a query returning one integer.
+func (p *pod) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, p.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (p *pod) exec(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	tag, err := p.pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+	return tag.RowsAffected()
+}
+
+func (p *pod) apply(t *testing.T, execID, corrID uuid.UUID, name string, payload any) aggregator.Outcome {
+	t.Helper()
+	raw, err := json.Marshal(payload)
+	require.NoError(t, err)
+	src := aggregator.Source{Kind: "callback", Service: "fake"}
+	if name == aggregator.EventKafka {
+		src = aggregator.Source{Kind: "kafka", Topic: "orders"}
+	}
+	res, err := p.agg.Apply(context.Background(), aggregator.Event{
+		ExecutionID: execID, CorrelationID: corrID, Name: name, Payload: raw, Source: src,
+	})
+	require.NoError(t, err)
+	return res.Outcome
+}
+
+// ---- the fake external service ----
+
+type recorded struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   obj // nil unless the body is a JSON object
+	Raw    []byte
+}
+
+type reply struct {
+	status int
+	body   string
+	header map[string]string
+	// delay holds the answer back (or until the client gives up).
+	delay time.Duration
+}
+
+// fakeService records every request per path and answers through per-path routes
+// (default: 202 with {}). A route gets the 1-based number of the request on its path.
+type fakeService struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	reqs   map[string][]recorded
+	routes map[string]func(n int, r recorded) reply
+}
+
+func newFakeService(t *testing.T) *fakeService {
+	f := &fakeService{reqs: map[string][]recorded{}, routes: map[string]func(int, recorded) reply{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeService) serve(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	rec := recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
+	_ = json.Unmarshal(raw, &rec.Body)
+	f.mu.Lock()
+	f.reqs[rec.Path] = append(f.reqs[rec.Path], rec)
+	n := len(f.reqs[rec.Path])
+	route := f.routes[rec.Path]
+	f.mu.Unlock()
+	rep := reply{status: http.StatusAccepted, body: `{}`}
+	if route != nil {
+		rep = route(n, rec)
+	}
+	if rep.delay > 0 {
+		select {
+		case <-time.After(rep.delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	for k, v := range rep.header {
+		w.Header().Set(k, v)
+	}
+	if w.Header().Get("Content-Type") == "" && strings.HasPrefix(rep.body, "{") {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(rep.status)
+	_, _ = io.WriteString(w, rep.body)
+}
+
+func (f *fakeService) on(path string, route func(n int, r recorded) reply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routes[path] = route
+}
+
+func (f *fakeService) requests(path string) []recorded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]recorded(nil), f.reqs[path]...)
+}
+
+func (f *fakeService) count(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reqs[path])
+}
+
+// countBy counts the requests on path per value of a body field.
+func (f *fakeService) countBy(path, field string) map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range f.reqs[path] {
+		if s, ok := r.Body[field].(string); ok {
+			out[s]++
+		}
+	}
+	return out
+}
+
+// eventually waits for cond, with the standard timeout.
+func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, cond, waitTimeout, 20*time.Millisecond, msgAndArgs...)
+}
+
+// stays checks that cond holds during d (sampled), e.g. that nothing is sent twice.
+func stays(t *testing.T, d time.Duration, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Never(t, func() bool { return !cond() }, d, 20*time.Millisecond, msgAndArgs...)
+}
