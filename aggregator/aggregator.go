@@ -9,6 +9,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -48,6 +49,11 @@ const (
 // included) when it keeps losing optimistic-lock races. Each loss means another writer committed, so progress is made
 // globally; the bound only protects against a livelock bug.
 const ConflictRetriesDefault = 50
+
+// ErrUnstorablePayload is returned for a payload PostgreSQL cannot store (jsonb rejects
+// the NUL character): a permanent property of the event, so sources reject it (HTTP 400,
+// Kafka dead-letter) instead of retrying.
+var ErrUnstorablePayload = errors.New("aggregator: payload is not valid JSON or contains \\u0000, which PostgreSQL cannot store")
 
 // ErrConflictRetries is returned when an event lost the version race more often than the
 // configured bound. The caller may retry the whole delivery.
@@ -191,6 +197,9 @@ func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 // ApplyTx decides one event inside the caller's transaction, so a source can batch
 // several events into one commit. Nothing it did is visible until the caller commits.
 func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
+	if !storable(ev.Payload) {
+		return Result{}, ErrUnstorablePayload
+	}
 	key := ev.key()
 	var res Result
 	for attempt := 0; ; attempt++ {
@@ -294,6 +303,41 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 		}
 		return res, nil
 	}
+}
+
+// storable reports whether payload is JSON that jsonb accepts: valid, and without the
+// NUL character in any string or key (which only JSON's \u0000 escape can express).
+func storable(payload json.RawMessage) bool {
+	if len(payload) == 0 {
+		return true
+	}
+	if !json.Valid(payload) {
+		return false
+	}
+	if !bytes.Contains(payload, []byte(`\u0000`)) {
+		return true
+	}
+	var v any
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return false
+	}
+	return !hasNUL(v)
+}
+
+func hasNUL(v any) bool {
+	switch t := v.(type) {
+	case string:
+		return strings.ContainsRune(t, 0)
+	case []any:
+		return slices.ContainsFunc(t, hasNUL)
+	case map[string]any:
+		for k, x := range t {
+			if strings.ContainsRune(k, 0) || hasNUL(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // complete writes the node's output and enqueues the continuation, in the transaction

@@ -7,6 +7,7 @@ package callbacks
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -51,12 +52,22 @@ func FuzzParse(f *testing.F) {
 			require.NotEmpty(t, p.Type)
 			return
 		}
-		// Accepted: both ids are real UUIDs, and the event is a well-formed api_response.
-		require.NotEqual(t, uuid.Nil.String()+"x", ev.ExecutionID.String())
-		_, err := uuid.Parse(ev.ExecutionID.String())
-		require.NoError(t, err)
-		_, err = uuid.Parse(ev.CorrelationID.String())
-		require.NoError(t, err)
+		// Accepted: each id is a UUID taken from its header, or from its body field when
+		// the header is blank.
+		var obj map[string]any
+		_ = json.Unmarshal(body, &obj)
+		for _, id := range []struct {
+			got         uuid.UUID
+			header, key string
+		}{{ev.ExecutionID, hdrExec, FieldExecutionID}, {ev.CorrelationID, hdrCorr, FieldCorrelationID}} {
+			raw := strings.TrimSpace(id.header)
+			if raw == "" {
+				raw, _ = obj[id.key].(string)
+			}
+			want, err := uuid.Parse(raw)
+			require.NoError(t, err, "accepted %s %q is not a UUID", id.key, raw)
+			require.Equal(t, want, id.got)
+		}
 		require.Equal(t, aggregator.EventAPIResponse, ev.Name)
 		require.True(t, json.Valid(ev.Payload), "payload %q is not JSON", ev.Payload)
 		// An accepted body that is JSON is passed through unchanged.

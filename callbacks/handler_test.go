@@ -372,7 +372,7 @@ func TestCallbackOutcomes(t *testing.T) {
 		execB, _ := e.newWait(t, wfAPI)
 
 		for name, body := range map[string][]byte{
-			"correlation id of A with execution id of B": idBody(t, execB, corrA, nil),
+			"correlation id of A with execution id of B":  idBody(t, execB, corrA, nil),
 			"execution id of A with a random correlation": idBody(t, execA, randomID(), nil),
 		} {
 			r := e.callback(t, body, nil)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
@@ -60,20 +61,31 @@ type WaitView struct {
 	CreatedAt      time.Time             `json:"created_at"`
 }
 
-// Execution returns an execution with its nodes and waits.
+// Execution returns an execution with its nodes and waits, read in one snapshot so that
+// a wait and its node never disagree.
 func (e *Executor) Execution(ctx context.Context, id uuid.UUID) (*ExecutionView, error) {
-	exec, err := e.q.ExecutionGet(ctx, e.pool, id)
+	var v *ExecutionView
+	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		v, err = e.execution(ctx, tx, id)
+		return err
+	})
+	return v, err
+}
+
+func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*ExecutionView, error) {
+	exec, err := e.q.ExecutionGet(ctx, tx, id)
 	if err != nil {
 		if errors.Is(db.Interpret(err), db.ErrNotFound) {
 			return nil, ErrExecutionNotFound
 		}
 		return nil, fmt.Errorf("load execution: %w", err)
 	}
-	nodes, err := e.q.NodeExecutionListByExecution(ctx, e.pool, id)
+	nodes, err := e.q.NodeExecutionListByExecution(ctx, tx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load node executions: %w", err)
 	}
-	waits, err := e.q.WaitStateListByExecution(ctx, e.pool, id)
+	waits, err := e.q.WaitStateListByExecution(ctx, tx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load wait states: %w", err)
 	}
