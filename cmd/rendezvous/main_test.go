@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	addr := freePort(t)
 	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--instance-id", "sigterm-test")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL)
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -69,6 +70,24 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), `"instance_id":"sigterm-test"`)
 	require.Contains(t, logs.String(), "stopped")
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestCommandLine(t *testing.T) {
