@@ -142,6 +142,9 @@ type Config struct {
 	ConflictRetries int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnContinuation is called after a commit that enqueued a continuation, so the
+	// executor can pick it up at once (and tell other replicas). Optional.
+	OnContinuation func()
 }
 
 func (c Config) withDefaults() Config {
@@ -190,8 +193,21 @@ func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if res.Outcome == Completed {
+		a.Continued()
+	}
 	a.logResult(ctx, ev, res)
 	return res, nil
+}
+
+// Continued announces continuations committed by the caller's transaction. Apply calls
+// it itself; a source batching ApplyTx calls it after its commit when any result was
+// Completed. Wake-ups are never sent inside the transaction: a NOTIFY would serialise
+// every commit on PostgreSQL's notification lock.
+func (a *Aggregator) Continued() {
+	if a.cfg.OnContinuation != nil {
+		a.cfg.OnContinuation()
+	}
 }
 
 // ApplyTx decides one event inside the caller's transaction, so a source can batch
@@ -358,9 +374,6 @@ func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, ws dbsqlc.Executio
 	}
 	if _, err := a.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: ws.ExecutionID, NodeID: ws.NodeID, Kind: "resume"}); err != nil {
 		return fmt.Errorf("enqueue continuation: %w", err)
-	}
-	if err := a.q.Notify(ctx, tx, db.ChannelRunQueue); err != nil {
-		return fmt.Errorf("notify run queue: %w", err)
 	}
 	return nil
 }

@@ -33,7 +33,8 @@ type Registration struct {
 }
 
 // Register creates the wait state (and its outbox row) inside the caller's transaction.
-// The row is committed before any call leaves, so a reply can never beat its row.
+// The row is committed before any call leaves, so a reply can never beat its row. The
+// caller wakes the outbox after its commit.
 func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (dbsqlc.ExecutionWaitState, error) {
 	required, err := RequiredSet(r.Strategy, r.Expected, r.RequiredEvents)
 	if err != nil {
@@ -74,9 +75,6 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	if r.APICall {
 		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
 			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("queue api call: %w", err)
-		}
-		if err := a.q.Notify(ctx, tx, db.ChannelOutbox); err != nil {
-			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("notify outbox: %w", err)
 		}
 	}
 	return ws, nil

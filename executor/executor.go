@@ -145,6 +145,9 @@ type Executor struct {
 
 	wakeRun    chan struct{}
 	wakeOutbox chan struct{}
+	// notifyRun and notifyOutbox ask the notifier to tell other replicas.
+	notifyRun    chan struct{}
+	notifyOutbox chan struct{}
 }
 
 type defKey struct {
@@ -165,8 +168,10 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 	return &Executor{
 		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
 		defs:       map[defKey]*workflow.Workflow{},
-		wakeRun:    make(chan struct{}, 1),
-		wakeOutbox: make(chan struct{}, 1),
+		wakeRun:      make(chan struct{}, 1),
+		wakeOutbox:   make(chan struct{}, 1),
+		notifyRun:    make(chan struct{}, 1),
+		notifyOutbox: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -307,12 +312,12 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 				return err
 			}
 		}
-		return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+		return nil
 	})
 	if err != nil {
 		return Started{}, err
 	}
-	poke(e.wakeRun)
+	e.WakeRunQueue()
 	e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
 		"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
@@ -327,6 +332,19 @@ func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, 
 		return fmt.Errorf("mark node %s running: %w", nodeID, err)
 	}
 	return nil
+}
+
+// WakeRunQueue announces committed run-queue work: this replica's loop wakes at once,
+// and the others through a NOTIFY sent outside the committing transaction.
+func (e *Executor) WakeRunQueue() {
+	poke(e.wakeRun)
+	poke(e.notifyRun)
+}
+
+// wakeOutbox announces committed outbox rows, likewise.
+func (e *Executor) wakeOutboxQueue() {
+	poke(e.wakeOutbox)
+	poke(e.notifyOutbox)
 }
 
 func poke(ch chan struct{}) {

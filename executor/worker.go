@@ -24,8 +24,9 @@ var errLeaseLost = errors.New("lease lost")
 // not finished, so another pod takes it over at once.
 func (e *Executor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); e.listen(ctx) }()
+	go func() { defer wg.Done(); e.notifier(ctx) }()
 	go func() {
 		defer wg.Done()
 		runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimRun, e.processRun)
@@ -242,20 +243,17 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			}
 			st.setNode(job.NodeID, nodeCompleted, raw)
 			enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
-			if err != nil || !enqueued {
-				return err
-			}
-			return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+			return err
 		}
 	})
 	if err != nil {
 		return err
 	}
 	if enqueued {
-		poke(e.wakeRun)
+		e.WakeRunQueue()
 	}
 	if notifyOutbox {
-		poke(e.wakeOutbox)
+		e.wakeOutboxQueue()
 	}
 	return nil
 }
@@ -288,15 +286,34 @@ func (e *Executor) resume(ctx context.Context, job dbsqlc.RunQueue) error {
 		}
 		e.logger.InfoContext(ctx, "execution resumed", "execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
 		enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
-		if err != nil || !enqueued {
-			return err
-		}
-		return e.q.Notify(ctx, tx, db.ChannelRunQueue)
+		return err
 	})
 	if err == nil && enqueued {
-		poke(e.wakeRun)
+		e.WakeRunQueue()
 	}
 	return err
+}
+
+// notifier tells other replicas about committed work with NOTIFY, each in its own short
+// transaction. Requests that arrive while one is being sent coalesce into the next, so
+// a burst of commits costs a few notifications, and no committing transaction ever
+// waits on PostgreSQL's notification lock.
+func (e *Executor) notifier(ctx context.Context) {
+	for {
+		var ch string
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.notifyRun:
+			ch = db.ChannelRunQueue
+		case <-e.notifyOutbox:
+			ch = db.ChannelOutbox
+		}
+		if err := e.q.Notify(ctx, e.pool, ch); err != nil && ctx.Err() == nil {
+			// Only a hint: the others still poll.
+			e.logger.DebugContext(ctx, "notify failed", "channel", ch, "instance_id", e.cfg.InstanceID, "err", err)
+		}
+	}
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

@@ -123,14 +123,19 @@ func (s *Service) init(ctx context.Context) error {
 			return err
 		}
 	}
-	agg, err := aggregator.New(s.pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: s.logger})
+	// The aggregator wakes the executor after commits that enqueued a continuation.
+	var ex *executor.Executor
+	agg, err := aggregator.New(s.pool, aggregator.Config{
+		InstanceID: cfg.InstanceID, Logger: s.logger,
+		OnContinuation: func() { ex.WakeRunQueue() },
+	})
 	if err != nil {
 		return err
 	}
 	ecfg := cfg.Executor
 	ecfg.InstanceID = cfg.InstanceID
 	ecfg.Logger = s.logger
-	ex, err := executor.New(s.pool, agg, ecfg)
+	ex, err = executor.New(s.pool, agg, ecfg)
 	if err != nil {
 		return err
 	}
