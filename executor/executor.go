@@ -167,7 +167,7 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 	}
 	return &Executor{
 		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
-		defs:       map[defKey]*workflow.Workflow{},
+		defs:         map[defKey]*workflow.Workflow{},
 		wakeRun:      make(chan struct{}, 1),
 		wakeOutbox:   make(chan struct{}, 1),
 		notifyRun:    make(chan struct{}, 1),
