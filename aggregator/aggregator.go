@@ -111,6 +111,9 @@ const (
 	// IDMismatch: the correlation id belongs to another execution, or the execution
 	// exists but has no wait with this correlation id. Never applied; logged at error.
 	IDMismatch Outcome = "id_mismatch"
+	// FilterMismatch: a Kafka record for the wait whose payload fails the node's filter,
+	// or that came from another topic than the node's. Not applied.
+	FilterMismatch Outcome = "filter"
 )
 
 // Result reports what Apply did.
@@ -213,7 +216,7 @@ func (a *Aggregator) Continued() {
 // ApplyTx decides one event inside the caller's transaction, so a source can batch
 // several events into one commit. Nothing it did is visible until the caller commits.
 func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
-	if !storable(ev.Payload) {
+	if !Storable(ev.Payload) {
 		return Result{}, ErrUnstorablePayload
 	}
 	key := ev.key()
@@ -250,6 +253,16 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 		if !slices.Contains(enabled, ev.Name) {
 			res.Outcome = NotExpected
 			return res, nil
+		}
+		if ev.Source.Kind == "kafka" {
+			ok, err := matchesKafka(ws.ExpectedEvents, ev)
+			if err != nil {
+				return Result{}, fmt.Errorf("decode expected_events of wait %s: %w", ws.ID, err)
+			}
+			if !ok {
+				res.Outcome = FilterMismatch
+				return res, nil
+			}
 		}
 		if ws.Status != StatusWaiting {
 			res.Outcome = Late
@@ -321,9 +334,64 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 	}
 }
 
-// storable reports whether payload is JSON that jsonb accepts: valid, and without the
+// matchesKafka checks a Kafka record against the expected event's topic and filter,
+// which are stored with the wait so every replica decides alike.
+func matchesKafka(expectedJSON []byte, ev Event) (bool, error) {
+	var expected []Expected
+	if err := json.Unmarshal(expectedJSON, &expected); err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(expected, func(e Expected) bool { return e.Name == ev.Name })
+	if i < 0 {
+		return false, nil
+	}
+	exp := expected[i]
+	if exp.Topic != "" && ev.Source.Topic != exp.Topic {
+		return false, nil
+	}
+	if len(exp.Filter) == 0 {
+		return true, nil
+	}
+	var payload any
+	if err := json.Unmarshal(ev.Payload, &payload); err != nil {
+		return false, nil
+	}
+	for path, want := range exp.Filter {
+		got, ok := dotpath.Get(payload, path)
+		if !ok || !jsonEqual(got, want) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// jsonEqual compares decoded JSON scalars; numbers compare by value.
+func jsonEqual(a, b any) bool {
+	if fa, ok := toFloat(a); ok {
+		fb, ok := toFloat(b)
+		return ok && fa == fb
+	}
+	return a == b
+}
+
+func toFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+// Storable reports whether payload is JSON that jsonb accepts: valid, and without the
 // NUL character in any string or key (which only JSON's \u0000 escape can express).
-func storable(payload json.RawMessage) bool {
+func Storable(payload json.RawMessage) bool {
 	if len(payload) == 0 {
 		return true
 	}
@@ -459,7 +527,9 @@ func (a *Aggregator) logResult(ctx context.Context, ev Event, res Result) {
 		a.logger.InfoContext(ctx, "event recorded", attrs...)
 	case Duplicate:
 		a.logger.DebugContext(ctx, "duplicate event ignored", attrs...)
-	case Late, AlreadyRecorded, NotExpected, NotFound:
+	case Late, AlreadyRecorded, NotExpected:
 		a.logger.WarnContext(ctx, "event not applied", attrs...)
+	case NotFound, FilterMismatch:
+		a.logger.DebugContext(ctx, "event not applied", attrs...)
 	}
 }

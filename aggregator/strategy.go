@@ -21,6 +21,9 @@ type Expected struct {
 	Required bool   `json:"required"`
 	// TimeoutMS is the event's own deadline, relative to registration (0: none).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Filter lists payload fields (dot paths) that must equal the given values for a
+	// Kafka record to count as this event.
+	Filter map[string]any `json:"filter,omitempty"`
 }
 
 // RequiredSet returns the events a strategy waits for, which is what is stored in

@@ -82,6 +82,9 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnWorkflowStored is called after a new definition version is stored (the Kafka
+	// consumer subscribes to its topics at once). Optional.
+	OnWorkflowStored func()
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -227,6 +230,9 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		e.defsMu.Lock()
 		e.defs[defKey{name, row.Version}] = wf
 		e.defsMu.Unlock()
+		if e.cfg.OnWorkflowStored != nil {
+			e.cfg.OnWorkflowStored()
+		}
 		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
 	}
 }

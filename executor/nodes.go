@@ -112,9 +112,13 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 		APICall:        cfg.APICall != nil,
 	}
 	for _, e := range expected {
-		reg.Expected = append(reg.Expected, aggregator.Expected{
+		exp := aggregator.Expected{
 			Name: e.Name, Source: e.Source, Topic: e.Topic, Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(),
-		})
+		}
+		if e.Name == workflow.EventKafka && cfg.KafkaEvent != nil {
+			exp.Filter = cfg.KafkaEvent.Filter
+		}
+		reg.Expected = append(reg.Expected, exp)
 	}
 	return Outcome{Status: OutcomeWaiting, Wait: reg, Output: map[string]any{
 		"status": "waiting", "correlation_id": correlationID.String(), "execution_id": rc.ExecutionID.String(),

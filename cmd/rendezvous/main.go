@@ -26,9 +26,12 @@ var version = ""
 const usage = `rendezvous — waits for asynchronous events and resumes workflows exactly once.
 
 Usage:
-  rendezvous serve   [flags]   run a replica (HTTP API, callbacks, executor)
-  rendezvous migrate [flags]   apply database migrations and exit
-  rendezvous version           print the version
+  rendezvous dev       [flags]   everything in one process: embedded Kafka broker on
+                                 127.0.0.1:9092, local PostgreSQL, example definitions
+  rendezvous serve     [flags]   run a replica (HTTP API, callbacks, Kafka consumer, executor)
+  rendezvous migrate   [flags]   apply database migrations and exit
+  rendezvous dev-kafka [flags]   the embedded Kafka broker alone
+  rendezvous version             print the version
 
 Run "rendezvous <command> -h" for the flags of a command.
 `
@@ -50,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], stderr)
+	case "dev":
+		err = dev(ctx, args[1:], stdout, stderr)
+	case "dev-kafka":
+		err = devKafka(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, buildVersion())
 	case "-h", "--help", "help":
@@ -138,6 +145,7 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Duration(&cfg.Executor.Lease, "lease", "RENDEZVOUS_LEASE", executor.LeaseDefault, "how long claimed work is held before another replica may take it")
 	o.Duration(&cfg.Executor.PollInterval, "poll-interval", "RENDEZVOUS_POLL_INTERVAL", executor.PollIntervalDefault, "queue poll interval when no notification arrives")
 	o.Duration(&cfg.Executor.ShutdownTimeout, "shutdown-timeout", "RENDEZVOUS_SHUTDOWN_TIMEOUT", executor.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight work")
+	bindKafka(o, &cfg.Kafka)
 	o.after = func() {
 		cfg.Callbacks.MaxBodyBytes = int64(maxBody)
 		cfg.DBMaxConns = int32(conns)

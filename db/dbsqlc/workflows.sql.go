@@ -77,3 +77,32 @@ func (q *Queries) WorkflowInsert(ctx context.Context, db DBTX, arg WorkflowInser
 	)
 	return i, err
 }
+
+const workflowKafkaEventConfigs = `-- name: WorkflowKafkaEventConfigs :many
+SELECT DISTINCT (n.node -> 'data' -> 'kafkaEvent')::jsonb AS kafka_event
+FROM workflows AS w, jsonb_array_elements(w.definition -> 'nodes') AS n(node)
+WHERE n.node ->> 'type' = 'wait_events' AND n.node -> 'data' ? 'kafkaEvent'
+`
+
+// Every kafkaEvent block of every stored wait_events node (all versions: executions of
+// older versions may still wait). The consumer subscribes to their topics and reads ids
+// with their fields.
+func (q *Queries) WorkflowKafkaEventConfigs(ctx context.Context, db DBTX) ([]json.RawMessage, error) {
+	rows, err := db.Query(ctx, workflowKafkaEventConfigs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []json.RawMessage
+	for rows.Next() {
+		var kafka_event json.RawMessage
+		if err := rows.Scan(&kafka_event); err != nil {
+			return nil, err
+		}
+		items = append(items, kafka_event)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -16,3 +16,11 @@ SELECT @name::text, coalesce(max(version), 0) + 1, @definition::jsonb
 FROM workflows
 WHERE name = @name::text
 RETURNING *;
+
+-- name: WorkflowKafkaEventConfigs :many
+-- Every kafkaEvent block of every stored wait_events node (all versions: executions of
+-- older versions may still wait). The consumer subscribes to their topics and reads ids
+-- with their fields.
+SELECT DISTINCT (n.node -> 'data' -> 'kafkaEvent')::jsonb AS kafka_event
+FROM workflows AS w, jsonb_array_elements(w.definition -> 'nodes') AS n(node)
+WHERE n.node ->> 'type' = 'wait_events' AND n.node -> 'data' ? 'kafkaEvent';

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/callbacks"
+	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/api"
@@ -49,6 +50,8 @@ type Config struct {
 	HTTPShutdown time.Duration
 	Callbacks    callbacks.Config
 	Executor     executor.Config
+	// Kafka configures the consumer; without brokers there is none (callbacks only).
+	Kafka consumer.Config
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +95,8 @@ type Service struct {
 	listener net.Listener
 	Agg      *aggregator.Aggregator
 	Exec     *executor.Executor
+	// Consumer is nil when no Kafka brokers are configured.
+	Consumer *consumer.Consumer
 }
 
 // New connects, migrates when asked, and binds the HTTP listener; Run starts the work.
@@ -100,7 +105,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger.With("instance_id", cfg.InstanceID)
+	// Components put instance_id on their own lines; the service adds it to its own.
+	logger := cfg.Logger
 	pool, err := db.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
 	if err != nil {
 		return nil, err
@@ -119,7 +125,7 @@ func (s *Service) init(ctx context.Context) error {
 		return fmt.Errorf("database unreachable: %w", err)
 	}
 	if cfg.AutoMigrate {
-		if err := db.Migrate(ctx, s.pool, s.logger); err != nil {
+		if err := db.Migrate(ctx, s.pool, s.logger.With("instance_id", cfg.InstanceID)); err != nil {
 			return err
 		}
 	}
@@ -132,22 +138,34 @@ func (s *Service) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var cons *consumer.Consumer
+	if len(cfg.Kafka.Brokers) > 0 {
+		kcfg := cfg.Kafka
+		kcfg.ClientID = cfg.InstanceID
+		kcfg.Logger = s.logger
+		if cons, err = consumer.New(s.pool, agg, kcfg); err != nil {
+			return err
+		}
+	}
 	ecfg := cfg.Executor
 	ecfg.InstanceID = cfg.InstanceID
 	ecfg.Logger = s.logger
+	if cons != nil {
+		ecfg.OnWorkflowStored = cons.Refresh
+	}
 	ex, err = executor.New(s.pool, agg, ecfg)
 	if err != nil {
 		return err
 	}
 	ccfg := cfg.Callbacks
-	ccfg.Logger = s.logger
+	ccfg.Logger = s.logger.With("instance_id", cfg.InstanceID) // callbacks do not add it themselves
 	cb, err := callbacks.New(agg, ccfg)
 	if err != nil {
 		return err
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = problem.ErrorHandler(s.logger)
+	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", cfg.InstanceID))
 	api.Register(e, ex)
 	cb.Register(e)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -156,17 +174,25 @@ func (s *Service) init(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	s.Agg, s.Exec, s.echo, s.listener = agg, ex, e, ln
+	s.Agg, s.Exec, s.Consumer, s.echo, s.listener = agg, ex, cons, e, ln
 	return nil
 }
 
 func (s *Service) ready(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
+	body := map[string]string{"status": "ready", "database": "ok"}
+	code := http.StatusOK
 	if err := s.pool.Ping(ctx); err != nil {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "database": err.Error()})
+		body["database"], body["status"], code = err.Error(), "unready", http.StatusServiceUnavailable
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready", "database": "ok"})
+	if s.Consumer != nil {
+		body["kafka"] = "ok"
+		if err := s.Consumer.Ready(ctx); err != nil {
+			body["kafka"], body["status"], code = err.Error(), "unready", http.StatusServiceUnavailable
+		}
+	}
+	return c.JSON(code, body)
 }
 
 // Addr is the address the HTTP server listens on.
@@ -179,7 +205,7 @@ func (s *Service) Pool() *pgxpool.Pool { return s.pool }
 // (in-flight callbacks finish), then let the executor finish or hand back its work,
 // then close the pool. It returns nil after a clean shutdown.
 func (s *Service) Run(ctx context.Context) error {
-	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr())
+	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr(), "instance_id", s.cfg.InstanceID)
 	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
 	httpErr := make(chan error, 1)
 	go func() {
@@ -191,6 +217,13 @@ func (s *Service) Run(ctx context.Context) error {
 	execCtx, stopExec := context.WithCancel(context.WithoutCancel(ctx))
 	execDone := make(chan struct{})
 	go func() { _ = s.Exec.Run(execCtx); close(execDone) }()
+	consCtx, stopCons := context.WithCancel(context.WithoutCancel(ctx))
+	consDone := make(chan struct{})
+	if s.Consumer != nil {
+		go func() { _ = s.Consumer.Run(consCtx); close(consDone) }()
+	} else {
+		close(consDone)
+	}
 
 	var runErr error
 	select {
@@ -198,19 +231,24 @@ func (s *Service) Run(ctx context.Context) error {
 	case err := <-httpErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	}
-	s.logger.Info("shutting down")
+	s.logger.Info("shutting down", "instance_id", s.cfg.InstanceID)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
 	_ = srv.Shutdown(shutdownCtx)
 	cancel()
+	stopCons() // finishes and commits the batch in hand, then leaves the group
+	<-consDone
 	stopExec()
 	<-execDone
 	s.pool.Close()
-	s.logger.Info("stopped")
+	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)
 	return runErr
 }
 
 // Close releases resources of a Service that was never Run.
 func (s *Service) Close() {
+	if s.Consumer != nil {
+		s.Consumer.Client().Close()
+	}
 	if s.listener != nil {
 		_ = s.listener.Close()
 	}

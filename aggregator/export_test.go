@@ -1,4 +1,0 @@
-package aggregator
-
-// Storable exposes the payload check to the external test package.
-var Storable = storable

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/rendezvous-run/rendezvous/consumer"
+	"github.com/rendezvous-run/rendezvous/examples"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+// bindKafka binds the Kafka options onto cfg.
+func bindKafka(o *options, cfg *consumer.Config) {
+	o.Strings(&cfg.Brokers, "kafka-brokers", "KAFKA_BROKERS", "Kafka seed brokers; empty disables the consumer")
+	o.String(&cfg.Group, "kafka-group", "RENDEZVOUS_KAFKA_GROUP", consumer.GroupDefault, "consumer group shared by all replicas")
+	o.Strings(&cfg.Topics, "kafka-topics", "RENDEZVOUS_KAFKA_TOPICS", "topics consumed besides those of stored definitions")
+	o.Int(&cfg.MaxRecordBytes, "kafka-max-record-bytes", "RENDEZVOUS_KAFKA_MAX_RECORD_BYTES", consumer.MaxRecordBytesDefault, "larger record values are dead-lettered")
+	o.String(&cfg.DLQSuffix, "kafka-dlq-suffix", "RENDEZVOUS_KAFKA_DLQ_SUFFIX", consumer.DLQSuffixDefault, "dead-letter topic of <topic> is <topic><suffix>")
+	o.String(&cfg.SASLMechanism, "kafka-sasl-mechanism", "RENDEZVOUS_KAFKA_SASL_MECHANISM", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	o.String(&cfg.SASLUser, "kafka-sasl-user", "RENDEZVOUS_KAFKA_SASL_USER", "", "SASL user")
+	o.String(&cfg.SASLPassword, "kafka-sasl-password", "RENDEZVOUS_KAFKA_SASL_PASSWORD", "", "SASL password")
+	o.Bool(&cfg.TLS, "kafka-tls", "RENDEZVOUS_KAFKA_TLS", false, "connect to the brokers with TLS")
+	o.String(&cfg.TLSCAFile, "kafka-tls-ca-file", "RENDEZVOUS_KAFKA_TLS_CA_FILE", "", "PEM CA bundle for the brokers' certificates")
+}
+
+// startBroker starts the embedded Kafka-protocol broker (kfake) on 127.0.0.1:port.
+func startBroker(port int) (*kfake.Cluster, error) {
+	c, err := kfake.NewCluster(
+		kfake.Ports(port),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, "127.0.0.1:"+strconv.Itoa(port))
+		}),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(3),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded broker on 127.0.0.1:%d: %w", port, err)
+	}
+	return c, nil
+}
+
+// devKafka runs the embedded broker alone, for setups with several serve processes.
+func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
+	o := newOptions("dev-kafka")
+	var port int
+	o.Int(&port, "port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	if err := o.parse(args); err != nil {
+		return err
+	}
+	c, err := startBroker(port)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Fprintf(stdout, "embedded Kafka broker listening on %s (Ctrl-C to stop)\n", strings.Join(c.ListenAddrs(), ","))
+	<-ctx.Done()
+	return nil
+}
+
+// dev runs everything in one process: embedded broker, migrations, example
+// definitions, and a replica.
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg service.Config
+	var c common
+	var noMigrate bool
+	o := serveOptions(&cfg, &c, &noMigrate)
+	var port int
+	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	c.logFormat = "text"
+	if c.databaseURL == "" {
+		c.databaseURL = localDatabaseURL
+	}
+	if err := o.parse(args); err != nil {
+		return err
+	}
+	if c.databaseURL == "" {
+		c.databaseURL = localDatabaseURL
+	}
+	logger, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	broker, err := startBroker(port)
+	if err != nil {
+		return err
+	}
+	defer broker.Close()
+
+	cfg.DatabaseURL = c.databaseURL
+	cfg.AutoMigrate = true
+	cfg.Logger = logger
+	cfg.Kafka.Brokers = broker.ListenAddrs()
+	cfg.Kafka.AllowAutoTopicCreation = true
+	s, err := service.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	loaded, err := loadExamples(ctx, s)
+	if err != nil {
+		s.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, `
+rendezvous dev
+  HTTP API and callbacks   http://%[1]s
+  Kafka broker (embedded)  %[2]s
+  PostgreSQL               %[3]s
+  definitions loaded       %[4]s
+
+Send a first event:
+  curl -sX POST http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
+  curl -s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
+  echo '{"execution_id":"<id>","correlation_id":"<correlation id>","event_type":"shipment.delivered"}' \
+    | kcat -P -b %[2]s -t shipments.events
+  curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
+
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "))
+	return s.Run(ctx)
+}
+
+const localDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
+	files, err := fs.Glob(examples.Definitions, "*.json")
+	if err != nil {
+		return nil, err
+	}
+	var loaded []string
+	for _, f := range files {
+		raw, err := fs.ReadFile(examples.Definitions, f)
+		if err != nil {
+			return nil, err
+		}
+		name := strings.TrimSuffix(f, ".json")
+		stored, err := s.Exec.PutWorkflow(ctx, name, raw)
+		if err != nil {
+			return nil, fmt.Errorf("load example %s: %w", f, err)
+		}
+		loaded = append(loaded, fmt.Sprintf("%s v%d", stored.Name, stored.Version))
+	}
+	return loaded, nil
+}
+
+func displayAddr(addr string) string {
+	if strings.HasPrefix(addr, "[::]:") || strings.HasPrefix(addr, "0.0.0.0:") {
+		return "127.0.0.1:" + addr[strings.LastIndex(addr, ":")+1:]
+	}
+	return addr
+}
+
+func redact(url string) string {
+	if i := strings.Index(url, "://"); i >= 0 {
+		if at := strings.Index(url[i+3:], "@"); at >= 0 {
+			cred := url[i+3 : i+3+at]
+			if colon := strings.Index(cred, ":"); colon >= 0 {
+				return url[:i+3] + cred[:colon] + ":***" + url[i+3+at:]
+			}
+		}
+	}
+	return url
+}
+

@@ -1,0 +1,161 @@
+package consumer
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Defaults for Config.
+const (
+	GroupDefault          = "rendezvous"
+	DLQSuffixDefault      = ".dlq"
+	MaxRecordBytesDefault = 1 << 20
+	MaxPollRecordsDefault = 1000
+	BatchSizeDefault      = 250
+	TopicRefreshDefault   = 5 * time.Second
+	BackoffMinDefault     = 100 * time.Millisecond
+	BackoffMaxDefault     = 10 * time.Second
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Group is the consumer group every replica joins. Default GroupDefault.
+	Group string
+	// ClientID is this replica's client id (the instance id). Required.
+	ClientID string
+	// Topics are consumed in addition to the kafkaEvent topics of stored definitions.
+	Topics []string
+	// DLQSuffix names a topic's dead-letter topic: <topic><suffix>. Default
+	// DLQSuffixDefault.
+	DLQSuffix string
+	// MaxRecordBytes: a larger record value is poison. Default MaxRecordBytesDefault.
+	MaxRecordBytes int
+	// MaxPollRecords bounds one poll. Default MaxPollRecordsDefault.
+	MaxPollRecords int
+	// BatchSize bounds the records applied in one database transaction. Default
+	// BatchSizeDefault.
+	BatchSize int
+	// TopicRefresh is how often stored definitions are re-read for new topics (a
+	// definition stored through this replica is picked up at once). Default
+	// TopicRefreshDefault.
+	TopicRefresh time.Duration
+	// BackoffMin and BackoffMax bound the pause of partitions whose records could not
+	// be applied (database unavailable, dead-letter write failed). Defaults
+	// BackoffMinDefault and BackoffMaxDefault.
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// SASLMechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables SASL.
+	SASLMechanism string
+	SASLUser      string
+	SASLPassword  string
+	// TLS enables TLS to the brokers; TLSCAFile adds a CA bundle; TLSInsecure skips
+	// verification (for tests only).
+	TLS         bool
+	TLSCAFile   string
+	TLSInsecure bool
+	// AllowAutoTopicCreation lets the client create missing topics (the embedded dev
+	// broker); production clusters should create topics deliberately.
+	AllowAutoTopicCreation bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Group == "" {
+		c.Group = GroupDefault
+	}
+	if c.DLQSuffix == "" {
+		c.DLQSuffix = DLQSuffixDefault
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = MaxRecordBytesDefault
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = MaxPollRecordsDefault
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.TopicRefresh <= 0 {
+		c.TopicRefresh = TopicRefreshDefault
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = BackoffMinDefault
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = BackoffMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka.brokers: must not be empty"))
+	}
+	if c.ClientID == "" {
+		errs = append(errs, errors.New("kafka.client_id: must not be empty"))
+	}
+	switch strings.ToUpper(c.SASLMechanism) {
+	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		errs = append(errs, fmt.Errorf("kafka.sasl_mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASLMechanism))
+	}
+	if c.SASLMechanism != "" && c.SASLUser == "" {
+		errs = append(errs, errors.New("kafka.sasl_user: required with a SASL mechanism"))
+	}
+	return errors.Join(errs...)
+}
+
+// clientOpts are the connection options shared by the consumer and its producer.
+func (c Config) clientOpts() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID)}
+	if c.AllowAutoTopicCreation {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	var mech sasl.Mechanism
+	switch strings.ToUpper(c.SASLMechanism) {
+	case "PLAIN":
+		mech = plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
+	case "SCRAM-SHA-256":
+		mech = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		mech = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	if c.TLS || c.TLSCAFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecure} //nolint:gosec // opt-in for tests
+		if c.TLSCAFile != "" {
+			pem, err := os.ReadFile(c.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls_ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, errors.New("kafka.tls_ca_file: no certificates found")
+			}
+			tc.RootCAs = pool
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	return opts, nil
+}

@@ -1,0 +1,557 @@
+// Package consumer is the Kafka intake: a franz-go consumer group, one member per
+// replica, that reads the topics of stored wait_events nodes, extracts execution_id and
+// correlation_id from each record, and hands it to the aggregator as the kafka_event.
+//
+// Delivery is at-least-once with idempotent apply: an offset is committed only after the
+// transaction that applied its record committed; records that cannot be applied now
+// (database down, dead-letter write failed) are rewound and their partitions paused, so
+// nothing is skipped or committed past. Poison records go to <topic>.dlq with the reason
+// before their offset is committed. It never updates a wait state itself.
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// Reasons a record was not applied (besides being applied: "recorded", "completed").
+const (
+	ReasonMissingID = "missing_id"
+	ReasonInvalidID = "invalid_id"
+	ReasonPoison    = "poison"
+)
+
+// Dead-letter headers.
+const (
+	HeaderReason    = "rendezvous-dlq-reason"
+	HeaderTopic     = "rendezvous-dlq-topic"
+	HeaderPartition = "rendezvous-dlq-partition"
+	HeaderOffset    = "rendezvous-dlq-offset"
+	HeaderFirstSeen = "rendezvous-dlq-first-seen"
+)
+
+// idFields is one way a topic's records carry their ids.
+type idFields struct{ exec, corr string }
+
+// Consumer consumes the event topics.
+type Consumer struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	agg    *aggregator.Aggregator
+	q      *dbsqlc.Queries
+	logger *slog.Logger
+	cl     *kgo.Client
+
+	mu     sync.Mutex
+	fields map[string][]idFields // topic -> id extraction configs
+	topics map[string]bool
+
+	refresh chan struct{}
+	counts  sync.Map // reason -> *atomic.Int64
+	// dbFailing is set while applying fails, for readiness.
+	dbFailing atomic.Bool
+	// firstSeen remembers when a poison record was first seen, across retries.
+	firstSeen sync.Map // "topic/partition/offset" -> time.Time
+}
+
+// New builds a Consumer; Run starts it.
+func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		cfg: cfg, pool: pool, agg: agg, q: dbsqlc.New(), logger: cfg.Logger,
+		fields: map[string][]idFields{}, topics: map[string]bool{}, refresh: make(chan struct{}, 1),
+	}
+	opts, err := cfg.clientOpts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(),
+		kgo.DisableAutoCommit(),
+		// Between a poll and AllowRebalance nothing is revoked, so every record of a
+		// poll is applied and committed (or rewound) by the member that polled it.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
+			// Another member may own these now: commit nothing for them.
+			c.logger.WarnContext(ctx, "kafka partitions lost", "partitions", lost, "instance_id", cfg.ClientID)
+		}),
+		kgo.ProducerLinger(0),
+		kgo.RecordRetries(5),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Client exposes the Kafka client (tests produce and inspect through it).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Refresh asks Run to re-read the topics of stored definitions now (called after a
+// definition is stored on this replica).
+func (c *Consumer) Refresh() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// Counts returns how many records ended each way, by outcome or reason.
+func (c *Consumer) Counts() map[string]int64 {
+	out := map[string]int64{}
+	c.counts.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+func (c *Consumer) count(reason string) {
+	v, _ := c.counts.LoadOrStore(reason, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// Ready reports an error while records cannot be applied or no broker answers.
+func (c *Consumer) Ready(ctx context.Context) error {
+	if c.dbFailing.Load() {
+		return errors.New("applying records fails (database unavailable?)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// loadTopics reads the kafkaEvent blocks of stored definitions and subscribes to any new
+// topic.
+func (c *Consumer) loadTopics(ctx context.Context) error {
+	rows, err := c.q.WorkflowKafkaEventConfigs(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("load kafka topics: %w", err)
+	}
+	fields := map[string][]idFields{}
+	for _, raw := range rows {
+		// Parsed by the definition parser itself, so defaults are the same as the node's.
+		cfg, errs := workflow.ParseWaitEventsNode(json.RawMessage(`{"kafkaEvent":`+string(raw)+`}`), "")
+		if len(errs) > 0 {
+			continue
+		}
+		ke := cfg.(*workflow.WaitEvents).KafkaEvent
+		if ke == nil {
+			continue
+		}
+		f := idFields{exec: ke.ExecutionIDField, corr: ke.CorrelationIDField}
+		if !slices.Contains(fields[ke.Topic], f) {
+			fields[ke.Topic] = append(fields[ke.Topic], f)
+		}
+	}
+	for _, t := range c.cfg.Topics {
+		if len(fields[t]) == 0 {
+			fields[t] = []idFields{{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}}
+		}
+	}
+	c.mu.Lock()
+	c.fields = fields
+	var added []string
+	for t := range fields {
+		if !c.topics[t] {
+			c.topics[t] = true
+			added = append(added, t)
+		}
+	}
+	c.mu.Unlock()
+	if len(added) > 0 {
+		slices.Sort(added)
+		c.cl.AddConsumeTopics(added...)
+		c.logger.InfoContext(ctx, "consuming kafka topics", "added", added, "instance_id", c.cfg.ClientID)
+	}
+	return nil
+}
+
+func (c *Consumer) fieldsFor(topic string) []idFields {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.fields[topic]; len(f) > 0 {
+		return f
+	}
+	return []idFields{{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}}
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// Run consumes until ctx ends, then leaves the group and closes the client.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer c.cl.Close()
+	if err := c.loadTopics(ctx); err != nil {
+		c.logger.WarnContext(ctx, "could not read topics; retrying", "err", err, "instance_id", c.cfg.ClientID)
+	}
+	go c.refreshLoop(ctx)
+
+	paused := map[tp]time.Time{} // resume after
+	failures := 0
+	for ctx.Err() == nil {
+		now := time.Now()
+		var wake time.Time
+		resume := map[string][]int32{}
+		for p, at := range paused {
+			if !at.After(now) {
+				resume[p.topic] = append(resume[p.topic], p.partition)
+				delete(paused, p)
+			} else if wake.IsZero() || at.Before(wake) {
+				wake = at
+			}
+		}
+		if len(resume) > 0 {
+			c.cl.ResumeFetchPartitions(resume)
+		}
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if !wake.IsZero() {
+			pollCtx, cancel = context.WithDeadline(ctx, wake)
+		}
+		fetches := c.cl.PollRecords(pollCtx, c.cfg.MaxPollRecords)
+		cancel()
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			c.cl.AllowRebalance()
+			break
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				c.logger.WarnContext(ctx, "kafka fetch error", "topic", t, "partition", p, "err", err, "instance_id", c.cfg.ClientID)
+			}
+		})
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			c.cl.AllowRebalance()
+			continue
+		}
+		// A polled batch is finished even if shutdown begins meanwhile, within a bound,
+		// so that what was applied is also committed.
+		workCtx, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		failed := c.process(workCtx, recs)
+		cancelWork()
+		if len(failed) > 0 {
+			failures++
+			delay := min(c.cfg.BackoffMin<<min(failures-1, 16), c.cfg.BackoffMax)
+			// Rewind to the first record not handled and pause: the records come back
+			// after the backoff, and nothing after them is committed meanwhile.
+			rewind := map[string]map[int32]kgo.EpochOffset{}
+			pause := map[string][]int32{}
+			for p, off := range failed {
+				if rewind[p.topic] == nil {
+					rewind[p.topic] = map[int32]kgo.EpochOffset{}
+				}
+				rewind[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+				pause[p.topic] = append(pause[p.topic], p.partition)
+				paused[p] = time.Now().Add(delay)
+			}
+			c.cl.PauseFetchPartitions(pause)
+			c.cl.SetOffsets(rewind)
+			c.logger.WarnContext(ctx, "records not applied; partitions rewound and paused", "partitions", pause, "retry_in", delay, "instance_id", c.cfg.ClientID)
+		} else {
+			failures = 0
+		}
+		c.cl.AllowRebalance()
+	}
+	// Leave the group promptly so the others take over our partitions.
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.cl.LeaveGroupContext(closeCtx)
+	return nil
+}
+
+func (c *Consumer) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.TopicRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.refresh:
+		}
+		if err := c.loadTopics(ctx); err != nil && ctx.Err() == nil {
+			c.logger.WarnContext(ctx, "could not refresh topics", "err", err, "instance_id", c.cfg.ClientID)
+		}
+	}
+}
+
+// item is one record on its way through a batch.
+type item struct {
+	rec    *kgo.Record
+	poison string // dead-letter reason
+	events []aggregator.Event
+}
+
+// process applies a poll's records in batches and commits what was handled. It returns,
+// per partition that could not be fully handled, the offset to resume from.
+func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64 {
+	failed := map[tp]int64{}
+	done := map[tp]*kgo.Record{} // last handled record per partition
+	for start := 0; start < len(recs); start += c.cfg.BatchSize {
+		batch := recs[start:min(start+c.cfg.BatchSize, len(recs))]
+		items := make([]item, 0, len(batch))
+		for _, r := range batch {
+			if _, bad := failed[tp{r.Topic, r.Partition}]; bad {
+				continue // keep per-partition order: nothing after a failure
+			}
+			items = append(items, c.decode(ctx, r))
+		}
+		if len(items) == 0 {
+			continue
+		}
+		if err := c.apply(ctx, items); err != nil {
+			c.dbFailing.Store(true)
+			c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
+			for _, it := range items {
+				p := tp{it.rec.Topic, it.rec.Partition}
+				if _, ok := failed[p]; !ok {
+					failed[p] = it.rec.Offset
+				}
+			}
+			continue
+		}
+		c.dbFailing.Store(false)
+		dlqFailed := c.deadLetter(ctx, items)
+		for _, it := range items {
+			p := tp{it.rec.Topic, it.rec.Partition}
+			if _, ok := failed[p]; ok {
+				continue
+			}
+			if dlqFailed[it.rec] {
+				failed[p] = it.rec.Offset
+				continue
+			}
+			done[p] = it.rec
+		}
+	}
+	var commit []*kgo.Record
+	for _, r := range done {
+		commit = append(commit, r)
+	}
+	if len(commit) > 0 {
+		if err := c.cl.CommitRecords(ctx, commit...); err != nil {
+			// The records are applied; redelivery after a rebalance or restart is absorbed
+			// as duplicates.
+			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
+		}
+	}
+	return failed
+}
+
+// decode validates a record and extracts its ids. It is pure apart from logging.
+func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
+	it := item{rec: r}
+	if len(r.Value) > c.cfg.MaxRecordBytes {
+		it.poison = fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes)
+		return it
+	}
+	var payload any
+	if err := json.Unmarshal(r.Value, &payload); err != nil {
+		it.poison = "value is not JSON: " + err.Error()
+		return it
+	}
+	if !aggregator.Storable(r.Value) {
+		it.poison = "value contains \\u0000, which PostgreSQL cannot store"
+		return it
+	}
+	events, reason := extract(payload, r, c.fieldsFor(r.Topic))
+	if reason != "" {
+		c.count(reason)
+		c.logger.WarnContext(ctx, "kafka record without usable ids ignored", "reason", reason, "topic", r.Topic,
+			"partition", r.Partition, "offset", r.Offset, "instance_id", c.cfg.ClientID)
+		return it
+	}
+	it.events = events
+	return it
+}
+
+// extract finds the ids of a record: each configured field pair in the payload, else
+// the record header of the same name. Several configurations of one topic may yield
+// several candidates; each distinct one is tried.
+func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event, string) {
+	header := func(name string) string {
+		for _, h := range r.Headers {
+			if h.Key == name {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+	field := func(path string) string {
+		if v, ok := dotpath.Get(payload, path); ok {
+			if s, ok := v.(string); ok {
+				return s
+			}
+		}
+		return header(path)
+	}
+	var events []aggregator.Event
+	reason := ReasonMissingID
+	partition, offset := r.Partition, r.Offset
+	for _, f := range fields {
+		execRaw, corrRaw := field(f.exec), field(f.corr)
+		if execRaw == "" || corrRaw == "" {
+			continue
+		}
+		execID, err1 := uuid.Parse(execRaw)
+		corrID, err2 := uuid.Parse(corrRaw)
+		if err1 != nil || err2 != nil {
+			reason = ReasonInvalidID
+			continue
+		}
+		if slices.ContainsFunc(events, func(e aggregator.Event) bool { return e.ExecutionID == execID && e.CorrelationID == corrID }) {
+			continue
+		}
+		events = append(events, aggregator.Event{
+			ExecutionID: execID, CorrelationID: corrID, Name: aggregator.EventKafka, Payload: r.Value,
+			Source: aggregator.Source{Kind: "kafka", Topic: r.Topic, Partition: &partition, Offset: &offset},
+		})
+	}
+	if len(events) == 0 {
+		return nil, reason
+	}
+	return events, ""
+}
+
+// apply records a batch's events in one transaction. Events are applied in the order of
+// their wait (and, for one wait, in record order), so that concurrent batches lock wait
+// states in the same order and cannot deadlock one another.
+func (c *Consumer) apply(ctx context.Context, items []item) error {
+	type indexed struct {
+		ev  aggregator.Event
+		seq int
+	}
+	var evs []indexed
+	for _, it := range items {
+		for _, ev := range it.events {
+			evs = append(evs, indexed{ev, len(evs)})
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	slices.SortFunc(evs, func(a, b indexed) int {
+		if d := cmp.Compare(a.ev.CorrelationID.String(), b.ev.CorrelationID.String()); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	results := make([]aggregator.Result, len(evs))
+	err := db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
+		for i, e := range evs {
+			res, err := c.agg.ApplyTx(ctx, tx, e.ev)
+			if err != nil {
+				return err
+			}
+			results[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	completed := false
+	for i, res := range results {
+		c.count(string(res.Outcome))
+		ev := evs[i].ev
+		attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
+			"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
+			"offset", *ev.Source.Offset, "outcome", res.Outcome}
+		switch res.Outcome {
+		case aggregator.Completed:
+			completed = true
+			c.logger.InfoContext(ctx, "kafka event completed a wait", attrs...)
+		case aggregator.Recorded:
+			c.logger.InfoContext(ctx, "kafka event recorded", attrs...)
+		case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
+			c.logger.DebugContext(ctx, "kafka event not applied", attrs...)
+		case aggregator.IDMismatch:
+			c.logger.ErrorContext(ctx, "kafka event not applied: id mismatch", attrs...)
+		default:
+			c.logger.WarnContext(ctx, "kafka event not applied", attrs...)
+		}
+	}
+	if completed {
+		c.agg.Continued()
+	}
+	return nil
+}
+
+// deadLetter produces the batch's poison records to their dead-letter topics,
+// synchronously, and returns the records whose write failed.
+func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record]bool {
+	var out []*kgo.Record
+	src := map[*kgo.Record]item{} // dead-letter record -> its source
+	for _, it := range items {
+		if it.poison == "" {
+			continue
+		}
+		r := it.rec
+		key := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
+		seen, _ := c.firstSeen.LoadOrStore(key, time.Now().UTC())
+		headers := append([]kgo.RecordHeader{}, r.Headers...)
+		headers = append(headers,
+			kgo.RecordHeader{Key: HeaderReason, Value: []byte(it.poison)},
+			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+			kgo.RecordHeader{Key: HeaderFirstSeen, Value: []byte(seen.(time.Time).Format(time.RFC3339Nano))},
+		)
+		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Key: r.Key, Value: r.Value, Headers: headers}
+		out = append(out, dl)
+		src[dl] = it
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	failed := map[*kgo.Record]bool{}
+	// Results arrive in completion order, not input order: match them by record.
+	for _, res := range c.cl.ProduceSync(ctx, out...) {
+		it := src[res.Record]
+		r := it.rec
+		if res.Err != nil {
+			failed[r] = true
+			c.logger.ErrorContext(ctx, "dead-letter write failed; partition stops here", "topic", r.Topic, "partition", r.Partition,
+				"offset", r.Offset, "err", res.Err, "instance_id", c.cfg.ClientID)
+			continue
+		}
+		c.count(ReasonPoison)
+		c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
+		c.logger.WarnContext(ctx, "poison record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+			"dlq_topic", res.Record.Topic, "reason", it.poison, "instance_id", c.cfg.ClientID)
+	}
+	return failed
+}
