@@ -166,4 +166,3 @@ func redact(url string) string {
 	}
 	return url
 }
-
