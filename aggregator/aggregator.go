@@ -220,149 +220,100 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 		return Result{}, ErrUnstorablePayload
 	}
 	key := ev.key()
-	var res Result
 	for attempt := 0; ; attempt++ {
-		ws, err := a.q.WaitStateGetByIDs(ctx, tx, dbsqlc.WaitStateGetByIDsParams{ExecutionID: ev.ExecutionID, CorrelationID: ev.CorrelationID})
+		row, err := a.q.WaitStateGetByIDs(ctx, tx, dbsqlc.WaitStateGetByIDsParams{ExecutionID: ev.ExecutionID, CorrelationID: ev.CorrelationID})
 		if err != nil {
 			if errors.Is(db.Interpret(err), db.ErrNotFound) {
 				return a.classifyMissing(ctx, tx, ev)
 			}
 			return Result{}, fmt.Errorf("load wait state: %w", err)
 		}
-		res = Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version, Conflicts: attempt}
-
-		var enabled []string
-		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
-			return Result{}, fmt.Errorf("decode enabled_events of wait %s: %w", ws.ID, err)
-		}
-		var received []Received
-		if err := json.Unmarshal(ws.ReceivedEvents, &received); err != nil {
-			return Result{}, fmt.Errorf("decode received_events of wait %s: %w", ws.ID, err)
-		}
-		if i := slices.IndexFunc(received, func(r Received) bool { return r.Name == ev.Name }); i >= 0 {
-			switch {
-			case received[i].Key == key:
-				res.Outcome = Duplicate
-			case ws.Status != StatusWaiting:
-				res.Outcome = Late
-			default:
-				res.Outcome = AlreadyRecorded
-			}
-			return res, nil
-		}
-		if !slices.Contains(enabled, ev.Name) {
-			res.Outcome = NotExpected
-			return res, nil
-		}
-		if ev.Source.Kind == "kafka" {
-			ok, err := matchesKafka(ws.ExpectedEvents, ev)
-			if err != nil {
-				return Result{}, fmt.Errorf("decode expected_events of wait %s: %w", ws.ID, err)
-			}
-			if !ok {
-				res.Outcome = FilterMismatch
-				return res, nil
-			}
-		}
-		if ws.Status != StatusWaiting {
-			res.Outcome = Late
-			return res, nil
-		}
-
-		var required []string
-		if err := json.Unmarshal(ws.RequiredEvents, &required); err != nil {
-			return Result{}, fmt.Errorf("decode required_events of wait %s: %w", ws.ID, err)
-		}
-		received = append(received, Received{Name: ev.Name, ReceivedAt: time.Now().UTC(), Source: ev.Source, Key: key})
-		names := make([]string, len(received))
-		for i, r := range received {
-			names[i] = r.Name
-		}
-		status := StatusWaiting
-		if Satisfied(ws.AggregationStrategy, enabled, required, names) {
-			status = StatusCompleted
-		}
-		receivedJSON, err := json.Marshal(received)
+		w, err := decodeWait(row)
 		if err != nil {
 			return Result{}, err
 		}
-		params := dbsqlc.WaitStateRecordEventParams{
-			ReceivedEvents: receivedJSON,
-			Status:         status,
-			ID:             ws.ID,
-			Version:        ws.Version,
-		}
-		payload := ev.Payload
-		if len(payload) == 0 {
-			payload = json.RawMessage("null")
-		}
-		switch ev.Name {
-		case EventAPIResponse:
-			params.ApiResponseData = payload
-		case EventKafka:
-			params.KafkaEventData = payload
-		}
-		newVersion, err := a.q.WaitStateRecordEvent(ctx, tx, params)
+		loaded := row.Version
+		outcome, err := w.decide(ev, key, time.Now().UTC())
 		if err != nil {
-			if errors.Is(db.Interpret(err), db.ErrNotFound) {
-				// Lost the race: someone changed the row since we read it.
-				if attempt+1 >= a.cfg.ConflictRetries {
-					return Result{}, fmt.Errorf("%w (wait %s)", ErrConflictRetries, ws.ID)
-				}
-				a.logger.DebugContext(ctx, "optimistic lock conflict, deciding again",
-					"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", ws.NodeID,
-					"instance_id", a.cfg.InstanceID, "version", ws.Version)
-				continue
-			}
-			return Result{}, fmt.Errorf("record event: %w", err)
+			return Result{}, err
 		}
-		res.Version, res.Status, res.Outcome = newVersion, status, Recorded
-		if status == StatusCompleted {
-			res.Outcome = Completed
-			ws.ReceivedEvents = receivedJSON
-			if ev.Name == EventAPIResponse {
-				ws.ApiResponseData = payload
-			}
-			if ev.Name == EventKafka {
-				ws.KafkaEventData = payload
-			}
-			if err := a.complete(ctx, tx, ws, received); err != nil {
-				return Result{}, err
-			}
+		res := Result{Outcome: outcome, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded, Conflicts: attempt}
+		if outcome != Recorded && outcome != Completed {
+			return res, nil
 		}
+		won, err := a.write(ctx, tx, w, loaded)
+		if err != nil {
+			return Result{}, err
+		}
+		if !won {
+			// Lost the race: someone changed the row since we read it.
+			if attempt+1 >= a.cfg.ConflictRetries {
+				return Result{}, fmt.Errorf("%w (wait %s)", ErrConflictRetries, row.ID)
+			}
+			a.logger.DebugContext(ctx, "optimistic lock conflict, deciding again",
+				"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", row.NodeID,
+				"instance_id", a.cfg.InstanceID, "version", loaded)
+			continue
+		}
+		res.Version = loaded + int64(w.applied)
 		return res, nil
 	}
 }
 
-// matchesKafka checks a Kafka record against the expected event's topic and filter,
-// which are stored with the wait so every replica decides alike.
-func matchesKafka(expectedJSON []byte, ev Event) (bool, error) {
-	var expected []Expected
-	if err := json.Unmarshal(expectedJSON, &expected); err != nil {
+// write persists one decided wait behind its version fence; false means the fence missed.
+func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64) (bool, error) {
+	receivedJSON, err := json.Marshal(w.received)
+	if err != nil {
 		return false, err
 	}
+	_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
+		ReceivedEvents:  receivedJSON,
+		ApiResponseData: w.row.ApiResponseData,
+		KafkaEventData:  w.row.KafkaEventData,
+		Status:          w.row.Status,
+		Applied:         int64(w.applied),
+		ID:              w.row.ID,
+		Version:         loaded,
+	})
+	if err != nil {
+		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("record event: %w", err)
+	}
+	if w.row.Status == StatusCompleted {
+		if err := a.complete(ctx, tx, w); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// matchesKafka checks a Kafka record against the expected event's topic and filter,
+// which are stored with the wait so every replica decides alike.
+func matchesKafka(expected []Expected, ev Event) bool {
 	i := slices.IndexFunc(expected, func(e Expected) bool { return e.Name == ev.Name })
 	if i < 0 {
-		return false, nil
+		return false
 	}
 	exp := expected[i]
 	if exp.Topic != "" && ev.Source.Topic != exp.Topic {
-		return false, nil
+		return false
 	}
 	if len(exp.Filter) == 0 {
-		return true, nil
+		return true
 	}
 	var payload any
 	if err := json.Unmarshal(ev.Payload, &payload); err != nil {
-		return false, nil
+		return false
 	}
 	for path, want := range exp.Filter {
 		got, ok := dotpath.Get(payload, path)
 		if !ok || !jsonEqual(got, want) {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // jsonEqual compares decoded JSON scalars; numbers compare by value.
@@ -426,12 +377,9 @@ func hasNUL(v any) bool {
 
 // complete writes the node's output and enqueues the continuation, in the transaction
 // that moved the wait to completed: either all of it commits or none of it.
-func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, received []Received) error {
-	output, err := Output(ws, received, false)
-	if err != nil {
-		return err
-	}
-	outJSON, err := json.Marshal(output)
+func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, w *wait) error {
+	ws := w.row
+	outJSON, err := w.output()
 	if err != nil {
 		return err
 	}

@@ -446,9 +446,9 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 	return events, ""
 }
 
-// apply records a batch's events in one transaction. Events are applied in the order of
-// their wait (and, for one wait, in record order), so that concurrent batches lock wait
-// states in the same order and cannot deadlock one another.
+// apply records a batch's events in one transaction. Events of one wait keep their
+// record order; across waits the order does not matter, and sorting by wait keeps the
+// batch's work in a stable order.
 func (c *Consumer) apply(ctx context.Context, items []item) error {
 	type indexed struct {
 		ev  aggregator.Event
@@ -469,16 +469,15 @@ func (c *Consumer) apply(ctx context.Context, items []item) error {
 		}
 		return cmp.Compare(a.seq, b.seq)
 	})
-	results := make([]aggregator.Result, len(evs))
+	batch := make([]aggregator.Event, len(evs))
+	for i, e := range evs {
+		batch[i] = e.ev
+	}
+	var results []aggregator.Result
 	err := db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
-		for i, e := range evs {
-			res, err := c.agg.ApplyTx(ctx, tx, e.ev)
-			if err != nil {
-				return err
-			}
-			results[i] = res
-		}
-		return nil
+		var err error
+		results, err = c.agg.ApplyBatch(ctx, tx, batch)
+		return err
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/db"
@@ -20,15 +21,33 @@ func main() {
 	url := flag.String("database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (a throwaway schema is created and dropped)")
 	concurrency := flag.Int("concurrency", 8, "concurrent clients, for the baseline and the callbacks alike")
 	waits := flag.Int("waits", 4000, "waits answered by callbacks")
+	records := flag.Int("records", 20000, "Kafka records (one per wait)")
+	partitions := flag.Int("partitions", 8, "partitions of the Kafka topic")
 	baselineFor := flag.Duration("baseline-duration", 5*time.Second, "how long the baseline loop runs")
 	out := flag.String("json", "", "also write the results to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only := flag.String("only", "", "run only this part besides the baseline: callbacks or kafka")
 	flag.Parse()
+	onlyPart = *only
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
+			os.Exit(1)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 
-	if err := run(*url, *concurrency, *waits, *baselineFor, *out); err != nil {
+	if err := run(*url, *concurrency, *waits, *records, *partitions, *baselineFor, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
+
+// onlyPart restricts a run to one part (for profiling).
+var onlyPart string
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -38,12 +57,14 @@ func envOr(k, def string) string {
 }
 
 type results struct {
-	Baseline  bench.BaselineResult `json:"baseline"`
-	Callbacks bench.CallbackResult `json:"callbacks"`
-	Ratio     float64              `json:"callbacks_to_baseline"`
+	Baseline   bench.BaselineResult `json:"baseline"`
+	Callbacks  bench.CallbackResult `json:"callbacks"`
+	Ratio      float64              `json:"callbacks_to_baseline"`
+	Kafka      bench.KafkaResult    `json:"kafka"`
+	KafkaRatio float64              `json:"kafka_to_baseline"`
 }
 
-func run(url string, concurrency, waits int, baselineFor time.Duration, out string) error {
+func run(url string, concurrency, waits, records, partitions int, baselineFor time.Duration, out string) error {
 	ctx := context.Background()
 	schema, err := bench.NewSchema(ctx, url)
 	if err != nil {
@@ -60,13 +81,28 @@ func run(url string, concurrency, waits int, baselineFor time.Duration, out stri
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	fmt.Printf("callbacks: %d waits answered by %d concurrent clients …\n", waits, concurrency)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cb, err := bench.Callbacks(ctx, schema.URL, concurrency, waits, logger)
-	if err != nil {
-		return fmt.Errorf("callbacks: %w", err)
+	var cb bench.CallbackResult
+	if onlyPart != "kafka" {
+		fmt.Printf("callbacks: %d waits answered by %d concurrent clients …\n", waits, concurrency)
+		if cb, err = bench.Callbacks(ctx, schema.URL, concurrency, waits, logger); err != nil {
+			return fmt.Errorf("callbacks: %w", err)
+		}
 	}
-	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond}
+	// The Kafka run gets a schema of its own, so its waits are the only ones there.
+	kschema, err := bench.NewSchema(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer kschema.Drop()
+	var kr bench.KafkaResult
+	if onlyPart != "callbacks" {
+		fmt.Printf("kafka: %d records over %d partitions, one per waiting state …\n", records, partitions)
+		if kr, err = bench.Kafka(ctx, kschema.URL, partitions, records, logger); err != nil {
+			return fmt.Errorf("kafka: %w", err)
+		}
+	}
+	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond}
 
 	fmt.Println()
 	fmt.Printf("%-44s %12s %10s\n", "measure", "value", "× baseline")
@@ -77,6 +113,11 @@ func run(url string, concurrency, waits int, baselineFor time.Duration, out stri
 	fmt.Printf("%-44s %12s\n", "callback → continuation committed p99", ms(cb.ToContinuation.P99))
 	fmt.Printf("%-44s %12s\n", "callback HTTP round trip p50", ms(cb.Response.P50))
 	fmt.Printf("%-44s %12s\n", "callback HTTP round trip p99", ms(cb.Response.P99))
+	fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s", kr.PerSecond, r.KafkaRatio)
+	fmt.Printf("%-44s %12s\n", "kafka produce → state committed p50", ms(kr.ToState.P50))
+	fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
+	fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
+	fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p99", ms(kr.ToContinuation.P99))
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p50", ms(base.Latency.P50))
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p99", ms(base.Latency.P99))
 	if out != "" {

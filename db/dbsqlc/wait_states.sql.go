@@ -319,6 +319,55 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 	return i, err
 }
 
+const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+WHERE correlation_id = ANY($1::uuid[])
+`
+
+func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, correlationIds []uuid.UUID) ([]ExecutionWaitState, error) {
+	rows, err := db.Query(ctx, waitStateListByCorrelationIDs, correlationIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionWaitState
+	for rows.Next() {
+		var i ExecutionWaitState
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.CorrelationID,
+			&i.AggregationStrategy,
+			&i.RequiredEvents,
+			&i.EnabledEvents,
+			&i.ExpectedEvents,
+			&i.ApiCallEnabled,
+			&i.KafkaEventEnabled,
+			&i.ApiResponseData,
+			&i.KafkaEventData,
+			&i.ReceivedEvents,
+			&i.OnTimeout,
+			&i.OutputMapping,
+			&i.Status,
+			&i.Error,
+			&i.ResumedAt,
+			&i.ResumedBy,
+			&i.Version,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitStateListByExecution = `-- name: WaitStateListByExecution :many
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
 WHERE execution_id = $1::uuid
@@ -399,9 +448,12 @@ SET received_events = $1::jsonb,
     api_response_data = coalesce($2::jsonb, api_response_data),
     kafka_event_data = coalesce($3::jsonb, kafka_event_data),
     status = $4::text,
-    version = version + 1,
-    updated_at = now()
-WHERE id = $5::uuid AND version = $6::bigint
+    -- version counts applied changes: a write carrying several events adds them all.
+    version = version + $5::bigint,
+    -- The moment of the change, not the transaction's start: a batch's transaction may
+    -- have begun before its record was even produced.
+    updated_at = clock_timestamp()
+WHERE id = $6::uuid AND version = $7::bigint
 RETURNING version
 `
 
@@ -410,6 +462,7 @@ type WaitStateRecordEventParams struct {
 	ApiResponseData json.RawMessage
 	KafkaEventData  json.RawMessage
 	Status          string
+	Applied         int64
 	ID              uuid.UUID
 	Version         int64
 }
@@ -422,10 +475,94 @@ func (q *Queries) WaitStateRecordEvent(ctx context.Context, db DBTX, arg WaitSta
 		arg.ApiResponseData,
 		arg.KafkaEventData,
 		arg.Status,
+		arg.Applied,
 		arg.ID,
 		arg.Version,
 	)
 	var version int64
 	err := row.Scan(&version)
 	return version, err
+}
+
+const waitStateRecordEvents = `-- name: WaitStateRecordEvents :many
+WITH input AS (
+    -- Set-returning functions in one select list advance together: row k of each array.
+    SELECT unnest($1::uuid[]) AS id,
+           unnest($2::bigint[]) AS version,
+           unnest($3::bigint[]) AS applied,
+           unnest($4::jsonb[]) AS received_events,
+           unnest($5::jsonb[]) AS api_response_data,
+           unnest($6::jsonb[]) AS kafka_event_data,
+           unnest($7::text[]) AS status,
+           unnest($8::jsonb[]) AS output
+),
+w AS (
+    UPDATE execution_wait_states AS e
+    SET received_events = i.received_events,
+        api_response_data = coalesce(i.api_response_data, e.api_response_data),
+        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        status = i.status,
+        version = e.version + i.applied,
+        updated_at = clock_timestamp()
+    FROM input AS i
+    WHERE e.id = i.id AND e.version = i.version
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output
+),
+n AS (
+    UPDATE node_executions AS ne
+    SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
+    FROM w
+    WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+      AND ne.status NOT IN ('completed', 'failed', 'skipped')
+),
+r AS (
+    INSERT INTO run_queue (execution_id, node_id, kind)
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'completed'
+    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+)
+SELECT w.id FROM w
+`
+
+type WaitStateRecordEventsParams struct {
+	Ids             []uuid.UUID
+	Versions        []int64
+	Applied         []int64
+	ReceivedEvents  []json.RawMessage
+	ApiResponseData []json.RawMessage
+	KafkaEventData  []json.RawMessage
+	Statuses        []string
+	Outputs         []json.RawMessage
+}
+
+// Writes a batch of decided waits in one statement. Each row is fenced by the version
+// its decision was based on; a wait whose fence missed is absent from the result, and the
+// caller decides its events again. For a wait that completed, the node output and the
+// continuation are written by this same statement, so they exist only if the fence held.
+func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitStateRecordEventsParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, waitStateRecordEvents,
+		arg.Ids,
+		arg.Versions,
+		arg.Applied,
+		arg.ReceivedEvents,
+		arg.ApiResponseData,
+		arg.KafkaEventData,
+		arg.Statuses,
+		arg.Outputs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

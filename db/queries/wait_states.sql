@@ -40,8 +40,11 @@ SET received_events = @received_events::jsonb,
     api_response_data = coalesce(sqlc.narg(api_response_data)::jsonb, api_response_data),
     kafka_event_data = coalesce(sqlc.narg(kafka_event_data)::jsonb, kafka_event_data),
     status = @status::text,
-    version = version + 1,
-    updated_at = now()
+    -- version counts applied changes: a write carrying several events adds them all.
+    version = version + @applied::bigint,
+    -- The moment of the change, not the transaction's start: a batch's transaction may
+    -- have begun before its record was even produced.
+    updated_at = clock_timestamp()
 WHERE id = @id::uuid AND version = @version::bigint
 RETURNING version;
 
@@ -76,3 +79,49 @@ WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
 
 -- name: WaitStateGetByID :one
 SELECT * FROM execution_wait_states WHERE id = @id::uuid;
+
+-- name: WaitStateListByCorrelationIDs :many
+SELECT * FROM execution_wait_states
+WHERE correlation_id = ANY(@correlation_ids::uuid[]);
+
+-- name: WaitStateRecordEvents :many
+-- Writes a batch of decided waits in one statement. Each row is fenced by the version
+-- its decision was based on; a wait whose fence missed is absent from the result, and the
+-- caller decides its events again. For a wait that completed, the node output and the
+-- continuation are written by this same statement, so they exist only if the fence held.
+WITH input AS (
+    -- Set-returning functions in one select list advance together: row k of each array.
+    SELECT unnest(@ids::uuid[]) AS id,
+           unnest(@versions::bigint[]) AS version,
+           unnest(@applied::bigint[]) AS applied,
+           unnest(@received_events::jsonb[]) AS received_events,
+           unnest(@api_response_data::jsonb[]) AS api_response_data,
+           unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
+           unnest(@statuses::text[]) AS status,
+           unnest(@outputs::jsonb[]) AS output
+),
+w AS (
+    UPDATE execution_wait_states AS e
+    SET received_events = i.received_events,
+        api_response_data = coalesce(i.api_response_data, e.api_response_data),
+        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        status = i.status,
+        version = e.version + i.applied,
+        updated_at = clock_timestamp()
+    FROM input AS i
+    WHERE e.id = i.id AND e.version = i.version
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output
+),
+n AS (
+    UPDATE node_executions AS ne
+    SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
+    FROM w
+    WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+      AND ne.status NOT IN ('completed', 'failed', 'skipped')
+),
+r AS (
+    INSERT INTO run_queue (execution_id, node_id, kind)
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'completed'
+    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+)
+SELECT w.id FROM w;

@@ -1,0 +1,122 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// ApplyBatch decides many events inside the caller's transaction in a constant number of
+// round trips: one query loads every wait the batch names, each event is decided in
+// memory in input order (events of one wait see each other), and one statement writes
+// every changed wait — its node output and continuation included — behind the version
+// fence of what was loaded. Waits whose fence missed, and events whose ids do not match a
+// wait, go through ApplyTx one by one. Results are in input order; the caller calls
+// Continued after its commit when any is Completed.
+func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
+	results := make([]Result, len(events))
+	ids := make([]uuid.UUID, 0, len(events))
+	for _, ev := range events {
+		if !Storable(ev.Payload) {
+			return nil, ErrUnstorablePayload
+		}
+		ids = append(ids, ev.CorrelationID)
+	}
+	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load wait states: %w", err)
+	}
+	waits := make(map[uuid.UUID]*wait, len(rows))
+	loaded := make(map[*wait]int64, len(rows))
+	for _, row := range rows {
+		w, err := decodeWait(row)
+		if err != nil {
+			return nil, err
+		}
+		waits[row.CorrelationID] = w
+		loaded[w] = row.Version
+	}
+
+	var slow []int
+	touched := map[*wait][]int{}
+	now := time.Now().UTC()
+	for i, ev := range events {
+		w := waits[ev.CorrelationID]
+		if w == nil || w.row.ExecutionID != ev.ExecutionID {
+			slow = append(slow, i) // not found or id mismatch: classified (and logged) there
+			continue
+		}
+		outcome, err := w.decide(ev, ev.key(), now)
+		if err != nil {
+			return nil, err
+		}
+		touched[w] = append(touched[w], i)
+		results[i] = Result{Outcome: outcome, WaitStateID: w.row.ID, NodeID: w.row.NodeID, Status: w.row.Status,
+			Version: loaded[w] + int64(w.applied)}
+	}
+
+	var dirty []*wait
+	for w := range touched {
+		if w.applied > 0 {
+			dirty = append(dirty, w)
+		}
+	}
+	// Rows are locked in id order, so concurrent batches cannot deadlock each other.
+	slices.SortFunc(dirty, func(x, y *wait) int { return slices.Compare(x.row.ID[:], y.row.ID[:]) })
+	if len(dirty) > 0 {
+		p := dbsqlc.WaitStateRecordEventsParams{}
+		for _, w := range dirty {
+			received, err := json.Marshal(w.received)
+			if err != nil {
+				return nil, err
+			}
+			var output json.RawMessage
+			if w.row.Status == StatusCompleted {
+				if output, err = w.output(); err != nil {
+					return nil, err
+				}
+			}
+			p.Ids = append(p.Ids, w.row.ID)
+			p.Versions = append(p.Versions, loaded[w])
+			p.Applied = append(p.Applied, int64(w.applied))
+			p.ReceivedEvents = append(p.ReceivedEvents, received)
+			p.ApiResponseData = append(p.ApiResponseData, w.row.ApiResponseData)
+			p.KafkaEventData = append(p.KafkaEventData, w.row.KafkaEventData)
+			p.Statuses = append(p.Statuses, w.row.Status)
+			p.Outputs = append(p.Outputs, output)
+		}
+		written, err := a.q.WaitStateRecordEvents(ctx, tx, p)
+		if err != nil {
+			return nil, fmt.Errorf("record events: %w", err)
+		}
+		for _, w := range dirty {
+			if !slices.Contains(written, w.row.ID) {
+				// Lost a race: every event of this wait is decided again, in order.
+				slow = append(slow, touched[w]...)
+				a.logger.DebugContext(ctx, "optimistic lock conflict in batch, deciding again",
+					"execution_id", w.row.ExecutionID, "correlation_id", w.row.CorrelationID, "node_id", w.row.NodeID,
+					"instance_id", a.cfg.InstanceID, "version", loaded[w])
+			}
+		}
+	}
+	slices.Sort(slow)
+	for _, i := range slow {
+		conflicted := results[i].WaitStateID != uuid.Nil
+		res, err := a.ApplyTx(ctx, tx, events[i])
+		if err != nil {
+			return nil, err
+		}
+		if conflicted {
+			res.Conflicts++
+		}
+		results[i] = res
+	}
+	return results, nil
+}
