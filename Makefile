@@ -7,7 +7,7 @@ SQLC_VERSION := v1.31.1
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: all build generate verify vet test run bench fuzz clean
+.PHONY: all build generate verify vet test dev run bench fuzz clean
 
 all: build
 
@@ -31,7 +31,11 @@ vet:
 test: vet verify
 	go test -race -count=1 -timeout 12m ./...
 
-## run: one replica against the local PostgreSQL, listening on :8080
+## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples
+dev:
+	go run ./cmd/rendezvous dev --database-url '$(DATABASE_URL)'
+
+## run: one replica (no Kafka) against the local PostgreSQL, listening on :8080
 run:
 	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
 
