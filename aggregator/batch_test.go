@@ -132,7 +132,7 @@ func TestApplyBatchConflictFallsBack(t *testing.T) {
 			var err error
 			results, err = f.agg.ApplyBatch(ctx, tx, []aggregator.Event{
 				ws[0].event(kafka, kafkaPayload),
-				contested.event(api, apiPayload),   // the very event the rival recorded: duplicate
+				contested.event(api, apiPayload),     // the very event the rival recorded: duplicate
 				contested.event(kafka, kafkaPayload), // completes the wait on top of the rival's
 				ws[2].event(api, apiPayload),
 			})
