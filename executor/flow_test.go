@@ -109,7 +109,7 @@ func TestBranching(t *testing.T) {
 				return obj{"url": "@{_vars.svc}" + path, "method": "POST", "body": obj{"execution_id": "@{_execution.id}"}}
 			}
 			name := h.put(t, h.workflow("branch", []obj{
-				node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "decisions"}}),
+				node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
 				node("yes", "http", post("/yes")),
 				node("no", "http", post("/no")),
 				node("no_after", "http", post("/no_after")),
