@@ -136,45 +136,17 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	if err, _ := failed.Load().(error); err != nil {
 		return CallbackResult{}, err
 	}
-	// Wait for every continuation, then read when each committed.
-	pool := svc.Pool()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE resumed_at IS NOT NULL`).Scan(&n); err != nil {
-			return CallbackResult{}, err
-		}
-		if n == waits {
-			break
-		}
-		if time.Now().After(deadline) {
-			return CallbackResult{}, fmt.Errorf("only %d of %d waits resumed", n, waits)
-		}
-		time.Sleep(20 * time.Millisecond)
+	sentAt := make(map[uuid.UUID]time.Time, waits)
+	for i, p := range pending {
+		sentAt[uuid.MustParse(p.corr)] = sent[i]
 	}
-	rows, err := pool.Query(ctx, `SELECT correlation_id, resumed_at FROM execution_wait_states`)
+	toCont, err := waitContinuations(ctx, svc, sentAt)
 	if err != nil {
 		return CallbackResult{}, err
 	}
-	resumedAt := map[string]time.Time{}
 	var last time.Time
-	for rows.Next() {
-		var corr uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&corr, &at); err != nil {
-			return CallbackResult{}, err
-		}
-		resumedAt[corr.String()] = at
-		if at.After(last) {
-			last = at
-		}
-	}
-	if err := rows.Err(); err != nil {
+	if err := svc.Pool().QueryRow(ctx, `SELECT max(resumed_at) FROM execution_wait_states`).Scan(&last); err != nil {
 		return CallbackResult{}, err
-	}
-	toCont := make([]time.Duration, waits)
-	for i, p := range pending {
-		toCont[i] = resumedAt[p.corr].Sub(sent[i])
 	}
 	return CallbackResult{
 		Concurrency: concurrency, Waits: waits, Seconds: answered.Seconds(),
