@@ -107,17 +107,21 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 	fmt.Println()
 	fmt.Printf("%-44s %12s %10s\n", "measure", "value", "× baseline")
 	fmt.Printf("%-44s %12.0f %10s\n", "baseline versioned UPDATEs/s", base.PerSecond, "1.00")
-	fmt.Printf("%-44s %12.0f %10.2f\n", "callbacks correlated/s (202 answered)", cb.PerSecond, r.Ratio)
-	fmt.Printf("%-44s %12.0f %10.2f\n", "continuations committed/s", cb.ResumedPerSecond, cb.ResumedPerSecond/base.PerSecond)
-	fmt.Printf("%-44s %12s\n", "callback → continuation committed p50", ms(cb.ToContinuation.P50))
-	fmt.Printf("%-44s %12s\n", "callback → continuation committed p99", ms(cb.ToContinuation.P99))
-	fmt.Printf("%-44s %12s\n", "callback HTTP round trip p50", ms(cb.Response.P50))
-	fmt.Printf("%-44s %12s\n", "callback HTTP round trip p99", ms(cb.Response.P99))
-	fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s", kr.PerSecond, r.KafkaRatio)
-	fmt.Printf("%-44s %12s\n", "kafka produce → state committed p50", ms(kr.ToState.P50))
-	fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
-	fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
-	fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p99", ms(kr.ToContinuation.P99))
+	if cb.Waits > 0 {
+		fmt.Printf("%-44s %12.0f %10.2f\n", "callbacks correlated/s (202 answered)", cb.PerSecond, r.Ratio)
+		fmt.Printf("%-44s %12.0f %10.2f\n", "continuations committed/s", cb.ResumedPerSecond, cb.ResumedPerSecond/base.PerSecond)
+		fmt.Printf("%-44s %12s\n", "callback → continuation committed p50", ms(cb.ToContinuation.P50))
+		fmt.Printf("%-44s %12s\n", "callback → continuation committed p99", ms(cb.ToContinuation.P99))
+		fmt.Printf("%-44s %12s\n", "callback HTTP round trip p50", ms(cb.Response.P50))
+		fmt.Printf("%-44s %12s\n", "callback HTTP round trip p99", ms(cb.Response.P99))
+	}
+	if kr.Records > 0 {
+		fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s", kr.PerSecond, r.KafkaRatio)
+		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p50", ms(kr.ToState.P50))
+		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
+		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
+		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p99", ms(kr.ToContinuation.P99))
+	}
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p50", ms(base.Latency.P50))
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p99", ms(base.Latency.P99))
 	if out != "" {
