@@ -23,6 +23,7 @@ const (
 	MaxRecordBytesDefault = 1 << 20
 	MaxPollRecordsDefault = 1000
 	BatchSizeDefault      = 250
+	LanesDefault          = 4
 	TopicRefreshDefault   = 5 * time.Second
 	BackoffMinDefault     = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second
@@ -48,6 +49,9 @@ type Config struct {
 	// BatchSize bounds the records applied in one database transaction. Default
 	// BatchSizeDefault.
 	BatchSize int
+	// Lanes is how many groups of partitions are applied side by side, each in its own
+	// transactions. Default LanesDefault.
+	Lanes int
 	// TopicRefresh is how often stored definitions are re-read for new topics (a
 	// definition stored through this replica is picked up at once). Default
 	// TopicRefreshDefault.
@@ -89,6 +93,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = BatchSizeDefault
+	}
+	if c.Lanes <= 0 {
+		c.Lanes = LanesDefault
 	}
 	if c.TopicRefresh <= 0 {
 		c.TopicRefresh = TopicRefreshDefault

@@ -11,6 +11,7 @@ package consumer
 
 import (
 	"cmp"
+	"maps"
 	"context"
 	"encoding/json"
 	"errors"
@@ -318,8 +319,61 @@ type item struct {
 // process applies a poll's records in batches and commits what was handled. It returns,
 // per partition that could not be fully handled, the offset to resume from.
 func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64 {
+	// Partitions are spread over lanes applied side by side, each on its own
+	// connection; a partition stays in one lane, so its order is kept.
+	lanes := make([][]*kgo.Record, c.cfg.Lanes)
+	laneOf := map[tp]int{}
+	for _, r := range recs {
+		p := tp{r.Topic, r.Partition}
+		l, ok := laneOf[p]
+		if !ok {
+			l = len(laneOf) % c.cfg.Lanes
+			laneOf[p] = l
+		}
+		lanes[l] = append(lanes[l], r)
+	}
+	type laneResult struct {
+		failed map[tp]int64
+		done   map[tp]*kgo.Record
+	}
+	results := make([]laneResult, len(lanes))
+	var wg sync.WaitGroup
+	for i, lane := range lanes {
+		if len(lane) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].failed, results[i].done = c.processLane(ctx, lane)
+		}()
+	}
+	wg.Wait()
+
 	failed := map[tp]int64{}
-	done := map[tp]*kgo.Record{} // last handled record per partition
+	var commit []*kgo.Record
+	for _, r := range results {
+		maps.Copy(failed, r.failed)
+		for _, rec := range r.done {
+			commit = append(commit, rec)
+		}
+	}
+	if len(commit) > 0 {
+		if err := c.cl.CommitRecords(ctx, commit...); err != nil {
+			// The records are applied; redelivery after a rebalance or restart is absorbed
+			// as duplicates.
+			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
+		}
+	}
+	return failed
+}
+
+// processLane applies one lane's records in batches. It returns, per partition, the
+// offset to resume from when not everything could be handled, and the last record
+// handled.
+func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]int64, map[tp]*kgo.Record) {
+	failed := map[tp]int64{}
+	done := map[tp]*kgo.Record{}
 	for start := 0; start < len(recs); start += c.cfg.BatchSize {
 		batch := recs[start:min(start+c.cfg.BatchSize, len(recs))]
 		items := make([]item, 0, len(batch))
@@ -357,18 +411,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 			done[p] = it.rec
 		}
 	}
-	var commit []*kgo.Record
-	for _, r := range done {
-		commit = append(commit, r)
-	}
-	if len(commit) > 0 {
-		if err := c.cl.CommitRecords(ctx, commit...); err != nil {
-			// The records are applied; redelivery after a rebalance or restart is absorbed
-			// as duplicates.
-			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
-		}
-	}
-	return failed
+	return failed, done
 }
 
 // decode validates a record and extracts its ids. It is pure apart from logging.

@@ -12,9 +12,19 @@ import (
 // ErrLeaseLost is errLeaseLost.
 var ErrLeaseLost = errLeaseLost
 
-// ClaimRun claims up to n run-queue rows as this instance, with its lease.
+// ClaimRun claims up to n run-queue rows of both kinds as this instance, with its lease.
 func (e *Executor) ClaimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, error) {
-	return e.claimRun(ctx, n)
+	units, err := e.claimWork(ctx, n)
+	var out []dbsqlc.RunQueue
+	for _, u := range units {
+		out = append(out, u...)
+	}
+	return out, err
+}
+
+// ResumeBatch is resumeBatch.
+func (e *Executor) ResumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) error {
+	return e.resumeBatch(ctx, jobs)
 }
 
 // RunJob does the work of one claimed run-queue row and returns its error, which

@@ -111,7 +111,7 @@ func (st *execState) setNode(id, status string, output []byte) {
 // advance moves the graph on from a node that just completed (or was skipped): every
 // successor whose predecessors are all done runs when at least one incoming edge holds,
 // and is skipped otherwise, which propagates. It must run under the execution's row lock.
-func (e *Executor) advance(ctx context.Context, tx pgx.Tx, st *execState, from string) (enqueued bool, err error) {
+func (e *Executor) advance(ctx context.Context, w graphWriter, st *execState, from string) (enqueued bool, err error) {
 	queue := []string{from}
 	for len(queue) > 0 {
 		cur := queue[0]
@@ -140,15 +140,15 @@ func (e *Executor) advance(ctx context.Context, tx pgx.Tx, st *execState, from s
 				continue
 			}
 			if run {
-				if err := e.enqueueRun(ctx, tx, st.exec.ID, target); err != nil {
+				if err := w.enqueue(ctx, st.exec.ID, target); err != nil {
 					return enqueued, err
 				}
 				st.setNode(target, nodeRunning, nil)
 				enqueued = true
 				continue
 			}
-			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeSkipped, ExecutionID: st.exec.ID, NodeID: target}); err != nil {
-				return enqueued, fmt.Errorf("skip node %s: %w", target, err)
+			if err := w.skip(ctx, st.exec.ID, target); err != nil {
+				return enqueued, err
 			}
 			st.setNode(target, nodeSkipped, nil)
 			queue = append(queue, target)
@@ -182,7 +182,7 @@ func (e *Executor) conditionEnv(st *execState, source string) map[string]any {
 }
 
 // settle derives the execution's status from its nodes and stores it when it changed.
-func (e *Executor) settle(ctx context.Context, tx pgx.Tx, st *execState) error {
+func (e *Executor) settle(ctx context.Context, w graphWriter, st *execState) error {
 	status := execCompleted
 	waiting, running := false, false
 	for _, n := range st.nodes {
@@ -210,8 +210,8 @@ func (e *Executor) settle(ctx context.Context, tx pgx.Tx, st *execState) error {
 	if status == st.exec.Status {
 		return nil
 	}
-	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: status}); err != nil {
-		return fmt.Errorf("set execution status: %w", err)
+	if err := w.setStatus(ctx, st.exec.ID, status); err != nil {
+		return err
 	}
 	if status == execCompleted {
 		e.logger.InfoContext(ctx, "execution completed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID)
@@ -252,15 +252,132 @@ func (e *Executor) failNode(ctx context.Context, tx pgx.Tx, st *execState, nodeI
 }
 
 // advanceOrFail advances from a node, turning a condition error into a failure of the
-// edge's target node.
-func (e *Executor) advanceOrFail(ctx context.Context, tx pgx.Tx, st *execState, from string) (bool, error) {
-	enqueued, err := e.advance(ctx, tx, st, from)
+// edge's target node (written at once, in tx; the writer drops what it had collected for
+// that execution).
+func (e *Executor) advanceOrFail(ctx context.Context, tx pgx.Tx, w graphWriter, st *execState, from string) (bool, error) {
+	enqueued, err := e.advance(ctx, w, st, from)
 	var ce *conditionError
 	if errors.As(err, &ce) {
+		w.drop(st.exec.ID)
 		return false, e.failNode(ctx, tx, st, ce.edge.Target, ce.Error())
 	}
 	if err != nil {
 		return false, err
 	}
-	return enqueued, e.settle(ctx, tx, st)
+	return enqueued, e.settle(ctx, w, st)
+}
+
+// graphWriter receives the changes that advancing a graph makes. The single path writes
+// each at once in its transaction; a batch collects them and writes each kind with one
+// statement.
+type graphWriter interface {
+	enqueue(ctx context.Context, execID uuid.UUID, nodeID string) error
+	skip(ctx context.Context, execID uuid.UUID, nodeID string) error
+	setStatus(ctx context.Context, execID uuid.UUID, status string) error
+	// drop forgets what was collected for an execution that is being failed instead.
+	drop(execID uuid.UUID)
+}
+
+// txWriter writes at once.
+type txWriter struct {
+	e  *Executor
+	tx pgx.Tx
+}
+
+func (w txWriter) enqueue(ctx context.Context, execID uuid.UUID, nodeID string) error {
+	return w.e.enqueueRun(ctx, w.tx, execID, nodeID)
+}
+
+func (w txWriter) skip(ctx context.Context, execID uuid.UUID, nodeID string) error {
+	if err := w.e.q.NodeExecutionFinish(ctx, w.tx, dbsqlc.NodeExecutionFinishParams{Status: nodeSkipped, ExecutionID: execID, NodeID: nodeID}); err != nil {
+		return fmt.Errorf("skip node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+func (w txWriter) setStatus(ctx context.Context, execID uuid.UUID, status string) error {
+	if err := w.e.q.ExecutionSetStatus(ctx, w.tx, dbsqlc.ExecutionSetStatusParams{ID: execID, Status: status}); err != nil {
+		return fmt.Errorf("set execution status: %w", err)
+	}
+	return nil
+}
+
+func (txWriter) drop(uuid.UUID) {}
+
+// batchWriter collects changes of many executions for a set-based flush.
+type batchWriter struct {
+	runs     []execNode
+	nodes    []execNode
+	statuses map[uuid.UUID]string
+}
+
+type execNode struct {
+	exec   uuid.UUID
+	node   string
+	status string
+}
+
+func (w *batchWriter) enqueue(_ context.Context, execID uuid.UUID, nodeID string) error {
+	w.runs = append(w.runs, execNode{execID, nodeID, nodeRunning})
+	w.nodes = append(w.nodes, execNode{execID, nodeID, nodeRunning})
+	return nil
+}
+
+func (w *batchWriter) skip(_ context.Context, execID uuid.UUID, nodeID string) error {
+	w.nodes = append(w.nodes, execNode{execID, nodeID, nodeSkipped})
+	return nil
+}
+
+func (w *batchWriter) setStatus(_ context.Context, execID uuid.UUID, status string) error {
+	if w.statuses == nil {
+		w.statuses = map[uuid.UUID]string{}
+	}
+	w.statuses[execID] = status
+	return nil
+}
+
+func (w *batchWriter) drop(execID uuid.UUID) {
+	keep := func(s []execNode) []execNode {
+		out := s[:0]
+		for _, x := range s {
+			if x.exec != execID {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	w.runs, w.nodes = keep(w.runs), keep(w.nodes)
+	delete(w.statuses, execID)
+}
+
+// flush writes what was collected: one statement per kind of change.
+func (w *batchWriter) flush(ctx context.Context, e *Executor, tx pgx.Tx) error {
+	if len(w.runs) > 0 {
+		p := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		for _, r := range w.runs {
+			p.ExecutionIds, p.NodeIds = append(p.ExecutionIds, r.exec), append(p.NodeIds, r.node)
+		}
+		if err := e.q.RunQueueInsertMany(ctx, tx, p); err != nil {
+			return fmt.Errorf("enqueue nodes: %w", err)
+		}
+	}
+	if len(w.nodes) > 0 {
+		var p dbsqlc.NodeExecutionSetStatusManyParams
+		for _, n := range w.nodes {
+			p.ExecutionIds, p.NodeIds, p.Statuses = append(p.ExecutionIds, n.exec), append(p.NodeIds, n.node), append(p.Statuses, n.status)
+		}
+		if err := e.q.NodeExecutionSetStatusMany(ctx, tx, p); err != nil {
+			return fmt.Errorf("set node statuses: %w", err)
+		}
+	}
+	if len(w.statuses) > 0 {
+		var p dbsqlc.ExecutionSetStatusManyParams
+		for id, status := range w.statuses {
+			p.Ids, p.Statuses = append(p.Ids, id), append(p.Statuses, status)
+		}
+		if err := e.q.ExecutionSetStatusMany(ctx, tx, p); err != nil {
+			return fmt.Errorf("set execution statuses: %w", err)
+		}
+	}
+	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/db"
@@ -29,7 +31,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); e.notifier(ctx) }()
 	go func() {
 		defer wg.Done()
-		runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimRun, e.processRun)
+		runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimWork, e.processWork)
 	}()
 	go func() {
 		defer wg.Done()
@@ -105,10 +107,53 @@ func runLoop[T any](ctx context.Context, e *Executor, name string, slots int, wa
 	}
 }
 
-func (e *Executor) claimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, error) {
-	return e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Max: int32(n),
+// ResumeBatchDefault bounds the continuations handled in one transaction.
+const ResumeBatchDefault = 64
+
+// claimWork claims up to n units of work: each run job is a unit (it runs a node, maybe
+// an HTTP call), while resume jobs are claimed n×ResumeBatch at a time and grouped, so
+// a burst of satisfied waits costs a few transactions instead of one each.
+func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
+	runs, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "run", Max: int32(n),
 	})
+	if err != nil {
+		return nil, err
+	}
+	units := make([][]dbsqlc.RunQueue, 0, n)
+	for _, r := range runs {
+		units = append(units, []dbsqlc.RunQueue{r})
+	}
+	free := n - len(units)
+	if free <= 0 {
+		return units, nil
+	}
+	resumes, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "resume", Max: int32(free * ResumeBatchDefault),
+	})
+	if err != nil {
+		return units, err
+	}
+	// Spread over the free slots so that batches run side by side.
+	per := max((len(resumes)+free-1)/free, 1)
+	for start := 0; start < len(resumes); start += per {
+		units = append(units, resumes[start:min(start+per, len(resumes))])
+	}
+	return units, nil
+}
+
+func (e *Executor) processWork(ctx context.Context, unit []dbsqlc.RunQueue) {
+	if len(unit) == 1 {
+		e.processRun(ctx, unit[0])
+		return
+	}
+	if err := e.resumeBatch(ctx, unit); err != nil {
+		// Each job falls back to the single path, which isolates a failing one.
+		e.logger.WarnContext(ctx, "resume batch failed; resuming one by one", "jobs", len(unit), "instance_id", e.cfg.InstanceID, "err", err)
+		for _, job := range unit {
+			e.processRun(ctx, job)
+		}
+	}
 }
 
 func (e *Executor) releaseRun(job dbsqlc.RunQueue, delay time.Duration) {
@@ -232,7 +277,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			notifyOutbox = out.Wait.APICall
 			e.logger.InfoContext(ctx, "waiting for events", "execution_id", st.exec.ID, "node_id", job.NodeID,
 				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID)
-			return e.settle(ctx, tx, st)
+			return e.settle(ctx, txWriter{e, tx}, st)
 		default:
 			raw, err := json.Marshal(out.Output)
 			if err != nil {
@@ -242,7 +287,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 				return fmt.Errorf("complete node: %w", err)
 			}
 			st.setNode(job.NodeID, nodeCompleted, raw)
-			enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
+			enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, job.NodeID)
 			return err
 		}
 	})
@@ -285,7 +330,7 @@ func (e *Executor) resume(ctx context.Context, job dbsqlc.RunQueue) error {
 			return nil
 		}
 		e.logger.InfoContext(ctx, "execution resumed", "execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
-		enqueued, err = e.advanceOrFail(ctx, tx, st, job.NodeID)
+		enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, job.NodeID)
 		return err
 	})
 	if err == nil && enqueued {
@@ -314,6 +359,92 @@ func (e *Executor) notifier(ctx context.Context) {
 			e.logger.DebugContext(ctx, "notify failed", "channel", ch, "instance_id", e.cfg.InstanceID, "err", err)
 		}
 	}
+}
+
+// resumeBatch continues many executions whose waits were satisfied, in one transaction
+// with a constant number of statements: fence-delete the claimed rows, lock their
+// executions in id order, load their nodes, mark the waits resumed (once), advance each
+// graph in memory, and write the changes set-based. Equivalent to resume() per job.
+func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) error {
+	var enqueued bool
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		enqueued = false
+		del := dbsqlc.RunQueueDeleteClaimedManyParams{}
+		for _, j := range jobs {
+			del.Ids, del.Attempts = append(del.Ids, j.ID), append(del.Attempts, j.Attempt)
+		}
+		owned, err := e.q.RunQueueDeleteClaimedMany(ctx, tx, del)
+		if err != nil {
+			return fmt.Errorf("finish run queue items: %w", err)
+		}
+		if len(owned) < len(jobs) {
+			e.logger.WarnContext(ctx, "lease lost for part of a resume batch", "lost", len(jobs)-len(owned), "instance_id", e.cfg.InstanceID)
+		}
+		var mine []dbsqlc.RunQueue
+		for _, j := range jobs {
+			if slices.Contains(owned, j.ID) {
+				mine = append(mine, j)
+			}
+		}
+		if len(mine) == 0 {
+			return nil
+		}
+		execIDs := make([]uuid.UUID, 0, len(mine))
+		for _, j := range mine {
+			if !slices.Contains(execIDs, j.ExecutionID) {
+				execIDs = append(execIDs, j.ExecutionID)
+			}
+		}
+		execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
+		if err != nil {
+			return fmt.Errorf("lock executions: %w", err)
+		}
+		nodes, err := e.q.NodeExecutionListByExecutions(ctx, tx, execIDs)
+		if err != nil {
+			return fmt.Errorf("load node executions: %w", err)
+		}
+		states := make(map[uuid.UUID]*execState, len(execs))
+		for _, ex := range execs {
+			wf, err := e.definition(ctx, tx, ex.WorkflowName, ex.WorkflowVersion)
+			if err != nil {
+				return err
+			}
+			states[ex.ID] = &execState{exec: ex, wf: wf, nodes: map[string]*dbsqlc.NodeExecution{}}
+		}
+		for i := range nodes {
+			if st := states[nodes[i].ExecutionID]; st != nil {
+				st.nodes[nodes[i].NodeID] = &nodes[i]
+			}
+		}
+		mark := dbsqlc.WaitStateMarkResumedManyParams{InstanceID: e.cfg.InstanceID}
+		for _, j := range mine {
+			if st := states[j.ExecutionID]; st != nil && !execFinished(st.exec.Status) {
+				mark.ExecutionIds, mark.NodeIds = append(mark.ExecutionIds, j.ExecutionID), append(mark.NodeIds, j.NodeID)
+			}
+		}
+		resumed, err := e.q.WaitStateMarkResumedMany(ctx, tx, mark)
+		if err != nil {
+			return fmt.Errorf("mark resumed: %w", err)
+		}
+		w := &batchWriter{}
+		for _, r := range resumed {
+			st := states[r.ExecutionID]
+			if execFinished(st.exec.Status) { // failed by an earlier job of this batch
+				continue
+			}
+			e.logger.InfoContext(ctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID, "instance_id", e.cfg.InstanceID)
+			more, err := e.advanceOrFail(ctx, tx, w, st, r.NodeID)
+			if err != nil {
+				return err
+			}
+			enqueued = enqueued || more
+		}
+		return w.flush(ctx, e, tx)
+	})
+	if err == nil && enqueued {
+		e.WakeRunQueue()
+	}
+	return err
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

@@ -91,6 +91,41 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 	return i, err
 }
 
+const executionListForUpdate = `-- name: ExecutionListForUpdate :many
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+`
+
+// Locks in id order, so that batches locking overlapping executions cannot deadlock.
+func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Execution, error) {
+	rows, err := db.Query(ctx, executionListForUpdate, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Execution
+	for rows.Next() {
+		var i Execution
+		if err := rows.Scan(
+			&i.ID,
+			&i.WorkflowName,
+			&i.WorkflowVersion,
+			&i.Status,
+			&i.Input,
+			&i.Error,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const executionSetStatus = `-- name: ExecutionSetStatus :exec
 UPDATE executions
 SET status = $1::text,
@@ -108,5 +143,24 @@ type ExecutionSetStatusParams struct {
 
 func (q *Queries) ExecutionSetStatus(ctx context.Context, db DBTX, arg ExecutionSetStatusParams) error {
 	_, err := db.Exec(ctx, executionSetStatus, arg.Status, arg.Error, arg.ID)
+	return err
+}
+
+const executionSetStatusMany = `-- name: ExecutionSetStatusMany :exec
+UPDATE executions AS e
+SET status = c.status,
+    updated_at = now(),
+    finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status) AS c
+WHERE e.id = c.id
+`
+
+type ExecutionSetStatusManyParams struct {
+	Ids      []uuid.UUID
+	Statuses []string
+}
+
+func (q *Queries) ExecutionSetStatusMany(ctx context.Context, db DBTX, arg ExecutionSetStatusManyParams) error {
+	_, err := db.Exec(ctx, executionSetStatusMany, arg.Ids, arg.Statuses)
 	return err
 }

@@ -96,6 +96,41 @@ func (q *Queries) NodeExecutionListByExecution(ctx context.Context, db DBTX, exe
 	return items, nil
 }
 
+const nodeExecutionListByExecutions = `-- name: NodeExecutionListByExecutions :many
+SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at FROM node_executions WHERE execution_id = ANY($1::uuid[])
+`
+
+func (q *Queries) NodeExecutionListByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]NodeExecution, error) {
+	rows, err := db.Query(ctx, nodeExecutionListByExecutions, executionIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeExecution
+	for rows.Next() {
+		var i NodeExecution
+		if err := rows.Scan(
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.Status,
+			&i.Output,
+			&i.Error,
+			&i.Attempts,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const nodeExecutionMarkRunning = `-- name: NodeExecutionMarkRunning :exec
 UPDATE node_executions
 SET status = 'running',
@@ -113,5 +148,28 @@ type NodeExecutionMarkRunningParams struct {
 
 func (q *Queries) NodeExecutionMarkRunning(ctx context.Context, db DBTX, arg NodeExecutionMarkRunningParams) error {
 	_, err := db.Exec(ctx, nodeExecutionMarkRunning, arg.ExecutionID, arg.NodeID)
+	return err
+}
+
+const nodeExecutionSetStatusMany = `-- name: NodeExecutionSetStatusMany :exec
+UPDATE node_executions AS n
+SET status = c.status,
+    updated_at = now(),
+    finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
+FROM (SELECT unnest($1::uuid[]) AS execution_id, unnest($2::text[]) AS node_id,
+             unnest($3::text[]) AS status) AS c
+WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
+  AND n.status NOT IN ('completed', 'failed', 'skipped')
+`
+
+type NodeExecutionSetStatusManyParams struct {
+	ExecutionIds []uuid.UUID
+	NodeIds      []string
+	Statuses     []string
+}
+
+// Moves nodes to running (queued) or skipped; finished nodes never move.
+func (q *Queries) NodeExecutionSetStatusMany(ctx context.Context, db DBTX, arg NodeExecutionSetStatusManyParams) error {
+	_, err := db.Exec(ctx, nodeExecutionSetStatusMany, arg.ExecutionIds, arg.NodeIds, arg.Statuses)
 	return err
 }

@@ -29,9 +29,9 @@ SET attempt = attempt + 1,
     visible_at = now() + make_interval(secs => $2::float8)
 WHERE id IN (
     SELECT id FROM run_queue
-    WHERE visible_at <= now()
+    WHERE kind = $3::text AND visible_at <= now()
     ORDER BY visible_at, id
-    LIMIT $3::integer
+    LIMIT $4::integer
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, execution_id, node_id, kind, attempt, visible_at, claimed_by, created_at
@@ -40,13 +40,19 @@ RETURNING id, execution_id, node_id, kind, attempt, visible_at, claimed_by, crea
 type RunQueueClaimParams struct {
 	InstanceID   string
 	LeaseSeconds float64
+	Kind         string
 	Max          int32
 }
 
 // SKIP LOCKED lets every pod claim concurrently without waiting on each other; the lease
 // (visible_at pushed forward) hands work of a dead pod to another once it runs out.
 func (q *Queries) RunQueueClaim(ctx context.Context, db DBTX, arg RunQueueClaimParams) ([]RunQueue, error) {
-	rows, err := db.Query(ctx, runQueueClaim, arg.InstanceID, arg.LeaseSeconds, arg.Max)
+	rows, err := db.Query(ctx, runQueueClaim,
+		arg.InstanceID,
+		arg.LeaseSeconds,
+		arg.Kind,
+		arg.Max,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +99,40 @@ func (q *Queries) RunQueueDeleteClaimed(ctx context.Context, db DBTX, arg RunQue
 	return result.RowsAffected(), nil
 }
 
+const runQueueDeleteClaimedMany = `-- name: RunQueueDeleteClaimedMany :many
+DELETE FROM run_queue AS r
+USING (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS c
+WHERE r.id = c.id AND r.attempt = c.attempt
+RETURNING r.id
+`
+
+type RunQueueDeleteClaimedManyParams struct {
+	Ids      []int64
+	Attempts []int32
+}
+
+// The fence of a batch: returns the rows this claim still owns; work whose lease was
+// lost to another pod is absent and must not be acted on.
+func (q *Queries) RunQueueDeleteClaimedMany(ctx context.Context, db DBTX, arg RunQueueDeleteClaimedManyParams) ([]int64, error) {
+	rows, err := db.Query(ctx, runQueueDeleteClaimedMany, arg.Ids, arg.Attempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runQueueDeleteForExecution = `-- name: RunQueueDeleteForExecution :exec
 DELETE FROM run_queue WHERE execution_id = $1::uuid
 `
@@ -121,6 +161,23 @@ func (q *Queries) RunQueueInsert(ctx context.Context, db DBTX, arg RunQueueInser
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const runQueueInsertMany = `-- name: RunQueueInsertMany :exec
+INSERT INTO run_queue (execution_id, node_id, kind)
+SELECT unnest($1::uuid[]), unnest($2::text[]), $3::text
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+`
+
+type RunQueueInsertManyParams struct {
+	ExecutionIds []uuid.UUID
+	NodeIds      []string
+	Kind         string
+}
+
+func (q *Queries) RunQueueInsertMany(ctx context.Context, db DBTX, arg RunQueueInsertManyParams) error {
+	_, err := db.Exec(ctx, runQueueInsertMany, arg.ExecutionIds, arg.NodeIds, arg.Kind)
+	return err
 }
 
 const runQueueRelease = `-- name: RunQueueRelease :exec

@@ -442,6 +442,49 @@ func (q *Queries) WaitStateMarkResumed(ctx context.Context, db DBTX, arg WaitSta
 	return result.RowsAffected(), nil
 }
 
+const waitStateMarkResumedMany = `-- name: WaitStateMarkResumedMany :many
+UPDATE execution_wait_states AS w
+SET resumed_at = clock_timestamp(),
+    resumed_by = $1::text,
+    updated_at = now()
+FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
+WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
+  AND w.status = 'completed' AND w.resumed_at IS NULL
+RETURNING w.execution_id, w.node_id
+`
+
+type WaitStateMarkResumedManyParams struct {
+	InstanceID   string
+	ExecutionIds []uuid.UUID
+	NodeIds      []string
+}
+
+type WaitStateMarkResumedManyRow struct {
+	ExecutionID uuid.UUID
+	NodeID      string
+}
+
+// resumed_at is set once: waits already resumed are absent from the result.
+func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg WaitStateMarkResumedManyParams) ([]WaitStateMarkResumedManyRow, error) {
+	rows, err := db.Query(ctx, waitStateMarkResumedMany, arg.InstanceID, arg.ExecutionIds, arg.NodeIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WaitStateMarkResumedManyRow
+	for rows.Next() {
+		var i WaitStateMarkResumedManyRow
+		if err := rows.Scan(&i.ExecutionID, &i.NodeID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitStateRecordEvent = `-- name: WaitStateRecordEvent :one
 UPDATE execution_wait_states
 SET received_events = $1::jsonb,

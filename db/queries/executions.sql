@@ -18,3 +18,15 @@ SET status = @status::text,
     updated_at = now(),
     finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
 WHERE id = @id::uuid;
+
+-- name: ExecutionListForUpdate :many
+-- Locks in id order, so that batches locking overlapping executions cannot deadlock.
+SELECT * FROM executions WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: ExecutionSetStatusMany :exec
+UPDATE executions AS e
+SET status = c.status,
+    updated_at = now(),
+    finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status) AS c
+WHERE e.id = c.id;

@@ -27,3 +27,17 @@ SET status = @status::text,
     finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
 WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
   AND status NOT IN ('completed', 'failed', 'skipped');
+
+-- name: NodeExecutionListByExecutions :many
+SELECT * FROM node_executions WHERE execution_id = ANY(@execution_ids::uuid[]);
+
+-- name: NodeExecutionSetStatusMany :exec
+-- Moves nodes to running (queued) or skipped; finished nodes never move.
+UPDATE node_executions AS n
+SET status = c.status,
+    updated_at = now(),
+    finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
+FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id,
+             unnest(@statuses::text[]) AS status) AS c
+WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
+  AND n.status NOT IN ('completed', 'failed', 'skipped');

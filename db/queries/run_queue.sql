@@ -13,7 +13,7 @@ SET attempt = attempt + 1,
     visible_at = now() + make_interval(secs => sqlc.arg(lease_seconds)::float8)
 WHERE id IN (
     SELECT id FROM run_queue
-    WHERE visible_at <= now()
+    WHERE kind = @kind::text AND visible_at <= now()
     ORDER BY visible_at, id
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
@@ -38,3 +38,16 @@ DELETE FROM run_queue WHERE execution_id = @execution_id::uuid;
 -- Delivered on commit, and only if the transaction commits: a wake-up never runs ahead
 -- of the rows it announces.
 SELECT pg_notify(@channel::text, '');
+
+-- name: RunQueueInsertMany :exec
+INSERT INTO run_queue (execution_id, node_id, kind)
+SELECT unnest(@execution_ids::uuid[]), unnest(@node_ids::text[]), @kind::text
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
+
+-- name: RunQueueDeleteClaimedMany :many
+-- The fence of a batch: returns the rows this claim still owns; work whose lease was
+-- lost to another pod is absent and must not be acted on.
+DELETE FROM run_queue AS r
+USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS c
+WHERE r.id = c.id AND r.attempt = c.attempt
+RETURNING r.id;

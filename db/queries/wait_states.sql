@@ -125,3 +125,14 @@ r AS (
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
 SELECT w.id FROM w;
+
+-- name: WaitStateMarkResumedMany :many
+-- resumed_at is set once: waits already resumed are absent from the result.
+UPDATE execution_wait_states AS w
+SET resumed_at = clock_timestamp(),
+    resumed_by = @instance_id::text,
+    updated_at = now()
+FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
+WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
+  AND w.status = 'completed' AND w.resumed_at IS NULL
+RETURNING w.execution_id, w.node_id;
