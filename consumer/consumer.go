@@ -11,12 +11,12 @@ package consumer
 
 import (
 	"cmp"
-	"maps"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
