@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,12 +170,30 @@ func (c Config) validate() error {
 
 // Aggregator applies events to wait states.
 type Aggregator struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	q       *dbsqlc.Queries
-	logger  *slog.Logger
-	onApply func(Result)
+	cfg    Config
+	pool   *pgxpool.Pool
+	q      *dbsqlc.Queries
+	logger *slog.Logger
+
+	// Group commit of Apply: callers queue here; one of them leads a transaction for
+	// everything queued, then hands the lead to the next waiter.
+	mu      sync.Mutex
+	queue   []*pending
+	leading bool
 }
+
+// pending is one Apply call waiting for its group's commit.
+type pending struct {
+	ctx  context.Context
+	ev   Event
+	res  Result
+	err  error
+	done chan struct{} // closed when res/err are set
+	lead chan struct{} // closed when this caller must lead the next group
+}
+
+// MaxGroupDefault bounds the events one group commit decides.
+const MaxGroupDefault = 128
 
 // New returns an Aggregator over pool.
 func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
@@ -185,22 +204,97 @@ func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
 	return &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger}, nil
 }
 
-// Apply decides one event in its own transaction.
+// Apply decides one event in a transaction of its own — shared with concurrent Apply
+// calls: callers that arrive while a transaction is in flight are decided together in
+// the next one (ApplyBatch), each getting its own Result. Under load this turns N
+// commits into one; alone, a call costs what a single transaction costs.
 func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
-	var res Result
-	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
-		var err error
-		res, err = a.ApplyTx(ctx, tx, ev)
-		return err
-	})
-	if err != nil {
-		return Result{}, err
+	if !Storable(ev.Payload) {
+		return Result{}, ErrUnstorablePayload
 	}
-	if res.Outcome == Completed {
+	p := &pending{ctx: ctx, ev: ev, done: make(chan struct{}), lead: make(chan struct{})}
+	a.mu.Lock()
+	a.queue = append(a.queue, p)
+	lead := !a.leading
+	a.leading = true
+	a.mu.Unlock()
+	if !lead {
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case <-p.lead:
+		}
+	}
+	a.leadGroups(p)
+	<-p.done
+	return p.res, p.err
+}
+
+// leadGroups commits queued groups until the caller's own event is decided, then hands
+// the lead to the oldest waiter, so no caller serves others for long.
+func (a *Aggregator) leadGroups(self *pending) {
+	for {
+		a.mu.Lock()
+		group := a.queue[:min(len(a.queue), MaxGroupDefault)]
+		a.queue = a.queue[len(group):]
+		a.mu.Unlock()
+		a.commitGroup(group)
+		select {
+		case <-self.done:
+		default:
+			continue // our event is in a later group
+		}
+		a.mu.Lock()
+		if len(a.queue) == 0 {
+			a.leading = false
+			a.mu.Unlock()
+			return
+		}
+		next := a.queue[0]
+		a.mu.Unlock()
+		close(next.lead)
+		return
+	}
+}
+
+// groupAttempts bounds retries of a group whose transaction hit a deadlock or
+// serialization failure (concurrent batches touching the same waits).
+const groupAttempts = 3
+
+func (a *Aggregator) commitGroup(group []*pending) {
+	events := make([]Event, len(group))
+	for i, p := range group {
+		events[i] = p.ev
+	}
+	// One caller giving up must not fail the others: the group runs on its own clock.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), 30*time.Second)
+	defer cancel()
+	var results []Result
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
+			var err error
+			results, err = a.ApplyBatch(ctx, tx, events)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
+			break
+		}
+	}
+	completed := false
+	for i, p := range group {
+		if err != nil {
+			p.err = err
+		} else {
+			p.res = results[i]
+			completed = completed || p.res.Outcome == Completed
+			a.logResult(p.ctx, p.ev, p.res)
+		}
+		close(p.done)
+	}
+	if completed {
 		a.Continued()
 	}
-	a.logResult(ctx, ev, res)
-	return res, nil
 }
 
 // Continued announces continuations committed by the caller's transaction. Apply calls

@@ -33,7 +33,7 @@ type fixture struct {
 
 // setup gives the test a migrated schema of its own with one workflow row, and an
 // aggregator over it whose logs are captured.
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	logs := &logCapture{}
@@ -76,7 +76,7 @@ func (f *fixture) newWait(t *testing.T, reg aggregator.Registration) wait {
 }
 
 // newWaits does what newWait does n times, in one transaction.
-func (f *fixture) newWaits(t *testing.T, n int, reg aggregator.Registration) []wait {
+func (f *fixture) newWaits(t testing.TB, n int, reg aggregator.Registration) []wait {
 	t.Helper()
 	ctx := t.Context()
 	out := make([]wait, n)

@@ -91,6 +91,13 @@ func IsUnavailable(err error) bool {
 	return false
 }
 
+// IsRetryable reports whether a transaction failed only because of concurrent ones (a
+// deadlock or a serialization failure) and can simply be run again.
+func IsRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
 // Connect opens a pool. A URL without an explicit pool size gets maxConns (when > 0).
 func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
