@@ -313,6 +313,9 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 type item struct {
 	rec    *kgo.Record
 	poison string // dead-letter reason
+	// skip is why a record without usable ids is not applied; it is counted once the
+	// record is handled, not on every retry of its batch.
+	skip   string
 	events []aggregator.Event
 }
 
@@ -386,7 +389,8 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		if len(items) == 0 {
 			continue
 		}
-		if err := c.apply(ctx, items); err != nil {
+		touched, err := c.apply(ctx, items)
+		if err != nil {
 			c.dbFailing.Store(true)
 			c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
 			for _, it := range items {
@@ -397,7 +401,11 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			}
 			continue
 		}
-		c.dbFailing.Store(false)
+		if touched {
+			// Only a batch that reached the database says it is back; one of poison or
+			// id-less records alone says nothing.
+			c.dbFailing.Store(false)
+		}
 		dlqFailed := c.deadLetter(ctx, items)
 		for _, it := range items {
 			p := tp{it.rec.Topic, it.rec.Partition}
@@ -408,13 +416,18 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 				failed[p] = it.rec.Offset
 				continue
 			}
+			if it.skip != "" {
+				c.count(it.skip)
+				c.logger.WarnContext(ctx, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
+			}
 			done[p] = it.rec
 		}
 	}
 	return failed, done
 }
 
-// decode validates a record and extracts its ids. It is pure apart from logging.
+// decode validates a record and extracts its ids. It is pure.
 func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	it := item{rec: r}
 	if len(r.Value) > c.cfg.MaxRecordBytes {
@@ -432,9 +445,7 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	}
 	events, reason := extract(payload, r, c.fieldsFor(r.Topic))
 	if reason != "" {
-		c.count(reason)
-		c.logger.WarnContext(ctx, "kafka record without usable ids ignored", "reason", reason, "topic", r.Topic,
-			"partition", r.Partition, "offset", r.Offset, "instance_id", c.cfg.ClientID)
+		it.skip = reason
 		return it
 	}
 	it.events = events
@@ -492,7 +503,7 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 // apply records a batch's events in one transaction. Events of one wait keep their
 // record order; across waits the order does not matter, and sorting by wait keeps the
 // batch's work in a stable order.
-func (c *Consumer) apply(ctx context.Context, items []item) error {
+func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
 	type indexed struct {
 		ev  aggregator.Event
 		seq int
@@ -504,7 +515,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) error {
 		}
 	}
 	if len(evs) == 0 {
-		return nil
+		return false, nil
 	}
 	slices.SortFunc(evs, func(a, b indexed) int {
 		if d := cmp.Compare(a.ev.CorrelationID.String(), b.ev.CorrelationID.String()); d != 0 {
@@ -517,13 +528,13 @@ func (c *Consumer) apply(ctx context.Context, items []item) error {
 		batch[i] = e.ev
 	}
 	var results []aggregator.Result
-	err := db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
+	err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
 		results, err = c.agg.ApplyBatch(ctx, tx, batch)
 		return err
 	})
 	if err != nil {
-		return err
+		return true, err
 	}
 	completed := false
 	for i, res := range results {
@@ -549,7 +560,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) error {
 	if completed {
 		c.agg.Continued()
 	}
-	return nil
+	return true, nil
 }
 
 // deadLetter produces the batch's poison records to their dead-letter topics,

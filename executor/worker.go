@@ -59,11 +59,14 @@ func runLoop[T any](ctx context.Context, e *Executor, name string, slots int, wa
 	for ctx.Err() == nil {
 		free := slots - int(inflight.Load())
 		if free > 0 {
-			items, err := claim(ctx, free)
+			// A shutdown does not interrupt a claim: a claim cancelled mid-statement may
+			// have committed, and a claim may fail after claiming part of its rows; either
+			// way rows claimed but never processed would wait out their lease. Whatever
+			// was claimed is processed below (or handed back when the budget runs out).
+			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			items, err := claim(claimCtx, free)
+			cancelClaim()
 			if err != nil {
-				if ctx.Err() != nil {
-					break
-				}
 				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 				e.logger.WarnContext(ctx, "claim failed", "queue", name, "instance_id", e.cfg.InstanceID, "err", err, "retry_in", backoff)
 			} else {

@@ -1,0 +1,132 @@
+package consumer_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/rendezvous-run/rendezvous/consumer"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+// requireDeadLetter checks a dead-letter record against its source record.
+func requireDeadLetter(t *testing.T, dl *kgoRecord, topic string, partition int32, offset int64, value []byte, reason string) time.Time {
+	t.Helper()
+	require.Equal(t, value, dl.Value, "the original value")
+	for key, want := range map[string]string{
+		consumer.HeaderTopic:     topic,
+		consumer.HeaderPartition: strconv.Itoa(int(partition)),
+		consumer.HeaderOffset:    strconv.FormatInt(offset, 10),
+	} {
+		got, ok := headerValue(dl, key)
+		require.True(t, ok, "header %s", key)
+		require.Equal(t, want, got, "header %s", key)
+	}
+	got, ok := headerValue(dl, consumer.HeaderReason)
+	require.True(t, ok, "header %s", consumer.HeaderReason)
+	require.Contains(t, got, reason)
+	seen, ok := headerValue(dl, consumer.HeaderFirstSeen)
+	require.True(t, ok, "header %s", consumer.HeaderFirstSeen)
+	at, err := time.Parse(time.RFC3339Nano, seen)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), at, waitTimeout)
+	return at
+}
+
+// TestPoisonRecords sends records that can never be applied: not JSON, too large, and a
+// JSON string holding \u0000 (which jsonb rejects). Each goes to <topic>.dlq with the
+// reason and its origin, its offset is committed, and a valid record after them on the
+// same partition applies.
+func TestPoisonRecords(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	s := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.MaxRecordBytes = 300 })
+	e.put(t, s, e.definition("psn", kafkaOnly("psn")))
+	execID := e.startExecution(t, s, "psn", nil)
+	corrID := e.correlationID(t, s, execID)
+
+	poison := []struct {
+		rec    *kgoRecord
+		reason string
+	}{
+		{record("psn", 0, `{"execution_id": "`+execID+`", oops`, header("trace", "t-1")), "not JSON"},
+		{record("psn", 0, ids(execID, corrID, obj{"pad": strings.Repeat("x", 400)})), "exceeds 300"},
+		{record("psn", 0, `{"execution_id": "`+execID+`", "correlation_id": "`+corrID+`", "note": "a\u0000b"}`), `\u0000`},
+	}
+	valid := ids(execID, corrID, obj{"status": "fine"})
+	for _, p := range poison {
+		e.produce(t, p.rec)
+	}
+	e.produce(t, record("psn", 0, valid))
+
+	v := e.waitStatus(t, s, execID, "completed")
+	require.Equal(t, jsonOf(t, valid), waitOutput(t, v)["kafkaEvent"], "only the valid record was applied")
+	require.Equal(t, int64(2), v.Waits[0].Version)
+
+	dls := e.deadLetters(t, "psn.dlq", len(poison))
+	require.Len(t, dls, len(poison))
+	for i, p := range poison {
+		requireDeadLetter(t, dls[i], "psn", 0, int64(i), p.rec.Value, p.reason)
+	}
+	trace, ok := headerValue(dls[0], "trace")
+	require.True(t, ok, "the source record's headers are kept")
+	require.Equal(t, "t-1", trace)
+
+	require.Eventually(t, func() bool { return e.committed(t, "psn")[0] == 4 }, waitTimeout, 20*time.Millisecond)
+	counts := s.Consumer.Counts()
+	require.Equal(t, int64(len(poison)), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(1), counts["completed"], "%v", counts)
+}
+
+// TestDeadLetterWriteFailure makes the dead-letter topic refuse writes: the partition
+// stops at the poison record (its offset, and that of a valid record after it, stay
+// uncommitted) until the dead-letter write succeeds; then it moves on.
+func TestDeadLetterWriteFailure(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	fault := e.cluster.Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.Produce}, Topic: "dlf.dlq", Err: kerr.InvalidRecord, Count: -1,
+	})
+	s := e.start(t, "pod-a")
+	e.put(t, s, e.definition("dlf", kafkaOnly("dlf")))
+	execID := e.startExecution(t, s, "dlf", nil)
+	corrID := e.correlationID(t, s, execID)
+
+	bad := record("dlf", 0, "not json at all")
+	e.produce(t, bad, record("dlf", 0, ids(execID, corrID, obj{"status": "after the poison"})))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(t, fault.Wait(ctx, 3), "the dead-letter write is tried, and retried after a backoff")
+	// Meanwhile nothing on the partition is committed; the valid record may be applied
+	// (and is absorbed as a duplicate when it comes again).
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		at, ok := e.committed(t, "dlf")[0]
+		require.True(t, !ok || at == 0, "committed past the poison record: %d", at)
+	}
+	require.Zero(t, s.Consumer.Counts()[consumer.ReasonPoison])
+
+	fault.Remove()
+	removed := time.Now()
+	require.Eventually(t, func() bool { return e.committed(t, "dlf")[0] == 2 }, waitTimeout, 20*time.Millisecond,
+		"the partition moves on once the dead letter is written")
+	dls := e.deadLetters(t, "dlf.dlq", 1)
+	require.Len(t, dls, 1)
+	firstSeen := requireDeadLetter(t, dls[0], "dlf", 0, 0, bad.Value, "not JSON")
+	require.True(t, firstSeen.Before(removed), "first-seen (%s) is the first failed attempt, before the write could succeed (%s)",
+		firstSeen, removed)
+	e.waitStatus(t, s, execID, "completed")
+	counts := s.Consumer.Counts()
+	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(1), counts["completed"], "%v", counts)
+	t.Logf("dead-letter write refused %d times; counts %v", fault.Hits(), counts)
+}

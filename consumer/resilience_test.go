@@ -1,0 +1,229 @@
+package consumer_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+// startMany starts n executions of name concurrently and returns their ids.
+func (e *env) startMany(t *testing.T, s *svc, name string, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = e.startExecution(t, s, name, obj{"i": i})
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TestRebalanceMidStream runs two replicas in one group while records flow: the second
+// joins part-way (partitions move to it) and the first leaves later (all move back).
+// 300 waits get one record each, 30 of them twice: every wait completes exactly once,
+// nothing is lost, and everything is committed in the end.
+func TestRebalanceMidStream(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	const n, dups, partitions = 300, 30, 6
+	e := setup(t, kfake.DefaultNumPartitions(partitions))
+	a := e.start(t, "pod-a")
+	e.put(t, a, e.definition("rb", kafkaOnly("rb")))
+	execIDs := e.startMany(t, a, "rb", n)
+	corr := e.waits(t, n)
+
+	recs := make([]*kgo.Record, 0, n+dups)
+	for i, id := range execIDs {
+		recs = append(recs, record("rb", int32(i%partitions), ids(id, corr[id], obj{"i": i})))
+		if i%(n/dups) == n/dups-1 {
+			// Re-produce an earlier record a little later: the same event redelivered.
+			j := i - 7
+			recs = append(recs, record("rb", int32((j+1)%partitions), ids(execIDs[j], corr[execIDs[j]], obj{"i": j})))
+		}
+	}
+	require.Len(t, recs, n+dups)
+
+	var b *svc
+	const chunk = 10
+	for i := 0; i < len(recs); i += chunk {
+		e.produce(t, recs[i:min(i+chunk, len(recs))]...)
+		switch i / chunk {
+		case 6:
+			b = e.start(t, "pod-b") // joins the group mid-stream
+		case 22:
+			a.stop() // leaves the group mid-stream
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	e.requireResumedOnce(t, execIDs, 1)
+	require.Eventually(t, func() bool { return e.committedSum(t, "rb") == int64(len(recs)) }, waitTimeout, 50*time.Millisecond,
+		"all offsets committed")
+	counts := sumCounts(a, b)
+	t.Logf("counts: pod-a %v, pod-b %v", a.Consumer.Counts(), b.Consumer.Counts())
+	require.Equal(t, int64(n), counts["completed"], "each wait completed by exactly one record: %v", counts)
+	require.GreaterOrEqual(t, counts["duplicate"], int64(dups), "%v", counts)
+	require.Positive(t, b.Consumer.Counts()["completed"], "the second replica took part")
+	require.Zero(t, counts["poison"]+counts["missing_id"]+counts["not_found"]+counts["id_mismatch"], "%v", counts)
+}
+
+// failOffsetCommits makes the broker answer every OffsetCommit with an error while fail
+// is set, and counts the failed requests.
+func failOffsetCommits(cluster *kfake.Cluster, fail *atomic.Bool, failed *atomic.Int64) {
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !fail.Load() {
+			return nil, nil, false // the broker handles it; the control stays installed
+		}
+		cluster.KeepControl()
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.InvalidCommitOffsetSize.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		failed.Add(1)
+		return resp, nil, true
+	})
+}
+
+// TestOffsetCommitFailure applies records while every offset commit fails, then replaces
+// the replica: the new one gets every record again, absorbs them as duplicates, commits
+// them, and no wait is resumed twice.
+func TestOffsetCommitFailure(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	const n = 40
+	e := setup(t)
+	var fail atomic.Bool
+	var failed atomic.Int64
+	fail.Store(true)
+	failOffsetCommits(e.cluster, &fail, &failed)
+
+	a := e.start(t, "pod-a")
+	e.put(t, a, e.definition("cf", kafkaOnly("cf")))
+	execIDs := e.startMany(t, a, "cf", n)
+	corr := e.waits(t, n)
+	for i, id := range execIDs {
+		e.produce(t, record("cf", int32(i%3), ids(id, corr[id], obj{"i": i})))
+	}
+	e.requireResumedOnce(t, execIDs, 1)
+	require.Eventually(t, func() bool { return a.Consumer.Counts()["completed"] == n }, waitTimeout, 20*time.Millisecond)
+	require.Positive(t, failed.Load(), "commits were attempted and failed")
+	require.Zero(t, e.committedSum(t, "cf"), "nothing was committed")
+	a.stop()
+
+	fail.Store(false)
+	b := e.start(t, "pod-b")
+	require.Eventually(t, func() bool { return b.Consumer.Counts()["duplicate"] == n }, waitTimeout, 20*time.Millisecond,
+		"every record is redelivered and absorbed as a duplicate")
+	require.Eventually(t, func() bool { return e.committedSum(t, "cf") == n }, waitTimeout, 20*time.Millisecond,
+		"the redelivered records are committed")
+	require.Zero(t, b.Consumer.Counts()["completed"]+b.Consumer.Counts()["recorded"], "%v", b.Consumer.Counts())
+	time.Sleep(300 * time.Millisecond) // a second continuation would show up by now
+	e.requireResumedOnce(t, execIDs, 1)
+}
+
+// TestDatabaseOutage cuts a replica off PostgreSQL while records arrive: nothing is
+// committed past what is applied, readiness reports the failure, and once the database
+// is back every record is applied and committed.
+func TestDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	const before, during = 20, 40
+	e := setup(t)
+	target, err := dbtest.HostPort(e.schema.URL)
+	require.NoError(t, err)
+	proxy := dbtest.StartProxy(t, target)
+	s := e.start(t, "pod-a", func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) })
+
+	e.put(t, s, e.definition("outage", kafkaOnly("outage")))
+	execIDs := e.startMany(t, s, "outage", before+during)
+	corr := e.waits(t, before+during)
+	recs := make([]*kgo.Record, len(execIDs))
+	for i, id := range execIDs {
+		recs[i] = record("outage", int32(i%3), ids(id, corr[id], obj{"i": i}))
+	}
+
+	e.produce(t, recs[:before]...)
+	require.Eventually(t, func() bool { return e.committedSum(t, "outage") == before }, waitTimeout, 20*time.Millisecond)
+	require.Equal(t, before, e.applied(t))
+	require.NoError(t, s.Consumer.Ready(context.Background()))
+	// Cut only once their continuations ran: a run-queue item in flight at the cut stays
+	// claimed until its lease (minutes) runs out, which is the executor's business.
+	require.Eventually(t, func() bool {
+		return e.count(t, "SELECT count(*) FROM executions WHERE status = 'completed'") == before
+	}, waitTimeout, 20*time.Millisecond)
+
+	proxy.Cut()
+	// A record without ids among them, behind a record that needs the database on the
+	// same partition: it is retried with it, committed with it, and counted once.
+	var later []*kgoRecord
+	for _, r := range recs[before:] {
+		later = append(later, r)
+		if r.Partition == 0 && len(later) < 4 {
+			later = append(later, record("outage", 0, obj{"no": "ids"}))
+		}
+	}
+	require.Len(t, later, during+1)
+	e.produce(t, later...)
+	// committedNotAhead checks the invariant: offsets are read first, then the applied
+	// records, which only grow.
+	committedNotAhead := func() {
+		committed := e.committedSum(t, "outage")
+		applied := e.applied(t)
+		if committed > int64(applied) {
+			t.Errorf("committed offsets (%d) ahead of applied records (%d)", committed, applied)
+		}
+	}
+	require.Eventually(t, func() bool {
+		committedNotAhead()
+		return s.Consumer.Ready(context.Background()) != nil
+	}, waitTimeout, 20*time.Millisecond, "readiness reports the failing database")
+	require.False(t, t.Failed())
+	err = s.Consumer.Ready(context.Background())
+	t.Logf("ready during the outage: %v", err)
+	// Let the consumer retry a few times with backoff.
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		committedNotAhead()
+	}
+	require.Equal(t, int64(before), e.committedSum(t, "outage"), "nothing committed during the outage")
+	require.Equal(t, before, e.applied(t), "nothing applied during the outage")
+	require.Error(t, s.Consumer.Ready(context.Background()))
+
+	proxy.Restore()
+	require.Eventually(t, func() bool {
+		return e.applied(t) == before+during && e.committedSum(t, "outage") == before+during+1
+	}, waitTimeout, 20*time.Millisecond, "all records applied and committed after the outage")
+	require.Eventually(t, func() bool { return s.Consumer.Ready(context.Background()) == nil }, waitTimeout, 20*time.Millisecond)
+	e.requireResumedOnce(t, execIDs, 1)
+	counts := s.Consumer.Counts()
+	t.Logf("counts: %v", counts)
+	require.LessOrEqual(t, counts["completed"], int64(before+during), "%v", counts)
+	require.Equal(t, int64(before+during), counts["completed"]+counts["duplicate"], "%v", counts)
+	require.Equal(t, int64(1), counts["missing_id"], "counted once, not once per retry: %v", counts)
+}
