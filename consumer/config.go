@@ -21,8 +21,8 @@ const (
 	GroupDefault          = "rendezvous"
 	DLQSuffixDefault      = ".dlq"
 	MaxRecordBytesDefault = 1 << 20
-	MaxPollRecordsDefault = 1000
-	BatchSizeDefault      = 250
+	MaxPollRecordsDefault = 4000
+	BatchSizeDefault      = 1000
 	LanesDefault          = 4
 	TopicRefreshDefault   = 5 * time.Second
 	BackoffMinDefault     = 100 * time.Millisecond
