@@ -24,7 +24,8 @@ func (e *Executor) ClaimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, erro
 
 // ResumeBatch is resumeBatch.
 func (e *Executor) ResumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) error {
-	return e.resumeBatch(ctx, jobs)
+	_, err := e.resumeBatch(ctx, jobs)
+	return err
 }
 
 // RunJob does the work of one claimed run-queue row and returns its error, which

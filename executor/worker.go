@@ -150,7 +150,7 @@ func (e *Executor) processWork(ctx context.Context, unit []dbsqlc.RunQueue) {
 		e.processRun(ctx, unit[0])
 		return
 	}
-	if err := e.resumeBatch(ctx, unit); err != nil {
+	if _, err := e.resumeBatch(ctx, unit); err != nil {
 		// Each job falls back to the single path, which isolates a failing one.
 		e.logger.WarnContext(ctx, "resume batch failed; resuming one by one", "jobs", len(unit), "instance_id", e.cfg.InstanceID, "err", err)
 		for _, job := range unit {
@@ -306,38 +306,11 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 	return nil
 }
 
-// resume continues an execution after its wait was satisfied. The aggregator already
-// completed the node; here the graph moves on, once: resumed_at is set only if unset.
+// resume continues one execution after its wait was satisfied: a batch of one.
 func (e *Executor) resume(ctx context.Context, job dbsqlc.RunQueue) error {
-	var enqueued bool
-	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
-		if err != nil {
-			return err
-		}
-		if err := e.finishJob(ctx, tx, job); err != nil {
-			return err
-		}
-		if execFinished(st.exec.Status) {
-			return nil
-		}
-		n, err := e.q.WaitStateMarkResumed(ctx, tx, dbsqlc.WaitStateMarkResumedParams{
-			InstanceID: e.cfg.InstanceID, ExecutionID: job.ExecutionID, NodeID: job.NodeID,
-		})
-		if err != nil {
-			return fmt.Errorf("mark resumed: %w", err)
-		}
-		if n == 0 {
-			e.logger.WarnContext(ctx, "wait already resumed; not advancing again", "execution_id", job.ExecutionID,
-				"node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
-			return nil
-		}
-		e.logger.InfoContext(ctx, "execution resumed", "execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID)
-		enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, job.NodeID)
-		return err
-	})
-	if err == nil && enqueued {
-		e.WakeRunQueue()
+	lost, err := e.resumeBatch(ctx, []dbsqlc.RunQueue{job})
+	if err == nil && lost > 0 {
+		return errLeaseLost
 	}
 	return err
 }
@@ -364,14 +337,16 @@ func (e *Executor) notifier(ctx context.Context) {
 	}
 }
 
-// resumeBatch continues many executions whose waits were satisfied, in one transaction
-// with a constant number of statements: fence-delete the claimed rows, lock their
-// executions in id order, load their nodes, mark the waits resumed (once), advance each
-// graph in memory, and write the changes set-based. Equivalent to resume() per job.
-func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) error {
+// resumeBatch continues executions whose waits were satisfied (the aggregator already
+// completed their nodes), in one transaction with a constant number of statements:
+// fence-delete the claimed rows, lock their executions in id order, load their nodes,
+// mark the waits resumed (once: resumed_at is set only if unset), advance each graph in
+// memory, and write the changes set-based. It returns how many claims were lost to
+// another pod; their work is left to that pod.
+func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (lost int, err error) {
 	var enqueued bool
-	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		enqueued = false
+	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		enqueued, lost = false, 0
 		del := dbsqlc.RunQueueDeleteClaimedManyParams{}
 		for _, j := range jobs {
 			del.Ids, del.Attempts = append(del.Ids, j.ID), append(del.Attempts, j.Attempt)
@@ -380,8 +355,8 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) erro
 		if err != nil {
 			return fmt.Errorf("finish run queue items: %w", err)
 		}
-		if len(owned) < len(jobs) {
-			e.logger.WarnContext(ctx, "lease lost for part of a resume batch", "lost", len(jobs)-len(owned), "instance_id", e.cfg.InstanceID)
+		if lost = len(jobs) - len(owned); lost > 0 {
+			e.logger.WarnContext(ctx, "lease lost; another instance owns this work now", "lost", lost, "instance_id", e.cfg.InstanceID)
 		}
 		var mine []dbsqlc.RunQueue
 		for _, j := range jobs {
@@ -447,7 +422,7 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) erro
 	if err == nil && enqueued {
 		e.WakeRunQueue()
 	}
-	return err
+	return lost, err
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

@@ -418,30 +418,6 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 	return items, nil
 }
 
-const waitStateMarkResumed = `-- name: WaitStateMarkResumed :execrows
-UPDATE execution_wait_states
-SET resumed_at = clock_timestamp(),
-    resumed_by = $1::text,
-    updated_at = now()
-WHERE execution_id = $2::uuid AND node_id = $3::text
-  AND status = 'completed' AND resumed_at IS NULL
-`
-
-type WaitStateMarkResumedParams struct {
-	InstanceID  string
-	ExecutionID uuid.UUID
-	NodeID      string
-}
-
-// resumed_at is set once: a second resume of the same wait changes nothing.
-func (q *Queries) WaitStateMarkResumed(ctx context.Context, db DBTX, arg WaitStateMarkResumedParams) (int64, error) {
-	result, err := db.Exec(ctx, waitStateMarkResumed, arg.InstanceID, arg.ExecutionID, arg.NodeID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const waitStateMarkResumedMany = `-- name: WaitStateMarkResumedMany :many
 UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),

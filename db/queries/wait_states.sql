@@ -68,15 +68,6 @@ SET status = 'cancelled',
 WHERE execution_id = @execution_id::uuid AND status = 'waiting'
 RETURNING id;
 
--- name: WaitStateMarkResumed :execrows
--- resumed_at is set once: a second resume of the same wait changes nothing.
-UPDATE execution_wait_states
-SET resumed_at = clock_timestamp(),
-    resumed_by = @instance_id::text,
-    updated_at = now()
-WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
-  AND status = 'completed' AND resumed_at IS NULL;
-
 -- name: WaitStateGetByID :one
 SELECT * FROM execution_wait_states WHERE id = @id::uuid;
 
