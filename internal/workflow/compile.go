@@ -63,13 +63,7 @@ func (c *compiler) compile(raw []byte) *Workflow {
 		return nil
 	}
 	var def Definition
-	for _, k := range sortedKeys(top) {
-		switch k {
-		case "name", "vars", "nodes", "edges":
-		default:
-			c.errs.add(childPath("", k), "unknown field")
-		}
-	}
+	unknownFields(&c.errs, top, "", "name", "vars", "nodes", "edges")
 
 	// name
 	if r, ok := top["name"]; !ok || isNull(r) {
@@ -166,13 +160,7 @@ func (c *compiler) nodes(raws []json.RawMessage) ([]Node, []any) {
 			c.errs.add(path, "must be an object")
 			continue
 		}
-		for _, k := range sortedKeys(obj) {
-			switch k {
-			case "id", "type", "data":
-			default:
-				c.errs.add(childPath(path, k), "unknown field")
-			}
-		}
+		unknownFields(&c.errs, obj, path, "id", "type", "data")
 		n := &nodes[i]
 		if id, ok := c.requiredString(obj, "id", path); ok {
 			if !namePattern.MatchString(id) {
@@ -254,13 +242,7 @@ func (c *compiler) edges(raws []json.RawMessage, ids map[string]int) ([]Edge, []
 			c.errs.add(path, "must be an object")
 			continue
 		}
-		for _, k := range sortedKeys(obj) {
-			switch k {
-			case "source", "target", "condition":
-			default:
-				c.errs.add(childPath(path, k), "unknown field")
-			}
-		}
+		unknownFields(&c.errs, obj, path, "source", "target", "condition")
 		var e Edge
 		valid := true
 		for _, end := range []struct {

@@ -137,9 +137,15 @@ func (o *object) get(key string) (any, bool) {
 
 // unknown reports fields outside known.
 func (o *object) unknown(known ...string) {
-	for _, k := range sortedKeys(o.m) {
+	unknownFields(o.errs, o.m, o.path, known...)
+}
+
+// unknownFields reports every key of m not in known, in key order: a misspelt field is
+// an error, not silently ignored.
+func unknownFields[V any](errs *errList, m map[string]V, path string, known ...string) {
+	for _, k := range sortedKeys(m) {
 		if !slices.Contains(known, k) {
-			o.errs.add(o.p(k), "unknown field")
+			errs.add(childPath(path, k), "unknown field")
 		}
 	}
 }
