@@ -10,7 +10,6 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -500,32 +499,15 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 	return events, ""
 }
 
-// apply records a batch's events in one transaction. Events of one wait keep their
-// record order; across waits the order does not matter, and sorting by wait keeps the
-// batch's work in a stable order.
+// apply records a batch's events in one transaction, in record order (so events of one
+// wait keep their order; ApplyBatch locks the rows in a stable order itself).
 func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
-	type indexed struct {
-		ev  aggregator.Event
-		seq int
-	}
-	var evs []indexed
+	var batch []aggregator.Event
 	for _, it := range items {
-		for _, ev := range it.events {
-			evs = append(evs, indexed{ev, len(evs)})
-		}
+		batch = append(batch, it.events...)
 	}
-	if len(evs) == 0 {
+	if len(batch) == 0 {
 		return false, nil
-	}
-	slices.SortFunc(evs, func(a, b indexed) int {
-		if d := cmp.Compare(a.ev.CorrelationID.String(), b.ev.CorrelationID.String()); d != 0 {
-			return d
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
-	batch := make([]aggregator.Event, len(evs))
-	for i, e := range evs {
-		batch[i] = e.ev
 	}
 	var results []aggregator.Result
 	err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
@@ -539,7 +521,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	completed := false
 	for i, res := range results {
 		c.count(string(res.Outcome))
-		ev := evs[i].ev
+		ev := batch[i]
 		attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
 			"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
 			"offset", *ev.Source.Offset, "outcome", res.Outcome}
