@@ -1,5 +1,5 @@
 // Package aggregator is the single place where events meet wait states. Every source
-// (HTTP callbacks, the Kafka consumer, later the deadline sweeper) hands it the same
+// (HTTP callbacks, the Kafka consumer, the deadline sweeper) hands it the same
 // Event; it correlates the event by execution_id and correlation_id, records it under an
 // optimistic version fence, applies the wait's strategy, and — in the same transaction —
 // completes the wait, writes the node's output and enqueues the execution's continuation.
@@ -149,6 +149,19 @@ type Config struct {
 	// OnContinuation is called after a commit that enqueued a continuation, so the
 	// executor can pick it up at once (and tell other replicas). Optional.
 	OnContinuation func()
+
+	// SweepBatch bounds the due waits one sweeper transaction decides. Default
+	// SweepBatchDefault.
+	SweepBatch int
+	// SweepWorkers is how many sweeper transactions run at once when many deadlines are
+	// due together. Default SweepWorkersDefault.
+	SweepWorkers int
+	// SweepMaxSleep bounds how long the sweeper sleeps without looking for due waits.
+	// Default SweepMaxSleepDefault.
+	SweepMaxSleep time.Duration
+	// OnExpired is called after each sweeper commit with the waits whose deadline ended
+	// them (metrics, benchmarks). Optional.
+	OnExpired func([]Expired)
 }
 
 func (c Config) withDefaults() Config {
@@ -157,6 +170,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.SweepBatch <= 0 {
+		c.SweepBatch = SweepBatchDefault
+	}
+	if c.SweepWorkers <= 0 {
+		c.SweepWorkers = SweepWorkersDefault
+	}
+	if c.SweepMaxSleep <= 0 {
+		c.SweepMaxSleep = SweepMaxSleepDefault
 	}
 	return c
 }
@@ -180,6 +202,11 @@ type Aggregator struct {
 	mu      sync.Mutex
 	queue   []*pending
 	leading bool
+
+	// The earliest deadline registered here since the sweeper last looked, and its bell.
+	hintMu       sync.Mutex
+	hint         time.Time
+	deadlineWake chan struct{}
 }
 
 // pending is one Apply call waiting for its group's commit.
@@ -201,7 +228,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger}, nil
+	return &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger, deadlineWake: make(chan struct{}, 1)}, nil
 }
 
 // Apply decides one event in a transaction of its own — shared with concurrent Apply
@@ -488,9 +515,10 @@ func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, w *wait) error {
 	return nil
 }
 
-// Output builds a finished wait's node output: the outputMapping entries, then which
-// events arrived, when, from where and in what order, so that edges can branch on it.
-func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOut bool) (map[string]any, error) {
+// Output builds a finished wait's node output: the outputMapping entries (null for an
+// event that did not arrive), which events arrived, when, from where and in what order,
+// which timed out, and whether the wait ended by timeout — so that edges can branch on it.
+func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool) (map[string]any, error) {
 	payloads := map[string]any{}
 	for name, raw := range map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData} {
 		if len(raw) == 0 {
@@ -531,6 +559,10 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOut bool) (m
 	out["correlation_id"] = ws.CorrelationID.String()
 	out["strategy"] = ws.AggregationStrategy
 	out["timeout"] = timedOut
+	if timedOutEvents == nil {
+		timedOutEvents = []string{}
+	}
+	out["timed_out_events"] = timedOutEvents
 	return out, nil
 }
 

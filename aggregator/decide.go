@@ -16,7 +16,8 @@ type wait struct {
 	enabled  []string
 	required []string
 	received []Received
-	expected []Expected // decoded on first Kafka event
+	timedOut []string
+	expected []Expected // decoded on demand (Kafka filters, deadlines)
 	// applied counts events recorded in memory and not yet written.
 	applied int
 }
@@ -26,7 +27,7 @@ func decodeWait(row dbsqlc.ExecutionWaitState) (*wait, error) {
 	for _, part := range []struct {
 		raw []byte
 		dst any
-	}{{row.EnabledEvents, &w.enabled}, {row.RequiredEvents, &w.required}, {row.ReceivedEvents, &w.received}} {
+	}{{row.EnabledEvents, &w.enabled}, {row.RequiredEvents, &w.required}, {row.ReceivedEvents, &w.received}, {row.TimedOutEvents, &w.timedOut}} {
 		if err := json.Unmarshal(part.raw, part.dst); err != nil {
 			return nil, fmt.Errorf("decode wait %s: %w", row.ID, err)
 		}
@@ -52,16 +53,14 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 		return NotExpected, nil
 	}
 	if ev.Source.Kind == "kafka" {
-		if w.expected == nil {
-			if err := json.Unmarshal(w.row.ExpectedEvents, &w.expected); err != nil {
-				return "", fmt.Errorf("decode expected_events of wait %s: %w", w.row.ID, err)
-			}
+		if err := w.decodeExpected(); err != nil {
+			return "", err
 		}
 		if !matchesKafka(w.expected, ev) {
 			return FilterMismatch, nil
 		}
 	}
-	if w.row.Status != StatusWaiting {
+	if w.row.Status != StatusWaiting || w.eventPastDeadline(ev.Name, now) {
 		return Late, nil
 	}
 	w.received = append(w.received, Received{Name: ev.Name, ReceivedAt: now, Source: ev.Source, Key: key})
@@ -87,9 +86,19 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 	return Recorded, nil
 }
 
+func (w *wait) decodeExpected() error {
+	if w.expected != nil {
+		return nil
+	}
+	if err := json.Unmarshal(w.row.ExpectedEvents, &w.expected); err != nil {
+		return fmt.Errorf("decode expected_events of wait %s: %w", w.row.ID, err)
+	}
+	return nil
+}
+
 // output is the node output of a wait that decide completed.
 func (w *wait) output() ([]byte, error) {
-	out, err := Output(w.row, w.received, false)
+	out, err := Output(w.row, w.received, w.timedOut, false)
 	if err != nil {
 		return nil, err
 	}

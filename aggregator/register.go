@@ -15,6 +15,10 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
+// DefaultTimeout is the overall timeout of a wait that names none (the design note's
+// 300 seconds): no wait can be left without a deadline.
+const DefaultTimeout = 300 * time.Second
+
 // Registration describes a wait to create.
 type Registration struct {
 	ExecutionID   uuid.UUID
@@ -24,7 +28,7 @@ type Registration struct {
 	Expected      []Expected
 	// RequiredEvents is the custom strategy's list.
 	RequiredEvents []string
-	// Timeout is the overall deadline, relative to now.
+	// Timeout is the overall deadline, relative to now; DefaultTimeout when zero.
 	Timeout       time.Duration
 	OnTimeout     string
 	OutputMapping map[string]string
@@ -48,8 +52,30 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	if mapping == nil {
 		mapping = map[string]string{}
 	}
+	// Every wait has a deadline: the overall one (a default applies when the node gives
+	// none), and each event's own when it has one. All are fixed now, on this clock.
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	// Microseconds: PostgreSQL's precision, so the stored next deadline and the deadlines
+	// in expected_events compare exactly.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	expires := now.Add(timeout)
+	next := expires
+	expected := slices.Clone(r.Expected)
+	for i := range expected {
+		if expected[i].TimeoutMS <= 0 {
+			continue
+		}
+		at := now.Add(time.Duration(expected[i].TimeoutMS) * time.Millisecond)
+		expected[i].DeadlineAt = &at
+		if at.Before(next) {
+			next = at
+		}
+	}
 	var js [4][]byte
-	for i, v := range []any{required, enabled, r.Expected, mapping} {
+	for i, v := range []any{required, enabled, expected, mapping} {
 		if js[i], err = json.Marshal(v); err != nil {
 			return dbsqlc.ExecutionWaitState{}, err
 		}
@@ -67,11 +93,13 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		KafkaEventEnabled:   slices.Contains(enabled, EventKafka),
 		OnTimeout:           r.OnTimeout,
 		OutputMapping:       js[3],
-		ExpiresAt:           time.Now().Add(r.Timeout),
+		ExpiresAt:           expires,
+		NextDeadlineAt:      next,
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
 	}
+	a.deadlineRegistered(next)
 	if r.APICall {
 		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
 			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("queue api call: %w", err)

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Aggregation strategies of the design note.
@@ -19,8 +20,12 @@ type Expected struct {
 	Source   string `json:"source"` // "callback" or "kafka"
 	Topic    string `json:"topic,omitempty"`
 	Required bool   `json:"required"`
-	// TimeoutMS is the event's own deadline, relative to registration (0: none).
+	// TimeoutMS is the event's own timeout, relative to registration (0: none but the
+	// node's overall one).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// DeadlineAt is the event's own deadline, set at registration from TimeoutMS: an
+	// event that has not arrived by then times out, and no longer counts if it arrives.
+	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
 	// Filter lists payload fields (dot paths) that must equal the given values for a
 	// Kafka record to count as this event.
 	Filter map[string]any `json:"filter,omitempty"`

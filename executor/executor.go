@@ -85,6 +85,14 @@ type Config struct {
 	// OnWorkflowStored is called after a new definition version is stored (the Kafka
 	// consumer subscribes to its topics at once). Optional.
 	OnWorkflowStored func()
+	// Retention is how long finished executions and finished waits are kept; negative
+	// keeps them forever. Default RetentionDefault.
+	Retention time.Duration
+	// RetentionInterval is how often one pod purges. Default RetentionIntervalDefault.
+	RetentionInterval time.Duration
+	// RetentionBatch bounds the rows one purge transaction deletes. Default
+	// RetentionBatchDefault.
+	RetentionBatch int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -109,6 +117,11 @@ func (c Config) WithDefaults() Config {
 	def(&c.OutboxBackoffMax, OutboxBackoffMaxDefault)
 	def(&c.OutboxTimeout, OutboxTimeoutDefault)
 	def(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	def(&c.RetentionInterval, RetentionIntervalDefault)
+	defInt(&c.RetentionBatch, RetentionBatchDefault)
 	if c.NodeTypes == nil {
 		c.NodeTypes = BuiltinNodeTypes()
 	}

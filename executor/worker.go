@@ -26,8 +26,9 @@ var errLeaseLost = errors.New("lease lost")
 // not finished, so another pod takes it over at once.
 func (e *Executor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); e.listen(ctx) }()
+	go func() { defer wg.Done(); e.runRetention(ctx) }()
 	go func() { defer wg.Done(); e.notifier(ctx) }()
 	go func() {
 		defer wg.Done()
@@ -337,8 +338,8 @@ func (e *Executor) notifier(ctx context.Context) {
 	}
 }
 
-// resumeBatch continues executions whose waits were satisfied (the aggregator already
-// completed their nodes), in one transaction with a constant number of statements:
+// resumeBatch continues executions whose waits ended — satisfied, or timed out (the
+// aggregator or the sweeper already finished their nodes) — in one transaction with a constant number of statements:
 // fence-delete the claimed rows, lock their executions in id order, load their nodes,
 // mark the waits resumed (once: resumed_at is set only if unset), advance each graph in
 // memory, and write the changes set-based. It returns how many claims were lost to
@@ -408,6 +409,19 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		for _, r := range resumed {
 			st := states[r.ExecutionID]
 			if execFinished(st.exec.Status) { // failed by an earlier job of this batch
+				continue
+			}
+			if n := st.nodes[r.NodeID]; n != nil && n.Status == nodeFailed {
+				// A deadline failed the node (onTimeout fail, or continue without what it
+				// must have): the execution fails with it.
+				reason := "failed"
+				if n.Error != nil {
+					reason = *n.Error
+				}
+				w.drop(r.ExecutionID)
+				if err := e.failExecution(ctx, tx, st, fmt.Sprintf("node %s: %s", r.NodeID, reason)); err != nil {
+					return err
+				}
 				continue
 			}
 			e.logger.InfoContext(ctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID, "instance_id", e.cfg.InstanceID)

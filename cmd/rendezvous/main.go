@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/callbacks"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
@@ -145,6 +146,10 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Duration(&cfg.Executor.Lease, "lease", "RENDEZVOUS_LEASE", executor.LeaseDefault, "how long claimed work is held before another replica may take it")
 	o.Duration(&cfg.Executor.PollInterval, "poll-interval", "RENDEZVOUS_POLL_INTERVAL", executor.PollIntervalDefault, "queue poll interval when no notification arrives")
 	o.Duration(&cfg.Executor.ShutdownTimeout, "shutdown-timeout", "RENDEZVOUS_SHUTDOWN_TIMEOUT", executor.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight work")
+	o.Duration(&cfg.Executor.Retention, "retention", "RENDEZVOUS_RETENTION", executor.RetentionDefault, "how long finished executions and waits are kept (negative: forever)")
+	o.Duration(&cfg.Executor.RetentionInterval, "retention-interval", "RENDEZVOUS_RETENTION_INTERVAL", executor.RetentionIntervalDefault, "how often one replica purges what retention no longer keeps")
+	o.Int(&cfg.Aggregator.SweepWorkers, "sweep-workers", "RENDEZVOUS_SWEEP_WORKERS", aggregator.SweepWorkersDefault, "deadline sweeper transactions in flight when many deadlines are due together")
+	o.Duration(&cfg.Aggregator.SweepMaxSleep, "sweep-max-sleep", "RENDEZVOUS_SWEEP_MAX_SLEEP", aggregator.SweepMaxSleepDefault, "longest the deadline sweeper sleeps without looking (waits registered by other replicas)")
 	bindKafka(o, &cfg.Kafka)
 	o.after = func() {
 		cfg.Callbacks.MaxBodyBytes = int64(maxBody)

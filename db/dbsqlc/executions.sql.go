@@ -8,9 +8,36 @@ package dbsqlc
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const executionDeleteFinishedBefore = `-- name: ExecutionDeleteFinishedBefore :execrows
+DELETE FROM executions
+WHERE id IN (
+    SELECT id FROM executions
+    WHERE finished_at < $1::timestamptz
+    ORDER BY finished_at
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type ExecutionDeleteFinishedBeforeParams struct {
+	Cutoff time.Time
+	Max    int32
+}
+
+// Retention: a small batch at a time, skipping rows someone holds, so no statement holds
+// many locks for long. Nodes, waits, queued work and calls go with their execution.
+func (q *Queries) ExecutionDeleteFinishedBefore(ctx context.Context, db DBTX, arg ExecutionDeleteFinishedBeforeParams) (int64, error) {
+	result, err := db.Exec(ctx, executionDeleteFinishedBefore, arg.Cutoff, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const executionGet = `-- name: ExecutionGet :one
 SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid
@@ -163,4 +190,28 @@ type ExecutionSetStatusManyParams struct {
 func (q *Queries) ExecutionSetStatusMany(ctx context.Context, db DBTX, arg ExecutionSetStatusManyParams) error {
 	_, err := db.Exec(ctx, executionSetStatusMany, arg.Ids, arg.Statuses)
 	return err
+}
+
+const retentionTryLock = `-- name: RetentionTryLock :one
+SELECT pg_try_advisory_lock(hashtext(current_schema() || ':rendezvous-retention'))
+`
+
+// One pod purges at a time. The key is per schema, so deployments (and tests) sharing a
+// database do not block each other.
+func (q *Queries) RetentionTryLock(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, retentionTryLock)
+	var pg_try_advisory_lock bool
+	err := row.Scan(&pg_try_advisory_lock)
+	return pg_try_advisory_lock, err
+}
+
+const retentionUnlock = `-- name: RetentionUnlock :one
+SELECT pg_advisory_unlock(hashtext(current_schema() || ':rendezvous-retention'))
+`
+
+func (q *Queries) RetentionUnlock(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, retentionUnlock)
+	var pg_advisory_unlock bool
+	err := row.Scan(&pg_advisory_unlock)
+	return pg_advisory_unlock, err
 }

@@ -47,6 +47,8 @@ type ExecutionWaitState struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	ExpiresAt           time.Time
+	NextDeadlineAt      time.Time
+	TimedOutEvents      json.RawMessage
 }
 
 type NodeExecution struct {

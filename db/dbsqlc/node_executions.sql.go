@@ -12,6 +12,27 @@ import (
 	"github.com/google/uuid"
 )
 
+const nodeExecutionCancelOpen = `-- name: NodeExecutionCancelOpen :exec
+UPDATE node_executions
+SET status = 'cancelled',
+    error = $1::text,
+    updated_at = now(),
+    finished_at = now()
+WHERE execution_id = $2::uuid
+  AND status IN ('pending', 'running', 'waiting_for_events')
+`
+
+type NodeExecutionCancelOpenParams struct {
+	Error       string
+	ExecutionID uuid.UUID
+}
+
+// A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome.
+func (q *Queries) NodeExecutionCancelOpen(ctx context.Context, db DBTX, arg NodeExecutionCancelOpenParams) error {
+	_, err := db.Exec(ctx, nodeExecutionCancelOpen, arg.Error, arg.ExecutionID)
+	return err
+}
+
 const nodeExecutionFinish = `-- name: NodeExecutionFinish :exec
 UPDATE node_executions
 SET status = $1::text,
@@ -20,7 +41,7 @@ SET status = $1::text,
     updated_at = now(),
     finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
 WHERE execution_id = $4::uuid AND node_id = $5::text
-  AND status NOT IN ('completed', 'failed', 'skipped')
+  AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 `
 
 type NodeExecutionFinishParams struct {
@@ -159,7 +180,7 @@ SET status = c.status,
 FROM (SELECT unnest($1::uuid[]) AS execution_id, unnest($2::text[]) AS node_id,
              unnest($3::text[]) AS status) AS c
 WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
-  AND n.status NOT IN ('completed', 'failed', 'skipped')
+  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 `
 
 type NodeExecutionSetStatusManyParams struct {

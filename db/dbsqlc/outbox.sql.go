@@ -88,6 +88,15 @@ func (q *Queries) OutboxDeleteForExecution(ctx context.Context, db DBTX, executi
 	return err
 }
 
+const outboxDeleteForWaitState = `-- name: OutboxDeleteForWaitState :exec
+DELETE FROM outbox WHERE wait_state_id = $1::uuid
+`
+
+func (q *Queries) OutboxDeleteForWaitState(ctx context.Context, db DBTX, waitStateID uuid.UUID) error {
+	_, err := db.Exec(ctx, outboxDeleteForWaitState, waitStateID)
+	return err
+}
+
 const outboxInsert = `-- name: OutboxInsert :exec
 INSERT INTO outbox (wait_state_id, execution_id, node_id)
 VALUES ($1::uuid, $2::uuid, $3::text)

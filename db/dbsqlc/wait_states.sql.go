@@ -18,7 +18,7 @@ UPDATE execution_wait_states
 SET status = 'cancelled',
     error = $1::text,
     version = version + 1,
-    updated_at = now()
+    updated_at = clock_timestamp()
 WHERE execution_id = $2::uuid AND status = 'waiting'
 RETURNING id
 `
@@ -28,6 +28,8 @@ type WaitStateCancelOpenForExecutionParams struct {
 	ExecutionID uuid.UUID
 }
 
+// Bumps the version, so an event decided against the open wait misses its fence, reads
+// the row again and finds it cancelled.
 func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, arg WaitStateCancelOpenForExecutionParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, waitStateCancelOpenForExecution, arg.Error, arg.ExecutionID)
 	if err != nil {
@@ -48,6 +50,97 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 	return items, nil
 }
 
+const waitStateClaimDue = `-- name: WaitStateClaimDue :many
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+WHERE status = 'waiting' AND next_deadline_at <= $1::timestamptz
+ORDER BY next_deadline_at
+LIMIT $2::integer
+FOR UPDATE SKIP LOCKED
+`
+
+type WaitStateClaimDueParams struct {
+	Now time.Time
+	Max int32
+}
+
+// Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided
+// against a locked row wait for the sweeper's commit, then miss their version fence.
+func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateClaimDueParams) ([]ExecutionWaitState, error) {
+	rows, err := db.Query(ctx, waitStateClaimDue, arg.Now, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionWaitState
+	for rows.Next() {
+		var i ExecutionWaitState
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.CorrelationID,
+			&i.AggregationStrategy,
+			&i.RequiredEvents,
+			&i.EnabledEvents,
+			&i.ExpectedEvents,
+			&i.ApiCallEnabled,
+			&i.KafkaEventEnabled,
+			&i.ApiResponseData,
+			&i.KafkaEventData,
+			&i.ReceivedEvents,
+			&i.OnTimeout,
+			&i.OutputMapping,
+			&i.Status,
+			&i.Error,
+			&i.ResumedAt,
+			&i.ResumedBy,
+			&i.Version,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitStateDeleteFinishedBefore = `-- name: WaitStateDeleteFinishedBefore :execrows
+DELETE FROM execution_wait_states
+WHERE id IN (
+    SELECT w.id
+    FROM execution_wait_states AS w
+    JOIN executions AS e ON e.id = w.execution_id
+    WHERE e.finished_at IS NULL
+      AND w.status <> 'waiting'
+      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled'))
+      AND w.updated_at < $1::timestamptz
+    LIMIT $2::integer
+    FOR UPDATE OF w SKIP LOCKED
+)
+`
+
+type WaitStateDeleteFinishedBeforeParams struct {
+	Cutoff time.Time
+	Max    int32
+}
+
+// Retention for waits of executions still running (a finished execution takes its waits
+// with it). A completed or timed-out wait goes only once its continuation ran.
+func (q *Queries) WaitStateDeleteFinishedBefore(ctx context.Context, db DBTX, arg WaitStateDeleteFinishedBeforeParams) (int64, error) {
+	result, err := db.Exec(ctx, waitStateDeleteFinishedBefore, arg.Cutoff, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const waitStateExistsForExecution = `-- name: WaitStateExistsForExecution :one
 SELECT EXISTS (SELECT 1 FROM execution_wait_states WHERE execution_id = $1::uuid)
 `
@@ -57,6 +150,96 @@ func (q *Queries) WaitStateExistsForExecution(ctx context.Context, db DBTX, exec
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const waitStateExpire = `-- name: WaitStateExpire :many
+WITH input AS (
+    SELECT unnest($1::uuid[]) AS id,
+           unnest($2::bigint[]) AS version,
+           unnest($3::bigint[]) AS bump,
+           unnest($4::text[]) AS status,
+           unnest($5::jsonb[]) AS timed_out_events,
+           unnest($6::timestamptz[]) AS next_deadline_at,
+           unnest($7::text[]) AS error,
+           unnest($8::text[]) AS node_status,
+           unnest($9::jsonb[]) AS output
+),
+w AS (
+    UPDATE execution_wait_states AS e
+    SET status = i.status,
+        timed_out_events = i.timed_out_events,
+        next_deadline_at = i.next_deadline_at,
+        error = coalesce(nullif(i.error, ''), e.error),
+        version = e.version + i.bump,
+        updated_at = clock_timestamp()
+    FROM input AS i
+    WHERE e.id = i.id AND e.version = i.version AND e.status = 'waiting'
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
+),
+n AS (
+    UPDATE node_executions AS ne
+    SET status = w.node_status,
+        output = w.output,
+        error = nullif(w.error, ''),
+        updated_at = now(),
+        finished_at = now()
+    FROM w
+    WHERE w.status = 'timeout' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+),
+r AS (
+    INSERT INTO run_queue (execution_id, node_id, kind)
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'timeout'
+    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+)
+SELECT w.id FROM w
+`
+
+type WaitStateExpireParams struct {
+	Ids            []uuid.UUID
+	Versions       []int64
+	Bumps          []int64
+	Statuses       []string
+	TimedOutEvents []json.RawMessage
+	NextDeadlines  []time.Time
+	Errors         []string
+	NodeStatuses   []string
+	Outputs        []json.RawMessage
+}
+
+// Writes the sweeper's decisions in one statement, behind the same version fence as
+// events. A row either moves its next deadline (an optional event timed out, or the due
+// deadline belonged to an event that already arrived: bump 0), or times out: then the
+// node is finished (completed to continue, failed to fail) and a continuation enqueued,
+// exactly as a completing event does.
+func (q *Queries) WaitStateExpire(ctx context.Context, db DBTX, arg WaitStateExpireParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, waitStateExpire,
+		arg.Ids,
+		arg.Versions,
+		arg.Bumps,
+		arg.Statuses,
+		arg.TimedOutEvents,
+		arg.NextDeadlines,
+		arg.Errors,
+		arg.NodeStatuses,
+		arg.Outputs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const waitStateFinish = `-- name: WaitStateFinish :one
@@ -91,7 +274,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -122,12 +305,14 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -157,12 +342,14 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -199,12 +386,14 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
 	)
 	return i, err
 }
 
 const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 `
 
@@ -240,6 +429,52 @@ func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitState
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
+	)
+	return i, err
+}
+
+const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+WHERE execution_id = $1::uuid AND node_id = $2::text
+FOR UPDATE
+`
+
+type WaitStateGetByNodeForUpdateParams struct {
+	ExecutionID uuid.UUID
+	NodeID      string
+}
+
+func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg WaitStateGetByNodeForUpdateParams) (ExecutionWaitState, error) {
+	row := db.QueryRow(ctx, waitStateGetByNodeForUpdate, arg.ExecutionID, arg.NodeID)
+	var i ExecutionWaitState
+	err := row.Scan(
+		&i.ID,
+		&i.ExecutionID,
+		&i.NodeID,
+		&i.CorrelationID,
+		&i.AggregationStrategy,
+		&i.RequiredEvents,
+		&i.EnabledEvents,
+		&i.ExpectedEvents,
+		&i.ApiCallEnabled,
+		&i.KafkaEventEnabled,
+		&i.ApiResponseData,
+		&i.KafkaEventData,
+		&i.ReceivedEvents,
+		&i.OnTimeout,
+		&i.OutputMapping,
+		&i.Status,
+		&i.Error,
+		&i.ResumedAt,
+		&i.ResumedBy,
+		&i.Version,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
 	)
 	return i, err
 }
@@ -248,14 +483,14 @@ const waitStateInsert = `-- name: WaitStateInsert :one
 INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
-    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at
+    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
     $6::jsonb, $7::jsonb, $8::jsonb,
     $9::boolean, $10::boolean, $11::text, $12::jsonb,
-    $13::timestamptz
+    $13::timestamptz, $14::timestamptz
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events
 `
 
 type WaitStateInsertParams struct {
@@ -272,6 +507,7 @@ type WaitStateInsertParams struct {
 	OnTimeout           string
 	OutputMapping       json.RawMessage
 	ExpiresAt           time.Time
+	NextDeadlineAt      time.Time
 }
 
 func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateInsertParams) (ExecutionWaitState, error) {
@@ -289,6 +525,7 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		arg.OnTimeout,
 		arg.OutputMapping,
 		arg.ExpiresAt,
+		arg.NextDeadlineAt,
 	)
 	var i ExecutionWaitState
 	err := row.Scan(
@@ -315,12 +552,14 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -357,6 +596,8 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
 		); err != nil {
 			return nil, err
 		}
@@ -369,7 +610,7 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByExecution = `-- name: WaitStateListByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
 WHERE execution_id = $1::uuid
 ORDER BY created_at, node_id
 `
@@ -407,6 +648,8 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
 		); err != nil {
 			return nil, err
 		}
@@ -425,7 +668,7 @@ SET resumed_at = clock_timestamp(),
     updated_at = now()
 FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
-  AND w.status = 'completed' AND w.resumed_at IS NULL
+  AND w.status IN ('completed', 'timeout') AND w.resumed_at IS NULL
 RETURNING w.execution_id, w.node_id
 `
 
@@ -459,6 +702,17 @@ func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg Wai
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitStateNextDeadline = `-- name: WaitStateNextDeadline :one
+SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status = 'waiting'
+`
+
+func (q *Queries) WaitStateNextDeadline(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, waitStateNextDeadline)
+	var column_1 time.Time
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const waitStateRecordEvent = `-- name: WaitStateRecordEvent :one
@@ -532,7 +786,7 @@ n AS (
     SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
     FROM w
     WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped')
+      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)

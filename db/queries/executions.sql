@@ -30,3 +30,23 @@ SET status = c.status,
     finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status) AS c
 WHERE e.id = c.id;
+
+-- name: ExecutionDeleteFinishedBefore :execrows
+-- Retention: a small batch at a time, skipping rows someone holds, so no statement holds
+-- many locks for long. Nodes, waits, queued work and calls go with their execution.
+DELETE FROM executions
+WHERE id IN (
+    SELECT id FROM executions
+    WHERE finished_at < @cutoff::timestamptz
+    ORDER BY finished_at
+    LIMIT @max::integer
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: RetentionTryLock :one
+-- One pod purges at a time. The key is per schema, so deployments (and tests) sharing a
+-- database do not block each other.
+SELECT pg_try_advisory_lock(hashtext(current_schema() || ':rendezvous-retention'));
+
+-- name: RetentionUnlock :one
+SELECT pg_advisory_unlock(hashtext(current_schema() || ':rendezvous-retention'));

@@ -26,7 +26,7 @@ SET status = @status::text,
     updated_at = now(),
     finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
 WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
-  AND status NOT IN ('completed', 'failed', 'skipped');
+  AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled');
 
 -- name: NodeExecutionListByExecutions :many
 SELECT * FROM node_executions WHERE execution_id = ANY(@execution_ids::uuid[]);
@@ -40,4 +40,14 @@ SET status = c.status,
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id,
              unnest(@statuses::text[]) AS status) AS c
 WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
-  AND n.status NOT IN ('completed', 'failed', 'skipped');
+  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled');
+
+-- name: NodeExecutionCancelOpen :exec
+-- A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome.
+UPDATE node_executions
+SET status = 'cancelled',
+    error = @error::text,
+    updated_at = now(),
+    finished_at = now()
+WHERE execution_id = @execution_id::uuid
+  AND status IN ('pending', 'running', 'waiting_for_events');

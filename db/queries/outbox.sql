@@ -32,3 +32,6 @@ WHERE id = @id::bigint AND attempt = @attempt::integer;
 
 -- name: OutboxDeleteForExecution :exec
 DELETE FROM outbox WHERE execution_id = @execution_id::uuid;
+
+-- name: OutboxDeleteForWaitState :exec
+DELETE FROM outbox WHERE wait_state_id = @wait_state_id::uuid;

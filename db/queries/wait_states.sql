@@ -2,12 +2,12 @@
 INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
-    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at
+    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
     @required_events::jsonb, @enabled_events::jsonb, @expected_events::jsonb,
     @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::jsonb,
-    @expires_at::timestamptz
+    @expires_at::timestamptz, @next_deadline_at::timestamptz
 )
 RETURNING *;
 
@@ -60,11 +60,13 @@ WHERE id = @id::uuid AND version = @version::bigint AND status = 'waiting'
 RETURNING version;
 
 -- name: WaitStateCancelOpenForExecution :many
+-- Bumps the version, so an event decided against the open wait misses its fence, reads
+-- the row again and finds it cancelled.
 UPDATE execution_wait_states
 SET status = 'cancelled',
     error = @error::text,
     version = version + 1,
-    updated_at = now()
+    updated_at = clock_timestamp()
 WHERE execution_id = @execution_id::uuid AND status = 'waiting'
 RETURNING id;
 
@@ -108,7 +110,7 @@ n AS (
     SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
     FROM w
     WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped')
+      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
@@ -125,5 +127,85 @@ SET resumed_at = clock_timestamp(),
     updated_at = now()
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
-  AND w.status = 'completed' AND w.resumed_at IS NULL
+  AND w.status IN ('completed', 'timeout') AND w.resumed_at IS NULL
 RETURNING w.execution_id, w.node_id;
+
+-- name: WaitStateClaimDue :many
+-- Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided
+-- against a locked row wait for the sweeper's commit, then miss their version fence.
+SELECT * FROM execution_wait_states
+WHERE status = 'waiting' AND next_deadline_at <= @now::timestamptz
+ORDER BY next_deadline_at
+LIMIT @max::integer
+FOR UPDATE SKIP LOCKED;
+
+-- name: WaitStateNextDeadline :one
+SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status = 'waiting';
+
+-- name: WaitStateExpire :many
+-- Writes the sweeper's decisions in one statement, behind the same version fence as
+-- events. A row either moves its next deadline (an optional event timed out, or the due
+-- deadline belonged to an event that already arrived: bump 0), or times out: then the
+-- node is finished (completed to continue, failed to fail) and a continuation enqueued,
+-- exactly as a completing event does.
+WITH input AS (
+    SELECT unnest(@ids::uuid[]) AS id,
+           unnest(@versions::bigint[]) AS version,
+           unnest(@bumps::bigint[]) AS bump,
+           unnest(@statuses::text[]) AS status,
+           unnest(@timed_out_events::jsonb[]) AS timed_out_events,
+           unnest(@next_deadlines::timestamptz[]) AS next_deadline_at,
+           unnest(@errors::text[]) AS error,
+           unnest(@node_statuses::text[]) AS node_status,
+           unnest(@outputs::jsonb[]) AS output
+),
+w AS (
+    UPDATE execution_wait_states AS e
+    SET status = i.status,
+        timed_out_events = i.timed_out_events,
+        next_deadline_at = i.next_deadline_at,
+        error = coalesce(nullif(i.error, ''), e.error),
+        version = e.version + i.bump,
+        updated_at = clock_timestamp()
+    FROM input AS i
+    WHERE e.id = i.id AND e.version = i.version AND e.status = 'waiting'
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
+),
+n AS (
+    UPDATE node_executions AS ne
+    SET status = w.node_status,
+        output = w.output,
+        error = nullif(w.error, ''),
+        updated_at = now(),
+        finished_at = now()
+    FROM w
+    WHERE w.status = 'timeout' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+),
+r AS (
+    INSERT INTO run_queue (execution_id, node_id, kind)
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'timeout'
+    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+)
+SELECT w.id FROM w;
+
+-- name: WaitStateGetByNodeForUpdate :one
+SELECT * FROM execution_wait_states
+WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
+FOR UPDATE;
+
+-- name: WaitStateDeleteFinishedBefore :execrows
+-- Retention for waits of executions still running (a finished execution takes its waits
+-- with it). A completed or timed-out wait goes only once its continuation ran.
+DELETE FROM execution_wait_states
+WHERE id IN (
+    SELECT w.id
+    FROM execution_wait_states AS w
+    JOIN executions AS e ON e.id = w.execution_id
+    WHERE e.finished_at IS NULL
+      AND w.status <> 'waiting'
+      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled'))
+      AND w.updated_at < @cutoff::timestamptz
+    LIMIT @max::integer
+    FOR UPDATE OF w SKIP LOCKED
+);

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
@@ -27,6 +29,8 @@ func Register(e *echo.Echo, ex *executor.Executor) {
 	e.PUT("/api/v1/workflows/:name", h.putWorkflow)
 	e.POST("/api/v1/workflows/:name/executions", h.startExecution)
 	e.GET("/api/v1/executions/:id", h.getExecution)
+	e.POST("/api/v1/executions/:id/cancel", h.cancelExecution)
+	e.POST("/api/v1/executions/:id/waits/:node/cancel", h.cancelWait)
 }
 
 type handlers struct{ ex *executor.Executor }
@@ -96,6 +100,88 @@ func (h *handlers) getExecution(c echo.Context) error {
 	if errors.Is(err, executor.ErrExecutionNotFound) {
 		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
 	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+type cancelRequest struct {
+	Reason string `json:"reason"`
+	// Then, for a single wait: "fail" (default) or "continue".
+	Then string `json:"then"`
+}
+
+// readCancel parses an optional JSON body of a cancel request.
+func readCancel(c echo.Context) (uuid.UUID, cancelRequest, error) {
+	var req cancelRequest
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return id, req, problem.New(http.StatusBadRequest, "execution id is not a UUID").WithType("malformed-id")
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return id, req, err
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return id, req, problem.New(http.StatusBadRequest, `body must be {"reason": "...", "then": "fail|continue"}: `+err.Error()).WithType("malformed-json")
+		}
+	}
+	return id, req, nil
+}
+
+// cancelProblem maps the executor's cancel errors to problems.
+func cancelProblem(id uuid.UUID, err error) error {
+	var fin *executor.ExecutionFinishedError
+	var wfin *aggregator.WaitFinishedError
+	switch {
+	case errors.Is(err, executor.ErrExecutionNotFound):
+		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
+	case errors.Is(err, executor.ErrWaitNotFound):
+		return problem.New(http.StatusNotFound, "execution "+id.String()+" has no wait for this node").WithType("wait-not-found")
+	case errors.As(err, &fin):
+		return problem.New(http.StatusConflict, err.Error()).WithType("execution-finished").With("status", fin.Status)
+	case errors.As(err, &wfin):
+		return problem.New(http.StatusConflict, err.Error()).WithType("wait-finished").With("status", wfin.Status)
+	}
+	return err
+}
+
+// cancelExecution cancels an execution; cancelling a cancelled one is a no-op (200).
+func (h *handlers) cancelExecution(c echo.Context) error {
+	id, req, err := readCancel(c)
+	if err != nil {
+		return err
+	}
+	if req.Then != "" {
+		return problem.New(http.StatusBadRequest, `"then" applies to cancelling one wait, not an execution`).WithType("invalid-request")
+	}
+	if _, err := h.ex.CancelExecution(c.Request().Context(), id, req.Reason); err != nil {
+		return cancelProblem(id, err)
+	}
+	v, err := h.ex.Execution(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+// cancelWait cancels one open wait; then says whether the execution fails or goes on.
+func (h *handlers) cancelWait(c echo.Context) error {
+	id, req, err := readCancel(c)
+	if err != nil {
+		return err
+	}
+	if req.Then != "" && req.Then != executor.ThenFail && req.Then != executor.ThenContinue {
+		return problem.New(http.StatusBadRequest, `"then" must be "fail" or "continue"`).WithType("invalid-request")
+	}
+	if err := h.ex.CancelWait(c.Request().Context(), id, c.Param("node"), req.Then, req.Reason); err != nil {
+		return cancelProblem(id, err)
+	}
+	v, err := h.ex.Execution(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	HTTPShutdown time.Duration
 	Callbacks    callbacks.Config
 	Executor     executor.Config
+	// Aggregator tunes the aggregator and its deadline sweeper (instance id, logger and
+	// wake-up hook are set by the service).
+	Aggregator aggregator.Config
 	// Kafka configures the consumer; without brokers there is none (callbacks only).
 	Kafka consumer.Config
 	// Logger defaults to slog.Default().
@@ -131,10 +134,10 @@ func (s *Service) init(ctx context.Context) error {
 	}
 	// The aggregator wakes the executor after commits that enqueued a continuation.
 	var ex *executor.Executor
-	agg, err := aggregator.New(s.pool, aggregator.Config{
-		InstanceID: cfg.InstanceID, Logger: s.logger,
-		OnContinuation: func() { ex.WakeRunQueue() },
-	})
+	acfg := cfg.Aggregator
+	acfg.InstanceID, acfg.Logger = cfg.InstanceID, s.logger
+	acfg.OnContinuation = func() { ex.WakeRunQueue() }
+	agg, err := aggregator.New(s.pool, acfg)
 	if err != nil {
 		return err
 	}
@@ -217,6 +220,8 @@ func (s *Service) Run(ctx context.Context) error {
 	execCtx, stopExec := context.WithCancel(context.WithoutCancel(ctx))
 	execDone := make(chan struct{})
 	go func() { _ = s.Exec.Run(execCtx); close(execDone) }()
+	sweepDone := make(chan struct{})
+	go func() { s.Agg.RunSweeper(execCtx); close(sweepDone) }()
 	consCtx, stopCons := context.WithCancel(context.WithoutCancel(ctx))
 	consDone := make(chan struct{})
 	if s.Consumer != nil {
@@ -239,6 +244,7 @@ func (s *Service) Run(ctx context.Context) error {
 	<-consDone
 	stopExec()
 	<-execDone
+	<-sweepDone
 	s.pool.Close()
 	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)
 	return runErr

@@ -79,7 +79,7 @@ type APICall struct {
 	CorrelationIDHeader string            // default "X-Correlation-Id"
 	ExecutionIDField    string            // default "execution_id"
 	ExecutionIDHeader   string            // default "X-Execution-Id"
-	Timeout             time.Duration     // default 300s
+	Timeout             time.Duration     // default: the node's overall timeout
 	Required            bool              // default true
 }
 
@@ -89,7 +89,7 @@ type KafkaEvent struct {
 	CorrelationIDField string         // dot path, default "correlation_id"
 	ExecutionIDField   string         // dot path, default "execution_id"
 	Filter             map[string]any // dot path -> scalar that must be equal
-	Timeout            time.Duration  // default 300s
+	Timeout            time.Duration  // default: the node's overall timeout
 	Required           bool           // default true
 }
 
@@ -140,10 +140,13 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 		return nil, errs
 	}
 	o.unknown("apiCall", "kafkaEvent", "aggregationStrategy", "requiredEvents", "timeout", "onTimeout", "outputMapping")
+	// An event without a timeout of its own waits as long as the node does: the
+	// overall timeout is its default (300 s when the node gives none either).
+	overall := o.duration("timeout", DefaultWaitTimeout)
 	w := &WaitEvents{
-		APICall:    parseAPICall(o),
-		KafkaEvent: parseKafkaEvent(o),
-		Timeout:    o.duration("timeout", DefaultWaitTimeout),
+		APICall:    parseAPICall(o, overall),
+		KafkaEvent: parseKafkaEvent(o, overall),
+		Timeout:    overall,
 	}
 
 	w.AggregationStrategy = o.str("aggregationStrategy", StrategyAll)
@@ -218,7 +221,7 @@ func enabledChild(o *object, key string) *object {
 	return c
 }
 
-func parseAPICall(o *object) *APICall {
+func parseAPICall(o *object, overall time.Duration) *APICall {
 	c := enabledChild(o, "apiCall")
 	if c == nil {
 		return nil
@@ -234,7 +237,7 @@ func parseAPICall(o *object) *APICall {
 		CorrelationIDHeader: c.headerField("correlationIdHeader", DefaultCorrelationIDHeader),
 		ExecutionIDField:    c.str("executionIdField", DefaultExecutionIDField),
 		ExecutionIDHeader:   c.headerField("executionIdHeader", DefaultExecutionIDHeader),
-		Timeout:             c.duration("timeout", DefaultWaitTimeout),
+		Timeout:             c.duration("timeout", overall),
 		Required:            c.boolean("required", true),
 	}
 	checkDotPath(c.errs, c.p("correlationIdField"), a.CorrelationIDField)
@@ -242,7 +245,7 @@ func parseAPICall(o *object) *APICall {
 	return a
 }
 
-func parseKafkaEvent(o *object) *KafkaEvent {
+func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
 	c := enabledChild(o, "kafkaEvent")
 	if c == nil {
 		return nil
@@ -252,7 +255,7 @@ func parseKafkaEvent(o *object) *KafkaEvent {
 		Topic:              c.str("topic", ""),
 		CorrelationIDField: c.str("correlationIdField", DefaultCorrelationIDField),
 		ExecutionIDField:   c.str("executionIdField", DefaultExecutionIDField),
-		Timeout:            c.duration("timeout", DefaultWaitTimeout),
+		Timeout:            c.duration("timeout", overall),
 		Required:           c.boolean("required", true),
 	}
 	if v, ok := c.get("topic"); !ok || v == "" {

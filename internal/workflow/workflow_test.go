@@ -74,7 +74,7 @@ func TestCompileOrderFlow(t *testing.T) {
 			CorrelationIDHeader: "X-Correlation-Id",
 			ExecutionIDField:    "execution_id",
 			ExecutionIDHeader:   "X-Execution-Id",
-			Timeout:             300 * time.Second,
+			Timeout:             600 * time.Second, // the node's overall timeout: the event has none of its own
 			Required:            true,
 		},
 		KafkaEvent: &KafkaEvent{
@@ -82,7 +82,7 @@ func TestCompileOrderFlow(t *testing.T) {
 			CorrelationIDField: "data.correlation_id",
 			ExecutionIDField:   "execution_id",
 			Filter:             map[string]any{"data.status": "ok"},
-			Timeout:            300 * time.Second,
+			Timeout:            600 * time.Second,
 			Required:           true,
 		},
 		AggregationStrategy: "all",
@@ -91,8 +91,8 @@ func TestCompileOrderFlow(t *testing.T) {
 		OutputMapping:       map[string]string{"apiResponse": "api_response", "kafkaEvent": "kafka_event"},
 	}, w)
 	require.Equal(t, []ExpectedEvent{
-		{Name: EventAPIResponse, Source: SourceCallback, Required: true, Timeout: 300 * time.Second},
-		{Name: EventKafka, Source: SourceKafka, Topic: "payments.completed", Required: true, Timeout: 300 * time.Second},
+		{Name: EventAPIResponse, Source: SourceCallback, Required: true, Timeout: 600 * time.Second},
+		{Name: EventKafka, Source: SourceKafka, Topic: "payments.completed", Required: true, Timeout: 600 * time.Second},
 	}, w.Expected())
 
 	fetch, _ := wf.Node("fetch-order")
@@ -338,15 +338,15 @@ func TestCompileErrors(t *testing.T) {
 			want: []string{`nodes[0].data.aggregationStrategy: "required_only" needs at least one enabled event with required: true`}},
 		{name: "wait bad durations", def: waitNode(`{"timeout": 0, "apiCall": {"url": "http://a", "timeout": "soon"}, "kafkaEvent": {"topic": "t", "timeout": -5}}`),
 			want: []string{
+				`nodes[0].data.timeout: must be greater than 0`,
 				`nodes[0].data.apiCall.timeout: invalid duration "soon": use seconds as a number or a duration like "90s" or "5m"`,
 				`nodes[0].data.kafkaEvent.timeout: must be greater than 0`,
-				`nodes[0].data.timeout: must be greater than 0`,
 			}},
 		{name: "wait more bad durations", def: waitNode(`{"timeout": true, "apiCall": {"url": "http://a", "timeout": "-1s"}, "kafkaEvent": {"topic": "t", "timeout": 1e300}}`),
 			want: []string{
+				`nodes[0].data.timeout: must be a number of seconds or a duration string like "90s"`,
 				`nodes[0].data.apiCall.timeout: must be greater than 0`,
 				`nodes[0].data.kafkaEvent.timeout: duration 1e300 seconds is too large`,
-				`nodes[0].data.timeout: must be a number of seconds or a duration string like "90s"`,
 			}},
 		{name: "wait api call fields", def: waitNode(`{"apiCall": {"url": "ftp://a", "method": "BREW", "headers": {"Bad Header": "x", "X-N": 1}, "body": 5,
 			"correlationIdField": "a..b", "correlationIdHeader": "Bad Header", "executionIdField": ""}}`),

@@ -1,0 +1,55 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// WaitFinishedError is returned when a wait to cancel is no longer waiting.
+type WaitFinishedError struct{ Status string }
+
+func (e *WaitFinishedError) Error() string { return "wait is already " + e.Status }
+
+// CancelWait cancels one open wait inside the caller's transaction: the row is locked,
+// then moved to cancelled behind its version fence, so an event racing the cancel either
+// was recorded first (and the cancel reports the wait finished if it completed it) or
+// finds the wait cancelled and is late. Its unsent correlated call is dropped. It returns
+// the node output the wait would hand on — what arrived so far, cancelled: true — for a
+// caller that continues the workflow.
+func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid.UUID, nodeID, reason string) (map[string]any, error) {
+	row, err := a.q.WaitStateGetByNodeForUpdate(ctx, tx, dbsqlc.WaitStateGetByNodeForUpdateParams{ExecutionID: executionID, NodeID: nodeID})
+	if err != nil {
+		return nil, fmt.Errorf("load wait: %w", db.Interpret(err))
+	}
+	if row.Status != StatusWaiting {
+		return nil, &WaitFinishedError{Status: row.Status}
+	}
+	w, err := decodeWait(row)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusCancelled, Error: &reason, ID: row.ID, Version: row.Version}); err != nil {
+		if errors.Is(db.Interpret(err), db.ErrNotFound) {
+			return nil, errors.New("cancel wait: version fence missed on a locked row")
+		}
+		return nil, fmt.Errorf("cancel wait: %w", err)
+	}
+	if err := a.q.OutboxDeleteForWaitState(ctx, tx, row.ID); err != nil {
+		return nil, fmt.Errorf("drop unsent call: %w", err)
+	}
+	out, err := Output(row, w.received, w.timedOut, false)
+	if err != nil {
+		return nil, err
+	}
+	out["cancelled"] = true
+	a.logger.InfoContext(ctx, "wait cancelled", "execution_id", executionID, "correlation_id", row.CorrelationID,
+		"node_id", nodeID, "instance_id", a.cfg.InstanceID, "reason", reason)
+	return out, nil
+}

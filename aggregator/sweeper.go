@@ -1,0 +1,229 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Sweeper defaults.
+const (
+	SweepBatchDefault    = 2000
+	SweepWorkersDefault  = 2
+	SweepMaxSleepDefault = 5 * time.Second
+)
+
+// Expired reports one wait that a deadline ended.
+type Expired struct {
+	WaitStateID string
+	NodeID      string
+	// Deadline is the deadline that fired; Lateness how long after it the decision
+	// committed.
+	Deadline time.Time
+	Lateness time.Duration
+	Continue bool
+}
+
+// RunSweeper decides passed deadlines until ctx ends. Every pod runs one: due waits are
+// claimed with FOR UPDATE SKIP LOCKED, so each is decided by exactly one sweeper, and the
+// decision is written behind the same version fence as events — an event racing its
+// deadline either completed the wait first (the sweeper no longer sees it waiting) or
+// finds it timed out and is reported late.
+//
+// Between deadlines it sleeps until the next one (at most SweepMaxSleep, the bound on
+// noticing a wait registered by another pod that died before its deadline), and is woken
+// early by a registration in this process with an earlier deadline.
+func (a *Aggregator) RunSweeper(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if err := a.drainDue(ctx); err != nil && ctx.Err() == nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			a.logger.WarnContext(ctx, "deadline sweep failed", "instance_id", a.cfg.InstanceID, "err", err, "retry_in", backoff)
+		} else {
+			backoff = 0
+		}
+		target := time.Now().Add(a.cfg.SweepMaxSleep)
+		if backoff > 0 {
+			target = time.Now().Add(backoff)
+		} else if next, err := a.q.WaitStateNextDeadline(ctx, a.pool); err == nil && !next.IsZero() && next.Before(target) {
+			target = next
+		}
+		for {
+			if hint, ok := a.takeDeadlineHint(); ok && hint.Before(target) {
+				target = hint
+			}
+			timer.Reset(max(time.Until(target), 0))
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			case <-a.deadlineWake:
+				timer.Stop()
+				continue // an earlier deadline may have been registered
+			}
+			break
+		}
+	}
+}
+
+// deadlineRegistered tells this process's sweeper about a new deadline. It is a hint:
+// the registering transaction may still roll back, which costs one empty sweep.
+func (a *Aggregator) deadlineRegistered(at time.Time) {
+	a.hintMu.Lock()
+	if a.hint.IsZero() || at.Before(a.hint) {
+		a.hint = at
+	}
+	a.hintMu.Unlock()
+	select {
+	case a.deadlineWake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Aggregator) takeDeadlineHint() (time.Time, bool) {
+	a.hintMu.Lock()
+	defer a.hintMu.Unlock()
+	h := a.hint
+	a.hint = time.Time{}
+	return h, !h.IsZero()
+}
+
+// drainDue sweeps until nothing is due, with SweepWorkers transactions in flight: a burst
+// of deadlines (100 000 waits registered together) is shared out by SKIP LOCKED.
+func (a *Aggregator) drainDue(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, a.cfg.SweepWorkers)
+	for i := range a.cfg.SweepWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n, err := a.Sweep(ctx, time.Now())
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if n < a.cfg.SweepBatch {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Sweep decides up to SweepBatch waits whose next deadline is at or before now, in one
+// transaction, and returns how many it claimed.
+func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
+	var claimed int
+	var fired []Expired
+	var partial []dbsqlc.ExecutionWaitState
+	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
+		claimed, fired, partial = 0, nil, nil
+		rows, err := a.q.WaitStateClaimDue(ctx, tx, dbsqlc.WaitStateClaimDueParams{Now: now, Max: int32(a.cfg.SweepBatch)})
+		if err != nil {
+			return fmt.Errorf("claim due waits: %w", err)
+		}
+		claimed = len(rows)
+		if claimed == 0 {
+			return nil
+		}
+		var p dbsqlc.WaitStateExpireParams
+		for _, row := range rows {
+			w, err := decodeWait(row)
+			if err != nil {
+				return err
+			}
+			if err := w.decodeExpected(); err != nil {
+				return err
+			}
+			names := make([]string, len(w.received))
+			for i, r := range w.received {
+				names[i] = r.Name
+			}
+			d := decideTimeout(row.AggregationStrategy, row.OnTimeout, w.expected, w.required, names, w.timedOut, row.ExpiresAt, now)
+			timedOut, err := json.Marshal(d.TimedOut)
+			if err != nil {
+				return err
+			}
+			status, bump, nodeStatus, output := StatusWaiting, int64(1), "", []byte(nil)
+			switch {
+			case d.Fire:
+				status, nodeStatus = StatusTimeout, "failed"
+				if d.Continue {
+					nodeStatus = "completed"
+				}
+				out, err := Output(row, w.received, d.TimedOut, true)
+				if err != nil {
+					return err
+				}
+				if output, err = json.Marshal(out); err != nil {
+					return err
+				}
+				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: d.Continue})
+				if d.Partial {
+					partial = append(partial, row)
+				}
+				if !d.Continue {
+					a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", row.ExecutionID,
+						"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "reason", d.Reason)
+				}
+			case len(d.TimedOut) == len(w.timedOut):
+				bump = 0 // the due deadline was an event's that arrived: only move on
+			}
+			p.Ids = append(p.Ids, row.ID)
+			p.Versions = append(p.Versions, row.Version)
+			p.Bumps = append(p.Bumps, bump)
+			p.Statuses = append(p.Statuses, status)
+			p.TimedOutEvents = append(p.TimedOutEvents, timedOut)
+			p.NextDeadlines = append(p.NextDeadlines, d.Next)
+			p.Errors = append(p.Errors, d.Reason)
+			p.NodeStatuses = append(p.NodeStatuses, nodeStatus)
+			p.Outputs = append(p.Outputs, output)
+		}
+		written, err := a.q.WaitStateExpire(ctx, tx, p)
+		if err != nil {
+			return fmt.Errorf("write deadline decisions: %w", err)
+		}
+		if len(written) != len(rows) {
+			// The rows are locked, so the fence cannot miss; if it did, something else
+			// writes wait states without the lock. Roll back rather than guess.
+			return fmt.Errorf("deadline fence missed for %d of %d locked waits", len(rows)-len(written), len(rows))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(fired) == 0 {
+		return claimed, nil
+	}
+	committed := time.Now()
+	for i := range fired {
+		fired[i].Lateness = committed.Sub(fired[i].Deadline)
+	}
+	for _, row := range partial {
+		a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", row.ExecutionID,
+			"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID)
+	}
+	a.logger.InfoContext(ctx, "deadlines fired", "count", len(fired), "instance_id", a.cfg.InstanceID)
+	if a.cfg.OnExpired != nil {
+		a.cfg.OnExpired(fired)
+	}
+	a.Continued()
+	return claimed, nil
+}

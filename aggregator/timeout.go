@@ -1,0 +1,140 @@
+package aggregator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// On-timeout policies of the design note.
+const (
+	OnTimeoutFail                = "fail"
+	OnTimeoutContinue            = "continue"
+	OnTimeoutContinueWithPartial = "continue_with_partial"
+)
+
+// timeoutDecision is what a passed deadline does to a waiting state.
+type timeoutDecision struct {
+	// TimedOut lists every event that timed out so far, in expected order.
+	TimedOut []string
+	// Fire: the wait ends now with status timeout. Otherwise it keeps waiting until Next.
+	Fire bool
+	Next time.Time
+	// Continue: the node completes (output timeout: true) and the workflow goes on;
+	// otherwise the node and the execution fail with Reason.
+	Continue bool
+	// Partial: continued although events the strategy needed are missing
+	// (continue_with_partial); worth a warning.
+	Partial bool
+	Reason  string
+}
+
+// decideTimeout applies the deadlines that have passed at now to a waiting state. It is a
+// pure function of the stored row (strategy, expected events with their deadlines, the
+// overall deadline, what arrived and what already timed out), so every pod decides alike.
+//
+// When a deadline fires:
+//   - all: any enabled event timing out ends the wait — it can no longer be satisfied.
+//   - any: the wait ends when every enabled event has timed out (or the overall deadline).
+//   - required_only, custom: an event the strategy requires timing out ends the wait;
+//     an optional event's timeout is only recorded (it no longer counts if it arrives).
+//
+// What an ended wait does is the node's onTimeout:
+//   - fail: the node and the execution fail, naming the events that did not arrive.
+//   - continue: the node continues, with null data for what is missing, when every event
+//     it must have arrived — for all and any those marked required: true (the schema's
+//     "must receive to continue"), for required_only and custom the strategy's required
+//     set; otherwise it fails as with fail.
+//   - continue_with_partial: the node continues with whatever arrived.
+func decideTimeout(strategy, onTimeout string, expected []Expected, required, received, timedOut []string,
+	expiresAt, now time.Time,
+) timeoutDecision {
+	d := timeoutDecision{TimedOut: slices.Clone(timedOut)}
+	overall := !now.Before(expiresAt)
+	pending := 0
+	var next time.Time
+	for _, e := range expected {
+		if slices.Contains(received, e.Name) || slices.Contains(d.TimedOut, e.Name) {
+			continue
+		}
+		if overall || (e.DeadlineAt != nil && !now.Before(*e.DeadlineAt)) {
+			d.TimedOut = append(d.TimedOut, e.Name)
+			continue
+		}
+		pending++
+		if e.DeadlineAt != nil && (next.IsZero() || e.DeadlineAt.Before(next)) {
+			next = *e.DeadlineAt
+		}
+	}
+	switch {
+	case overall:
+		d.Fire = true
+	case strategy == StrategyAny:
+		d.Fire = pending == 0 && len(expected) > 0
+	default:
+		d.Fire = slices.ContainsFunc(required, func(name string) bool { return slices.Contains(d.TimedOut, name) })
+	}
+	if !d.Fire {
+		if next.IsZero() || expiresAt.Before(next) {
+			next = expiresAt
+		}
+		d.Next = next
+		return d
+	}
+	d.Next = expiresAt
+
+	var mustHave []string
+	switch strategy {
+	case StrategyAll, StrategyAny:
+		for _, e := range expected {
+			if e.Required {
+				mustHave = append(mustHave, e.Name)
+			}
+		}
+	default:
+		mustHave = required
+	}
+	var missing []string
+	for _, name := range mustHave {
+		if !slices.Contains(received, name) {
+			missing = append(missing, name)
+		}
+	}
+	switch onTimeout {
+	case OnTimeoutContinueWithPartial:
+		d.Continue = true
+		d.Partial = len(d.TimedOut) > 0
+	case OnTimeoutContinue:
+		d.Continue = len(missing) == 0
+	}
+	if !d.Continue {
+		what := "timed out waiting for " + strings.Join(d.TimedOut, ", ")
+		if onTimeout == OnTimeoutContinue {
+			d.Reason = fmt.Sprintf("%s (onTimeout continue needs %s, which did not arrive)", what, strings.Join(missing, ", "))
+		} else {
+			d.Reason = what
+		}
+	}
+	return d
+}
+
+// eventPastDeadline reports whether an event of this name arriving at now no longer
+// counts: it timed out already, or its own or the overall deadline has passed (the
+// sweeper may not have got to it yet; the arrival is late either way).
+func (w *wait) eventPastDeadline(name string, now time.Time) bool {
+	if slices.Contains(w.timedOut, name) {
+		return true
+	}
+	if now.Before(w.row.NextDeadlineAt) {
+		return false // nothing is due yet: the common case, without decoding expected
+	}
+	if !now.Before(w.row.ExpiresAt) {
+		return true
+	}
+	if err := w.decodeExpected(); err != nil {
+		return false
+	}
+	i := slices.IndexFunc(w.expected, func(e Expected) bool { return e.Name == name })
+	return i >= 0 && w.expected[i].DeadlineAt != nil && !now.Before(*w.expected[i].DeadlineAt)
+}
