@@ -81,16 +81,22 @@ func newPod(t *testing.T, pool *pgxpool.Pool, cfg executor.Config) *pod {
 	return &pod{pool: pool, agg: agg, ex: ex}
 }
 
-// run starts ex.Run in a goroutine. The returned stop cancels it and returns once Run
-// has returned; it also runs when the test ends.
+// run starts ex.Run and the aggregator's deadline sweeper in goroutines, as a replica
+// runs them. The returned stop cancels both and returns once both have returned; it
+// also runs when the test ends.
 func (p *pod) run(t *testing.T) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	swept := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = p.ex.Run(ctx)
 	}()
-	stop = sync.OnceFunc(func() { cancel(); <-done })
+	go func() {
+		defer close(swept)
+		p.agg.RunSweeper(ctx)
+	}()
+	stop = sync.OnceFunc(func() { cancel(); <-done; <-swept })
 	t.Cleanup(stop)
 	return stop
 }
