@@ -1,8 +1,10 @@
 // Package aggregator is the single place where events meet wait states. Every source
-// (HTTP callbacks, the Kafka consumer, the deadline sweeper) hands it the same
-// Event; it correlates the event by execution_id and correlation_id, records it under an
-// optimistic version fence, applies the wait's strategy, and — in the same transaction —
-// completes the wait, writes the node's output and enqueues the execution's continuation.
+// (HTTP callbacks, the Kafka consumer) hands it the same Event; it correlates the event
+// by execution_id and correlation_id, records it under an optimistic version fence,
+// applies the wait's strategy, and — in the same transaction — completes the wait,
+// writes the node's output and enqueues the execution's continuation. Deadlines are
+// decided here too (RunSweeper), behind the same fence, so an event and its deadline
+// can never both win.
 //
 // It does not run workflows (that is the executor, which picks up the continuation from
 // the run queue) and it knows nothing of HTTP or Kafka.

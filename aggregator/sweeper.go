@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -96,9 +97,14 @@ func (a *Aggregator) takeDeadlineHint() (time.Time, bool) {
 	return h, !h.IsZero()
 }
 
-// drainDue sweeps until nothing is due, with SweepWorkers transactions in flight: a burst
-// of deadlines (100 000 waits registered together) is shared out by SKIP LOCKED.
+// drainDue sweeps until nothing is due. One sweep looks first; only when it found a
+// full batch do SweepWorkers transactions run at once, sharing a burst of deadlines
+// (100 000 waits registered together) out by SKIP LOCKED.
 func (a *Aggregator) drainDue(ctx context.Context) error {
+	n, err := a.Sweep(ctx, time.Now())
+	if err != nil || n < a.cfg.SweepBatch {
+		return err
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, a.cfg.SweepWorkers)
 	for i := range a.cfg.SweepWorkers {
@@ -118,12 +124,7 @@ func (a *Aggregator) drainDue(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Sweep decides up to SweepBatch waits whose next deadline is at or before now, in one

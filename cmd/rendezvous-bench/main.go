@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/bench"
 )
@@ -26,9 +27,12 @@ func main() {
 	baselineFor := flag.Duration("baseline-duration", 5*time.Second, "how long the baseline loop runs")
 	out := flag.String("json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	only := flag.String("only", "", "run only this part besides the baseline: callbacks or kafka")
+	due := flag.Int("due", 100000, "waits whose deadline falls at the same moment")
+	sweepWorkers := flag.Int("sweep-workers", aggregator.SweepWorkersDefault, "sweeper transactions in flight")
+	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka or deadlines")
 	flag.Parse()
 	onlyPart = *only
+	dueWaits, sweepers = *due, *sweepWorkers
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -49,6 +53,12 @@ func main() {
 // onlyPart restricts a run to one part (for profiling).
 var onlyPart string
 
+// dueWaits and sweepers configure the deadline part.
+var dueWaits, sweepers int
+
+// runs reports whether a part is to run.
+func runs(part string) bool { return onlyPart == "" || onlyPart == part }
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
@@ -62,6 +72,9 @@ type results struct {
 	Ratio      float64              `json:"callbacks_to_baseline"`
 	Kafka      bench.KafkaResult    `json:"kafka"`
 	KafkaRatio float64              `json:"kafka_to_baseline"`
+	Deadlines  bench.DeadlineResult `json:"deadlines"`
+	// DeadlineRatio: timed-out waits per second against the baseline's updates per second.
+	DeadlineRatio float64 `json:"deadlines_to_baseline"`
 }
 
 func run(url string, concurrency, waits, records, partitions int, baselineFor time.Duration, out string) error {
@@ -83,7 +96,7 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var cb bench.CallbackResult
-	if onlyPart != "kafka" {
+	if runs("callbacks") {
 		fmt.Printf("callbacks: %d waits answered by %d concurrent clients …\n", waits, concurrency)
 		if cb, err = bench.Callbacks(ctx, schema.URL, concurrency, waits, logger); err != nil {
 			return fmt.Errorf("callbacks: %w", err)
@@ -96,13 +109,26 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 	}
 	defer kschema.Drop()
 	var kr bench.KafkaResult
-	if onlyPart != "callbacks" {
+	if runs("kafka") {
 		fmt.Printf("kafka: %d records over %d partitions, one per waiting state …\n", records, partitions)
 		if kr, err = bench.Kafka(ctx, kschema.URL, partitions, records, logger); err != nil {
 			return fmt.Errorf("kafka: %w", err)
 		}
 	}
-	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond}
+	var dr bench.DeadlineResult
+	if runs("deadlines") {
+		dschema, err := bench.NewSchema(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer dschema.Drop()
+		fmt.Printf("deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
+		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, logger); err != nil {
+			return fmt.Errorf("deadlines: %w", err)
+		}
+	}
+	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond,
+		Deadlines: dr, DeadlineRatio: dr.PerSecond / base.PerSecond}
 
 	fmt.Println()
 	fmt.Printf("%-44s %12s %10s\n", "measure", "value", "× baseline")
@@ -121,6 +147,12 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
 		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
 		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p99", ms(kr.ToContinuation.P99))
+	}
+	if dr.Due > 0 {
+		fmt.Printf("%-44s %12.0f %10.2f\n", fmt.Sprintf("deadlines timed out/s (%d due at once)", dr.Due), dr.PerSecond, r.DeadlineRatio)
+		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p50", ms(dr.Lateness.P50))
+		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p99", ms(dr.Lateness.P99))
+		fmt.Printf("%-44s %12s\n", "deadline → timeout committed max", ms(dr.Lateness.Max))
 	}
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p50", ms(base.Latency.P50))
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p99", ms(base.Latency.P99))

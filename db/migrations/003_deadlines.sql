@@ -17,10 +17,12 @@ DROP INDEX idx_execution_wait_states_expires_at;
 CREATE INDEX idx_execution_wait_states_next_deadline ON execution_wait_states (next_deadline_at)
     WHERE status = 'waiting';
 
--- Every write to a wait state maintains each index that is not partial. Lookups by
--- execution_id are served by UNIQUE (execution_id, node_id) and by
--- (execution_id, correlation_id), whose leading column it is.
+-- Every write to a wait state maintains each index that is not partial, so indexes
+-- that serve no lookup go: by execution_id, UNIQUE (execution_id, node_id) serves (it
+-- leads with the column); by both ids, the unique index on correlation_id finds the one
+-- row and the execution id is checked on it.
 DROP INDEX idx_execution_wait_states_execution_id;
+DROP INDEX idx_execution_wait_states_exec_corr;
 
 -- A cancelled execution leaves its unfinished nodes cancelled.
 ALTER TABLE node_executions DROP CONSTRAINT node_executions_status_check;
@@ -36,6 +38,7 @@ ALTER TABLE node_executions DROP CONSTRAINT node_executions_status_check;
 ALTER TABLE node_executions ADD CONSTRAINT node_executions_status_check
     CHECK (status IN ('pending', 'running', 'waiting_for_events', 'completed', 'failed', 'skipped'));
 CREATE INDEX idx_execution_wait_states_execution_id ON execution_wait_states (execution_id);
+CREATE INDEX idx_execution_wait_states_exec_corr ON execution_wait_states (execution_id, correlation_id);
 DROP INDEX idx_execution_wait_states_next_deadline;
 CREATE INDEX idx_execution_wait_states_expires_at ON execution_wait_states (expires_at) WHERE status = 'waiting';
 ALTER TABLE execution_wait_states DROP COLUMN timed_out_events, DROP COLUMN next_deadline_at;

@@ -114,8 +114,8 @@ func Baseline(ctx context.Context, pool *pgxpool.Pool, concurrency int, d time.D
 		for range rowsPerWorker {
 			id := uuid.New()
 			ids[w] = append(ids[w], id)
-			if _, err := pool.Exec(ctx, `INSERT INTO bench_versioned (id, execution_id, node_id, correlation_id, aggregation_strategy, expires_at)
-				VALUES ($1, $2, 'wait', $3, 'all', now() + interval '1 hour')`, id, uuid.New(), uuid.New()); err != nil {
+			if _, err := pool.Exec(ctx, `INSERT INTO bench_versioned (id, execution_id, node_id, correlation_id, aggregation_strategy, expires_at, next_deadline_at)
+				VALUES ($1, $2, 'wait', $3, 'all', now() + interval '1 hour', now() + interval '1 hour')`, id, uuid.New(), uuid.New()); err != nil {
 				return BaselineResult{}, err
 			}
 		}

@@ -1,0 +1,163 @@
+package aggregator_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// queryCounter counts the statements a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// sweeperFixture is a fixture whose pool counts statements, with the aggregator's
+// sweeper reporting what it fired.
+type sweeperFixture struct {
+	*fixture
+	queries *queryCounter
+	mu      sync.Mutex
+	fired   []aggregator.Expired
+	firedCh chan struct{}
+}
+
+func newSweeperFixture(t *testing.T, cfg aggregator.Config) *sweeperFixture {
+	t.Helper()
+	schema := dbtest.NewSchema(t)
+	pcfg, err := pgxpool.ParseConfig(schema.URL)
+	require.NoError(t, err)
+	counter := &queryCounter{}
+	pcfg.ConnConfig.Tracer = counter
+	pcfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(t.Context(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), `INSERT INTO workflows (name, version, definition) VALUES ('orders', 1, '{}')`)
+	require.NoError(t, err)
+
+	sf := &sweeperFixture{queries: counter, firedCh: make(chan struct{}, 1000)}
+	logs := &logCapture{}
+	cfg.InstanceID, cfg.Logger = "sweeper", slog.New(logs)
+	cfg.OnExpired = func(ex []aggregator.Expired) {
+		sf.mu.Lock()
+		sf.fired = append(sf.fired, ex...)
+		sf.mu.Unlock()
+		sf.firedCh <- struct{}{}
+	}
+	agg, err := aggregator.New(pool, cfg)
+	require.NoError(t, err)
+	sf.fixture = &fixture{pool: pool, agg: agg, q: dbsqlc.New(), logs: logs}
+	return sf
+}
+
+func (sf *sweeperFixture) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sf.agg.RunSweeper(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (sf *sweeperFixture) firedCount() int {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return len(sf.fired)
+}
+
+// TestSweeperSleepsUntilTheDeadline: with one deadline ahead and nothing due, the
+// sweeper issues a handful of statements, not a poll loop; it then fires the deadline
+// close to its time, and goes quiet again.
+func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
+	t.Parallel()
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg.Timeout = 1500 * time.Millisecond
+	w := sf.newWait(t, reg)
+
+	before := sf.queries.n.Load()
+	sf.run(t)
+	time.Sleep(time.Second)
+	idle := sf.queries.n.Load() - before
+	// A sweep that finds nothing (begin, claim, commit) and one look at the next deadline.
+	require.LessOrEqual(t, idle, int64(6), "statements in 1 s while nothing was due")
+
+	select {
+	case <-sf.firedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline never fired")
+	}
+	sf.mu.Lock()
+	require.Len(t, sf.fired, 1)
+	require.Equal(t, w.ID.String(), sf.fired[0].WaitStateID)
+	require.Less(t, sf.fired[0].Lateness, time.Second)
+	require.GreaterOrEqual(t, sf.fired[0].Lateness, time.Duration(0))
+	sf.mu.Unlock()
+	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+
+	time.Sleep(200 * time.Millisecond) // let the sweep after the firing settle
+	quiet := sf.queries.n.Load()
+	time.Sleep(time.Second)
+	require.LessOrEqual(t, sf.queries.n.Load()-quiet, int64(2), "statements in 1 s after the only deadline fired")
+}
+
+// TestSweeperWokenByEarlierRegistration: a sweeper asleep for long is woken by a wait
+// registered in its process with an earlier deadline, and fires it on time.
+func TestSweeperWokenByEarlierRegistration(t *testing.T) {
+	t.Parallel()
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	far := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	far.Timeout = time.Hour
+	sf.newWait(t, far)
+	sf.run(t)
+	time.Sleep(300 * time.Millisecond) // asleep until the hour is up
+
+	soon := far
+	soon.Timeout = 400 * time.Millisecond
+	w := sf.newWait(t, soon)
+	select {
+	case <-sf.firedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the earlier deadline did not wake the sweeper")
+	}
+	require.Equal(t, 1, sf.firedCount())
+	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+}
+
+// TestSweeperFindsOtherReplicasDeadlines: a wait registered elsewhere (no hint reaches
+// this sweeper) is still found within SweepMaxSleep.
+func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
+	t.Parallel()
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: 300 * time.Millisecond})
+	sf.run(t)
+	time.Sleep(100 * time.Millisecond)
+
+	other, err := aggregator.New(sf.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg.Timeout = 200 * time.Millisecond
+	otherFixture := &fixture{pool: sf.pool, agg: other, q: dbsqlc.New(), logs: sf.logs}
+	w := otherFixture.newWait(t, reg)
+	select {
+	case <-sf.firedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline registered by another replica was never fired")
+	}
+	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+	sf.mu.Lock()
+	require.Less(t, sf.fired[0].Lateness, 300*time.Millisecond+500*time.Millisecond)
+	sf.mu.Unlock()
+}

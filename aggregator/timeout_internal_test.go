@@ -1,0 +1,141 @@
+package aggregator
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDecideTimeoutMatrix pins the on-timeout rules for every strategy and policy, with
+// api_response required and kafka_event optional, at the overall deadline, for each of:
+// nothing arrived, only the optional event arrived, only the required event arrived.
+// The expectations are written out, not derived, so a change of rule shows up here.
+func TestDecideTimeoutMatrix(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	expected := []Expected{
+		{Name: EventAPIResponse, Source: "callback", Required: true},
+		{Name: EventKafka, Source: "kafka", Required: false},
+	}
+	requiredOf := func(strategy string) []string {
+		r, err := RequiredSet(strategy, expected, []string{EventAPIResponse})
+		require.NoError(t, err)
+		return r
+	}
+	const (
+		fail = "fail"
+		cont = "continue"
+		done = "completed before the deadline"
+	)
+	arrivals := map[string][]string{
+		"none":          nil,
+		"optional only": {EventKafka},
+		"required only": {EventAPIResponse},
+	}
+	// strategy -> arrival -> onTimeout -> outcome
+	want := map[string]map[string]map[string]string{
+		StrategyAll: {
+			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"required only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
+		},
+		StrategyAny: {
+			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"optional only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+		},
+		StrategyRequiredOnly: {
+			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+		},
+		StrategyCustom: { // requiredEvents: [api_response]
+			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+		},
+	}
+	for strategy, byArrival := range want {
+		enabled := []string{EventAPIResponse, EventKafka}
+		for arrival, byPolicy := range byArrival {
+			for policy, outcome := range byPolicy {
+				t.Run(strategy+"/"+arrival+"/"+policy, func(t *testing.T) {
+					received := arrivals[arrival]
+					satisfied := Satisfied(strategy, enabled, requiredOf(strategy), received)
+					if outcome == done {
+						require.True(t, satisfied, "the wait completes when the event arrives; no deadline decides it")
+						return
+					}
+					require.False(t, satisfied)
+					d := decideTimeout(strategy, policy, expected, requiredOf(strategy), received, nil, t0, t0)
+					require.True(t, d.Fire)
+					require.Equal(t, outcome == cont, d.Continue, d.Reason)
+					var missing []string
+					for _, e := range enabled {
+						if !slices.Contains(received, e) {
+							missing = append(missing, e)
+						}
+					}
+					require.Equal(t, missing, d.TimedOut)
+					if outcome == fail {
+						for _, m := range missing {
+							require.Contains(t, d.Reason, m)
+						}
+					} else {
+						require.Empty(t, d.Reason)
+					}
+					require.Equal(t, policy == OnTimeoutContinueWithPartial, d.Partial)
+				})
+			}
+		}
+	}
+}
+
+// TestDecideTimeoutEventDeadlines: an event's own deadline before the overall one ends
+// the wait only when the strategy cannot do without that event.
+func TestDecideTimeoutEventDeadlines(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	kafkaAt, apiAt, overall := t0.Add(10*time.Second), t0.Add(30*time.Second), t0.Add(60*time.Second)
+	expected := []Expected{
+		{Name: EventAPIResponse, Required: true, DeadlineAt: &apiAt},
+		{Name: EventKafka, Required: false, DeadlineAt: &kafkaAt},
+	}
+	custom := []string{EventAPIResponse}
+	cases := []struct {
+		name, strategy string
+		received       []string
+		now            time.Time
+		fire           bool
+		timedOut       []string
+		next           time.Time
+	}{
+		{"before any deadline", StrategyAll, nil, t0.Add(5 * time.Second), false, nil, kafkaAt},
+		{"all: optional event's deadline ends the wait", StrategyAll, nil, kafkaAt, true, []string{EventKafka}, overall},
+		{"required_only: optional deadline only recorded", StrategyRequiredOnly, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"custom: event outside requiredEvents only recorded", StrategyCustom, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"required_only: required event's deadline ends it", StrategyRequiredOnly, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
+		{"any: one event timed out, the other can still come", StrategyAny, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"any: every event timed out", StrategyAny, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
+		{"due deadline of an event that arrived: move on", StrategyRequiredOnly, []string{EventKafka}, kafkaAt, false, nil, apiAt},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			required, err := RequiredSet(c.strategy, expected, custom)
+			require.NoError(t, err)
+			d := decideTimeout(c.strategy, OnTimeoutFail, expected, required, c.received, nil, overall, c.now)
+			require.Equal(t, c.fire, d.Fire)
+			require.ElementsMatch(t, c.timedOut, d.TimedOut)
+			require.Equal(t, c.next, d.Next)
+		})
+	}
+
+	// Already timed-out events stay timed out and are not counted twice.
+	required, _ := RequiredSet(StrategyRequiredOnly, expected, nil)
+	d := decideTimeout(StrategyRequiredOnly, OnTimeoutContinueWithPartial, expected, required, nil, []string{EventKafka}, overall, apiAt)
+	require.True(t, d.Fire)
+	require.Equal(t, []string{EventKafka, EventAPIResponse}, d.TimedOut)
+	require.True(t, d.Continue)
+}

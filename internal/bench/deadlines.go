@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+)
+
+// DeadlineResult is the sweeper's figure for a burst of deadlines.
+type DeadlineResult struct {
+	Due     int     `json:"due"`
+	Workers int     `json:"sweep_workers"`
+	Seconds float64 `json:"seconds"`
+	// PerSecond: waits timed out (decision committed) per second, from the deadline to
+	// the last commit.
+	PerSecond float64 `json:"per_second"`
+	// Lateness: from the deadline to the commit of the wait's timeout.
+	Lateness Latencies `json:"lateness"`
+}
+
+// Deadlines parks due waits (executions, nodes and wait states, written set-based as
+// Register would write them) with one shared deadline a few seconds ahead, then runs one
+// replica's sweeper and measures how late each wait's timeout commits. The waits use the
+// default onTimeout fail, so each timeout also fails its node and enqueues the
+// continuation that fails the execution; the executor itself is not running, so the
+// figure is the deadline decisions alone.
+func Deadlines(ctx context.Context, url string, due, workers int, logger *slog.Logger) (DeadlineResult, error) {
+	pool, err := db.Connect(ctx, url, int32(workers+2))
+	if err != nil {
+		return DeadlineResult{}, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `INSERT INTO workflows (name, version, definition) VALUES ('bench-deadlines', 1, '{}')`); err != nil {
+		return DeadlineResult{}, err
+	}
+	far := time.Now().Add(24 * time.Hour)
+	const chunk = 20000
+	for left := due; left > 0; left -= chunk {
+		n := min(left, chunk)
+		if _, err := pool.Exec(ctx, `
+WITH e AS (
+    INSERT INTO executions (id, workflow_name, workflow_version, status)
+    SELECT gen_random_uuid(), 'bench-deadlines', 1, 'waiting' FROM generate_series(1, $1::integer)
+    RETURNING id
+), n AS (
+    INSERT INTO node_executions (execution_id, node_id, status, started_at)
+    SELECT id, 'wait', 'waiting_for_events', now() FROM e
+)
+INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy,
+    required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled,
+    on_timeout, output_mapping, expires_at, next_deadline_at)
+SELECT gen_random_uuid(), id, 'wait', gen_random_uuid(), 'all',
+    '["api_response","kafka_event"]', '["api_response","kafka_event"]',
+    '[{"name":"api_response","source":"callback","required":true,"timeout_ms":5000},{"name":"kafka_event","source":"kafka","topic":"bench","required":true,"timeout_ms":5000}]',
+    true, true, 'fail', '{"apiResponse":"api_response","kafkaEvent":"kafka_event"}', $2, $2
+FROM e`, n, far); err != nil {
+			return DeadlineResult{}, fmt.Errorf("park waits: %w", err)
+		}
+	}
+	deadline := time.Now().Add(4 * time.Second).UTC().Truncate(time.Microsecond)
+	if _, err := pool.Exec(ctx, `UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`, deadline); err != nil {
+		return DeadlineResult{}, err
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE execution_wait_states`); err != nil {
+		return DeadlineResult{}, err
+	}
+	if time.Until(deadline) < time.Second {
+		return DeadlineResult{}, fmt.Errorf("parking %d waits took too long to measure a shared deadline", due)
+	}
+
+	var mu sync.Mutex
+	lateness := make([]time.Duration, 0, due)
+	var last time.Time
+	allFired := make(chan struct{})
+	agg, err := aggregator.New(pool, aggregator.Config{
+		InstanceID: "bench", Logger: logger, SweepWorkers: workers,
+		OnExpired: func(ex []aggregator.Expired) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range ex {
+				lateness = append(lateness, e.Lateness)
+			}
+			last = time.Now()
+			if len(lateness) == due {
+				close(allFired)
+			}
+		},
+	})
+	if err != nil {
+		return DeadlineResult{}, err
+	}
+	sweepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{})
+	go func() { agg.RunSweeper(sweepCtx); close(done) }()
+	select {
+	case <-allFired:
+	case <-time.After(time.Until(deadline) + 5*time.Minute):
+		stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return DeadlineResult{}, fmt.Errorf("only %d of %d deadlines fired", len(lateness), due)
+	}
+	stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	secs := last.Sub(deadline).Seconds()
+	return DeadlineResult{
+		Due: due, Workers: workers, Seconds: secs, PerSecond: float64(due) / secs,
+		Lateness: Summarise(lateness),
+	}, nil
+}
