@@ -391,6 +391,7 @@ func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64
 	}
 	_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
 		ReceivedEvents:  receivedJSON,
+		TimedOutEvents:  w.timedOutJSON(),
 		ApiResponseData: w.row.ApiResponseData,
 		KafkaEventData:  w.row.KafkaEventData,
 		Status:          w.row.Status,

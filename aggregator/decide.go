@@ -80,10 +80,22 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 		names[i] = r.Name
 	}
 	if Satisfied(w.row.AggregationStrategy, w.enabled, w.required, names) {
+		if err := w.notePassedDeadlines(now); err != nil {
+			return "", err
+		}
 		w.row.Status = StatusCompleted
 		return Completed, nil
 	}
 	return Recorded, nil
+}
+
+// timedOutJSON encodes the timed-out events for timed_out_events, [] when none.
+func (w *wait) timedOutJSON() []byte {
+	if len(w.timedOut) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(w.timedOut) // a []string always encodes
+	return b
 }
 
 func (w *wait) decodeExpected() error {

@@ -21,6 +21,9 @@ const (
 	SweepMaxSleepDefault = 5 * time.Second
 )
 
+// sweepRecheck is how soon the sweeper looks again at due waits that others hold locked.
+const sweepRecheck = 25 * time.Millisecond
+
 // Expired reports one wait that a deadline ended.
 type Expired struct {
 	WaitStateID string
@@ -52,11 +55,17 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 		} else {
 			backoff = 0
 		}
-		target := time.Now().Add(a.cfg.SweepMaxSleep)
+		now := time.Now()
+		target := now.Add(a.cfg.SweepMaxSleep)
 		if backoff > 0 {
-			target = time.Now().Add(backoff)
+			target = now.Add(backoff)
 		} else if next, err := a.q.WaitStateNextDeadline(ctx, a.pool); err == nil && !next.IsZero() && next.Before(target) {
+			// A next deadline already past belongs to waits another transaction holds
+			// (another pod's sweep, an event, a cancel): look again shortly, not at once.
 			target = next
+			if recheck := now.Add(sweepRecheck); target.Before(recheck) {
+				target = recheck
+			}
 		}
 		for {
 			if hint, ok := a.takeDeadlineHint(); ok && hint.Before(target) {

@@ -161,3 +161,37 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 	require.Less(t, sf.fired[0].Lateness, 300*time.Millisecond+500*time.Millisecond)
 	sf.mu.Unlock()
 }
+
+// TestSweeperDoesNotSpinOnLockedDueWaits: a due wait that another transaction holds
+// (another pod's sweep, an event being applied) is looked at again shortly, not in a
+// tight loop.
+func TestSweeperDoesNotSpinOnLockedDueWaits(t *testing.T) {
+	t.Parallel()
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg.Timeout = 50 * time.Millisecond
+	w := sf.newWait(t, reg)
+	time.Sleep(100 * time.Millisecond)
+
+	holder, err := sf.pool.Begin(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	_, err = holder.Exec(t.Context(), `SELECT 1 FROM execution_wait_states WHERE id = $1 FOR UPDATE`, w.ID)
+	require.NoError(t, err)
+
+	before := sf.queries.n.Load()
+	sf.run(t)
+	time.Sleep(500 * time.Millisecond)
+	spent := sf.queries.n.Load() - before
+	// One look every 25 ms is about 20 rounds of 4 statements; a spin is thousands.
+	require.Less(t, spent, int64(200), "statements in 500 ms while the only due wait was locked")
+	require.Zero(t, sf.firedCount())
+
+	require.NoError(t, holder.Rollback(t.Context()))
+	select {
+	case <-sf.firedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait was not fired once released")
+	}
+	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+}

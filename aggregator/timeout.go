@@ -41,7 +41,7 @@ type timeoutDecision struct {
 //     an optional event's timeout is only recorded (it no longer counts if it arrives).
 //
 // What an ended wait does is the node's onTimeout:
-//   - fail: the node and the execution fail, naming the events that did not arrive.
+//   - fail: the node and the execution fail, naming every event that did not arrive.
 //   - continue: the node continues, with null data for what is missing, when every event
 //     it must have arrived — for all and any those marked required: true (the schema's
 //     "must receive to continue"), for required_only and custom the strategy's required
@@ -109,7 +109,13 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 		d.Continue = len(missing) == 0
 	}
 	if !d.Continue {
-		what := "timed out waiting for " + strings.Join(d.TimedOut, ", ")
+		var absent []string
+		for _, e := range expected {
+			if !slices.Contains(received, e.Name) {
+				absent = append(absent, e.Name)
+			}
+		}
+		what := "timed out waiting for " + strings.Join(absent, ", ")
 		if onTimeout == OnTimeoutContinue {
 			d.Reason = fmt.Sprintf("%s (onTimeout continue needs %s, which did not arrive)", what, strings.Join(missing, ", "))
 		} else {
@@ -137,4 +143,25 @@ func (w *wait) eventPastDeadline(name string, now time.Time) bool {
 	}
 	i := slices.IndexFunc(w.expected, func(e Expected) bool { return e.Name == name })
 	return i >= 0 && w.expected[i].DeadlineAt != nil && !now.Before(*w.expected[i].DeadlineAt)
+}
+
+// notePassedDeadlines adds to the timed-out list the events that have not arrived and
+// whose own deadline has passed at now, as the sweeper would have. A wait completing
+// before the sweeper got to such a deadline reports the same timed_out_events as one
+// completing after: the output does not depend on when the sweeper ran.
+func (w *wait) notePassedDeadlines(now time.Time) error {
+	if now.Before(w.row.NextDeadlineAt) {
+		return nil
+	}
+	if err := w.decodeExpected(); err != nil {
+		return err
+	}
+	for _, e := range w.expected {
+		if e.DeadlineAt == nil || now.Before(*e.DeadlineAt) || slices.Contains(w.timedOut, e.Name) ||
+			slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == e.Name }) {
+			continue
+		}
+		w.timedOut = append(w.timedOut, e.Name)
+	}
+	return nil
 }

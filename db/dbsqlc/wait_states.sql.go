@@ -718,20 +718,22 @@ func (q *Queries) WaitStateNextDeadline(ctx context.Context, db DBTX) (time.Time
 const waitStateRecordEvent = `-- name: WaitStateRecordEvent :one
 UPDATE execution_wait_states
 SET received_events = $1::jsonb,
-    api_response_data = coalesce($2::jsonb, api_response_data),
-    kafka_event_data = coalesce($3::jsonb, kafka_event_data),
-    status = $4::text,
+    timed_out_events = $2::jsonb,
+    api_response_data = coalesce($3::jsonb, api_response_data),
+    kafka_event_data = coalesce($4::jsonb, kafka_event_data),
+    status = $5::text,
     -- version counts applied changes: a write carrying several events adds them all.
-    version = version + $5::bigint,
+    version = version + $6::bigint,
     -- The moment of the change, not the transaction's start: a batch's transaction may
     -- have begun before its record was even produced.
     updated_at = clock_timestamp()
-WHERE id = $6::uuid AND version = $7::bigint
+WHERE id = $7::uuid AND version = $8::bigint
 RETURNING version
 `
 
 type WaitStateRecordEventParams struct {
 	ReceivedEvents  json.RawMessage
+	TimedOutEvents  json.RawMessage
 	ApiResponseData json.RawMessage
 	KafkaEventData  json.RawMessage
 	Status          string
@@ -745,6 +747,7 @@ type WaitStateRecordEventParams struct {
 func (q *Queries) WaitStateRecordEvent(ctx context.Context, db DBTX, arg WaitStateRecordEventParams) (int64, error) {
 	row := db.QueryRow(ctx, waitStateRecordEvent,
 		arg.ReceivedEvents,
+		arg.TimedOutEvents,
 		arg.ApiResponseData,
 		arg.KafkaEventData,
 		arg.Status,
@@ -764,14 +767,16 @@ WITH input AS (
            unnest($2::bigint[]) AS version,
            unnest($3::bigint[]) AS applied,
            unnest($4::jsonb[]) AS received_events,
-           unnest($5::jsonb[]) AS api_response_data,
-           unnest($6::jsonb[]) AS kafka_event_data,
-           unnest($7::text[]) AS status,
-           unnest($8::jsonb[]) AS output
+           unnest($5::jsonb[]) AS timed_out_events,
+           unnest($6::jsonb[]) AS api_response_data,
+           unnest($7::jsonb[]) AS kafka_event_data,
+           unnest($8::text[]) AS status,
+           unnest($9::jsonb[]) AS output
 ),
 w AS (
     UPDATE execution_wait_states AS e
     SET received_events = i.received_events,
+        timed_out_events = i.timed_out_events,
         api_response_data = coalesce(i.api_response_data, e.api_response_data),
         kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
         status = i.status,
@@ -801,6 +806,7 @@ type WaitStateRecordEventsParams struct {
 	Versions        []int64
 	Applied         []int64
 	ReceivedEvents  []json.RawMessage
+	TimedOutEvents  []json.RawMessage
 	ApiResponseData []json.RawMessage
 	KafkaEventData  []json.RawMessage
 	Statuses        []string
@@ -817,6 +823,7 @@ func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitSt
 		arg.Versions,
 		arg.Applied,
 		arg.ReceivedEvents,
+		arg.TimedOutEvents,
 		arg.ApiResponseData,
 		arg.KafkaEventData,
 		arg.Statuses,

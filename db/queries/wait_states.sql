@@ -37,6 +37,7 @@ ORDER BY created_at, node_id;
 -- rows means another writer got there first and the caller must reload and decide again.
 UPDATE execution_wait_states
 SET received_events = @received_events::jsonb,
+    timed_out_events = @timed_out_events::jsonb,
     api_response_data = coalesce(sqlc.narg(api_response_data)::jsonb, api_response_data),
     kafka_event_data = coalesce(sqlc.narg(kafka_event_data)::jsonb, kafka_event_data),
     status = @status::text,
@@ -88,6 +89,7 @@ WITH input AS (
            unnest(@versions::bigint[]) AS version,
            unnest(@applied::bigint[]) AS applied,
            unnest(@received_events::jsonb[]) AS received_events,
+           unnest(@timed_out_events::jsonb[]) AS timed_out_events,
            unnest(@api_response_data::jsonb[]) AS api_response_data,
            unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
            unnest(@statuses::text[]) AS status,
@@ -96,6 +98,7 @@ WITH input AS (
 w AS (
     UPDATE execution_wait_states AS e
     SET received_events = i.received_events,
+        timed_out_events = i.timed_out_events,
         api_response_data = coalesce(i.api_response_data, e.api_response_data),
         kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
         status = i.status,
