@@ -339,15 +339,27 @@ func (e *Executor) notifier(ctx context.Context) {
 }
 
 // resumeBatch continues executions whose waits ended — satisfied, or timed out (the
-// aggregator or the sweeper already finished their nodes) — in one transaction with a constant number of statements:
-// fence-delete the claimed rows, lock their executions in id order, load their nodes,
-// mark the waits resumed (once: resumed_at is set only if unset), advance each graph in
-// memory, and write the changes set-based. It returns how many claims were lost to
+// aggregator or the sweeper already finished their nodes) — in one transaction with a
+// constant number of statements: lock the executions in id order, fence-delete the
+// claimed rows, load their nodes, mark the waits resumed (once: resumed_at is set only
+// if unset), advance each graph in memory, and write the changes set-based. It returns how many claims were lost to
 // another pod; their work is left to that pod.
 func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (lost int, err error) {
 	var enqueued bool
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
 		enqueued, lost = false, 0
+		// Executions first, then the queue rows: the order every writer of an execution
+		// (runs, cancels, failures) takes, so none of them can deadlock with a resume.
+		execIDs := make([]uuid.UUID, 0, len(jobs))
+		for _, j := range jobs {
+			if !slices.Contains(execIDs, j.ExecutionID) {
+				execIDs = append(execIDs, j.ExecutionID)
+			}
+		}
+		execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
+		if err != nil {
+			return fmt.Errorf("lock executions: %w", err)
+		}
 		del := dbsqlc.RunQueueDeleteClaimedManyParams{}
 		for _, j := range jobs {
 			del.Ids, del.Attempts = append(del.Ids, j.ID), append(del.Attempts, j.Attempt)
@@ -367,16 +379,6 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		}
 		if len(mine) == 0 {
 			return nil
-		}
-		execIDs := make([]uuid.UUID, 0, len(mine))
-		for _, j := range mine {
-			if !slices.Contains(execIDs, j.ExecutionID) {
-				execIDs = append(execIDs, j.ExecutionID)
-			}
-		}
-		execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
-		if err != nil {
-			return fmt.Errorf("lock executions: %w", err)
 		}
 		nodes, err := e.q.NodeExecutionListByExecutions(ctx, tx, execIDs)
 		if err != nil {

@@ -61,11 +61,15 @@ func (q *Queries) ExecutionGet(ctx context.Context, db DBTX, id uuid.UUID) (Exec
 }
 
 const executionGetForUpdate = `-- name: ExecutionGetForUpdate :one
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid FOR UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid FOR NO KEY UPDATE
 `
 
-// Every change to an execution's graph (advancing, failing, finishing) happens under this
-// row lock, so two branches finishing at once cannot both miss their common successor.
+// Every change to an execution's graph (advancing, failing, finishing, cancelling)
+// happens under this row lock, so two branches finishing at once cannot both miss their
+// common successor. NO KEY UPDATE: the key never changes, and the weaker lock does not
+// block the foreign-key checks (FOR KEY SHARE) of an event's transaction inserting the
+// continuation while it holds the wait row — which would deadlock with a cancel holding
+// this lock and waiting for that wait row.
 func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Execution, error) {
 	row := db.QueryRow(ctx, executionGetForUpdate, id)
 	var i Execution
@@ -119,10 +123,11 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 }
 
 const executionListForUpdate = `-- name: ExecutionListForUpdate :many
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
 `
 
-// Locks in id order, so that batches locking overlapping executions cannot deadlock.
+// Locks in id order, so that batches locking overlapping executions cannot deadlock;
+// NO KEY UPDATE as ExecutionGetForUpdate.
 func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Execution, error) {
 	rows, err := db.Query(ctx, executionListForUpdate, ids)
 	if err != nil {

@@ -7,9 +7,13 @@ RETURNING *;
 SELECT * FROM executions WHERE id = @id::uuid;
 
 -- name: ExecutionGetForUpdate :one
--- Every change to an execution's graph (advancing, failing, finishing) happens under this
--- row lock, so two branches finishing at once cannot both miss their common successor.
-SELECT * FROM executions WHERE id = @id::uuid FOR UPDATE;
+-- Every change to an execution's graph (advancing, failing, finishing, cancelling)
+-- happens under this row lock, so two branches finishing at once cannot both miss their
+-- common successor. NO KEY UPDATE: the key never changes, and the weaker lock does not
+-- block the foreign-key checks (FOR KEY SHARE) of an event's transaction inserting the
+-- continuation while it holds the wait row — which would deadlock with a cancel holding
+-- this lock and waiting for that wait row.
+SELECT * FROM executions WHERE id = @id::uuid FOR NO KEY UPDATE;
 
 -- name: ExecutionSetStatus :exec
 UPDATE executions
@@ -20,8 +24,9 @@ SET status = @status::text,
 WHERE id = @id::uuid;
 
 -- name: ExecutionListForUpdate :many
--- Locks in id order, so that batches locking overlapping executions cannot deadlock.
-SELECT * FROM executions WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+-- Locks in id order, so that batches locking overlapping executions cannot deadlock;
+-- NO KEY UPDATE as ExecutionGetForUpdate.
+SELECT * FROM executions WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE;
 
 -- name: ExecutionSetStatusMany :exec
 UPDATE executions AS e

@@ -143,9 +143,9 @@ func cancelProblem(id uuid.UUID, err error) error {
 	case errors.Is(err, executor.ErrWaitNotFound):
 		return problem.New(http.StatusNotFound, "execution "+id.String()+" has no wait for this node").WithType("wait-not-found")
 	case errors.As(err, &fin):
-		return problem.New(http.StatusConflict, err.Error()).WithType("execution-finished").With("status", fin.Status)
+		return problem.New(http.StatusConflict, err.Error()).WithType("execution-finished").With("execution_status", fin.Status)
 	case errors.As(err, &wfin):
-		return problem.New(http.StatusConflict, err.Error()).WithType("wait-finished").With("status", wfin.Status)
+		return problem.New(http.StatusConflict, err.Error()).WithType("wait-finished").With("wait_status", wfin.Status)
 	}
 	return err
 }
