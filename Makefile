@@ -39,7 +39,7 @@ dev:
 run:
 	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
 
-## bench: callbacks correlated/s and resume latency, next to a versioned-UPDATE baseline
+## bench: callbacks, Kafka records and deadline bursts per second with latencies, next to a versioned-UPDATE baseline
 bench:
 	go run ./cmd/rendezvous-bench --database-url '$(DATABASE_URL)'
 

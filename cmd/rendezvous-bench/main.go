@@ -29,10 +29,11 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	due := flag.Int("due", 100000, "waits whose deadline falls at the same moment")
 	sweepWorkers := flag.Int("sweep-workers", aggregator.SweepWorkersDefault, "sweeper transactions in flight")
+	sweepBatch := flag.Int("sweep-batch", aggregator.SweepBatchDefault, "due waits decided per sweeper transaction")
 	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka or deadlines")
 	flag.Parse()
 	onlyPart = *only
-	dueWaits, sweepers = *due, *sweepWorkers
+	dueWaits, sweepers, sweepBatchSize = *due, *sweepWorkers, *sweepBatch
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -54,7 +55,7 @@ func main() {
 var onlyPart string
 
 // dueWaits and sweepers configure the deadline part.
-var dueWaits, sweepers int
+var dueWaits, sweepers, sweepBatchSize int
 
 // runs reports whether a part is to run.
 func runs(part string) bool { return onlyPart == "" || onlyPart == part }
@@ -123,7 +124,7 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 		}
 		defer dschema.Drop()
 		fmt.Printf("deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
-		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, logger); err != nil {
+		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, sweepBatchSize, logger); err != nil {
 			return fmt.Errorf("deadlines: %w", err)
 		}
 	}

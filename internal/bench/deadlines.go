@@ -15,6 +15,7 @@ import (
 type DeadlineResult struct {
 	Due     int     `json:"due"`
 	Workers int     `json:"sweep_workers"`
+	Batch   int     `json:"sweep_batch"`
 	Seconds float64 `json:"seconds"`
 	// PerSecond: waits timed out (decision committed) per second, from the deadline to
 	// the last commit.
@@ -29,7 +30,7 @@ type DeadlineResult struct {
 // default onTimeout fail, so each timeout also fails its node and enqueues the
 // continuation that fails the execution; the executor itself is not running, so the
 // figure is the deadline decisions alone.
-func Deadlines(ctx context.Context, url string, due, workers int, logger *slog.Logger) (DeadlineResult, error) {
+func Deadlines(ctx context.Context, url string, due, workers, batch int, logger *slog.Logger) (DeadlineResult, error) {
 	pool, err := db.Connect(ctx, url, int32(workers+2))
 	if err != nil {
 		return DeadlineResult{}, err
@@ -78,7 +79,7 @@ FROM e`, n, far); err != nil {
 	var last time.Time
 	allFired := make(chan struct{})
 	agg, err := aggregator.New(pool, aggregator.Config{
-		InstanceID: "bench", Logger: logger, SweepWorkers: workers,
+		InstanceID: "bench", Logger: logger, SweepWorkers: workers, SweepBatch: batch,
 		OnExpired: func(ex []aggregator.Expired) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -113,7 +114,7 @@ FROM e`, n, far); err != nil {
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
 	return DeadlineResult{
-		Due: due, Workers: workers, Seconds: secs, PerSecond: float64(due) / secs,
+		Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
 		Lateness: Summarise(lateness),
 	}, nil
 }
