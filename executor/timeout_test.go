@@ -86,6 +86,7 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 	w := waitOf(t, v, "wait")
 	require.Equal(t, aggregator.StatusTimeout, w.Status)
 	require.Equal(t, reason, errText(w.Error))
+	require.Equal(t, []string{"api_response"}, w.TimedOutEvents, "the view shows what timed out")
 	row := h.waitRow(t, id, "wait")
 	require.Equal(t, []string{"api_response"}, row.TimedOut)
 	require.True(t, row.Resumed, "the executor consumed the timeout's continuation")

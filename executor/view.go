@@ -54,11 +54,14 @@ type WaitView struct {
 	EnabledEvents  []string              `json:"enabled_events"`
 	RequiredEvents []string              `json:"required_events"`
 	ReceivedEvents []aggregator.Received `json:"received_events"`
+	TimedOutEvents []string              `json:"timed_out_events"`
 	Error          *string               `json:"error,omitempty"`
 	ResumedAt      *time.Time            `json:"resumed_at,omitempty"`
 	ResumedBy      *string               `json:"resumed_by,omitempty"`
 	ExpiresAt      time.Time             `json:"expires_at"`
-	CreatedAt      time.Time             `json:"created_at"`
+	// NextDeadlineAt is the earliest deadline still ahead of a waiting state.
+	NextDeadlineAt time.Time `json:"next_deadline_at"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // Execution returns an execution with its nodes and waits, read in one snapshot so that
@@ -101,11 +104,11 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 	for _, w := range waits {
 		wv := WaitView{ID: w.ID, NodeID: w.NodeID, CorrelationID: w.CorrelationID, Strategy: w.AggregationStrategy,
 			Status: w.Status, Version: w.Version, Error: w.Error, ResumedAt: w.ResumedAt, ResumedBy: w.ResumedBy,
-			ExpiresAt: w.ExpiresAt, CreatedAt: w.CreatedAt}
+			ExpiresAt: w.ExpiresAt, NextDeadlineAt: w.NextDeadlineAt, CreatedAt: w.CreatedAt}
 		for _, part := range []struct {
 			raw []byte
 			dst any
-		}{{w.EnabledEvents, &wv.EnabledEvents}, {w.RequiredEvents, &wv.RequiredEvents}, {w.ReceivedEvents, &wv.ReceivedEvents}} {
+		}{{w.EnabledEvents, &wv.EnabledEvents}, {w.RequiredEvents, &wv.RequiredEvents}, {w.ReceivedEvents, &wv.ReceivedEvents}, {w.TimedOutEvents, &wv.TimedOutEvents}} {
 			if err := json.Unmarshal(part.raw, part.dst); err != nil {
 				return nil, fmt.Errorf("decode wait state %s: %w", w.ID, err)
 			}
