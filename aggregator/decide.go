@@ -75,11 +75,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 		w.row.KafkaEventData = payload
 	}
 	w.applied++
-	names := make([]string, len(w.received))
-	for i, r := range w.received {
-		names[i] = r.Name
-	}
-	if Satisfied(w.row.AggregationStrategy, w.enabled, w.required, names) {
+	if Satisfied(w.row.AggregationStrategy, w.enabled, w.required, w.receivedNames()) {
 		if err := w.notePassedDeadlines(now); err != nil {
 			return "", err
 		}
@@ -87,6 +83,15 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 		return Completed, nil
 	}
 	return Recorded, nil
+}
+
+// receivedNames lists the names of the events received, in arrival order.
+func (w *wait) receivedNames() []string {
+	names := make([]string, len(w.received))
+	for i, r := range w.received {
+		names[i] = r.Name
+	}
+	return names
 }
 
 // timedOutJSON encodes the timed-out events for timed_out_events, [] when none.

@@ -161,11 +161,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 			if err := w.decodeExpected(); err != nil {
 				return err
 			}
-			names := make([]string, len(w.received))
-			for i, r := range w.received {
-				names[i] = r.Name
-			}
-			d := decideTimeout(row.AggregationStrategy, row.OnTimeout, w.expected, w.required, names, w.timedOut, row.ExpiresAt, now)
+			d := decideTimeout(row.AggregationStrategy, row.OnTimeout, w.expected, w.required, w.receivedNames(), w.timedOut, row.ExpiresAt, now)
 			timedOut, err := json.Marshal(d.TimedOut)
 			if err != nil {
 				return err

@@ -158,7 +158,7 @@ func (w *wait) notePassedDeadlines(now time.Time) error {
 	}
 	for _, e := range w.expected {
 		if e.DeadlineAt == nil || now.Before(*e.DeadlineAt) || slices.Contains(w.timedOut, e.Name) ||
-			slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == e.Name }) {
+			slices.Contains(w.receivedNames(), e.Name) {
 			continue
 		}
 		w.timedOut = append(w.timedOut, e.Name)

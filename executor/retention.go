@@ -75,25 +75,28 @@ func (e *Executor) Purge(ctx context.Context, cutoff time.Time) (Purged, error) 
 		}
 	}()
 	batch := int32(e.cfg.RetentionBatch)
-	for {
-		n, err := e.q.ExecutionDeleteFinishedBefore(ctx, conn, dbsqlc.ExecutionDeleteFinishedBeforeParams{Cutoff: cutoff, Max: batch})
-		if err != nil {
-			return p, fmt.Errorf("delete finished executions: %w", err)
-		}
-		p.Executions += n
-		if n < int64(batch) {
-			break
-		}
+	if p.Executions, err = drain(batch, func() (int64, error) {
+		return e.q.ExecutionDeleteFinishedBefore(ctx, conn, dbsqlc.ExecutionDeleteFinishedBeforeParams{Cutoff: cutoff, Max: batch})
+	}); err != nil {
+		return p, fmt.Errorf("delete finished executions: %w", err)
 	}
-	for {
-		n, err := e.q.WaitStateDeleteFinishedBefore(ctx, conn, dbsqlc.WaitStateDeleteFinishedBeforeParams{Cutoff: cutoff, Max: batch})
-		if err != nil {
-			return p, fmt.Errorf("delete finished waits: %w", err)
-		}
-		p.Waits += n
-		if n < int64(batch) {
-			break
-		}
+	if p.Waits, err = drain(batch, func() (int64, error) {
+		return e.q.WaitStateDeleteFinishedBefore(ctx, conn, dbsqlc.WaitStateDeleteFinishedBeforeParams{Cutoff: cutoff, Max: batch})
+	}); err != nil {
+		return p, fmt.Errorf("delete finished waits: %w", err)
 	}
 	return p, nil
+}
+
+// drain runs one batch delete until it deletes less than a full batch, and returns the
+// total.
+func drain(batch int32, deleteBatch func() (int64, error)) (int64, error) {
+	var total int64
+	for {
+		n, err := deleteBatch()
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
 }
