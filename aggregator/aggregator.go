@@ -39,14 +39,29 @@ const (
 	EventKafka       = "kafka_event"
 )
 
-// Wait state statuses.
+// Wait state statuses. An event wait is waiting, then completed, timeout, failed or
+// cancelled; a timer (the design note's time-based wait) is scheduled, then resumed,
+// cancelled or error.
 const (
 	StatusWaiting   = "waiting"
 	StatusCompleted = "completed"
 	StatusTimeout   = "timeout"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	StatusScheduled = "scheduled"
+	StatusResumed   = "resumed"
+	StatusError     = "error"
 )
+
+// Wait types: what a wait state waits for.
+const (
+	WaitTypeEvents = "events"
+	WaitTypeTimer  = "timer"
+)
+
+// Open reports whether a wait with this status can still end: an event wait waiting or
+// a timer scheduled.
+func Open(status string) bool { return status == StatusWaiting || status == StatusScheduled }
 
 // ConflictRetriesDefault bounds how many times one event is decided (the first attempt
 // included) when it keeps losing optimistic-lock races. Each loss means another writer committed, so progress is made

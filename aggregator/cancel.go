@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,12 +29,8 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if err != nil {
 		return nil, fmt.Errorf("load wait: %w", db.Interpret(err))
 	}
-	if row.Status != StatusWaiting {
+	if !Open(row.Status) {
 		return nil, &WaitFinishedError{Status: row.Status}
-	}
-	w, err := decodeWait(row)
-	if err != nil {
-		return nil, err
 	}
 	if _, err := a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusCancelled, Error: &reason, ID: row.ID, Version: row.Version}); err != nil {
 		if errors.Is(db.Interpret(err), db.ErrNotFound) {
@@ -44,12 +41,37 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if err := a.q.OutboxDeleteForWaitState(ctx, tx, row.ID); err != nil {
 		return nil, fmt.Errorf("drop unsent call: %w", err)
 	}
-	out, err := Output(row, w.received, w.timedOut, false)
+	out, err := cancelledOutput(row)
 	if err != nil {
 		return nil, err
 	}
-	out["cancelled"] = true
 	a.logger.InfoContext(ctx, "wait cancelled", "execution_id", executionID, "correlation_id", row.CorrelationID,
 		"node_id", nodeID, "instance_id", a.cfg.InstanceID, "reason", reason)
+	return out, nil
+}
+
+// cancelledOutput is what a cancelled wait hands on: for an event wait what arrived so
+// far, for a timer its settings, when it was due and when it moved on; cancelled: true
+// either way.
+func cancelledOutput(row dbsqlc.ExecutionWaitState) (map[string]any, error) {
+	var out map[string]any
+	if row.WaitType == WaitTypeTimer {
+		var err error
+		if out, err = TimerOutput(row); err != nil {
+			return nil, err
+		}
+		// Used only when the workflow continues, which it does now: downstream nodes see
+		// the same fields as after a fire.
+		out["resumed_at"] = time.Now().UTC()
+	} else {
+		w, err := decodeWait(row)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = Output(row, w.received, w.timedOut, false); err != nil {
+			return nil, err
+		}
+	}
+	out["cancelled"] = true
 	return out, nil
 }

@@ -34,12 +34,17 @@ type Registration struct {
 	OutputMapping map[string]string
 	// APICall: an outbound correlated call is queued in the same transaction.
 	APICall bool
+	// Timer, when set, makes this a time-based wait; the event fields are unused.
+	Timer *Timer
 }
 
 // Register creates the wait state (and its outbox row) inside the caller's transaction.
 // The row is committed before any call leaves, so a reply can never beat its row. The
 // caller wakes the outbox after its commit.
 func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (dbsqlc.ExecutionWaitState, error) {
+	if r.Timer != nil {
+		return a.registerTimer(ctx, tx, r)
+	}
 	required, err := RequiredSet(r.Strategy, r.Expected, r.RequiredEvents)
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, err
@@ -95,6 +100,8 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		OutputMapping:       js[3],
 		ExpiresAt:           expires,
 		NextDeadlineAt:      next,
+		WaitType:            WaitTypeEvents,
+		Status:              StatusWaiting,
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))

@@ -154,6 +154,23 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 		var p dbsqlc.WaitStateExpireParams
 		for _, row := range rows {
+			if row.WaitType == WaitTypeTimer {
+				output, err := timerDecision(row, now)
+				if err != nil {
+					return err
+				}
+				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true})
+				p.Ids = append(p.Ids, row.ID)
+				p.Versions = append(p.Versions, row.Version)
+				p.Bumps = append(p.Bumps, 1)
+				p.Statuses = append(p.Statuses, StatusResumed)
+				p.TimedOutEvents = append(p.TimedOutEvents, []byte("[]"))
+				p.NextDeadlines = append(p.NextDeadlines, row.NextDeadlineAt)
+				p.Errors = append(p.Errors, "")
+				p.NodeStatuses = append(p.NodeStatuses, "completed")
+				p.Outputs = append(p.Outputs, output)
+				continue
+			}
 			w, err := decodeWait(row)
 			if err != nil {
 				return err

@@ -80,7 +80,40 @@ func BuiltinNodeTypes() map[string]NodeType {
 	return map[string]NodeType{
 		"wait_events": {Parse: workflow.ParseWaitEventsNode, Run: runWaitEvents},
 		"http":        {Parse: workflow.ParseHTTPNode, Run: runHTTP},
+		"wait":        {Parse: workflow.ParseWaitNode, Run: runWait},
 	}
+}
+
+// runWait schedules a time-based wait: a wait state whose deadline is the moment it
+// resumes, fired by the deadline sweeper like any timeout. A moment already past
+// completes the node at once. Settings that cannot be evaluated (a template naming a
+// missing value, an unknown zone) fail the node, naming the bad value, and leave the
+// wait recorded in status error.
+func runWait(_ context.Context, rc *RunContext) (Outcome, error) {
+	cfg := rc.Node.Config.(*workflow.Wait)
+	now := time.Now().UTC()
+	plan, err := cfg.Plan(now, &rc.Scope)
+	if err != nil {
+		out := Failed("%v", err)
+		out.Wait = &aggregator.Registration{
+			ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: uuid.New(),
+			Timer: &aggregator.Timer{Error: err.Error(), Settings: map[string]any{"mode": cfg.Mode()}},
+		}
+		return out, nil
+	}
+	if !plan.At.After(now) {
+		output := plan.Settings
+		output["wait_type"] = aggregator.WaitTypeTimer
+		output["scheduled_for"] = plan.At.UTC()
+		output["resumed_at"] = now
+		return Completed(output), nil
+	}
+	return Outcome{Status: OutcomeWaiting, Output: map[string]any{
+		"status": aggregator.StatusScheduled, "scheduled_for": plan.At.UTC(),
+	}, Wait: &aggregator.Registration{
+		ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: uuid.New(),
+		Timer: &aggregator.Timer{At: plan.At, Settings: plan.Settings},
+	}}, nil
 }
 
 // runWaitEvents registers the wait. The correlated call itself is not made here: it is

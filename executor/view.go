@@ -45,10 +45,13 @@ type NodeView struct {
 
 // WaitView is one wait state.
 type WaitView struct {
-	ID             uuid.UUID             `json:"id"`
-	NodeID         string                `json:"node_id"`
-	CorrelationID  uuid.UUID             `json:"correlation_id"`
-	Strategy       string                `json:"aggregation_strategy"`
+	ID            uuid.UUID `json:"id"`
+	NodeID        string    `json:"node_id"`
+	CorrelationID uuid.UUID `json:"correlation_id"`
+	// WaitType is events or timer; a timer shows its settings and no event fields.
+	WaitType       string                `json:"wait_type"`
+	Timer          json.RawMessage       `json:"timer,omitempty"`
+	Strategy       string                `json:"aggregation_strategy,omitempty"`
 	Status         string                `json:"status"`
 	Version        int64                 `json:"version"`
 	EnabledEvents  []string              `json:"enabled_events"`
@@ -102,9 +105,12 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 			Attempts: n.Attempts, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt})
 	}
 	for _, w := range waits {
-		wv := WaitView{ID: w.ID, NodeID: w.NodeID, CorrelationID: w.CorrelationID, Strategy: w.AggregationStrategy,
-			Status: w.Status, Version: w.Version, Error: w.Error, ResumedAt: w.ResumedAt, ResumedBy: w.ResumedBy,
-			ExpiresAt: w.ExpiresAt, NextDeadlineAt: w.NextDeadlineAt, CreatedAt: w.CreatedAt}
+		wv := WaitView{ID: w.ID, NodeID: w.NodeID, CorrelationID: w.CorrelationID, WaitType: w.WaitType, Timer: w.Timer,
+			Strategy: w.AggregationStrategy, Status: w.Status, Version: w.Version, Error: w.Error, ResumedAt: w.ResumedAt,
+			ResumedBy: w.ResumedBy, ExpiresAt: w.ExpiresAt, NextDeadlineAt: w.NextDeadlineAt, CreatedAt: w.CreatedAt}
+		if w.WaitType == aggregator.WaitTypeTimer {
+			wv.Strategy = "" // unused columns of a timer are not shown
+		}
 		for _, part := range []struct {
 			raw []byte
 			dst any

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
@@ -263,6 +264,12 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		}
 		switch out.Status {
 		case OutcomeFailed:
+			if out.Wait != nil {
+				// A wait that could not be set up is kept, in status error, for operators.
+				if _, err := e.agg.Register(ctx, tx, *out.Wait); err != nil {
+					return fmt.Errorf("record failed wait: %w", err)
+				}
+			}
 			return e.failNode(ctx, tx, st, job.NodeID, out.Error)
 		case OutcomeWaiting:
 			ws, err := e.agg.Register(ctx, tx, *out.Wait)
@@ -279,8 +286,13 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			}
 			st.setNode(job.NodeID, nodeWaiting, raw)
 			notifyOutbox = out.Wait.APICall
-			e.logger.InfoContext(ctx, "waiting for events", "execution_id", st.exec.ID, "node_id", job.NodeID,
-				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID)
+			msg := "waiting for events"
+			if ws.WaitType == aggregator.WaitTypeTimer {
+				msg = "timer scheduled"
+			}
+			e.logger.InfoContext(ctx, msg, "execution_id", st.exec.ID, "node_id", job.NodeID,
+				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
+				"next_deadline_at", ws.NextDeadlineAt)
 			return e.settle(ctx, txWriter{e, tx}, st)
 		default:
 			raw, err := json.Marshal(out.Output)

@@ -30,7 +30,7 @@ func main() {
 	due := flag.Int("due", 100000, "waits whose deadline falls at the same moment")
 	sweepWorkers := flag.Int("sweep-workers", aggregator.SweepWorkersDefault, "sweeper transactions in flight")
 	sweepBatch := flag.Int("sweep-batch", aggregator.SweepBatchDefault, "due waits decided per sweeper transaction")
-	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka or deadlines")
+	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka, deadlines or timers")
 	flag.Parse()
 	onlyPart = *only
 	dueWaits, sweepers, sweepBatchSize = *due, *sweepWorkers, *sweepBatch
@@ -76,6 +76,9 @@ type results struct {
 	Deadlines  bench.DeadlineResult `json:"deadlines"`
 	// DeadlineRatio: timed-out waits per second against the baseline's updates per second.
 	DeadlineRatio float64 `json:"deadlines_to_baseline"`
+	// Timers: the same burst of wait-node timers resuming.
+	Timers     bench.DeadlineResult `json:"timers"`
+	TimerRatio float64              `json:"timers_to_baseline"`
 }
 
 func run(url string, concurrency, waits, records, partitions int, baselineFor time.Duration, out string) error {
@@ -124,12 +127,24 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 		}
 		defer dschema.Drop()
 		fmt.Printf("deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
-		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, sweepBatchSize, logger); err != nil {
+		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, sweepBatchSize, false, logger); err != nil {
 			return fmt.Errorf("deadlines: %w", err)
 		}
 	}
+	var tr bench.DeadlineResult
+	if runs("timers") {
+		tschema, err := bench.NewSchema(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer tschema.Drop()
+		fmt.Printf("timers: %d wait-node timers due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
+		if tr, err = bench.Deadlines(ctx, tschema.URL, dueWaits, sweepers, sweepBatchSize, true, logger); err != nil {
+			return fmt.Errorf("timers: %w", err)
+		}
+	}
 	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond,
-		Deadlines: dr, DeadlineRatio: dr.PerSecond / base.PerSecond}
+		Deadlines: dr, DeadlineRatio: dr.PerSecond / base.PerSecond, Timers: tr, TimerRatio: tr.PerSecond / base.PerSecond}
 
 	fmt.Println()
 	fmt.Printf("%-44s %12s %10s\n", "measure", "value", "× baseline")
@@ -154,6 +169,12 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p50", ms(dr.Lateness.P50))
 		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p99", ms(dr.Lateness.P99))
 		fmt.Printf("%-44s %12s\n", "deadline → timeout committed max", ms(dr.Lateness.Max))
+	}
+	if tr.Due > 0 {
+		fmt.Printf("%-44s %12.0f %10.2f\n", fmt.Sprintf("timers resumed/s (%d due at once)", tr.Due), tr.PerSecond, r.TimerRatio)
+		fmt.Printf("%-44s %12s\n", "timer → resume committed p50", ms(tr.Lateness.P50))
+		fmt.Printf("%-44s %12s\n", "timer → resume committed p99", ms(tr.Lateness.P99))
+		fmt.Printf("%-44s %12s\n", "timer → resume committed max", ms(tr.Lateness.Max))
 	}
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p50", ms(base.Latency.P50))
 	fmt.Printf("%-44s %12s\n", "baseline UPDATE p99", ms(base.Latency.P99))

@@ -49,6 +49,8 @@ type ExecutionWaitState struct {
 	ExpiresAt           time.Time
 	NextDeadlineAt      time.Time
 	TimedOutEvents      json.RawMessage
+	WaitType            string
+	Timer               json.RawMessage
 }
 
 type NodeExecution struct {

@@ -19,7 +19,7 @@ SET status = 'cancelled',
     error = $1::text,
     version = version + 1,
     updated_at = clock_timestamp()
-WHERE execution_id = $2::uuid AND status = 'waiting'
+WHERE execution_id = $2::uuid AND status IN ('waiting', 'scheduled')
 RETURNING id
 `
 
@@ -51,8 +51,8 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 }
 
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
-WHERE status = 'waiting' AND next_deadline_at <= $1::timestamptz
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz
 ORDER BY next_deadline_at
 LIMIT $2::integer
 FOR UPDATE SKIP LOCKED
@@ -100,6 +100,8 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 			&i.ExpiresAt,
 			&i.NextDeadlineAt,
 			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
 		); err != nil {
 			return nil, err
 		}
@@ -118,8 +120,8 @@ WHERE id IN (
     FROM execution_wait_states AS w
     JOIN executions AS e ON e.id = w.execution_id
     WHERE e.finished_at IS NULL
-      AND w.status <> 'waiting'
-      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled'))
+      AND w.status NOT IN ('waiting', 'scheduled')
+      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled', 'error'))
       AND w.updated_at < $1::timestamptz
     LIMIT $2::integer
     FOR UPDATE OF w SKIP LOCKED
@@ -173,7 +175,7 @@ w AS (
         version = e.version + i.bump,
         updated_at = clock_timestamp()
     FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version AND e.status = 'waiting'
+    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
     RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
 ),
 n AS (
@@ -184,12 +186,12 @@ n AS (
         updated_at = now(),
         finished_at = now()
     FROM w
-    WHERE w.status = 'timeout' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+    WHERE w.status IN ('timeout', 'resumed') AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
       AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'timeout'
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status IN ('timeout', 'resumed')
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
 SELECT w.id FROM w
@@ -209,9 +211,9 @@ type WaitStateExpireParams struct {
 
 // Writes the sweeper's decisions in one statement, behind the same version fence as
 // events. A row either moves its next deadline (an optional event timed out, or the due
-// deadline belonged to an event that already arrived: bump 0), or times out: then the
-// node is finished (completed to continue, failed to fail) and a continuation enqueued,
-// exactly as a completing event does.
+// deadline belonged to an event that already arrived: bump 0), or ends — an event wait
+// times out, a timer is resumed: then the node is finished (completed to continue, failed
+// to fail) and a continuation enqueued, exactly as a completing event does.
 func (q *Queries) WaitStateExpire(ctx context.Context, db DBTX, arg WaitStateExpireParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, waitStateExpire,
 		arg.Ids,
@@ -248,7 +250,7 @@ SET status = $1::text,
     error = $2::text,
     version = version + 1,
     updated_at = now()
-WHERE id = $3::uuid AND version = $4::bigint AND status = 'waiting'
+WHERE id = $3::uuid AND version = $4::bigint AND status IN ('waiting', 'scheduled')
 RETURNING version
 `
 
@@ -259,8 +261,9 @@ type WaitStateFinishParams struct {
 	Version int64
 }
 
-// Moves a waiting state to a final status without an event (outbound call failed,
-// execution failed or cancelled), behind the same version fence as events.
+// Moves an open wait (an event wait waiting, a timer scheduled) to a final status without
+// an event (outbound call failed, execution failed or cancelled), behind the same version
+// fence as events.
 func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFinishParams) (int64, error) {
 	row := db.QueryRow(ctx, waitStateFinish,
 		arg.Status,
@@ -274,7 +277,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -307,12 +310,14 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -344,12 +349,14 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -388,12 +395,14 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
 
 const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 `
 
@@ -431,12 +440,14 @@ func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitState
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
 
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 FOR UPDATE
 `
@@ -475,6 +486,8 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
@@ -483,14 +496,16 @@ const waitStateInsert = `-- name: WaitStateInsert :one
 INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
-    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at
+    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
+    wait_type, timer, status, error
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
     $6::jsonb, $7::jsonb, $8::jsonb,
     $9::boolean, $10::boolean, $11::text, $12::jsonb,
-    $13::timestamptz, $14::timestamptz
+    $13::timestamptz, $14::timestamptz,
+    $15::text, $16::jsonb, $17::text, $18::text
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer
 `
 
 type WaitStateInsertParams struct {
@@ -508,6 +523,10 @@ type WaitStateInsertParams struct {
 	OutputMapping       json.RawMessage
 	ExpiresAt           time.Time
 	NextDeadlineAt      time.Time
+	WaitType            string
+	Timer               json.RawMessage
+	Status              string
+	Error               *string
 }
 
 func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateInsertParams) (ExecutionWaitState, error) {
@@ -526,6 +545,10 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		arg.OutputMapping,
 		arg.ExpiresAt,
 		arg.NextDeadlineAt,
+		arg.WaitType,
+		arg.Timer,
+		arg.Status,
+		arg.Error,
 	)
 	var i ExecutionWaitState
 	err := row.Scan(
@@ -554,12 +577,14 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.ExpiresAt,
 		&i.NextDeadlineAt,
 		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -598,6 +623,8 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.ExpiresAt,
 			&i.NextDeadlineAt,
 			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
 		); err != nil {
 			return nil, err
 		}
@@ -610,7 +637,7 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByExecution = `-- name: WaitStateListByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
 WHERE execution_id = $1::uuid
 ORDER BY created_at, node_id
 `
@@ -650,6 +677,8 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 			&i.ExpiresAt,
 			&i.NextDeadlineAt,
 			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
 		); err != nil {
 			return nil, err
 		}
@@ -668,7 +697,7 @@ SET resumed_at = clock_timestamp(),
     updated_at = now()
 FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
-  AND w.status IN ('completed', 'timeout') AND w.resumed_at IS NULL
+  AND w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL
 RETURNING w.execution_id, w.node_id
 `
 
@@ -705,7 +734,7 @@ func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg Wai
 }
 
 const waitStateNextDeadline = `-- name: WaitStateNextDeadline :one
-SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status = 'waiting'
+SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status IN ('waiting', 'scheduled')
 `
 
 func (q *Queries) WaitStateNextDeadline(ctx context.Context, db DBTX) (time.Time, error) {

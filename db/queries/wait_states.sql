@@ -2,12 +2,14 @@
 INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
-    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at
+    api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
+    wait_type, timer, status, error
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
     @required_events::jsonb, @enabled_events::jsonb, @expected_events::jsonb,
     @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::jsonb,
-    @expires_at::timestamptz, @next_deadline_at::timestamptz
+    @expires_at::timestamptz, @next_deadline_at::timestamptz,
+    @wait_type::text, sqlc.narg(timer)::jsonb, @status::text, sqlc.narg(error)::text
 )
 RETURNING *;
 
@@ -50,14 +52,15 @@ WHERE id = @id::uuid AND version = @version::bigint
 RETURNING version;
 
 -- name: WaitStateFinish :one
--- Moves a waiting state to a final status without an event (outbound call failed,
--- execution failed or cancelled), behind the same version fence as events.
+-- Moves an open wait (an event wait waiting, a timer scheduled) to a final status without
+-- an event (outbound call failed, execution failed or cancelled), behind the same version
+-- fence as events.
 UPDATE execution_wait_states
 SET status = @status::text,
     error = sqlc.narg(error)::text,
     version = version + 1,
     updated_at = now()
-WHERE id = @id::uuid AND version = @version::bigint AND status = 'waiting'
+WHERE id = @id::uuid AND version = @version::bigint AND status IN ('waiting', 'scheduled')
 RETURNING version;
 
 -- name: WaitStateCancelOpenForExecution :many
@@ -68,7 +71,7 @@ SET status = 'cancelled',
     error = @error::text,
     version = version + 1,
     updated_at = clock_timestamp()
-WHERE execution_id = @execution_id::uuid AND status = 'waiting'
+WHERE execution_id = @execution_id::uuid AND status IN ('waiting', 'scheduled')
 RETURNING id;
 
 -- name: WaitStateGetByID :one
@@ -130,27 +133,27 @@ SET resumed_at = clock_timestamp(),
     updated_at = now()
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
-  AND w.status IN ('completed', 'timeout') AND w.resumed_at IS NULL
+  AND w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL
 RETURNING w.execution_id, w.node_id;
 
 -- name: WaitStateClaimDue :many
 -- Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided
 -- against a locked row wait for the sweeper's commit, then miss their version fence.
 SELECT * FROM execution_wait_states
-WHERE status = 'waiting' AND next_deadline_at <= @now::timestamptz
+WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= @now::timestamptz
 ORDER BY next_deadline_at
 LIMIT @max::integer
 FOR UPDATE SKIP LOCKED;
 
 -- name: WaitStateNextDeadline :one
-SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status = 'waiting';
+SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status IN ('waiting', 'scheduled');
 
 -- name: WaitStateExpire :many
 -- Writes the sweeper's decisions in one statement, behind the same version fence as
 -- events. A row either moves its next deadline (an optional event timed out, or the due
--- deadline belonged to an event that already arrived: bump 0), or times out: then the
--- node is finished (completed to continue, failed to fail) and a continuation enqueued,
--- exactly as a completing event does.
+-- deadline belonged to an event that already arrived: bump 0), or ends — an event wait
+-- times out, a timer is resumed: then the node is finished (completed to continue, failed
+-- to fail) and a continuation enqueued, exactly as a completing event does.
 WITH input AS (
     SELECT unnest(@ids::uuid[]) AS id,
            unnest(@versions::bigint[]) AS version,
@@ -171,7 +174,7 @@ w AS (
         version = e.version + i.bump,
         updated_at = clock_timestamp()
     FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version AND e.status = 'waiting'
+    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
     RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
 ),
 n AS (
@@ -182,12 +185,12 @@ n AS (
         updated_at = now(),
         finished_at = now()
     FROM w
-    WHERE w.status = 'timeout' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+    WHERE w.status IN ('timeout', 'resumed') AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
       AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'timeout'
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status IN ('timeout', 'resumed')
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
 SELECT w.id FROM w;
@@ -206,8 +209,8 @@ WHERE id IN (
     FROM execution_wait_states AS w
     JOIN executions AS e ON e.id = w.execution_id
     WHERE e.finished_at IS NULL
-      AND w.status <> 'waiting'
-      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled'))
+      AND w.status NOT IN ('waiting', 'scheduled')
+      AND (w.resumed_at IS NOT NULL OR w.status IN ('failed', 'cancelled', 'error'))
       AND w.updated_at < @cutoff::timestamptz
     LIMIT @max::integer
     FOR UPDATE OF w SKIP LOCKED

@@ -13,6 +13,8 @@ import (
 
 // DeadlineResult is the sweeper's figure for a burst of deadlines.
 type DeadlineResult struct {
+	// Kind: "events" (event waits timing out) or "timers" (wait nodes resuming).
+	Kind    string  `json:"kind"`
 	Due     int     `json:"due"`
 	Workers int     `json:"sweep_workers"`
 	Batch   int     `json:"sweep_batch"`
@@ -29,8 +31,9 @@ type DeadlineResult struct {
 // replica's sweeper and measures how late each wait's timeout commits. The waits use the
 // default onTimeout fail, so each timeout also fails its node and enqueues the
 // continuation that fails the execution; the executor itself is not running, so the
-// figure is the deadline decisions alone.
-func Deadlines(ctx context.Context, url string, due, workers, batch int, logger *slog.Logger) (DeadlineResult, error) {
+// figure is the deadline decisions alone. With timers, the waits are wait nodes' timers
+// instead (status scheduled), and each fire resumes its node.
+func Deadlines(ctx context.Context, url string, due, workers, batch int, timers bool, logger *slog.Logger) (DeadlineResult, error) {
 	pool, err := db.Connect(ctx, url, int32(workers+2))
 	if err != nil {
 		return DeadlineResult{}, err
@@ -40,6 +43,10 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, logger 
 		return DeadlineResult{}, err
 	}
 	far := time.Now().Add(24 * time.Hour)
+	kind, waitCols := "events", `'events', NULL, 'waiting'`
+	if timers {
+		kind, waitCols = "timers", `'timer', '{"for":"4s"}', 'scheduled'`
+	}
 	const chunk = 20000
 	for left := due; left > 0; left -= chunk {
 		n := min(left, chunk)
@@ -54,11 +61,11 @@ WITH e AS (
 )
 INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled,
-    on_timeout, output_mapping, expires_at, next_deadline_at)
+    on_timeout, output_mapping, expires_at, next_deadline_at, wait_type, timer, status)
 SELECT gen_random_uuid(), id, 'wait', gen_random_uuid(), 'all',
     '["api_response","kafka_event"]', '["api_response","kafka_event"]',
     '[{"name":"api_response","source":"callback","required":true,"timeout_ms":5000},{"name":"kafka_event","source":"kafka","topic":"bench","required":true,"timeout_ms":5000}]',
-    true, true, 'fail', '{"apiResponse":"api_response","kafkaEvent":"kafka_event"}', $2, $2
+    true, true, 'fail', '{"apiResponse":"api_response","kafkaEvent":"kafka_event"}', $2, $2, `+waitCols+`
 FROM e`, n, far); err != nil {
 			return DeadlineResult{}, fmt.Errorf("park waits: %w", err)
 		}
@@ -114,7 +121,7 @@ FROM e`, n, far); err != nil {
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
 	return DeadlineResult{
-		Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
+		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
 		Lateness: Summarise(lateness),
 	}, nil
 }

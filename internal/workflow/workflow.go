@@ -91,6 +91,7 @@ func BuiltinRegistry() Registry {
 	return Registry{
 		TypeWaitEvents: ParseWaitEventsNode,
 		TypeHTTP:       ParseHTTPNode,
+		TypeWait:       ParseWaitNode,
 	}
 }
 
@@ -101,7 +102,7 @@ const (
 )
 
 // CompiledNode is a validated node with its decoded configuration (for the
-// built-in types *WaitEvents or *HTTP).
+// built-in types *WaitEvents, *HTTP or *Wait).
 type CompiledNode struct {
 	ID     string
 	Type   string

@@ -257,7 +257,7 @@ func TestCompileErrors(t *testing.T) {
 		]}`, want: []string{
 			`nodes[0].dat: unknown field`,
 			`nodes[0].data.url: required`,
-			`nodes[1].type: unknown node type "foo" (known: http, wait_events)`,
+			`nodes[1].type: unknown node type "foo" (known: http, wait, wait_events)`,
 			`nodes[2].id: required`,
 			`nodes[3].id: duplicate node id "a" (also nodes[0])`,
 			`nodes[4].id: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`,
@@ -429,7 +429,7 @@ func TestCompileErrors(t *testing.T) {
 func TestValidationErrorFormatting(t *testing.T) {
 	t.Parallel()
 	_, err := Compile([]byte(`{"nodes": [{"id": "a", "type": "nope"}]}`), nil)
-	require.EqualError(t, err, `invalid definition: name: required; nodes[0].type: unknown node type "nope" (known: http, wait_events)`)
+	require.EqualError(t, err, `invalid definition: name: required; nodes[0].type: unknown node type "nope" (known: http, wait, wait_events)`)
 	require.Equal(t, "boom", FieldError{Message: "boom"}.String())
 	require.Equal(t, "a.b: boom", FieldError{Path: "a.b", Message: "boom"}.String())
 
