@@ -27,6 +27,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
@@ -88,6 +90,9 @@ type Event struct {
 	// IdempotencyKey identifies this very event across redeliveries (a webhook-id). When
 	// empty, the SHA-256 of the payload is used, so a redelivered body is a duplicate.
 	IdempotencyKey string
+	// Link is the trace context the event arrived with (a callback's or a Kafka record's
+	// traceparent), linked from the event's span in the wait's trace. Optional.
+	Link trace.SpanContext
 }
 
 // Source describes where an event came from; it is stored with the event.
@@ -144,6 +149,10 @@ type Result struct {
 	Version int64
 	// Conflicts counts optimistic-lock races lost before the decision.
 	Conflicts int
+	// TraceParent is the wait's trace (empty when no wait of this execution was found).
+	TraceParent string
+	// FirstEvent names the event that arrived first, for a Completed wait.
+	FirstEvent string
 }
 
 // Received is one recorded event, as stored in received_events (in arrival order).
@@ -179,6 +188,11 @@ type Config struct {
 	// OnExpired is called after each sweeper commit with the waits whose deadline ended
 	// them (metrics, benchmarks). Optional.
 	OnExpired func([]Expired)
+
+	// TracerProvider and MeterProvider receive the aggregator's spans and metrics;
+	// no-ops when nil.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -224,6 +238,9 @@ type Aggregator struct {
 	hintMu       sync.Mutex
 	hint         time.Time
 	deadlineWake chan struct{}
+
+	ins instruments
+	snapshotCache
 }
 
 // pending is one Apply call waiting for its group's commit.
@@ -245,7 +262,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger, deadlineWake: make(chan struct{}, 1)}, nil
+	a := &Aggregator{cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger, deadlineWake: make(chan struct{}, 1)}
+	if err := a.initTelemetry(); err != nil {
+		return nil, fmt.Errorf("aggregator telemetry: %w", err)
+	}
+	return a, nil
 }
 
 // Apply decides one event in a transaction of its own — shared with concurrent Apply
@@ -326,6 +347,11 @@ func (a *Aggregator) commitGroup(group []*pending) {
 		}
 	}
 	completed := false
+	if err == nil {
+		a.Observe(ctx, events, results)
+	} else if db.IsUnavailable(err) {
+		a.DatabaseError(ctx)
+	}
 	for i, p := range group {
 		if err != nil {
 			p.err = err
@@ -375,7 +401,8 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 		if err != nil {
 			return Result{}, err
 		}
-		res := Result{Outcome: outcome, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded, Conflicts: attempt}
+		res := Result{Outcome: outcome, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded,
+			Conflicts: attempt, TraceParent: deref(row.TraceParent), FirstEvent: w.firstEvent(outcome)}
 		if outcome != Recorded && outcome != Completed {
 			return res, nil
 		}

@@ -59,7 +59,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 		}
 		touched[w] = append(touched[w], i)
 		results[i] = Result{Outcome: outcome, WaitStateID: w.row.ID, NodeID: w.row.NodeID, Status: w.row.Status,
-			Version: loaded[w] + int64(w.applied)}
+			Version: loaded[w] + int64(w.applied), TraceParent: deref(w.row.TraceParent), FirstEvent: w.firstEvent(outcome)}
 	}
 
 	var dirty []*wait

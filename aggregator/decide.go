@@ -121,3 +121,18 @@ func (w *wait) output() ([]byte, error) {
 	}
 	return json.Marshal(out)
 }
+
+// firstEvent names the event that arrived first when outcome completed the wait.
+func (w *wait) firstEvent(outcome Outcome) string {
+	if outcome != Completed || len(w.received) == 0 {
+		return ""
+	}
+	return w.received[0].Name
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

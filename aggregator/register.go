@@ -36,6 +36,9 @@ type Registration struct {
 	APICall bool
 	// Timer, when set, makes this a time-based wait; the event fields are unused.
 	Timer *Timer
+	// TraceParent is the W3C traceparent of the span that registered the wait: the
+	// wait's call, events, deadline and continuation join that trace. Optional.
+	TraceParent string
 }
 
 // Register creates the wait state (and its outbox row) inside the caller's transaction.
@@ -102,6 +105,7 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		NextDeadlineAt:      next,
 		WaitType:            WaitTypeEvents,
 		Status:              StatusWaiting,
+		TraceParent:         nullable(r.TraceParent),
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
@@ -147,4 +151,11 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 		}
 	}
 	return false, fmt.Errorf("%w (wait %s)", ErrConflictRetries, waitStateID)
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

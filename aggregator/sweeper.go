@@ -33,6 +33,13 @@ type Expired struct {
 	Deadline time.Time
 	Lateness time.Duration
 	Continue bool
+	// Partial: continued with events missing (continue_with_partial).
+	Partial bool
+	// Timer: a wait node's timer resumed; otherwise an event wait timed out under
+	// OnTimeout.
+	Timer       bool
+	OnTimeout   string
+	TraceParent string
 }
 
 // RunSweeper decides passed deadlines until ctx ends. Every pod runs one: due waits are
@@ -52,6 +59,7 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 		if err := a.drainDue(ctx); err != nil && ctx.Err() == nil {
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			a.logger.WarnContext(ctx, "deadline sweep failed", "instance_id", a.cfg.InstanceID, "err", err, "retry_in", backoff)
+			a.DatabaseError(ctx)
 		} else {
 			backoff = 0
 		}
@@ -159,7 +167,8 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 				if err != nil {
 					return err
 				}
-				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true})
+				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
+					Continue: true, Timer: true, TraceParent: deref(row.TraceParent)})
 				p.Ids = append(p.Ids, row.ID)
 				p.Versions = append(p.Versions, row.Version)
 				p.Bumps = append(p.Bumps, 1)
@@ -197,7 +206,8 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 				if output, err = json.Marshal(out); err != nil {
 					return err
 				}
-				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: d.Continue})
+				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
+					Continue: d.Continue, Partial: d.Continue && d.Partial, OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)})
 				if d.Partial {
 					partial = append(partial, row)
 				}
@@ -244,6 +254,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 			"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID)
 	}
 	a.logger.InfoContext(ctx, "deadlines fired", "count", len(fired), "instance_id", a.cfg.InstanceID)
+	a.observeExpired(ctx, fired)
 	if a.cfg.OnExpired != nil {
 		a.cfg.OnExpired(fired)
 	}

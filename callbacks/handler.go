@@ -12,10 +12,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // Route is where external services call back; :service is a free label (the name of
@@ -98,6 +100,7 @@ type Accepted struct {
 func (h *Handler) handle(c echo.Context) error {
 	req := c.Request()
 	if req.ContentLength > h.cfg.MaxBodyBytes {
+		h.agg.RecordRejected(req.Context(), "callback", "poison")
 		return tooLarge(h.cfg.MaxBodyBytes)
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, h.cfg.MaxBodyBytes+1))
@@ -105,6 +108,7 @@ func (h *Handler) handle(c echo.Context) error {
 		return problem.New(http.StatusBadRequest, "could not read body: "+err.Error())
 	}
 	if int64(len(body)) > h.cfg.MaxBodyBytes {
+		h.agg.RecordRejected(req.Context(), "callback", "poison")
 		return tooLarge(h.cfg.MaxBodyBytes)
 	}
 
@@ -113,6 +117,7 @@ func (h *Handler) handle(c echo.Context) error {
 		webhookID, err = h.verifier.Verify(req.Header, body)
 		if err != nil {
 			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: bad signature", "service", c.Param("service"), "err", err)
+			h.agg.RecordRejected(req.Context(), "callback", "invalid_signature")
 			return problem.New(http.StatusUnauthorized, err.Error()).WithType("invalid-signature")
 		}
 	}
@@ -120,10 +125,14 @@ func (h *Handler) handle(c echo.Context) error {
 	ev, perr := parse(req.Header, body)
 	if perr != nil {
 		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
+		h.agg.RecordRejected(req.Context(), "callback", "poison")
 		return perr
 	}
 	ev.Source = aggregator.Source{Kind: "callback", Service: c.Param("service")}
 	ev.IdempotencyKey = webhookID
+	// The caller's trace, if it sent one, is linked from the event's span in the wait's
+	// own trace.
+	ev.Link = telemetry.SpanContextOf(req.Context(), nil, propagation.HeaderCarrier(req.Header))
 
 	res, err := h.agg.Apply(req.Context(), ev)
 	if err != nil {

@@ -51,6 +51,7 @@ type ExecutionWaitState struct {
 	TimedOutEvents      json.RawMessage
 	WaitType            string
 	Timer               json.RawMessage
+	TraceParent         *string
 }
 
 type NodeExecution struct {

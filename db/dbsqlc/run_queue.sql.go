@@ -142,6 +142,39 @@ func (q *Queries) RunQueueDeleteForExecution(ctx context.Context, db DBTX, execu
 	return err
 }
 
+const runQueueDepth = `-- name: RunQueueDepth :many
+SELECT kind, count(*)::bigint AS count
+FROM run_queue
+GROUP BY kind
+`
+
+type RunQueueDepthRow struct {
+	Kind  string
+	Count int64
+}
+
+// Work by kind for the metrics gauge: queued and claimed rows alike, since a row is done
+// only when it is deleted. The (kind, visible_at) index answers it.
+func (q *Queries) RunQueueDepth(ctx context.Context, db DBTX) ([]RunQueueDepthRow, error) {
+	rows, err := db.Query(ctx, runQueueDepth)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunQueueDepthRow
+	for rows.Next() {
+		var i RunQueueDepthRow
+		if err := rows.Scan(&i.Kind, &i.Count); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runQueueInsert = `-- name: RunQueueInsert :execrows
 INSERT INTO run_queue (execution_id, node_id, kind)
 VALUES ($1::uuid, $2::text, $3::text)

@@ -51,7 +51,7 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 }
 
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz
 ORDER BY next_deadline_at
 LIMIT $2::integer
@@ -102,7 +102,41 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 			&i.TimedOutEvents,
 			&i.WaitType,
 			&i.Timer,
+			&i.TraceParent,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitStateCountOpen = `-- name: WaitStateCountOpen :many
+SELECT status, count(*)::bigint AS count
+FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled')
+GROUP BY status
+`
+
+type WaitStateCountOpenRow struct {
+	Status string
+	Count  int64
+}
+
+// Open waits by status for the metrics gauge, read through the sweeper's partial index.
+func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX) ([]WaitStateCountOpenRow, error) {
+	rows, err := db.Query(ctx, waitStateCountOpen)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WaitStateCountOpenRow
+	for rows.Next() {
+		var i WaitStateCountOpenRow
+		if err := rows.Scan(&i.Status, &i.Count); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -277,7 +311,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -312,12 +346,13 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -351,12 +386,13 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -397,12 +433,13 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 `
 
@@ -442,12 +479,13 @@ func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitState
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 FOR UPDATE
 `
@@ -488,6 +526,7 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
@@ -497,15 +536,16 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error
+    wait_type, timer, status, error, trace_parent
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
     $6::jsonb, $7::jsonb, $8::jsonb,
     $9::boolean, $10::boolean, $11::text, $12::jsonb,
     $13::timestamptz, $14::timestamptz,
-    $15::text, $16::jsonb, $17::text, $18::text
+    $15::text, $16::jsonb, $17::text, $18::text,
+    $19::text
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent
 `
 
 type WaitStateInsertParams struct {
@@ -527,6 +567,7 @@ type WaitStateInsertParams struct {
 	Timer               json.RawMessage
 	Status              string
 	Error               *string
+	TraceParent         *string
 }
 
 func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateInsertParams) (ExecutionWaitState, error) {
@@ -549,6 +590,7 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		arg.Timer,
 		arg.Status,
 		arg.Error,
+		arg.TraceParent,
 	)
 	var i ExecutionWaitState
 	err := row.Scan(
@@ -579,12 +621,13 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.TimedOutEvents,
 		&i.WaitType,
 		&i.Timer,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -625,6 +668,7 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.TimedOutEvents,
 			&i.WaitType,
 			&i.Timer,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}
@@ -637,7 +681,7 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByExecution = `-- name: WaitStateListByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
 WHERE execution_id = $1::uuid
 ORDER BY created_at, node_id
 `
@@ -679,6 +723,7 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 			&i.TimedOutEvents,
 			&i.WaitType,
 			&i.Timer,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}
@@ -693,12 +738,12 @@ func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executi
 const waitStateMarkResumedMany = `-- name: WaitStateMarkResumedMany :many
 UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),
-    resumed_by = $1::text,
-    updated_at = now()
+    resumed_by = $1::text
 FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
   AND w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL
-RETURNING w.execution_id, w.node_id
+RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
+    w.trace_parent
 `
 
 type WaitStateMarkResumedManyParams struct {
@@ -708,11 +753,19 @@ type WaitStateMarkResumedManyParams struct {
 }
 
 type WaitStateMarkResumedManyRow struct {
-	ExecutionID uuid.UUID
-	NodeID      string
+	ExecutionID         uuid.UUID
+	NodeID              string
+	WaitType            string
+	AggregationStrategy string
+	Status              string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	TraceParent         *string
 }
 
-// resumed_at is set once: waits already resumed are absent from the result.
+// resumed_at is set once: waits already resumed are absent from the result. updated_at
+// stays the moment the wait finished, so the result also tells how long it waited, and
+// its trace, for the continuation's span.
 func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg WaitStateMarkResumedManyParams) ([]WaitStateMarkResumedManyRow, error) {
 	rows, err := db.Query(ctx, waitStateMarkResumedMany, arg.InstanceID, arg.ExecutionIds, arg.NodeIds)
 	if err != nil {
@@ -722,7 +775,16 @@ func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg Wai
 	var items []WaitStateMarkResumedManyRow
 	for rows.Next() {
 		var i WaitStateMarkResumedManyRow
-		if err := rows.Scan(&i.ExecutionID, &i.NodeID); err != nil {
+		if err := rows.Scan(
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.WaitType,
+			&i.AggregationStrategy,
+			&i.Status,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.TraceParent,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

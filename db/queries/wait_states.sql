@@ -3,13 +3,14 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error
+    wait_type, timer, status, error, trace_parent
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
     @required_events::jsonb, @enabled_events::jsonb, @expected_events::jsonb,
     @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::jsonb,
     @expires_at::timestamptz, @next_deadline_at::timestamptz,
-    @wait_type::text, sqlc.narg(timer)::jsonb, @status::text, sqlc.narg(error)::text
+    @wait_type::text, sqlc.narg(timer)::jsonb, @status::text, sqlc.narg(error)::text,
+    sqlc.narg(trace_parent)::text
 )
 RETURNING *;
 
@@ -126,15 +127,17 @@ r AS (
 SELECT w.id FROM w;
 
 -- name: WaitStateMarkResumedMany :many
--- resumed_at is set once: waits already resumed are absent from the result.
+-- resumed_at is set once: waits already resumed are absent from the result. updated_at
+-- stays the moment the wait finished, so the result also tells how long it waited, and
+-- its trace, for the continuation's span.
 UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),
-    resumed_by = @instance_id::text,
-    updated_at = now()
+    resumed_by = @instance_id::text
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
 WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
   AND w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL
-RETURNING w.execution_id, w.node_id;
+RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
+    w.trace_parent;
 
 -- name: WaitStateClaimDue :many
 -- Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided
@@ -215,3 +218,10 @@ WHERE id IN (
     LIMIT @max::integer
     FOR UPDATE OF w SKIP LOCKED
 );
+
+-- name: WaitStateCountOpen :many
+-- Open waits by status for the metrics gauge, read through the sweeper's partial index.
+SELECT status, count(*)::bigint AS count
+FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled')
+GROUP BY status;

@@ -1,0 +1,243 @@
+package aggregator
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+)
+
+// scope names the aggregator's tracer and meter.
+const scope = "github.com/rendezvous-run/rendezvous/aggregator"
+
+// instruments are the aggregator's spans and metrics. Everything is recorded after the
+// transaction that decided it committed (Observe, the sweeper): a rolled-back decision
+// did not happen.
+type instruments struct {
+	tracer      trace.Tracer
+	applied     metric.Int64Counter
+	notApplied  metric.Int64Counter
+	firstEvent  metric.Int64Counter
+	conflicts   metric.Int64Counter
+	timeouts    metric.Int64Counter
+	timersFired metric.Int64Counter
+	dbErrors    metric.Int64Counter
+}
+
+func (a *Aggregator) initTelemetry() error {
+	tp, mp := a.cfg.TracerProvider, a.cfg.MeterProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(scope)
+	in := &a.ins
+	in.tracer = tp.Tracer(scope)
+	var err error
+	for _, c := range []struct {
+		dst  *metric.Int64Counter
+		name string
+		desc string
+	}{
+		{&in.applied, "rendezvous.events.applied", "Events recorded on a wait, by source and outcome (recorded, completed)."},
+		{&in.notApplied, "rendezvous.events.not_applied", "Events not applied, by source and reason (duplicate, late, not_found, id_mismatch, filter, not_expected, already_recorded, poison)."},
+		{&in.firstEvent, "rendezvous.wait.first_event", "Satisfied waits by the event that arrived first."},
+		{&in.conflicts, "rendezvous.lock.conflicts", "Optimistic-lock races lost (the event was decided again)."},
+		{&in.timeouts, "rendezvous.timeouts", "Waits ended by a deadline, by on_timeout and outcome (continue, partial, fail)."},
+		{&in.timersFired, "rendezvous.timers.fired", "Wait-node timers that resumed their node."},
+		{&in.dbErrors, telemetry.DatabaseErrorsName, telemetry.DatabaseErrorsDescription},
+	} {
+		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return err
+		}
+	}
+	// Series that alert rules divide by or compare exist from the start, at zero: a rate
+	// over a series that appears only with its first event is no rate at all.
+	ctx := context.Background()
+	for _, source := range []string{"callback", "kafka"} {
+		for _, outcome := range []Outcome{Recorded, Completed} {
+			in.applied.Add(ctx, 0, metric.WithAttributes(attribute.String("source", source), attribute.String("outcome", string(outcome))))
+		}
+	}
+	for _, onTimeout := range []string{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
+		for _, outcome := range []string{"fail", "continue", "partial"} {
+			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", onTimeout), attribute.String("outcome", outcome)))
+		}
+	}
+	in.conflicts.Add(ctx, 0)
+	in.timersFired.Add(ctx, 0)
+	in.dbErrors.Add(ctx, 0, metric.WithAttributes(attribute.String("component", "aggregator")))
+
+	waits, err := m.Int64ObservableGauge("rendezvous.wait_states",
+		metric.WithDescription("Open waits by status (waiting, scheduled), counted in the database."))
+	if err != nil {
+		return err
+	}
+	lag, err := m.Float64ObservableGauge("rendezvous.sweeper.lag", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest due deadline has been waiting for the sweeper (0 when none is due)."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		snap, err := a.dbSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, status := range []string{StatusWaiting, StatusScheduled} {
+			o.ObserveInt64(waits, snap.open[status], metric.WithAttributes(attribute.String("status", status)))
+		}
+		o.ObserveFloat64(lag, snap.lag.Seconds())
+		return nil
+	}, waits, lag)
+	return err
+}
+
+// snapshotTTL caps the database reads of the gauges however often /metrics is scraped.
+const snapshotTTL = 5 * time.Second
+
+type dbSnapshot struct {
+	at   time.Time
+	open map[string]int64
+	lag  time.Duration
+}
+
+// dbSnapshot reads the gauges' figures: open waits through the sweeper's partial index,
+// and the oldest due deadline through the same index.
+func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
+	a.snapMu.Lock()
+	defer a.snapMu.Unlock()
+	if time.Since(a.snap.at) < snapshotTTL {
+		return a.snap, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rows, err := a.q.WaitStateCountOpen(ctx, a.pool)
+	if err != nil {
+		a.DatabaseError(ctx)
+		return dbSnapshot{}, err
+	}
+	snap := dbSnapshot{at: time.Now(), open: map[string]int64{}}
+	for _, r := range rows {
+		snap.open[r.Status] = r.Count
+	}
+	next, err := a.q.WaitStateNextDeadline(ctx, a.pool)
+	if err != nil {
+		a.DatabaseError(ctx)
+		return dbSnapshot{}, err
+	}
+	if !next.IsZero() && next.Before(snap.at) {
+		snap.lag = snap.at.Sub(next)
+	}
+	a.snap = snap
+	return snap, nil
+}
+
+// snapshot state lives on the Aggregator; see dbSnapshot.
+type snapshotCache struct {
+	snapMu sync.Mutex
+	snap   dbSnapshot
+}
+
+// DatabaseError counts a failed database operation of the aggregator (alerting on
+// rendezvous_database_errors_total).
+func (a *Aggregator) DatabaseError(ctx context.Context) {
+	a.ins.dbErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("component", "aggregator")))
+}
+
+// RecordRejected counts an event a source turned away before deciding it — a poison
+// Kafka record, a callback whose body cannot be stored — next to the aggregator's own
+// reasons.
+func (a *Aggregator) RecordRejected(ctx context.Context, source, reason string) {
+	a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(attribute.String("source", source), attribute.String("reason", reason)))
+}
+
+// Observe records committed decisions: counters by outcome, the first event of each
+// satisfied wait, lost races, and a span per event in its wait's trace, linked to the
+// context the event arrived with. Apply calls it itself; a source that batches ApplyTx
+// or ApplyBatch calls it after its commit.
+func (a *Aggregator) Observe(ctx context.Context, events []Event, results []Result) {
+	for i, res := range results {
+		ev := events[i]
+		source := attribute.String("source", ev.Source.Kind)
+		switch res.Outcome {
+		case Recorded, Completed:
+			a.ins.applied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("outcome", string(res.Outcome))))
+		default:
+			a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("reason", string(res.Outcome))))
+		}
+		if res.Conflicts > 0 {
+			a.ins.conflicts.Add(ctx, int64(res.Conflicts))
+		}
+		if res.Outcome == Completed && res.FirstEvent != "" {
+			a.ins.firstEvent.Add(ctx, 1, metric.WithAttributes(attribute.String("event", res.FirstEvent)))
+		}
+		if res.TraceParent == "" {
+			continue // not found, or a foreign execution's wait: no trace of ours to join
+		}
+		opts := []trace.SpanStartOption{trace.WithAttributes(
+			attribute.String("rendezvous.execution_id", ev.ExecutionID.String()),
+			attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
+			attribute.String("rendezvous.node_id", res.NodeID),
+			attribute.String("rendezvous.event", ev.Name),
+			attribute.String("rendezvous.source", ev.Source.Kind),
+			attribute.String("rendezvous.outcome", string(res.Outcome)),
+			attribute.Int64("rendezvous.version", res.Version),
+		)}
+		if ev.Link.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ev.Link}))
+		}
+		wctx := telemetry.WithTraceParent(context.Background(), res.TraceParent)
+		ectx, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
+		if res.Outcome == Completed {
+			_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
+				attribute.String("rendezvous.first_event", res.FirstEvent)))
+			s.End()
+		}
+		span.End()
+	}
+}
+
+// observeExpired records a sweeper commit: counters and a span per ended wait in its
+// trace.
+func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
+	for _, e := range fired {
+		name := "rendezvous.wait.timeout"
+		if e.Timer {
+			name = "rendezvous.wait.timer"
+			a.ins.timersFired.Add(ctx, 1)
+		} else {
+			outcome := "fail"
+			switch {
+			case e.Partial:
+				outcome = "partial"
+			case e.Continue:
+				outcome = "continue"
+			}
+			a.ins.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String("on_timeout", e.OnTimeout), attribute.String("outcome", outcome)))
+		}
+		if e.TraceParent == "" {
+			continue
+		}
+		_, span := a.ins.tracer.Start(telemetry.WithTraceParent(context.Background(), e.TraceParent), name,
+			trace.WithTimestamp(e.Deadline), trace.WithAttributes(
+				attribute.String("rendezvous.wait_state_id", e.WaitStateID),
+				attribute.String("rendezvous.node_id", e.NodeID),
+				attribute.Bool("rendezvous.continue", e.Continue),
+				attribute.Float64("rendezvous.lateness_seconds", e.Lateness.Seconds()),
+			))
+		if !e.Continue {
+			span.SetStatus(codes.Error, "deadline failed the node")
+		}
+		span.End()
+	}
+}
