@@ -7,7 +7,7 @@ SQLC_VERSION := v1.31.1
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: all build generate verify vet test dev run bench fuzz clean
+.PHONY: all build generate verify vet test dev run bench fuzz clean image compose-up compose-down
 
 all: build
 
@@ -53,3 +53,16 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+## image: the container image (Dockerfile), tagged rendezvous and stamped with the git version
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t rendezvous .
+
+## compose-up: PostgreSQL, Kafka, migrations, three replicas (localhost:8081-8083) and the examples
+compose-up:
+	docker compose -f deploy/docker-compose.yml up --build
+
+## compose-down: stop it and drop its volumes
+compose-down:
+	docker compose -f deploy/docker-compose.yml down -v

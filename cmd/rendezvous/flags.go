@@ -99,6 +99,14 @@ type boolValue struct{ flag.Value }
 
 func (boolValue) IsBoolFlag() bool { return true }
 
+// String tolerates the zero boolValue that flag.PrintDefaults makes to find defaults.
+func (b boolValue) String() string {
+	if b.Value == nil {
+		return ""
+	}
+	return b.Value.String()
+}
+
 // parse applies environment variables first, then the command line.
 func (o *options) parse(args []string) error {
 	for _, p := range o.opts {

@@ -1,5 +1,6 @@
 // Command rendezvous is the event-aggregation worker: `serve` runs a replica, `migrate`
-// applies the database migrations, `version` prints the build.
+// applies the database migrations, `healthcheck` probes a replica from inside its
+// container, `version` prints the build.
 package main
 
 import (
@@ -27,12 +28,14 @@ var version = ""
 const usage = `rendezvous — waits for asynchronous events and resumes workflows exactly once.
 
 Usage:
-  rendezvous dev       [flags]   everything in one process: embedded Kafka broker on
-                                 127.0.0.1:9092, local PostgreSQL, example definitions
-  rendezvous serve     [flags]   run a replica (HTTP API, callbacks, Kafka consumer, executor)
-  rendezvous migrate   [flags]   apply database migrations and exit
-  rendezvous dev-kafka [flags]   the embedded Kafka broker alone
-  rendezvous version             print the version
+  rendezvous dev         [flags]   everything in one process: embedded Kafka broker on
+                                   127.0.0.1:9092, local PostgreSQL, example definitions
+  rendezvous serve       [flags]   run a replica (HTTP API, callbacks, Kafka consumer, executor)
+  rendezvous migrate     [flags]   apply database migrations and exit
+  rendezvous dev-kafka   [flags]   the embedded Kafka broker alone
+  rendezvous healthcheck [flags]   exit 0 when a replica's /healthz answers 200 (for
+                                   container images without a shell)
+  rendezvous version               print the version
 
 Run "rendezvous <command> -h" for the flags of a command.
 `
@@ -58,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = dev(ctx, args[1:], stdout, stderr)
 	case "dev-kafka":
 		err = devKafka(ctx, args[1:], stdout)
+	case "healthcheck":
+		err = healthcheck(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, buildVersion())
 	case "-h", "--help", "help":

@@ -59,6 +59,10 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, logs.String())
 
+	// What the image's HEALTHCHECK runs, against a real replica.
+	out, err = exec.Command(bin, "healthcheck", "--http-addr", addr).CombinedOutput()
+	require.NoError(t, err, "healthcheck of a running replica: %s", out)
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -107,4 +111,13 @@ func TestCommandLine(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 1, run([]string{"serve", "--workers", "many"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "not an integer")
+}
+
+// TestMain removes the binary the deployment tests build once for the whole run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if release.dir != "" {
+		_ = os.RemoveAll(release.dir)
+	}
+	os.Exit(code)
 }

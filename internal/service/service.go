@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -203,6 +204,18 @@ func (s *Service) Addr() string { return s.listener.Addr().String() }
 
 // Pool is the service's database pool.
 func (s *Service) Pool() *pgxpool.Pool { return s.pool }
+
+// Routes lists the HTTP routes served, as "METHOD /path" (Echo's :param syntax), sorted.
+// Deployment manifests are checked against it, so a probe or scrape path cannot name a
+// route that does not exist.
+func (s *Service) Routes() []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Run serves until ctx ends. Shutdown goes in dependency order: stop accepting HTTP
 // (in-flight callbacks finish), then let the executor finish or hand back its work,
