@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -50,7 +52,7 @@ func (a *Aggregator) initTelemetry() error {
 		desc string
 	}{
 		{&in.applied, "rendezvous.events.applied", "Events recorded on a wait, by source and outcome (recorded, completed)."},
-		{&in.notApplied, "rendezvous.events.not_applied", "Events not applied, by source and reason (duplicate, late, not_found, id_mismatch, filter, not_expected, already_recorded, poison)."},
+		{&in.notApplied, "rendezvous.events.not_applied", "Events not applied, by source and reason (duplicate, late, not_found, id_mismatch, filter, not_expected, already_recorded; poison, missing_id, invalid_id, invalid_signature from the sources)."},
 		{&in.firstEvent, "rendezvous.wait.first_event", "Satisfied waits by the event that arrived first."},
 		{&in.conflicts, "rendezvous.lock.conflicts", "Optimistic-lock races lost (the event was decided again)."},
 		{&in.timeouts, "rendezvous.timeouts", "Waits ended by a deadline, by on_timeout and outcome (continue, partial, fail)."},
@@ -131,11 +133,13 @@ func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
 		snap.open[r.Status] = r.Count
 	}
 	next, err := a.q.WaitStateNextDeadline(ctx, a.pool)
-	if err != nil {
+	switch {
+	case errors.Is(db.Interpret(err), db.ErrNotFound):
+		// Nothing open, nothing late.
+	case err != nil:
 		a.DatabaseError(ctx)
 		return dbSnapshot{}, err
-	}
-	if !next.IsZero() && next.Before(snap.at) {
+	case next.Before(snap.at):
 		snap.lag = snap.at.Sub(next)
 	}
 	a.snap = snap

@@ -190,5 +190,5 @@ func TestTelemetrySweeperLag(t *testing.T) {
 	_, err := o.pool.Exec(t.Context(), `UPDATE execution_wait_states SET next_deadline_at = now() - interval '2 hours' WHERE id = $1`, w.ID)
 	require.NoError(t, err)
 	_, lag := o.gauges(t)
-	require.Greater(t, lag, (2 * time.Hour).Seconds()-60)
+	require.Greater(t, lag, (2*time.Hour).Seconds()-60)
 }

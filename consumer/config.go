@@ -14,6 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Defaults for Config.
@@ -75,6 +80,15 @@ type Config struct {
 	AllowAutoTopicCreation bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the Kafka client's spans (a receive span per fetched
+	// record, a publish span per dead letter). Default: a no-op provider.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the consumer's metrics (lag, dead letters, database errors)
+	// and the Kafka client's. Default: a no-op provider.
+	MeterProvider metric.MeterProvider
+	// Propagator reads the trace context a record's headers announce and writes it on
+	// dead letters. Default: W3C TraceContext.
+	Propagator propagation.TextMapPropagator
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -108,6 +122,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
 	}
 	return c
 }

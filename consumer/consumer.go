@@ -7,6 +7,9 @@
 // (database down, dead-letter write failed) are rewound and their partitions paused, so
 // nothing is skipped or committed past. Poison records go to <topic>.dlq with the reason
 // before their offset is committed. It never updates a wait state itself.
+//
+// The Kafka client is traced and metered by franz-go's kotel plugin; a record's
+// traceparent header is honoured as a link from its event's span in the wait's trace.
 package consumer
 
 import (
@@ -72,6 +75,8 @@ type Consumer struct {
 	dbFailing atomic.Bool
 	// firstSeen remembers when a poison record was first seen, across retries.
 	firstSeen sync.Map // "topic/partition/offset" -> time.Time
+
+	ins instruments
 }
 
 // New builds a Consumer; Run starts it.
@@ -83,6 +88,9 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	c := &Consumer{
 		cfg: cfg, pool: pool, agg: agg, q: dbsqlc.New(), logger: cfg.Logger,
 		fields: map[string][]idFields{}, topics: map[string]bool{}, refresh: make(chan struct{}, 1),
+	}
+	if err := c.initTelemetry(); err != nil {
+		return nil, fmt.Errorf("consumer telemetry: %w", err)
 	}
 	opts, err := cfg.clientOpts()
 	if err != nil {
@@ -97,10 +105,17 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+			c.forgetLag(revoked)
+		}),
 		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 			// Another member may own these now: commit nothing for them.
 			c.logger.WarnContext(ctx, "kafka partitions lost", "partitions", lost, "instance_id", cfg.ClientID)
+			c.forgetLag(lost)
 		}),
+		// The dead letters this client produces are traced too, under their record's
+		// receive span (see deadLetter).
+		kgo.WithHooks(c.kotelHooks()...),
 		kgo.ProducerLinger(0),
 		kgo.RecordRetries(5),
 	)
@@ -157,6 +172,9 @@ func (c *Consumer) Ready(ctx context.Context) error {
 func (c *Consumer) loadTopics(ctx context.Context) error {
 	rows, err := c.q.WorkflowKafkaEventConfigs(ctx, c.pool)
 	if err != nil {
+		if ctx.Err() == nil {
+			c.databaseError(ctx)
+		}
 		return fmt.Errorf("load kafka topics: %w", err)
 	}
 	fields := map[string][]idFields{}
@@ -215,6 +233,11 @@ type tp struct {
 // Run consumes until ctx ends, then leaves the group and closes the client.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cl.Close()
+	defer func() {
+		// A stopped member reports no lag: its partitions are someone else's.
+		_ = c.ins.lagReg.Unregister()
+		c.forgetLag(nil)
+	}()
 	if err := c.loadTopics(ctx); err != nil {
 		c.logger.WarnContext(ctx, "could not read topics; retrying", "err", err, "instance_id", c.cfg.ClientID)
 	}
@@ -252,6 +275,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.logger.WarnContext(ctx, "kafka fetch error", "topic", t, "partition", p, "err", err, "instance_id", c.cfg.ClientID)
 			}
 		})
+		c.observeLag(fetches)
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			c.cl.AllowRebalance()
@@ -310,11 +334,16 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 
 // item is one record on its way through a batch.
 type item struct {
-	rec    *kgo.Record
-	poison string // dead-letter reason
+	rec *kgo.Record
+	// poison is the dead-letter reason (free text, for the header); poisonCategory is
+	// its category (poisonTooLarge…, for the metric).
+	poison         string
+	poisonCategory string
 	// skip is why a record without usable ids is not applied; it is counted once the
 	// record is handled, not on every retry of its batch.
-	skip   string
+	skip string
+	// events are the record's candidate events; a poison record's are not applied, they
+	// only name the wait in log lines.
 	events []aggregator.Event
 }
 
@@ -391,6 +420,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		touched, err := c.apply(ctx, items)
 		if err != nil {
 			c.dbFailing.Store(true)
+			c.databaseError(ctx)
 			c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
 			for _, it := range items {
 				p := tp{it.rec.Topic, it.rec.Partition}
@@ -417,7 +447,8 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			}
 			if it.skip != "" {
 				c.count(it.skip)
-				c.logger.WarnContext(ctx, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+				c.agg.RecordRejected(ctx, sourceKind, it.skip)
+				c.logger.WarnContext(recordCtx(ctx, it.rec), "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
 					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
 			}
 			done[p] = it.rec
@@ -429,23 +460,32 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 // decode validates a record and extracts its ids. It is pure.
 func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	it := item{rec: r}
-	if len(r.Value) > c.cfg.MaxRecordBytes {
-		it.poison = fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes)
+	fields := c.fieldsFor(r.Topic)
+	poison := func(category, reason string, payload any) item {
+		it.poison, it.poisonCategory = reason, category
+		// Best effort, for the log line: the ids in the payload when it could be read,
+		// else in the headers.
+		it.events, _ = extract(payload, r, fields)
 		return it
+	}
+	if len(r.Value) > c.cfg.MaxRecordBytes {
+		return poison(poisonTooLarge, fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes), nil)
 	}
 	var payload any
 	if err := json.Unmarshal(r.Value, &payload); err != nil {
-		it.poison = "value is not JSON: " + err.Error()
-		return it
+		return poison(poisonNotJSON, "value is not JSON: "+err.Error(), nil)
 	}
 	if !aggregator.Storable(r.Value) {
-		it.poison = "value contains \\u0000, which PostgreSQL cannot store"
-		return it
+		return poison(poisonUnstorable, "value contains \\u0000, which PostgreSQL cannot store", payload)
 	}
-	events, reason := extract(payload, r, c.fieldsFor(r.Topic))
+	events, reason := extract(payload, r, fields)
 	if reason != "" {
 		it.skip = reason
 		return it
+	}
+	link := c.linkOf(r)
+	for i := range events {
+		events[i].Link = link
 	}
 	it.events = events
 	return it
@@ -490,7 +530,7 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 		}
 		events = append(events, aggregator.Event{
 			ExecutionID: execID, CorrelationID: corrID, Name: aggregator.EventKafka, Payload: r.Value,
-			Source: aggregator.Source{Kind: "kafka", Topic: r.Topic, Partition: &partition, Offset: &offset},
+			Source: aggregator.Source{Kind: sourceKind, Topic: r.Topic, Partition: &partition, Offset: &offset},
 		})
 	}
 	if len(events) == 0 {
@@ -503,8 +543,15 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 // wait keep their order; ApplyBatch locks the rows in a stable order itself).
 func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
 	var batch []aggregator.Event
+	var recs []*kgo.Record // batch[i] came from recs[i]
 	for _, it := range items {
+		if it.poison != "" {
+			continue
+		}
 		batch = append(batch, it.events...)
+		for range it.events {
+			recs = append(recs, it.rec)
+		}
 	}
 	if len(batch) == 0 {
 		return false, nil
@@ -518,25 +565,26 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	if err != nil {
 		return true, err
 	}
+	c.agg.Observe(ctx, batch, results)
 	completed := false
 	for i, res := range results {
 		c.count(string(res.Outcome))
 		ev := batch[i]
-		attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
-			"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
-			"offset", *ev.Source.Offset, "outcome", res.Outcome}
+		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
+			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "outcome", res.Outcome)
+		rctx := recordCtx(ctx, recs[i])
 		switch res.Outcome {
 		case aggregator.Completed:
 			completed = true
-			c.logger.InfoContext(ctx, "kafka event completed a wait", attrs...)
+			c.logger.InfoContext(rctx, "kafka event completed a wait", attrs...)
 		case aggregator.Recorded:
-			c.logger.InfoContext(ctx, "kafka event recorded", attrs...)
+			c.logger.InfoContext(rctx, "kafka event recorded", attrs...)
 		case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
-			c.logger.DebugContext(ctx, "kafka event not applied", attrs...)
+			c.logger.DebugContext(rctx, "kafka event not applied", attrs...)
 		case aggregator.IDMismatch:
-			c.logger.ErrorContext(ctx, "kafka event not applied: id mismatch", attrs...)
+			c.logger.ErrorContext(rctx, "kafka event not applied: id mismatch", attrs...)
 		default:
-			c.logger.WarnContext(ctx, "kafka event not applied", attrs...)
+			c.logger.WarnContext(rctx, "kafka event not applied", attrs...)
 		}
 	}
 	if completed {
@@ -565,7 +613,10 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 			kgo.RecordHeader{Key: HeaderFirstSeen, Value: []byte(seen.(time.Time).Format(time.RFC3339Nano))},
 		)
-		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Key: r.Key, Value: r.Value, Headers: headers}
+		// Produced under the source record's span: the publish span (and the traceparent
+		// kotel writes over the copied one) continue the record's trace.
+		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Key: r.Key, Value: r.Value, Headers: headers,
+			Context: recordCtx(ctx, r)}
 		out = append(out, dl)
 		src[dl] = it
 	}
@@ -577,16 +628,31 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 	for _, res := range c.cl.ProduceSync(ctx, out...) {
 		it := src[res.Record]
 		r := it.rec
+		var attrs []any
+		if len(it.events) > 0 {
+			attrs = waitAttrs(it.events[0], "")
+		}
+		attrs = append(attrs, "instance_id", c.cfg.ClientID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		rctx := recordCtx(ctx, r)
 		if res.Err != nil {
 			failed[r] = true
-			c.logger.ErrorContext(ctx, "dead-letter write failed; partition stops here", "topic", r.Topic, "partition", r.Partition,
-				"offset", r.Offset, "err", res.Err, "instance_id", c.cfg.ClientID)
+			c.logger.ErrorContext(rctx, "dead-letter write failed; partition stops here", append(attrs, "err", res.Err)...)
 			continue
 		}
 		c.count(ReasonPoison)
+		c.deadLettered(ctx, r.Topic, it.poisonCategory)
 		c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
-		c.logger.WarnContext(ctx, "poison record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-			"dlq_topic", res.Record.Topic, "reason", it.poison, "instance_id", c.cfg.ClientID)
+		c.logger.WarnContext(rctx, "poison record dead-lettered", append(attrs, "dlq_topic", res.Record.Topic, "reason", it.poison)...)
 	}
 	return failed
+}
+
+// waitAttrs name the wait an event is for in a log line; node_id only when known (a
+// decided event found its wait).
+func waitAttrs(ev aggregator.Event, nodeID string) []any {
+	attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID}
+	if nodeID != "" {
+		attrs = append(attrs, "node_id", nodeID)
+	}
+	return attrs
 }

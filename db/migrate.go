@@ -47,6 +47,17 @@ func MigrationsPending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	return provider.HasPending(ctx)
 }
 
+// MigrationVersions returns the database's migration version and the newest this binary
+// has. It takes no lock, so readiness checks never wait behind a running migration.
+func MigrationVersions(ctx context.Context, pool *pgxpool.Pool) (current, target int64, err error) {
+	provider, closeFn, err := newProvider(ctx, pool, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer closeFn()
+	return provider.GetVersions(ctx)
+}
+
 func newProvider(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func(), error) {
 	// The lock id is derived from the schema so that separate schemas (tests, or several
 	// deployments sharing a server) migrate independently instead of queueing.

@@ -5,6 +5,11 @@
 //
 // It never sees where an event came from: a satisfied wait reaches it only as a
 // "resume" row in the run queue, written by the aggregator.
+//
+// Each node run is a span; a wait the node registers stores that span's traceparent, so
+// the wait's outbound call (which hands the trace on in its request), the aggregator's
+// event and deadline spans and the continuation form one trace, on whichever replica
+// each happens.
 package executor
 
 import (
@@ -21,6 +26,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
@@ -93,6 +100,13 @@ type Config struct {
 	// RetentionBatch bounds the rows one purge transaction deletes. Default
 	// RetentionBatchDefault.
 	RetentionBatch int
+	// TracerProvider receives the spans of node runs, correlated calls and
+	// continuations; each wait's spans join the trace of the node run that registered
+	// it. Default a no-op provider.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the executor's metrics (outbound calls, wait durations, the
+	// run queue, database errors). Default a no-op provider.
+	MeterProvider metric.MeterProvider
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -164,6 +178,9 @@ type Executor struct {
 	// notifyRun and notifyOutbox ask the notifier to tell other replicas.
 	notifyRun    chan struct{}
 	notifyOutbox chan struct{}
+
+	ins instruments
+	snapshotCache
 }
 
 type defKey struct {
@@ -181,14 +198,18 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 	for name, t := range cfg.NodeTypes {
 		reg[name] = t.Parse
 	}
-	return &Executor{
+	e := &Executor{
 		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
 		defs:         map[defKey]*workflow.Workflow{},
 		wakeRun:      make(chan struct{}, 1),
 		wakeOutbox:   make(chan struct{}, 1),
 		notifyRun:    make(chan struct{}, 1),
 		notifyOutbox: make(chan struct{}, 1),
-	}, nil
+	}
+	if err := e.initTelemetry(); err != nil {
+		return nil, fmt.Errorf("executor telemetry: %w", err)
+	}
+	return e, nil
 }
 
 // Registry returns the node parsers, for validating definitions elsewhere.

@@ -44,5 +44,13 @@ func (e *Executor) ClaimOutbox(ctx context.Context, n int) ([]dbsqlc.Outbox, err
 
 // SendOutbox sends one claimed outbox row and returns its error.
 func (e *Executor) SendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
-	return e.sendOutbox(ctx, item)
+	_, err := e.sendOutbox(ctx, item)
+	return err
+}
+
+// ExpireQueueSnapshot makes the next scrape read the run-queue depth from the database.
+func (e *Executor) ExpireQueueSnapshot() {
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+	e.snap = queueSnapshot{}
 }

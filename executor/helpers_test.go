@@ -74,7 +74,8 @@ type pod struct {
 
 func newPod(t *testing.T, pool *pgxpool.Pool, cfg executor.Config) *pod {
 	t.Helper()
-	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: cfg.Logger})
+	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: cfg.Logger,
+		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider})
 	require.NoError(t, err)
 	ex, err := executor.New(pool, agg, cfg)
 	require.NoError(t, err)

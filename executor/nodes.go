@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/template"
@@ -264,7 +265,9 @@ type Response struct {
 // maxResponseBytes bounds what is read of a response: outputs live in the database.
 const maxResponseBytes = 1 << 20
 
-// Do sends req with the given timeout.
+// Do sends req with the given timeout. When ctx holds a span, the request carries its
+// W3C traceparent (over one the definition set), so the receiver can continue the
+// trace: the wait's call span for a correlated call, the node's span for an http node.
 func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Duration) (*Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -277,6 +280,7 @@ func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Dur
 		return nil, err
 	}
 	hr.Header = req.Headers.Clone()
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
 	resp, err := client.Do(hr)
 	if err != nil {
 		return nil, err

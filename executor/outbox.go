@@ -9,10 +9,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -44,24 +49,48 @@ func (e *Executor) backoff(attempt int32) time.Duration {
 // send time, so it is the same on every attempt and on every pod.
 func (e *Executor) processOutbox(ctx context.Context, item dbsqlc.Outbox) {
 	log := e.logger.With("execution_id", item.ExecutionID, "node_id", item.NodeID, "instance_id", e.cfg.InstanceID, "attempt", item.Attempt)
-	if err := e.sendOutbox(ctx, item); err != nil {
+	ctx, err := e.sendOutbox(ctx, item)
+	if err != nil {
 		if errors.Is(err, errLeaseLost) {
 			log.WarnContext(ctx, "outbox lease lost; another instance owns this call now")
 			return
 		}
 		log.ErrorContext(ctx, "outbox item failed; will retry", "err", err)
+		if ctx.Err() == nil {
+			e.databaseError(ctx)
+		}
 	}
 }
 
-func (e *Executor) sendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
+// sendOutbox makes one attempt of a call, in a span of the wait's trace; it returns the
+// span's context (ctx itself when it ended before starting one) for the caller's lines.
+func (e *Executor) sendOutbox(ctx context.Context, item dbsqlc.Outbox) (_ context.Context, err error) {
 	ws, err := e.q.WaitStateGetByID(ctx, e.pool, item.WaitStateID)
 	if err != nil && !errors.Is(db.Interpret(err), db.ErrNotFound) {
-		return err
+		return ctx, err
 	}
 	if err != nil || ws.Status != aggregator.StatusWaiting {
 		// Finished or cancelled before the call left: it is no longer wanted.
-		return e.deleteOutbox(ctx, item)
+		return ctx, e.deleteOutbox(ctx, item)
 	}
+	tp := ""
+	if ws.TraceParent != nil {
+		tp = *ws.TraceParent
+	}
+	ctx, span := e.ins.tracer.Start(telemetry.WithTraceParent(ctx, tp), "rendezvous.wait.call",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			attribute.String("rendezvous.execution_id", item.ExecutionID.String()),
+			attribute.String("rendezvous.node_id", item.NodeID),
+			attribute.String("rendezvous.correlation_id", ws.CorrelationID.String()),
+			attribute.Int("rendezvous.attempt", int(item.Attempt)),
+		))
+	defer func() { endSpan(span, err) }()
+	return ctx, e.call(ctx, span, item, ws)
+}
+
+// call renders and sends the request of a claimed outbox row, then records the result:
+// the row deleted, retried later, or the call failed for good.
+func (e *Executor) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, ws dbsqlc.ExecutionWaitState) error {
 	st, err := e.loadState(ctx, e.pool, item.ExecutionID, false)
 	if err != nil {
 		return err
@@ -78,11 +107,20 @@ func (e *Executor) sendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
 	scope.CorrelationID = ws.CorrelationID.String()
 	req, err := BuildAPIRequest(cfg.APICall, scope, item.ExecutionID, ws.CorrelationID)
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		return e.callFailed(ctx, item, ws, cfg.APICall, err.Error())
 	}
 	log := e.logger.With("execution_id", item.ExecutionID, "node_id", item.NodeID, "correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID)
+	span.SetAttributes(callAttributes(req)...)
+	// Do sends the span's traceparent: the service may continue the wait's trace.
+	sent := time.Now()
 	resp, sendErr := Do(ctx, e.cfg.HTTPClient, req, e.cfg.OutboxTimeout)
+	took := time.Since(sent)
+	if resp != nil {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(resp.Status))
+	}
 	if sendErr == nil && resp.Status >= 200 && resp.Status <= 299 {
+		e.recordCall(ctx, resultOK, took)
 		log.InfoContext(ctx, "correlated call sent", "method", req.Method, "url", req.URL, "status", resp.Status, "attempt", item.Attempt)
 		return e.deleteOutbox(ctx, item)
 	}
@@ -92,7 +130,9 @@ func (e *Executor) sendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
 	} else {
 		reason = fmt.Sprintf("api call %s %s: status %d: %s", req.Method, req.URL, resp.Status, excerpt(resp.Body))
 	}
+	span.SetStatus(codes.Error, reason)
 	if retryable(resp, sendErr) && int(item.Attempt) < e.cfg.OutboxMaxAttempts {
+		e.recordCall(ctx, resultRetry, took)
 		delay := e.backoff(item.Attempt)
 		log.WarnContext(ctx, "correlated call failed; retrying", "attempt", item.Attempt, "retry_in", delay, "err", reason)
 		n, err := e.q.OutboxRetryLater(ctx, e.pool, dbsqlc.OutboxRetryLaterParams{
@@ -106,6 +146,7 @@ func (e *Executor) sendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
 		}
 		return nil
 	}
+	e.recordCall(ctx, resultFailed, took)
 	return e.callFailed(ctx, item, ws, cfg.APICall, fmt.Sprintf("%s (attempt %d of %d)", reason, item.Attempt, e.cfg.OutboxMaxAttempts))
 }
 

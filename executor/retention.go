@@ -40,6 +40,7 @@ func (e *Executor) runRetention(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			e.logger.WarnContext(ctx, "retention pass failed", "instance_id", e.cfg.InstanceID, "err", err)
+			e.databaseError(ctx)
 		case !p.Skipped && p.Executions+p.Waits > 0:
 			e.logger.InfoContext(ctx, "retention pass", "instance_id", e.cfg.InstanceID,
 				"executions_deleted", p.Executions, "waits_deleted", p.Waits)

@@ -12,10 +12,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // errLeaseLost means another pod claimed the work after our lease ran out; our result is
@@ -71,6 +75,7 @@ func runLoop[T any](ctx context.Context, e *Executor, name string, slots int, wa
 			if err != nil {
 				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 				e.logger.WarnContext(ctx, "claim failed", "queue", name, "instance_id", e.cfg.InstanceID, "err", err, "retry_in", backoff)
+				e.databaseError(ctx)
 			} else {
 				backoff = 0
 			}
@@ -125,6 +130,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 	if err != nil {
 		return nil, err
 	}
+	e.observeClaims(ctx, "run", runs)
 	units := make([][]dbsqlc.RunQueue, 0, n)
 	for _, r := range runs {
 		units = append(units, []dbsqlc.RunQueue{r})
@@ -139,6 +145,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 	if err != nil {
 		return units, err
 	}
+	e.observeClaims(ctx, "resume", resumes)
 	// Spread over the free slots so that batches run side by side.
 	per := max((len(resumes)+free-1)/free, 1)
 	for start := 0; start < len(resumes); start += per {
@@ -155,6 +162,9 @@ func (e *Executor) processWork(ctx context.Context, unit []dbsqlc.RunQueue) {
 	if _, err := e.resumeBatch(ctx, unit); err != nil {
 		// Each job falls back to the single path, which isolates a failing one.
 		e.logger.WarnContext(ctx, "resume batch failed; resuming one by one", "jobs", len(unit), "instance_id", e.cfg.InstanceID, "err", err)
+		if ctx.Err() == nil {
+			e.databaseError(ctx)
+		}
 		for _, job := range unit {
 			e.processRun(ctx, job)
 		}
@@ -167,7 +177,8 @@ func (e *Executor) releaseRun(job dbsqlc.RunQueue, delay time.Duration) {
 	_ = e.q.RunQueueRelease(ctx, e.pool, dbsqlc.RunQueueReleaseParams{DelaySeconds: delay.Seconds(), ID: job.ID, Attempt: job.Attempt})
 }
 
-// processRun handles one claimed run-queue row.
+// processRun handles one claimed run-queue row. A node run is a span of its own (its
+// lines below join it); a continuation's spans are per wait, in resumeBatch.
 func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	log := e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID, "kind", job.Kind, "attempt", job.Attempt)
 	var err error
@@ -175,7 +186,10 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	case "resume":
 		err = e.resume(ctx, job)
 	default:
-		err = e.runNode(ctx, job)
+		runCtx, span := e.startNodeRun(ctx, job)
+		err = e.runNode(runCtx, job)
+		endSpan(span, err)
+		ctx = runCtx
 	}
 	switch {
 	case err == nil:
@@ -189,6 +203,9 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 		// network error.
 		log.ErrorContext(ctx, "run queue item failed; will retry", "err", err)
 		var attemptErr *nodeAttemptError
+		if !errors.As(err, &attemptErr) && ctx.Err() == nil {
+			e.databaseError(ctx)
+		}
 		switch {
 		case ctx.Err() != nil:
 			e.releaseRun(job, 0)
@@ -218,20 +235,26 @@ func (e *Executor) finishJob(ctx context.Context, tx pgx.Tx, job dbsqlc.RunQueue
 }
 
 // runNode runs a node outside any transaction, then records its outcome and advances
-// the graph in one transaction under the execution's row lock.
+// the graph in one transaction under the execution's row lock. The span in ctx (the
+// node run's) is what a wait the node registers carries on to its call, events and
+// continuation.
 func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
+	span := trace.SpanFromContext(ctx)
 	st, err := e.loadState(ctx, e.pool, job.ExecutionID, false)
 	if err != nil {
 		return err
 	}
+	span.SetAttributes(attribute.String("rendezvous.workflow", st.exec.WorkflowName))
 	n := st.nodes[job.NodeID]
 	if execFinished(st.exec.Status) || n == nil || (n.Status != nodeRunning && n.Status != nodePending) {
+		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
 		return db.Tx(ctx, e.pool, func(tx pgx.Tx) error { return e.finishJob(ctx, tx, job) })
 	}
 	node, ok := st.wf.Node(job.NodeID)
 	if !ok {
 		return fmt.Errorf("node %s not in definition", job.NodeID)
 	}
+	span.SetAttributes(attribute.String("rendezvous.node_type", node.Type))
 	typ, ok := e.cfg.NodeTypes[node.Type]
 	if !ok {
 		return fmt.Errorf("node type %q not registered", node.Type)
@@ -249,8 +272,11 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		}
 		out = Failed("%v (after %d attempts)", runErr, job.Attempt)
 	}
+	if out.Wait != nil {
+		out.Wait.TraceParent = telemetry.TraceParent(ctx)
+	}
 
-	var notifyOutbox, enqueued bool
+	var notifyOutbox, enqueued, discarded bool
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
 		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
 		if err != nil {
@@ -259,7 +285,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		if err := e.finishJob(ctx, tx, job); err != nil {
 			return err
 		}
-		if execFinished(st.exec.Status) {
+		if discarded = execFinished(st.exec.Status); discarded {
 			return nil
 		}
 		switch out.Status {
@@ -310,6 +336,17 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case discarded: // the execution finished (was cancelled) while the node ran
+		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
+	case out.Status == OutcomeFailed:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "failed"))
+		span.SetStatus(codes.Error, out.Error)
+	case out.Status == OutcomeWaiting:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "waiting"))
+	default:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "completed"))
+	}
 	if enqueued {
 		e.WakeRunQueue()
 	}
@@ -355,11 +392,13 @@ func (e *Executor) notifier(ctx context.Context) {
 // constant number of statements: lock the executions in id order, fence-delete the
 // claimed rows, load their nodes, mark the waits resumed (once: resumed_at is set only
 // if unset), advance each graph in memory, and write the changes set-based. It returns how many claims were lost to
-// another pod; their work is left to that pod.
+// another pod; their work is left to that pod. Each resumed wait gets a span in its own
+// trace, ended (and its duration recorded) only once the batch has committed.
 func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (lost int, err error) {
 	var enqueued bool
+	var done []resumedWait
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		enqueued, lost = false, 0
+		enqueued, lost, done = false, 0, nil
 		// Executions first, then the queue rows: the order every writer of an execution
 		// (runs, cancels, failures) takes, so none of them can deadlock with a resume.
 		execIDs := make([]uuid.UUID, 0, len(jobs))
@@ -422,7 +461,10 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		w := &batchWriter{}
 		for _, r := range resumed {
 			st := states[r.ExecutionID]
+			rctx, span := e.startResume(ctx, r)
+			done = append(done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
 			if execFinished(st.exec.Status) { // failed by an earlier job of this batch
+				span.SetAttributes(attribute.Bool("rendezvous.execution_finished", true))
 				continue
 			}
 			if n := st.nodes[r.NodeID]; n != nil && n.Status == nodeFailed {
@@ -433,24 +475,33 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 					reason = *n.Error
 				}
 				w.drop(r.ExecutionID)
-				if err := e.failExecution(ctx, tx, st, fmt.Sprintf("node %s: %s", r.NodeID, reason)); err != nil {
+				span.SetStatus(codes.Error, "node failed: "+reason)
+				if err := e.failExecution(rctx, tx, st, fmt.Sprintf("node %s: %s", r.NodeID, reason)); err != nil {
 					return err
 				}
 				continue
 			}
-			e.logger.InfoContext(ctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID, "instance_id", e.cfg.InstanceID)
-			more, err := e.advanceOrFail(ctx, tx, w, st, r.NodeID)
+			e.logger.InfoContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
+				"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
+			more, err := e.advanceOrFail(rctx, tx, w, st, r.NodeID)
 			if err != nil {
 				return err
+			}
+			if st.exec.Status == execFailed { // a condition on an outgoing edge failed
+				span.SetStatus(codes.Error, "execution failed")
 			}
 			enqueued = enqueued || more
 		}
 		return w.flush(ctx, e, tx)
 	})
-	if err == nil && enqueued {
+	if err != nil {
+		return lost, err
+	}
+	e.observeResumed(ctx, done)
+	if enqueued {
 		e.WakeRunQueue()
 	}
-	return lost, err
+	return lost, nil
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the
@@ -463,6 +514,7 @@ func (e *Executor) listen(ctx context.Context) {
 			return
 		}
 		e.logger.WarnContext(ctx, "notification listener lost its connection", "instance_id", e.cfg.InstanceID, "err", err, "retry_in", backoff)
+		e.databaseError(ctx)
 		select {
 		case <-ctx.Done():
 			return

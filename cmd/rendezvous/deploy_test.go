@@ -32,18 +32,11 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 )
 
 const repoRoot = "../.."
-
-// pendingRoutes are routes a manifest may name before the service serves them, with
-// why. Only the Prometheus scrape path: /metrics is a later change. Once it is served
-// the Kubernetes test asks for its entry to be deleted, so the exception cannot outlive
-// its reason.
-var pendingRoutes = map[string]string{
-	"GET /metrics": "Prometheus scrape path; metrics are added by a later change",
-}
 
 // secretEnv are the variables that carry credentials: manifests must take them from a
 // Secret, never from a literal or a ConfigMap.
@@ -164,11 +157,12 @@ func readsEnv(t *testing.T, bin string, commands ...string) map[string]bool {
 }
 
 // checkEnvRead fails for a variable none of the commands reads. RENDEZVOUS_VAR_* are
-// read by templates (definition vars), not by options.
+// read by templates (definition vars), the standard OTEL_* ones by OpenTelemetry, not
+// by options.
 func checkEnvRead(t *testing.T, where string, env map[string]string, reads map[string]bool) {
 	t.Helper()
 	for k := range env {
-		if !reads[k] && !strings.HasPrefix(k, template.EnvPrefix) {
+		if !reads[k] && !strings.HasPrefix(k, template.EnvPrefix) && !slices.Contains(telemetry.EnvVars, k) {
 			t.Errorf("%s sets %s, which the command does not read", where, k)
 		}
 	}

@@ -96,6 +96,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
 	cfg.Logger = logger
+	cfg.Version = buildVersion()
 	cfg.Kafka.Brokers = broker.ListenAddrs()
 	cfg.Kafka.AllowAutoTopicCreation = true
 	s, err := service.New(ctx, cfg)

@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -124,11 +125,12 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	hopts := &slog.HandlerOptions{Level: level}
+	// Lines logged with a context holding a span carry trace_id and span_id.
 	switch c.logFormat {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, hopts))), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, hopts))), nil
 	}
 	return nil, fmt.Errorf("--log-format: must be json or text, not %q", c.logFormat)
 }
@@ -178,6 +180,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = !noMigrate
 	cfg.Logger = logger
+	cfg.Version = buildVersion()
 	s, err := service.New(ctx, cfg)
 	if err != nil {
 		return err

@@ -796,14 +796,18 @@ func (q *Queries) WaitStateMarkResumedMany(ctx context.Context, db DBTX, arg Wai
 }
 
 const waitStateNextDeadline = `-- name: WaitStateNextDeadline :one
-SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status IN ('waiting', 'scheduled')
+SELECT next_deadline_at FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled')
+ORDER BY next_deadline_at
+LIMIT 1
 `
 
+// The earliest deadline of an open wait; no row when nothing is open.
 func (q *Queries) WaitStateNextDeadline(ctx context.Context, db DBTX) (time.Time, error) {
 	row := db.QueryRow(ctx, waitStateNextDeadline)
-	var column_1 time.Time
-	err := row.Scan(&column_1)
-	return column_1, err
+	var next_deadline_at time.Time
+	err := row.Scan(&next_deadline_at)
+	return next_deadline_at, err
 }
 
 const waitStateRecordEvent = `-- name: WaitStateRecordEvent :one

@@ -51,3 +51,10 @@ DELETE FROM run_queue AS r
 USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS c
 WHERE r.id = c.id AND r.attempt = c.attempt
 RETURNING r.id;
+
+-- name: RunQueueDepth :many
+-- Work by kind for the metrics gauge: queued and claimed rows alike, since a row is done
+-- only when it is deleted. The (kind, visible_at) index answers it.
+SELECT kind, count(*)::bigint AS count
+FROM run_queue
+GROUP BY kind;

@@ -149,7 +149,11 @@ LIMIT @max::integer
 FOR UPDATE SKIP LOCKED;
 
 -- name: WaitStateNextDeadline :one
-SELECT min(next_deadline_at)::timestamptz FROM execution_wait_states WHERE status IN ('waiting', 'scheduled');
+-- The earliest deadline of an open wait; no row when nothing is open.
+SELECT next_deadline_at FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled')
+ORDER BY next_deadline_at
+LIMIT 1;
 
 -- name: WaitStateExpire :many
 -- Writes the sweeper's decisions in one statement, behind the same version fence as

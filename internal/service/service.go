@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/callbacks"
@@ -25,6 +27,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/api"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // Defaults for Config.
@@ -58,6 +61,11 @@ type Config struct {
 	Kafka consumer.Config
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Version names the build in telemetry (service.version).
+	Version string
+	// Telemetry, when set, is used instead of the service's own (tests read spans and
+	// metrics through it); Close and Run do not shut it down then.
+	Telemetry *telemetry.Telemetry
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -101,6 +109,25 @@ type Service struct {
 	Exec     *executor.Executor
 	// Consumer is nil when no Kafka brokers are configured.
 	Consumer *consumer.Consumer
+
+	tel      *telemetry.Telemetry
+	ownTel   bool
+	migrated atomic.Bool
+}
+
+// Telemetry is the service's tracer and meter providers.
+func (s *Service) Telemetry() *telemetry.Telemetry { return s.tel }
+
+// shutdownTelemetry flushes spans still buffered for export, when the service owns them.
+func (s *Service) shutdownTelemetry() {
+	if !s.ownTel {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tel.Shutdown(ctx); err != nil {
+		s.logger.Warn("telemetry shutdown", "instance_id", s.cfg.InstanceID, "err", err)
+	}
 }
 
 // New connects, migrates when asked, and binds the HTTP listener; Run starts the work.
@@ -115,8 +142,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, logger: logger, pool: pool}
+	s := &Service{cfg: cfg, logger: logger, pool: pool, tel: cfg.Telemetry}
+	if s.tel == nil {
+		if s.tel, err = telemetry.New(ctx, telemetry.Config{ServiceName: "rendezvous", InstanceID: cfg.InstanceID, Version: cfg.Version}); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		s.ownTel = true
+	}
 	if err := s.init(ctx); err != nil {
+		s.shutdownTelemetry()
 		pool.Close()
 		return nil, err
 	}
@@ -138,6 +173,7 @@ func (s *Service) init(ctx context.Context) error {
 	acfg := cfg.Aggregator
 	acfg.InstanceID, acfg.Logger = cfg.InstanceID, s.logger
 	acfg.OnContinuation = func() { ex.WakeRunQueue() }
+	acfg.TracerProvider, acfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
 	agg, err := aggregator.New(s.pool, acfg)
 	if err != nil {
 		return err
@@ -147,6 +183,7 @@ func (s *Service) init(ctx context.Context) error {
 		kcfg := cfg.Kafka
 		kcfg.ClientID = cfg.InstanceID
 		kcfg.Logger = s.logger
+		kcfg.TracerProvider, kcfg.MeterProvider, kcfg.Propagator = s.tel.TracerProvider, s.tel.MeterProvider, s.tel.Propagator
 		if cons, err = consumer.New(s.pool, agg, kcfg); err != nil {
 			return err
 		}
@@ -154,6 +191,7 @@ func (s *Service) init(ctx context.Context) error {
 	ecfg := cfg.Executor
 	ecfg.InstanceID = cfg.InstanceID
 	ecfg.Logger = s.logger
+	ecfg.TracerProvider, ecfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
 	if cons != nil {
 		ecfg.OnWorkflowStored = cons.Refresh
 	}
@@ -170,10 +208,22 @@ func (s *Service) init(ctx context.Context) error {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", cfg.InstanceID))
+	// A server span per request (the API and callbacks), continuing the caller's trace;
+	// probes and scrapes would only be noise.
+	e.Use(otelecho.Middleware("rendezvous",
+		otelecho.WithTracerProvider(s.tel.TracerProvider), otelecho.WithPropagators(s.tel.Propagator),
+		otelecho.WithSkipper(func(c echo.Context) bool {
+			switch c.Path() {
+			case "/healthz", "/readyz", "/metrics":
+				return true
+			}
+			return false
+		})))
 	api.Register(e, ex)
 	cb.Register(e)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.ready)
+	e.GET("/metrics", echo.WrapHandler(s.tel.MetricsHandler()))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -185,10 +235,13 @@ func (s *Service) init(ctx context.Context) error {
 func (s *Service) ready(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	body := map[string]string{"status": "ready", "database": "ok"}
+	body := map[string]string{"status": "ready", "database": "ok", "migrations": "ok"}
 	code := http.StatusOK
 	if err := s.pool.Ping(ctx); err != nil {
 		body["database"], body["status"], code = err.Error(), "unready", http.StatusServiceUnavailable
+		body["migrations"] = "unknown: database unreachable"
+	} else if err := s.migrationsCurrent(ctx); err != nil {
+		body["migrations"], body["status"], code = err.Error(), "unready", http.StatusServiceUnavailable
 	}
 	if s.Consumer != nil {
 		body["kafka"] = "ok"
@@ -197,6 +250,25 @@ func (s *Service) ready(c echo.Context) error {
 		}
 	}
 	return c.JSON(code, body)
+}
+
+// migrationsCurrent fails while the database lacks migrations this binary has (a replica
+// started with --no-migrate before `rendezvous migrate` ran). A database ahead of the
+// binary is fine: during a rolling upgrade old replicas run on the new schema. Once
+// current, it stays so for the life of the process and is not checked again.
+func (s *Service) migrationsCurrent(ctx context.Context) error {
+	if s.migrated.Load() {
+		return nil
+	}
+	current, target, err := db.MigrationVersions(ctx, s.pool)
+	if err != nil {
+		return fmt.Errorf("cannot read the migration version: %w", err)
+	}
+	if current < target {
+		return fmt.Errorf("pending: the database is at version %d, this build needs %d (run rendezvous migrate)", current, target)
+	}
+	s.migrated.Store(true)
+	return nil
 }
 
 // Addr is the address the HTTP server listens on.
@@ -259,6 +331,7 @@ func (s *Service) Run(ctx context.Context) error {
 	<-execDone
 	<-sweepDone
 	s.pool.Close()
+	s.shutdownTelemetry()
 	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)
 	return runErr
 }
@@ -272,4 +345,5 @@ func (s *Service) Close() {
 		_ = s.listener.Close()
 	}
 	s.pool.Close()
+	s.shutdownTelemetry()
 }

@@ -140,6 +140,9 @@ func SpanContextOf(ctx context.Context, p propagation.TextMapPropagator, c propa
 	if p == nil {
 		p = traceContext
 	}
+	// Without the span ctx may hold (a server span of this very request), a carrier
+	// announcing nothing yields nothing rather than that span.
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	return trace.SpanContextFromContext(p.Extract(ctx, c))
 }
 
@@ -169,3 +172,25 @@ const (
 	DatabaseErrorsName        = "rendezvous.database.errors"
 	DatabaseErrorsDescription = "Database operations that failed, by component; work is retried."
 )
+
+// EnvVars are the standard OpenTelemetry variables a rendezvous process honours (read by
+// the SDK and the OTLP exporter, not by flags); deployment files may set them.
+var EnvVars = []string{
+	"OTEL_SERVICE_NAME",
+	"OTEL_RESOURCE_ATTRIBUTES",
+	"OTEL_TRACES_SAMPLER",
+	"OTEL_TRACES_SAMPLER_ARG",
+	"OTEL_EXPORTER_OTLP_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_HEADERS",
+	"OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+	"OTEL_EXPORTER_OTLP_TIMEOUT",
+	"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+	"OTEL_EXPORTER_OTLP_COMPRESSION",
+	"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+	"OTEL_EXPORTER_OTLP_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+	"OTEL_EXPORTER_OTLP_CLIENT_KEY",
+	"OTEL_EXPORTER_OTLP_INSECURE",
+}

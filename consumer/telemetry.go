@@ -1,0 +1,147 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+)
+
+// scope names the consumer's meter.
+const scope = "github.com/rendezvous-run/rendezvous/consumer"
+
+// sourceKind is the aggregator.Source kind of every event the consumer hands over.
+const sourceKind = "kafka"
+
+// Categories of poison records: the reason attribute of rendezvous.dead_letter.records.
+// The rendezvous-dlq-reason header carries the full text; a metric attribute must stay a
+// small fixed set.
+const (
+	poisonTooLarge   = "too_large"
+	poisonNotJSON    = "not_json"
+	poisonUnstorable = "unstorable"
+)
+
+// instruments are the consumer's own metrics; the Kafka client's (bytes, records,
+// connections) and its spans come from kotel.
+type instruments struct {
+	deadLetters metric.Int64Counter
+	dbErrors    metric.Int64Counter
+	lagReg      metric.Registration
+
+	lagMu sync.Mutex
+	lag   map[tp]int64 // owned partitions only
+}
+
+// initTelemetry creates the consumer's instruments. The lag is an observable gauge over
+// the partitions this member owns: a synchronous gauge would keep exporting the last lag
+// of a partition after a rebalance moved it away (cumulative last-value never forgets an
+// attribute set), and the replicas' lags would no longer add up.
+func (c *Consumer) initTelemetry() error {
+	m := c.cfg.MeterProvider.Meter(scope)
+	in := &c.ins
+	in.lag = map[tp]int64{}
+	var err error
+	if in.deadLetters, err = m.Int64Counter("rendezvous.dead_letter.records",
+		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable).")); err != nil {
+		return err
+	}
+	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {
+		return err
+	}
+	lag, err := m.Int64ObservableGauge("rendezvous.kafka.consumer.lag",
+		metric.WithDescription("Records of a partition not consumed yet (high watermark − next offset), as of this member's last fetch of it."))
+	if err != nil {
+		return err
+	}
+	in.lagReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		in.lagMu.Lock()
+		defer in.lagMu.Unlock()
+		for p, n := range in.lag {
+			o.ObserveInt64(lag, n, metric.WithAttributes(attribute.String("topic", p.topic), attribute.Int("partition", int(p.partition))))
+		}
+		return nil
+	}, lag)
+	return err
+}
+
+// kotelHooks instrument the Kafka client: a receive span per fetched record (a child of
+// the producer's span its headers announce), a publish span per dead letter, and the
+// client's byte, record and connection counters.
+func (c *Consumer) kotelHooks() []kgo.Hook {
+	return kotel.NewKotel(
+		kotel.WithTracer(kotel.NewTracer(
+			kotel.TracerProvider(c.cfg.TracerProvider),
+			kotel.TracerPropagator(c.cfg.Propagator),
+			kotel.ConsumerGroup(c.cfg.Group),
+			kotel.ClientID(c.cfg.ClientID),
+		)),
+		kotel.WithMeter(kotel.NewMeter(kotel.MeterProvider(c.cfg.MeterProvider))),
+	).Hooks()
+}
+
+// observeLag records each fetched partition's lag: its high watermark less the offset
+// after the last record fetched.
+func (c *Consumer) observeLag(fetches kgo.Fetches) {
+	c.ins.lagMu.Lock()
+	defer c.ins.lagMu.Unlock()
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		last := p.Records[len(p.Records)-1]
+		c.ins.lag[tp{p.Topic, p.Partition}] = max(p.HighWatermark-(last.Offset+1), 0)
+	})
+}
+
+// forgetLag stops reporting partitions this member no longer owns (nil: all of them).
+func (c *Consumer) forgetLag(partitions map[string][]int32) {
+	c.ins.lagMu.Lock()
+	defer c.ins.lagMu.Unlock()
+	if partitions == nil {
+		clear(c.ins.lag)
+		return
+	}
+	for topic, ps := range partitions {
+		for _, p := range ps {
+			delete(c.ins.lag, tp{topic, p})
+		}
+	}
+}
+
+// databaseError counts a failed database operation of the consumer; the work is retried.
+func (c *Consumer) databaseError(ctx context.Context) {
+	c.ins.dbErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("component", "consumer")))
+}
+
+// deadLettered counts a record written to its dead-letter topic, here and as an event
+// the aggregator never saw.
+func (c *Consumer) deadLettered(ctx context.Context, topic, category string) {
+	c.ins.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", topic), attribute.String("reason", category)))
+	c.agg.RecordRejected(ctx, sourceKind, ReasonPoison)
+}
+
+// recordCtx is ctx (its deadline, its values) carrying the span kotel started for r, so
+// that log lines about r and its dead letter's publish span join the record's trace.
+func recordCtx(ctx context.Context, r *kgo.Record) context.Context {
+	if r.Context == nil {
+		return ctx
+	}
+	if sc := trace.SpanContextFromContext(r.Context); sc.IsValid() {
+		return trace.ContextWithSpanContext(ctx, sc)
+	}
+	return ctx
+}
+
+// linkOf is the span context a record's headers announce (its producer's), for the
+// link from the event's span in the wait's trace. It extracts from a bare context: one
+// holding a span would be returned for a record without a traceparent.
+func (c *Consumer) linkOf(r *kgo.Record) trace.SpanContext {
+	return telemetry.SpanContextOf(context.Background(), c.cfg.Propagator, kotel.NewRecordCarrier(r))
+}

@@ -1,0 +1,243 @@
+package executor
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+)
+
+// scope names the executor's tracer and meter.
+const scope = "github.com/rendezvous-run/rendezvous/executor"
+
+// Results of an outbound correlated call attempt (rendezvous.outbound.calls).
+const (
+	resultOK     = "ok"
+	resultRetry  = "retry"
+	resultFailed = "failed"
+)
+
+// instruments are the executor's spans and metrics. Whatever depends on a transaction
+// (a wait resumed) is recorded after it committed: a rolled-back batch did not happen.
+type instruments struct {
+	tracer        trace.Tracer
+	outboundCalls metric.Int64Counter
+	outboundTime  metric.Float64Histogram
+	waitDuration  metric.Float64Histogram
+	claimLatency  metric.Float64Histogram
+	dbErrors      metric.Int64Counter
+}
+
+// Bucket boundaries, in seconds. An outbound call is bounded by OutboxTimeout; a wait
+// lasts from milliseconds (a fast callback) to days (a timer, an approval); a claim
+// normally follows its enqueue within a poll interval and lags when pods are saturated.
+var (
+	outboundBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	waitBuckets     = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}
+	claimBuckets    = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+)
+
+func (e *Executor) initTelemetry() error {
+	tp, mp := e.cfg.TracerProvider, e.cfg.MeterProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(scope)
+	in := &e.ins
+	in.tracer = tp.Tracer(scope)
+	var err error
+	if in.outboundCalls, err = m.Int64Counter("rendezvous.outbound.calls",
+		metric.WithDescription("Correlated API call attempts by result (ok; retry: sent again later; failed: permanent or attempts exhausted).")); err != nil {
+		return err
+	}
+	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {
+		return err
+	}
+	for _, h := range []struct {
+		dst     *metric.Float64Histogram
+		name    string
+		desc    string
+		buckets []float64
+	}{
+		{&in.outboundTime, "rendezvous.outbound.call.duration", "Duration of one correlated API call attempt, by result.", outboundBuckets},
+		{&in.waitDuration, "rendezvous.wait.duration", "How long waits lasted, from registration to satisfied, timed out or fired; by workflow, strategy (timer for wait nodes) and outcome.", waitBuckets},
+		{&in.claimLatency, "rendezvous.run_queue.claim_latency", "How long run-queue work waited to be claimed the first time, by kind (run, resume).", claimBuckets},
+	} {
+		if *h.dst, err = m.Float64Histogram(h.name, metric.WithUnit("s"), metric.WithDescription(h.desc),
+			metric.WithExplicitBucketBoundaries(h.buckets...)); err != nil {
+			return err
+		}
+	}
+	depth, err := m.Int64ObservableGauge("rendezvous.run_queue.depth",
+		metric.WithDescription("Run-queue rows by kind (run, resume), claimed ones included, counted in the database."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		snap, err := e.queueSnapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, kind := range []string{"run", "resume"} {
+			o.ObserveInt64(depth, snap.depth[kind], metric.WithAttributes(attribute.String("kind", kind)))
+		}
+		return nil
+	}, depth)
+	return err
+}
+
+// snapshotTTL caps the database reads of the gauge however often /metrics is scraped.
+const snapshotTTL = 5 * time.Second
+
+type queueSnapshot struct {
+	at    time.Time
+	depth map[string]int64
+}
+
+// queueSnapshot returns the run-queue depth, read at most once per snapshotTTL.
+func (e *Executor) queueSnapshot(ctx context.Context) (queueSnapshot, error) {
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+	if time.Since(e.snap.at) < snapshotTTL {
+		return e.snap, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rows, err := e.q.RunQueueDepth(ctx, e.pool)
+	if err != nil {
+		e.databaseError(ctx)
+		return queueSnapshot{}, err
+	}
+	snap := queueSnapshot{at: time.Now(), depth: map[string]int64{}}
+	for _, r := range rows {
+		snap.depth[r.Kind] = r.Count
+	}
+	e.snap = snap
+	return snap, nil
+}
+
+// snapshotCache holds the gauge's last reading; it lives on the Executor.
+type snapshotCache struct {
+	snapMu sync.Mutex
+	snap   queueSnapshot
+}
+
+// databaseError counts a failed database operation of the executor (alerting on
+// rendezvous_database_errors_total).
+func (e *Executor) databaseError(ctx context.Context) {
+	e.ins.dbErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("component", "executor")))
+}
+
+// startNodeRun starts the span of one run of a node; runNode adds what it learns.
+func (e *Executor) startNodeRun(ctx context.Context, job dbsqlc.RunQueue) (context.Context, trace.Span) {
+	return e.ins.tracer.Start(ctx, "rendezvous.node.run", trace.WithAttributes(
+		attribute.String("rendezvous.execution_id", job.ExecutionID.String()),
+		attribute.String("rendezvous.node_id", job.NodeID),
+		attribute.Int("rendezvous.attempt", int(job.Attempt)),
+	))
+}
+
+// endSpan marks span failed when err is set, and ends it.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// callAttributes describe an outbound call on its span. Only the host of the URL: its
+// path and query may carry tokens.
+func callAttributes(req *Request) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method)}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return attrs
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		host = u.Host
+	}
+	attrs = append(attrs, semconv.ServerAddress(host))
+	if p, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	return attrs
+}
+
+// recordCall counts one outbound call attempt and its duration.
+func (e *Executor) recordCall(ctx context.Context, result string, took time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("result", result))
+	e.ins.outboundCalls.Add(ctx, 1, attrs)
+	e.ins.outboundTime.Record(ctx, took.Seconds(), attrs)
+}
+
+// observeClaims records how long first attempts waited to be claimed; a retried row's
+// created_at is its first enqueue, so it would count its backoff. Both ends come from
+// the database's clock — the claim set visible_at to its now() plus the lease — so the
+// pod's clock skew does not enter.
+func (e *Executor) observeClaims(ctx context.Context, kind string, rows []dbsqlc.RunQueue) {
+	attrs := metric.WithAttributes(attribute.String("kind", kind))
+	for _, r := range rows {
+		if r.Attempt != 1 {
+			continue
+		}
+		claimed := r.VisibleAt.Add(-e.cfg.Lease)
+		e.ins.claimLatency.Record(ctx, max(claimed.Sub(r.CreatedAt), 0).Seconds(), attrs)
+	}
+}
+
+// resumedWait is a wait continued by a resume batch, observed once the batch commits.
+type resumedWait struct {
+	row      dbsqlc.WaitStateMarkResumedManyRow
+	workflow string
+	span     trace.Span
+}
+
+// startResume starts the span of a wait's continuation in the wait's trace.
+func (e *Executor) startResume(ctx context.Context, r dbsqlc.WaitStateMarkResumedManyRow) (context.Context, trace.Span) {
+	tp := ""
+	if r.TraceParent != nil {
+		tp = *r.TraceParent
+	}
+	return e.ins.tracer.Start(telemetry.WithTraceParent(ctx, tp), "rendezvous.wait.resume", trace.WithAttributes(
+		attribute.String("rendezvous.execution_id", r.ExecutionID.String()),
+		attribute.String("rendezvous.node_id", r.NodeID),
+		attribute.String("rendezvous.outcome", r.Status),
+	))
+}
+
+// observeResumed ends the spans of a committed resume batch and records how long each
+// wait lasted. A batch that rolled back never gets here: its spans are never ended, and
+// spans that are not ended are not exported.
+func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
+	for _, w := range waits {
+		strategy := w.row.AggregationStrategy
+		if w.row.WaitType == aggregator.WaitTypeTimer {
+			strategy = aggregator.WaitTypeTimer
+		}
+		e.ins.waitDuration.Record(ctx, max(w.row.UpdatedAt.Sub(w.row.CreatedAt), 0).Seconds(), metric.WithAttributes(
+			attribute.String("workflow", w.workflow),
+			attribute.String("strategy", strategy),
+			attribute.String("outcome", w.row.Status),
+		))
+		w.span.End()
+	}
+}
