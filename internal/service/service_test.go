@@ -41,6 +41,7 @@ func newFakeService(t *testing.T) *fakeService {
 		body["_hdr_exec"] = r.Header.Get("X-Execution-Id")
 		body["_hdr_corr"] = r.Header.Get("X-Correlation-Id")
 		body["_idem"] = r.Header.Get("Idempotency-Key")
+		body["_traceparent"] = r.Header.Get("Traceparent")
 		f.mu.Lock()
 		f.calls[fmt.Sprint(body["execution_id"])]++
 		f.mu.Unlock()
