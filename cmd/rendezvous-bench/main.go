@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -30,9 +32,11 @@ func main() {
 	due := flag.Int("due", 100000, "waits whose deadline falls at the same moment")
 	sweepWorkers := flag.Int("sweep-workers", aggregator.SweepWorkersDefault, "sweeper transactions in flight")
 	sweepBatch := flag.Int("sweep-batch", aggregator.SweepBatchDefault, "due waits decided per sweeper transaction")
+	rounds := flag.Int("kafka-rounds", 3, "Kafka runs with tracing off and on, alternating; the median of each is reported")
 	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka, deadlines or timers")
 	flag.Parse()
 	onlyPart = *only
+	kafkaRounds = max(*rounds, 1)
 	dueWaits, sweepers, sweepBatchSize = *due, *sweepWorkers, *sweepBatch
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -54,6 +58,9 @@ func main() {
 // onlyPart restricts a run to one part (for profiling).
 var onlyPart string
 
+// kafkaRounds is how many times the Kafka part runs in each tracing mode.
+var kafkaRounds int
+
 // dueWaits and sweepers configure the deadline part.
 var dueWaits, sweepers, sweepBatchSize int
 
@@ -73,7 +80,11 @@ type results struct {
 	Ratio      float64              `json:"callbacks_to_baseline"`
 	Kafka      bench.KafkaResult    `json:"kafka"`
 	KafkaRatio float64              `json:"kafka_to_baseline"`
-	Deadlines  bench.DeadlineResult `json:"deadlines"`
+	// KafkaUntraced is the same run with a no-op tracer; TracingCost is the share of
+	// throughput tracing costs (1 − traced / untraced).
+	KafkaUntraced bench.KafkaResult    `json:"kafka_untraced"`
+	TracingCost   float64              `json:"tracing_cost"`
+	Deadlines     bench.DeadlineResult `json:"deadlines"`
 	// DeadlineRatio: timed-out waits per second against the baseline's updates per second.
 	DeadlineRatio float64 `json:"deadlines_to_baseline"`
 	// Timers: the same burst of wait-node timers resuming.
@@ -106,18 +117,34 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 			return fmt.Errorf("callbacks: %w", err)
 		}
 	}
-	// The Kafka run gets a schema of its own, so its waits are the only ones there.
-	kschema, err := bench.NewSchema(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer kschema.Drop()
-	var kr bench.KafkaResult
+	// Each Kafka run gets a schema of its own, so its waits are the only ones there: first
+	// without tracing, then as deployed — every span recorded and exported — for the
+	// cost of tracing.
+	var kr, kOff bench.KafkaResult
 	if runs("kafka") {
-		fmt.Printf("kafka: %d records over %d partitions, one per waiting state …\n", records, partitions)
-		if kr, err = bench.Kafka(ctx, kschema.URL, partitions, records, logger); err != nil {
-			return fmt.Errorf("kafka: %w", err)
+		// Off and on alternate, rounds times, and each mode's median run is reported:
+		// on a shared machine one pair alone says more about the neighbours than about
+		// tracing.
+		var offs, ons []bench.KafkaResult
+		for round := range kafkaRounds * 2 {
+			tracing := round%2 == 1
+			kschema, err := bench.NewSchema(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer kschema.Drop()
+			fmt.Printf("kafka: %d records over %d partitions, one per waiting state, tracing %v …\n", records, partitions, tracing)
+			res, err := bench.Kafka(ctx, kschema.URL, partitions, records, tracing, logger)
+			if err != nil {
+				return fmt.Errorf("kafka: %w", err)
+			}
+			if tracing {
+				ons = append(ons, res)
+			} else {
+				offs = append(offs, res)
+			}
 		}
+		kr, kOff = medianRun(ons), medianRun(offs)
 	}
 	var dr bench.DeadlineResult
 	if runs("deadlines") {
@@ -143,7 +170,7 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 			return fmt.Errorf("timers: %w", err)
 		}
 	}
-	r := results{Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond,
+	r := results{KafkaUntraced: kOff, TracingCost: 1 - kr.PerSecond/kOff.PerSecond, Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond,
 		Deadlines: dr, DeadlineRatio: dr.PerSecond / base.PerSecond, Timers: tr, TimerRatio: tr.PerSecond / base.PerSecond}
 
 	fmt.Println()
@@ -159,6 +186,8 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 	}
 	if kr.Records > 0 {
 		fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s", kr.PerSecond, r.KafkaRatio)
+		fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s, tracing off", kOff.PerSecond, kOff.PerSecond/base.PerSecond)
+		fmt.Printf("%-44s %11.1f%%\n", "tracing cost (1 − on/off)", 100*r.TracingCost)
 		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p50", ms(kr.ToState.P50))
 		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
 		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
@@ -185,6 +214,12 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 		}
 	}
 	return nil
+}
+
+// medianRun is the run with the median throughput.
+func medianRun(runs []bench.KafkaResult) bench.KafkaResult {
+	slices.SortFunc(runs, func(a, b bench.KafkaResult) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	return runs[len(runs)/2]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }

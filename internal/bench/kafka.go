@@ -12,14 +12,21 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // KafkaResult is the Kafka path's figure.
 type KafkaResult struct {
+	// Tracing: spans recorded for every record (sampled 100%, batched to an exporter
+	// that drops them); otherwise a no-op tracer. Metrics are on either way.
+	Tracing    bool    `json:"tracing"`
 	Partitions int     `json:"partitions"`
 	Records    int     `json:"records"`
 	Seconds    float64 `json:"seconds"`
@@ -37,7 +44,22 @@ const benchTopic = "bench.events"
 
 // Kafka starts an embedded broker and one replica on the schema at url, parks records
 // Kafka-only waits, then produces one record per wait as fast as the producer goes.
-func Kafka(ctx context.Context, url string, partitions, records int, logger *slog.Logger) (KafkaResult, error) {
+func Kafka(ctx context.Context, url string, partitions, records int, tracing bool, logger *slog.Logger) (KafkaResult, error) {
+	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: "rendezvous-bench", InstanceID: "bench-kafka"})
+	if err != nil {
+		return KafkaResult{}, err
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	if tracing {
+		// What a deployment with an exporter pays: every span sampled, ended spans queued
+		// to the batch processor and handed to an exporter (one that drops them).
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		tel.TracerProvider = tp
+	} else {
+		tel.TracerProvider = tracenoop.NewTracerProvider()
+	}
 	cluster, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(int32(partitions), benchTopic),
@@ -50,7 +72,7 @@ func Kafka(ctx context.Context, url string, partitions, records int, logger *slo
 
 	runCtx, stop := context.WithCancel(ctx)
 	svc, err := service.New(runCtx, service.Config{
-		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-kafka", DBMaxConns: 32, Logger: logger,
+		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-kafka", DBMaxConns: 32, Logger: logger, Telemetry: tel,
 		Kafka:    consumer.Config{Brokers: cluster.ListenAddrs(), TopicRefresh: 100 * time.Millisecond},
 		Executor: executor.Config{PollInterval: 100 * time.Millisecond},
 	})
@@ -159,7 +181,7 @@ func Kafka(ctx context.Context, url string, partitions, records int, logger *slo
 	}
 	secs := last.Sub(start).Seconds()
 	return KafkaResult{
-		Partitions: partitions, Records: len(pairs), Seconds: secs, PerSecond: float64(len(pairs)) / secs,
+		Tracing: tracing, Partitions: partitions, Records: len(pairs), Seconds: secs, PerSecond: float64(len(pairs)) / secs,
 		ToState: Summarise(toState), ToContinuation: Summarise(toCont),
 	}, nil
 }
