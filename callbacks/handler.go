@@ -125,7 +125,7 @@ func (h *Handler) handle(c echo.Context) error {
 	ev, perr := parse(req.Header, body)
 	if perr != nil {
 		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
-		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		h.agg.RecordRejected(req.Context(), "callback", rejectReason(perr))
 		return perr
 	}
 	ev.Source = aggregator.Source{Kind: "callback", Service: c.Param("service")}
@@ -218,4 +218,16 @@ func parse(h http.Header, body []byte) (aggregator.Event, *problem.Problem) {
 	ev.Name = aggregator.EventAPIResponse
 	ev.Payload = json.RawMessage(body)
 	return ev, nil
+}
+
+// rejectReason names a rejected callback's reason in metrics with the Kafka path's words:
+// missing_id and invalid_id for the ids, poison for a body that cannot be an event.
+func rejectReason(p *problem.Problem) string {
+	switch {
+	case strings.HasSuffix(p.Type, "/missing-id"):
+		return "missing_id"
+	case strings.HasSuffix(p.Type, "/malformed-id"):
+		return "invalid_id"
+	}
+	return "poison"
 }

@@ -210,6 +210,7 @@ func (s *Service) init(ctx context.Context) error {
 	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", cfg.InstanceID))
 	// A server span per request (the API and callbacks), continuing the caller's trace;
 	// probes and scrapes would only be noise.
+	e.Use(handledOnce)
 	e.Use(otelecho.Middleware("rendezvous",
 		otelecho.WithTracerProvider(s.tel.TracerProvider), otelecho.WithPropagators(s.tel.Propagator),
 		otelecho.WithSkipper(func(c echo.Context) bool {
@@ -250,6 +251,20 @@ func (s *Service) ready(c echo.Context) error {
 		}
 	}
 	return c.JSON(code, body)
+}
+
+// handledOnce stops an error from reaching the error handler twice: the OTel middleware
+// hands a handler's error to Echo's error handler itself (so its span sees the final
+// status) and then returns it as well. Once the response is committed, the error has
+// been handled.
+func handledOnce(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err != nil && c.Response().Committed {
+			return nil
+		}
+		return err
+	}
 }
 
 // migrationsCurrent fails while the database lacks migrations this binary has (a replica

@@ -17,7 +17,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -232,4 +235,82 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 	require.Equal(t, float64(7), waitOut["apiResponse"].(map[string]any)["result"])
 	require.Equal(t, []any{"api_response"}, waitOut["arrival_order"])
 	t.Logf("duplicates answered 200: %d; resumes spread over %d replicas", dup.Load(), distinctResumers)
+}
+
+// startKafka starts an in-process Kafka-protocol broker (one partition per auto-created
+// topic) and a producer on it; both close when the test ends, after the services that
+// were started later.
+func startKafka(t *testing.T) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0))
+	require.NoError(t, err)
+	t.Cleanup(prod.Close)
+	return cluster, prod
+}
+
+// kafkaConfig consumes from cluster with fast topic refresh and backoff.
+func kafkaConfig(cluster *kfake.Cluster) consumer.Config {
+	return consumer.Config{
+		Brokers: cluster.ListenAddrs(), AllowAutoTopicCreation: true,
+		TopicRefresh: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}
+}
+
+// runService starts a replica with cfg (test defaults for the address, logger, pool and
+// executor polling when unset) and stops it, waiting for Run to return, when the test
+// ends.
+func runService(t *testing.T, cfg service.Config) *service.Service {
+	t.Helper()
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:0"
+	}
+	if cfg.DBMaxConns == 0 {
+		cfg.DBMaxConns = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.Executor.PollInterval == 0 {
+		cfg.Executor.PollInterval = 50 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := service.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Run(ctx); err != nil {
+			t.Errorf("replica %s: %v", cfg.InstanceID, err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// nextCall waits for the fake service's next correlated call.
+func (f *fakeService) nextCall(t *testing.T) map[string]any {
+	t.Helper()
+	select {
+	case r := <-f.reqs:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no correlated call arrived")
+		return nil
+	}
+}
+
+// waitStatus polls an execution until it has the given status.
+func waitStatus(t *testing.T, base, id, status string) {
+	t.Helper()
+	var last map[string]any
+	require.Eventually(t, func() bool {
+		_, last = doJSON(t, http.MethodGet, base+"/api/v1/executions/"+id, nil, nil)
+		return last["status"] == status
+	}, 20*time.Second, 20*time.Millisecond, "execution %s never became %s: %v", id, status, last)
 }

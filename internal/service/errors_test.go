@@ -1,0 +1,50 @@
+package service_test
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+// syncBuffer is a log sink safe for the service's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestErrorHandledOnce: a failed request is answered with its problem and handled once —
+// the tracing middleware also reports errors to Echo, which must not log a second,
+// false "error after response was committed".
+func TestErrorHandledOnce(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	s := runService(t, service.Config{
+		DatabaseURL: dbtest.NewSchema(t).URL, InstanceID: "errors", AutoMigrate: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	status, body := doJSON(t, http.MethodGet, "http://"+s.Addr()+"/api/v1/executions/"+uuid.NewString(), nil, nil)
+	require.Equal(t, http.StatusNotFound, status, body)
+	status, _ = doJSON(t, http.MethodPost, "http://"+s.Addr()+"/api/internal/callbacks/acme", []byte(`{`), nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.NotContains(t, logs.String(), "after response was committed")
+}
