@@ -33,6 +33,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // Event names of the design note's two events.
@@ -239,8 +240,8 @@ type Aggregator struct {
 	hint         time.Time
 	deadlineWake chan struct{}
 
-	ins instruments
-	snapshotCache
+	ins    instruments
+	gauges telemetry.Cached[dbSnapshot]
 }
 
 // pending is one Apply call waiting for its group's commit.

@@ -3,7 +3,6 @@ package aggregator
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -91,7 +90,7 @@ func (a *Aggregator) initTelemetry() error {
 		return err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		snap, err := a.dbSnapshot(ctx)
+		snap, err := a.gauges.Get(ctx, a.dbSnapshot)
 		if err != nil {
 			return err
 		}
@@ -104,11 +103,7 @@ func (a *Aggregator) initTelemetry() error {
 	return err
 }
 
-// snapshotTTL caps the database reads of the gauges however often /metrics is scraped.
-const snapshotTTL = 5 * time.Second
-
 type dbSnapshot struct {
-	at   time.Time
 	open map[string]int64
 	lag  time.Duration
 }
@@ -116,19 +111,13 @@ type dbSnapshot struct {
 // dbSnapshot reads the gauges' figures: open waits through the sweeper's partial index,
 // and the oldest due deadline through the same index.
 func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
-	a.snapMu.Lock()
-	defer a.snapMu.Unlock()
-	if time.Since(a.snap.at) < snapshotTTL {
-		return a.snap, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	rows, err := a.q.WaitStateCountOpen(ctx, a.pool)
 	if err != nil {
 		a.DatabaseError(ctx)
 		return dbSnapshot{}, err
 	}
-	snap := dbSnapshot{at: time.Now(), open: map[string]int64{}}
+	now := time.Now()
+	snap := dbSnapshot{open: map[string]int64{}}
 	for _, r := range rows {
 		snap.open[r.Status] = r.Count
 	}
@@ -139,17 +128,10 @@ func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
 	case err != nil:
 		a.DatabaseError(ctx)
 		return dbSnapshot{}, err
-	case next.Before(snap.at):
-		snap.lag = snap.at.Sub(next)
+	case next.Before(now):
+		snap.lag = now.Sub(next)
 	}
-	a.snap = snap
 	return snap, nil
-}
-
-// snapshot state lives on the Aggregator; see dbSnapshot.
-type snapshotCache struct {
-	snapMu sync.Mutex
-	snap   dbSnapshot
 }
 
 // DatabaseError counts a failed database operation of the aggregator (alerting on

@@ -32,6 +32,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -179,8 +180,8 @@ type Executor struct {
 	notifyRun    chan struct{}
 	notifyOutbox chan struct{}
 
-	ins instruments
-	snapshotCache
+	ins        instruments
+	depthCache telemetry.Cached[map[string]int64]
 }
 
 type defKey struct {

@@ -50,7 +50,5 @@ func (e *Executor) SendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
 
 // ExpireQueueSnapshot makes the next scrape read the run-queue depth from the database.
 func (e *Executor) ExpireQueueSnapshot() {
-	e.snapMu.Lock()
-	defer e.snapMu.Unlock()
-	e.snap = queueSnapshot{}
+	e.depthCache.Expire()
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -91,52 +90,30 @@ func (e *Executor) initTelemetry() error {
 		return err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		snap, err := e.queueSnapshot(ctx)
+		counts, err := e.depthCache.Get(ctx, e.queueDepth)
 		if err != nil {
 			return err
 		}
 		for _, kind := range []string{"run", "resume"} {
-			o.ObserveInt64(depth, snap.depth[kind], metric.WithAttributes(attribute.String("kind", kind)))
+			o.ObserveInt64(depth, counts[kind], metric.WithAttributes(attribute.String("kind", kind)))
 		}
 		return nil
 	}, depth)
 	return err
 }
 
-// snapshotTTL caps the database reads of the gauge however often /metrics is scraped.
-const snapshotTTL = 5 * time.Second
-
-type queueSnapshot struct {
-	at    time.Time
-	depth map[string]int64
-}
-
-// queueSnapshot returns the run-queue depth, read at most once per snapshotTTL.
-func (e *Executor) queueSnapshot(ctx context.Context) (queueSnapshot, error) {
-	e.snapMu.Lock()
-	defer e.snapMu.Unlock()
-	if time.Since(e.snap.at) < snapshotTTL {
-		return e.snap, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
+// queueDepth reads the run-queue depth by kind.
+func (e *Executor) queueDepth(ctx context.Context) (map[string]int64, error) {
 	rows, err := e.q.RunQueueDepth(ctx, e.pool)
 	if err != nil {
 		e.databaseError(ctx)
-		return queueSnapshot{}, err
+		return nil, err
 	}
-	snap := queueSnapshot{at: time.Now(), depth: map[string]int64{}}
+	depth := map[string]int64{}
 	for _, r := range rows {
-		snap.depth[r.Kind] = r.Count
+		depth[r.Kind] = r.Count
 	}
-	e.snap = snap
-	return snap, nil
-}
-
-// snapshotCache holds the gauge's last reading; it lives on the Executor.
-type snapshotCache struct {
-	snapMu sync.Mutex
-	snap   queueSnapshot
+	return depth, nil
 }
 
 // databaseError counts a failed database operation of the executor (alerting on

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
+	"time"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -193,4 +195,40 @@ var EnvVars = []string{
 	"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
 	"OTEL_EXPORTER_OTLP_CLIENT_KEY",
 	"OTEL_EXPORTER_OTLP_INSECURE",
+}
+
+// GaugeTTL bounds how often a gauge read from the database reads it, however often
+// /metrics is scraped (by several Prometheus servers, or by hand).
+const GaugeTTL = 5 * time.Second
+
+// Cached holds the last reading of a gauge that is read from the database. The zero value
+// is ready; a failed read is not cached.
+type Cached[T any] struct {
+	mu sync.Mutex
+	at time.Time
+	v  T
+}
+
+// Get returns the value read within the last GaugeTTL, or reads it now.
+func (c *Cached[T]) Get(ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < GaugeTTL {
+		return c.v, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := read(ctx)
+	if err != nil {
+		return v, err
+	}
+	c.v, c.at = v, time.Now()
+	return v, nil
+}
+
+// Expire makes the next Get read again.
+func (c *Cached[T]) Expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = time.Time{}
 }
