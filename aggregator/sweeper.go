@@ -162,71 +162,31 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 		var p dbsqlc.WaitStateExpireParams
 		for _, row := range rows {
+			var d dueWrite
+			var err error
 			if row.WaitType == WaitTypeTimer {
-				output, err := timerDecision(row, now)
-				if err != nil {
-					return err
-				}
-				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
-					Continue: true, Timer: true, TraceParent: deref(row.TraceParent)})
-				p.Ids = append(p.Ids, row.ID)
-				p.Versions = append(p.Versions, row.Version)
-				p.Bumps = append(p.Bumps, 1)
-				p.Statuses = append(p.Statuses, StatusResumed)
-				p.TimedOutEvents = append(p.TimedOutEvents, []byte("[]"))
-				p.NextDeadlines = append(p.NextDeadlines, row.NextDeadlineAt)
-				p.Errors = append(p.Errors, "")
-				p.NodeStatuses = append(p.NodeStatuses, "completed")
-				p.Outputs = append(p.Outputs, output)
-				continue
+				d, err = timerDue(row, now)
+			} else {
+				d, err = a.eventDue(ctx, row, now)
 			}
-			w, err := decodeWait(row)
 			if err != nil {
 				return err
 			}
-			if err := w.decodeExpected(); err != nil {
-				return err
+			if d.fired != nil {
+				fired = append(fired, *d.fired)
 			}
-			d := decideTimeout(row.AggregationStrategy, row.OnTimeout, w.expected, w.required, w.receivedNames(), w.timedOut, row.ExpiresAt, now)
-			timedOut, err := json.Marshal(d.TimedOut)
-			if err != nil {
-				return err
-			}
-			status, bump, nodeStatus, output := StatusWaiting, int64(1), "", []byte(nil)
-			switch {
-			case d.Fire:
-				status, nodeStatus = StatusTimeout, "failed"
-				if d.Continue {
-					nodeStatus = "completed"
-				}
-				out, err := Output(row, w.received, d.TimedOut, true)
-				if err != nil {
-					return err
-				}
-				if output, err = json.Marshal(out); err != nil {
-					return err
-				}
-				fired = append(fired, Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
-					Continue: d.Continue, Partial: d.Continue && d.Partial, OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)})
-				if d.Partial {
-					partial = append(partial, row)
-				}
-				if !d.Continue {
-					a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", row.ExecutionID,
-						"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "reason", d.Reason)
-				}
-			case len(d.TimedOut) == len(w.timedOut):
-				bump = 0 // the due deadline was an event's that arrived: only move on
+			if d.partial {
+				partial = append(partial, row)
 			}
 			p.Ids = append(p.Ids, row.ID)
 			p.Versions = append(p.Versions, row.Version)
-			p.Bumps = append(p.Bumps, bump)
-			p.Statuses = append(p.Statuses, status)
-			p.TimedOutEvents = append(p.TimedOutEvents, timedOut)
-			p.NextDeadlines = append(p.NextDeadlines, d.Next)
-			p.Errors = append(p.Errors, d.Reason)
-			p.NodeStatuses = append(p.NodeStatuses, nodeStatus)
-			p.Outputs = append(p.Outputs, output)
+			p.Bumps = append(p.Bumps, d.bump)
+			p.Statuses = append(p.Statuses, d.status)
+			p.TimedOutEvents = append(p.TimedOutEvents, d.timedOut)
+			p.NextDeadlines = append(p.NextDeadlines, d.next)
+			p.Errors = append(p.Errors, d.reason)
+			p.NodeStatuses = append(p.NodeStatuses, d.nodeStatus)
+			p.Outputs = append(p.Outputs, d.output)
 		}
 		written, err := a.q.WaitStateExpire(ctx, tx, p)
 		if err != nil {
@@ -260,4 +220,73 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 	a.Continued()
 	return claimed, nil
+}
+
+// dueWrite is the sweeper's decision for one due wait, as WaitStateExpire writes it.
+type dueWrite struct {
+	bump       int64
+	status     string
+	timedOut   []byte
+	next       time.Time
+	reason     string
+	nodeStatus string
+	output     []byte
+	// fired is set when the wait ended; partial when it continued with events missing.
+	fired   *Expired
+	partial bool
+}
+
+// timerDue resumes a due timer: node completed with its output, continuation enqueued.
+func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
+	output, err := timerDecision(row, now)
+	if err != nil {
+		return dueWrite{}, err
+	}
+	return dueWrite{
+		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: "completed", output: output,
+		fired: &Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
+			Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
+	}, nil
+}
+
+// eventDue applies the passed deadlines of an event wait (decideTimeout): it times out,
+// or records the events that timed out and moves its next deadline on.
+func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
+	w, err := decodeWait(row)
+	if err != nil {
+		return dueWrite{}, err
+	}
+	if err := w.decodeExpected(); err != nil {
+		return dueWrite{}, err
+	}
+	d := decideTimeout(row.AggregationStrategy, row.OnTimeout, w.expected, w.required, w.receivedNames(), w.timedOut, row.ExpiresAt, now)
+	timedOut, err := json.Marshal(d.TimedOut)
+	if err != nil {
+		return dueWrite{}, err
+	}
+	out := dueWrite{bump: 1, status: StatusWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
+	switch {
+	case d.Fire:
+		out.status, out.nodeStatus = StatusTimeout, "failed"
+		if d.Continue {
+			out.nodeStatus = "completed"
+		}
+		o, err := Output(row, w.received, d.TimedOut, true)
+		if err != nil {
+			return dueWrite{}, err
+		}
+		if out.output, err = json.Marshal(o); err != nil {
+			return dueWrite{}, err
+		}
+		out.fired = &Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
+			Continue: d.Continue, Partial: d.Continue && d.Partial, OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)}
+		out.partial = d.Partial
+		if !d.Continue {
+			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", row.ExecutionID,
+				"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "reason", d.Reason)
+		}
+	case len(d.TimedOut) == len(w.timedOut):
+		out.bump = 0 // the due deadline was an event's that arrived: only move on
+	}
+	return out, nil
 }
