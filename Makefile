@@ -7,7 +7,7 @@ SQLC_VERSION := v1.31.1
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: all build generate verify vet test dev run bench fuzz clean image compose-up compose-down
+.PHONY: all build deps generate verify vet test dev run bench fuzz clean image compose-up compose-down
 
 all: build
 
@@ -27,8 +27,16 @@ verify:
 vet:
 	go vet ./...
 
-## test: what CI runs — vet, generated-code freshness, the whole suite with the race detector
-test: vet verify
+## deps: system packages the tests need that Go cannot fetch: Chromium, which drives the
+## web view's end-to-end test. Installed from Debian once; a no-op when present.
+deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (web view browser test)"; \
+	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector
+test: deps vet verify
 	go test -race -count=1 -timeout 12m ./...
 
 ## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples
