@@ -6,17 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 )
-
-// namePattern constrains workflow names and node ids: they appear in URLs,
-// logs and template paths, so keep them printable and bounded.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-const namePatternDesc = `must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`
 
 // errList accumulates FieldErrors.
 type errList []FieldError
@@ -27,7 +19,14 @@ func (l *errList) add(path, format string, args ...any) {
 
 // Compile parses raw JSON, validates everything and returns a runnable
 // Workflow, or a *ValidationError listing all problems with their JSON
-// paths. A nil reg means BuiltinRegistry(). It never panics.
+// paths, in the order they appear in the document. A nil reg means
+// BuiltinRegistry(). It never panics.
+//
+// The document is first validated against the published schema
+// (workflow.json without the data of built-in types, which each type's
+// parser validates against its own schema); what remains here is what a
+// schema cannot express: unique node ids, registered node types, edges
+// between existing nodes, cycles and conditions that compile.
 func Compile(raw []byte, reg Registry) (wf *Workflow, err error) {
 	if reg == nil {
 		reg = BuiltinRegistry()
@@ -42,14 +41,25 @@ func Compile(raw []byte, reg Registry) (wf *Workflow, err error) {
 	c := compiler{reg: reg}
 	wf = c.compile(raw)
 	if len(c.errs) > 0 {
+		sortByDocument(raw, c.errs)
 		return nil, &ValidationError{Errors: c.errs}
 	}
 	return wf, nil
 }
 
 type compiler struct {
-	reg  Registry
-	errs errList
+	reg      Registry
+	errs     errList
+	rejected map[string]bool // paths with a schema error, not checked again
+}
+
+// str returns the string at key of obj when the schema accepted it.
+func (c *compiler) str(obj map[string]json.RawMessage, path, key string) (string, bool) {
+	s, ok := asString(obj[key])
+	if !ok || c.rejected[childPath(path, key)] {
+		return "", false
+	}
+	return s, true
 }
 
 func (c *compiler) compile(raw []byte) *Workflow {
@@ -57,59 +67,30 @@ func (c *compiler) compile(raw []byte) *Workflow {
 		c.errs.add("", "%s", err)
 		return nil
 	}
+	doc, err := decodeInstance(raw)
+	if err != nil {
+		c.errs.add("", "malformed JSON: %s", err)
+		return nil
+	}
+	found := schemas.validate(schemas.envelope, doc, "")
+	c.errs = append(c.errs, found...)
+	c.rejected = make(map[string]bool, len(found))
+	for _, fe := range found {
+		c.rejected[fe.Path] = true
+	}
 	top, ok := asObject(raw)
 	if !ok {
-		c.errs.add("", "must be a JSON object")
 		return nil
 	}
 	var def Definition
-	unknownFields(&c.errs, top, "", "name", "vars", "nodes", "edges")
-
-	// name
-	if r, ok := top["name"]; !ok || isNull(r) {
-		c.errs.add("name", "required")
-	} else if s, ok := asString(r); !ok {
-		c.errs.add("name", "must be a string")
-	} else if s == "" {
-		c.errs.add("name", "required")
-	} else if !namePattern.MatchString(s) {
-		c.errs.add("name", "%s", namePatternDesc)
-	} else {
-		def.Name = s
-	}
-
-	// vars
-	if r, ok := top["vars"]; ok && !isNull(r) {
-		if _, isObj := asObject(r); !isObj {
-			c.errs.add("vars", "must be an object")
-		} else if v, err := decodeAny(r); err == nil {
-			def.Vars, _ = v.(map[string]any)
-		}
-	}
-
-	// nodes
-	var nodeRaws []json.RawMessage
-	if r, ok := top["nodes"]; !ok || isNull(r) {
-		c.errs.add("nodes", "required: at least one node")
-	} else if arr, ok := asArray(r); !ok {
-		c.errs.add("nodes", "must be an array")
-	} else if len(arr) == 0 {
-		c.errs.add("nodes", "required: at least one node")
-	} else {
-		nodeRaws = arr
-	}
+	def.Name, _ = c.str(top, "", "name")
+	fields, _ := doc.(map[string]any)
+	def.Vars, _ = fields["vars"].(map[string]any)
+	nodeRaws, _ := asArray(top["nodes"])
 	nodes, configs := c.nodes(nodeRaws)
 	def.Nodes = nodes
 
-	// edges
-	var edgeRaws []json.RawMessage
-	if r, ok := top["edges"]; ok && !isNull(r) {
-		if arr, ok := asArray(r); !ok {
-			c.errs.add("edges", "must be an array")
-		} else {
-			edgeRaws = arr
-		}
-	}
+	edgeRaws, _ := asArray(top["edges"])
 	ids := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if n.ID != "" {
@@ -148,36 +129,31 @@ func (c *compiler) compile(raw []byte) *Workflow {
 	return wf
 }
 
-// nodes validates every node; configs[i] is the parsed config of nodes[i].
+// nodes checks node ids for duplicates and types against the registry, and
+// runs each node's parser; configs[i] is the parsed config of nodes[i].
 func (c *compiler) nodes(raws []json.RawMessage) ([]Node, []any) {
 	nodes := make([]Node, len(raws))
 	configs := make([]any, len(raws))
 	firstSeen := make(map[string]int)
 	for i, r := range raws {
-		path := "nodes[" + strconv.Itoa(i) + "]"
+		path := indexPath("nodes", i)
 		obj, ok := asObject(r)
 		if !ok {
-			c.errs.add(path, "must be an object")
 			continue
 		}
-		unknownFields(&c.errs, obj, path, "id", "type", "data")
 		n := &nodes[i]
-		if id, ok := c.requiredString(obj, "id", path); ok {
-			if !namePattern.MatchString(id) {
-				c.errs.add(path+".id", "%s", namePatternDesc)
-			} else if prev, dup := firstSeen[id]; dup {
+		if id, ok := c.str(obj, path, "id"); ok {
+			if prev, dup := firstSeen[id]; dup {
 				c.errs.add(path+".id", "duplicate node id %q (also nodes[%d])", id, prev)
 			} else {
 				firstSeen[id] = i
 			}
 			n.ID = id
 		}
-		typ, typeOK := c.requiredString(obj, "type", path)
-		n.Type = typ
 		var parser NodeParser
-		if typeOK {
-			parser = c.reg[typ]
-			if parser == nil {
+		if typ, ok := c.str(obj, path, "type"); ok {
+			n.Type = typ
+			if parser = c.reg[typ]; parser == nil {
 				c.errs.add(path+".type", "unknown node type %q (known: %s)", typ, strings.Join(c.reg.Known(), ", "))
 			}
 		}
@@ -185,8 +161,7 @@ func (c *compiler) nodes(raws []json.RawMessage) ([]Node, []any) {
 		if isNull(data) {
 			data = nil
 		} else if _, isObj := asObject(data); !isObj {
-			c.errs.add(path+".data", "must be an object")
-			continue
+			continue // the schema reported it
 		}
 		n.Data = slices.Clone(data)
 		if parser != nil {
@@ -208,48 +183,27 @@ func runParser(p NodeParser, data json.RawMessage, path string) (cfg any, errs [
 	return p(data, path)
 }
 
-// requiredString reads obj[key] as a non-empty string, reporting problems
-// at path.key.
-func (c *compiler) requiredString(obj map[string]json.RawMessage, key, path string) (string, bool) {
-	r, ok := obj[key]
-	if !ok || isNull(r) {
-		c.errs.add(path+"."+key, "required")
-		return "", false
-	}
-	s, ok := asString(r)
-	if !ok {
-		c.errs.add(path+"."+key, "must be a string")
-		return "", false
-	}
-	if s == "" {
-		c.errs.add(path+"."+key, "required")
-		return "", false
-	}
-	return s, true
-}
-
-// edges validates edges against the node ids; graph holds the adjacency of
-// the valid edges only, so cycle detection is not confused by dangling ones.
+// edges checks edges against the node ids and compiles their conditions;
+// graph holds the adjacency of the valid edges only, so cycle detection is
+// not confused by dangling ones.
 func (c *compiler) edges(raws []json.RawMessage, ids map[string]int) ([]Edge, []*CompiledEdge, map[string][]string) {
 	edges := make([]Edge, 0, len(raws))
 	var compiled []*CompiledEdge
 	graph := make(map[string][]string)
 	seen := make(map[[2]string]int)
 	for i, r := range raws {
-		path := "edges[" + strconv.Itoa(i) + "]"
+		path := indexPath("edges", i)
 		obj, ok := asObject(r)
 		if !ok {
-			c.errs.add(path, "must be an object")
 			continue
 		}
-		unknownFields(&c.errs, obj, path, "source", "target", "condition")
 		var e Edge
 		valid := true
 		for _, end := range []struct {
 			key string
 			dst *string
 		}{{"source", &e.Source}, {"target", &e.Target}} {
-			s, ok := c.requiredString(obj, end.key, path)
+			s, ok := c.str(obj, path, end.key)
 			if !ok {
 				valid = false
 				continue
@@ -274,18 +228,14 @@ func (c *compiler) edges(raws []json.RawMessage, ids map[string]int) ([]Edge, []
 			}
 		}
 		ce := &CompiledEdge{Source: e.Source, Target: e.Target}
-		if r, ok := obj["condition"]; ok && !isNull(r) {
-			if s, ok := asString(r); !ok {
-				c.errs.add(path+".condition", "must be a string")
-			} else {
-				e.Condition = s
-				ce.Condition = s
-				prog, err := compileCondition(s)
-				if err != nil {
-					c.errs.add(path+".condition", "%s", err)
-				}
-				ce.program = prog
+		if s, ok := c.str(obj, path, "condition"); ok {
+			e.Condition = s
+			ce.Condition = s
+			prog, err := compileCondition(s)
+			if err != nil {
+				c.errs.add(path+".condition", "%s", err)
 			}
+			ce.program = prog
 		}
 		edges = append(edges, e)
 		// A bad condition does not make the edge structurally invalid:

@@ -65,17 +65,6 @@ func asString(r json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// decodeAny decodes with UseNumber so numbers keep their exact text.
-func decodeAny(r json.RawMessage) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(r))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
@@ -98,30 +87,47 @@ func indexPath(path string, i int) string {
 	return path + "[" + strconv.Itoa(i) + "]"
 }
 
-// object reads fields of decoded node data, reporting type errors with
-// their JSON paths. Absent fields and explicit nulls both take defaults.
+// object reads node data that its schema has already checked. Readers are
+// lenient — a value of the wrong type yields the default, because the schema
+// reported it — and semantic checks skip the values the schema rejected, so
+// each problem is reported once. Absent fields and explicit nulls both take
+// defaults.
 type object struct {
-	path string
-	m    map[string]any
-	errs *errList
+	path     string
+	m        map[string]any
+	errs     *errList
+	rejected map[string]bool // paths with a schema error
 }
 
-// parseData decodes node data (nil meaning {}) into an object reader.
-func parseData(data json.RawMessage, path string, errs *errList) (*object, bool) {
+// parseNodeData validates a built-in node type's data against its schema
+// (absent or null data counts as {}; when the schema rejects {}, the data is
+// required) and returns a reader for the semantic checks. ok is false when
+// the data is not an object, so there is nothing further to check.
+func parseNodeData(typ string, data json.RawMessage, path string, errs *errList) (*object, bool) {
+	sch := schemas.nodes[typ]
 	if isNull(data) {
+		if len(schemas.validate(sch, map[string]any{}, path)) > 0 {
+			errs.add(path, "required")
+			return nil, false
+		}
 		return &object{path: path, m: map[string]any{}, errs: errs}, true
 	}
-	v, err := decodeAny(data)
+	v, err := decodeInstance(data)
 	if err != nil {
 		errs.add(path, "malformed JSON: %v", err)
 		return nil, false
 	}
+	found := schemas.validate(sch, v, path)
+	*errs = append(*errs, found...)
 	m, ok := v.(map[string]any)
 	if !ok {
-		errs.add(path, "must be an object")
 		return nil, false
 	}
-	return &object{path: path, m: m, errs: errs}, true
+	o := &object{path: path, m: m, errs: errs, rejected: make(map[string]bool, len(found))}
+	for _, fe := range found {
+		o.rejected[fe.Path] = true
+	}
+	return o, true
 }
 
 func (o *object) p(key string) string { return childPath(o.path, key) }
@@ -135,105 +141,76 @@ func (o *object) get(key string) (any, bool) {
 	return v, true
 }
 
-// unknown reports fields outside known.
-func (o *object) unknown(known ...string) {
-	unknownFields(o.errs, o.m, o.path, known...)
-}
-
-// unknownFields reports every key of m not in known, in key order: a misspelt field is
-// an error, not silently ignored.
-func unknownFields[V any](errs *errList, m map[string]V, path string, known ...string) {
-	for _, k := range sortedKeys(m) {
-		if !slices.Contains(known, k) {
-			errs.add(childPath(path, k), "unknown field")
-		}
+// checkable returns the value of key for a semantic check: present, not
+// null and not already rejected by the schema.
+func (o *object) checkable(key string) (any, bool) {
+	v, ok := o.get(key)
+	if !ok || o.rejected[o.p(key)] {
+		return nil, false
 	}
+	return v, true
 }
 
 func (o *object) str(key, def string) string {
-	v, ok := o.get(key)
-	if !ok {
-		return def
+	if s, ok := o.m[key].(string); ok {
+		return s
 	}
-	s, ok := v.(string)
-	if !ok {
-		o.errs.add(o.p(key), "must be a string")
-		return def
-	}
-	return s
+	return def
 }
 
 func (o *object) boolean(key string, def bool) bool {
-	v, ok := o.get(key)
-	if !ok {
-		return def
+	if b, ok := o.m[key].(bool); ok {
+		return b
 	}
-	b, ok := v.(bool)
-	if !ok {
-		o.errs.add(o.p(key), "must be a boolean")
-		return def
-	}
-	return b
+	return def
 }
 
-// child returns the nested object at key; present reports whether it
-// exists (non-null) and is an object.
-func (o *object) child(key string) (*object, bool) {
-	v, ok := o.get(key)
-	if !ok {
-		return nil, false
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		o.errs.add(o.p(key), "must be an object")
-		return nil, false
-	}
-	return &object{path: o.p(key), m: m, errs: o.errs}, true
-}
-
-func (o *object) stringMap(key string) map[string]string {
-	c, ok := o.child(key)
+// child returns the nested object at key, or nil when it is absent or not
+// an object.
+func (o *object) child(key string) *object {
+	m, ok := o.m[key].(map[string]any)
 	if !ok {
 		return nil
 	}
+	return &object{path: o.p(key), m: m, errs: o.errs, rejected: o.rejected}
+}
+
+// stringMap returns the string entries of the object at key.
+func (o *object) stringMap(key string) map[string]string {
+	c := o.child(key)
+	if c == nil {
+		return nil
+	}
 	out := make(map[string]string, len(c.m))
-	for _, k := range sortedKeys(c.m) {
-		s, ok := c.m[k].(string)
-		if !ok {
-			o.errs.add(c.p(k), "must be a string")
-			continue
+	for k, v := range c.m {
+		if s, ok := v.(string); ok {
+			out[k] = s
 		}
-		out[k] = s
 	}
 	return out
 }
 
+// stringSlice returns the string elements of the array at key.
 func (o *object) stringSlice(key string) []string {
-	v, ok := o.get(key)
+	arr, ok := o.m[key].([]any)
 	if !ok {
-		return nil
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		o.errs.add(o.p(key), "must be an array of strings")
 		return nil
 	}
 	out := make([]string, 0, len(arr))
-	for i, e := range arr {
-		s, ok := e.(string)
-		if !ok {
-			o.errs.add(indexPath(o.p(key), i), "must be a string")
-			continue
+	for _, e := range arr {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
 		}
-		out = append(out, s)
 	}
 	return out
 }
 
 // duration reads a positive duration given as a JSON number of seconds
-// (fractions allowed) or a Go duration string such as "90s" or "5m".
+// (fractions allowed) or a Go duration string such as "90s" or "5m". The
+// schema checks the shape; parsing finds what a pattern cannot: zero
+// ("0s"), and values too large or too small for a time.Duration.
 func (o *object) duration(key string, def time.Duration) time.Duration {
-	v, ok := o.get(key)
+	v, ok := o.checkable(key)
 	if !ok {
 		return def
 	}
@@ -299,73 +276,47 @@ func checkTemplates(errs *errList, path string, v any) {
 	}
 }
 
-// checkDotPath validates a required dot-path field.
-func checkDotPath(errs *errList, path, s string) {
-	if s == "" {
-		errs.add(path, "must not be empty")
-		return
-	}
-	if _, err := dotpath.Split(s); err != nil {
-		errs.add(path, "invalid dot path %q: %v", s, err)
-	}
-}
-
-var methods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
-
-// method reads an HTTP method; case-insensitive, normalized to upper case.
-func (o *object) method(def string) string {
-	m := o.str("method", def)
-	up := strings.ToUpper(m)
-	if !slices.Contains(methods, up) {
-		o.errs.add(o.p("method"), "unsupported method %q (allowed: %s)", m, strings.Join(methods, ", "))
-		return def
-	}
-	return up
-}
-
-// headerName matches an RFC 9110 token.
-var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-// headers reads a header map, checking names and template syntax of values.
-func (o *object) headers() map[string]string {
-	h := o.stringMap("headers")
-	hp := o.p("headers")
-	for _, k := range sortedKeys(h) {
-		if !headerName.MatchString(k) {
-			o.errs.add(childPath(hp, k), "invalid header name %q", k)
-			continue
-		}
-		checkTemplate(o.errs, childPath(hp, k), h[k])
-	}
-	return h
-}
-
-// headerField reads an optional header-name field with a default.
-func (o *object) headerField(key, def string) string {
+// dotPathField reads an optional dot-path field with a default and checks
+// its syntax; emptiness is the schema's to report.
+func (o *object) dotPathField(key, def string) string {
 	s := o.str(key, def)
-	if !headerName.MatchString(s) {
-		o.errs.add(o.p(key), "invalid header name %q", s)
-		return def
+	if _, ok := o.checkable(key); ok {
+		if _, err := dotpath.Split(s); err != nil {
+			o.errs.add(o.p(key), "invalid dot path %q: %v", s, err)
+		}
 	}
 	return s
 }
 
-// url reads a required URL with template syntax checks; a URL without
-// templates must already be an absolute http(s) URL.
-func (o *object) url(requiredMsg string) string {
-	v, present := o.get("url")
-	if !present {
-		o.errs.add(o.p("url"), "%s", requiredMsg)
-		return ""
+// method reads an HTTP method, normalized to upper case; the schema allows
+// any case.
+func (o *object) method(def string) string {
+	if _, ok := o.checkable("method"); !ok {
+		return def
 	}
-	s, ok := v.(string)
-	if !ok {
-		o.errs.add(o.p("url"), "must be a string")
-		return ""
+	return strings.ToUpper(o.str("method", def))
+}
+
+// headers reads a header map and checks the template syntax of its values;
+// header names are the schema's.
+func (o *object) headers() map[string]string {
+	h := o.stringMap("headers")
+	hp := o.p("headers")
+	for _, k := range sortedKeys(h) {
+		if p := childPath(hp, k); !o.rejected[p] {
+			checkTemplate(o.errs, p, h[k])
+		}
 	}
-	if strings.TrimSpace(s) == "" {
-		o.errs.add(o.p("url"), "%s", requiredMsg)
-		return ""
+	return h
+}
+
+// url reads the URL and checks its templates; a URL without templates must
+// already be an absolute http(s) URL. Presence and blankness are the
+// schema's.
+func (o *object) url() string {
+	s := o.str("url", "")
+	if _, ok := o.checkable("url"); !ok {
+		return s
 	}
 	if err := template.Check(s); err != nil {
 		o.errs.add(o.p("url"), "%s", err)
@@ -394,17 +345,11 @@ func checkAbsoluteURL(s string) error {
 	return nil
 }
 
-// body reads an optional request body: any JSON value except that numbers
-// and booleans at the top level make no sense as a body.
+// body reads an optional request body (an object, an array or a string, as
+// the schema says) and checks the templates in its strings.
 func (o *object) body() any {
-	v, ok := o.get("body")
+	v, ok := o.checkable("body")
 	if !ok {
-		return nil
-	}
-	switch v.(type) {
-	case map[string]any, []any, string:
-	default:
-		o.errs.add(o.p("body"), "must be an object, an array or a string")
 		return nil
 	}
 	checkTemplates(o.errs, o.p("body"), v)

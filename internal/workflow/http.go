@@ -24,22 +24,23 @@ type HTTP struct {
 }
 
 // ParseHTTPNode is the NodeParser for http nodes; config is an *HTTP with
-// defaults applied.
+// defaults applied. The data is validated against http.json first.
 func ParseHTTPNode(data json.RawMessage, path string) (any, []FieldError) {
 	var errs errList
-	o, ok := parseData(data, path, &errs)
+	o, ok := parseNodeData(TypeHTTP, data, path, &errs)
 	if !ok {
 		return nil, errs
 	}
-	o.unknown("url", "method", "headers", "body", "timeout", "failOnNon2xx")
 	h := &HTTP{
-		URL:          o.url("required"),
+		URL:          o.url(),
 		Method:       o.method("GET"),
 		Headers:      o.headers(),
 		Body:         o.body(),
 		Timeout:      o.duration("timeout", DefaultHTTPTimeout),
 		FailOnNon2xx: o.boolean("failOnNon2xx", true),
 	}
+	// The schema bounds a number of seconds; a duration string is only
+	// known once parsed.
 	if h.Timeout > MaxHTTPTimeout {
 		errs.add(o.p("timeout"), "must be at most %s", MaxHTTPTimeout)
 		h.Timeout = MaxHTTPTimeout

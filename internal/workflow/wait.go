@@ -48,64 +48,46 @@ func (w *Wait) Mode() string {
 	return WaitUntilTime
 }
 
-// ParseWaitNode is the NodeParser for wait nodes; config is a *Wait.
+// ParseWaitNode is the NodeParser for wait nodes; config is a *Wait. The
+// data is validated against wait.json first (types, exactly one mode,
+// timezone and days only with untilTime); this checks template syntax and
+// evaluates plain values.
 func ParseWaitNode(data json.RawMessage, path string) (any, []FieldError) {
 	var errs errList
-	o, ok := parseData(data, path, &errs)
+	o, ok := parseNodeData(TypeWait, data, path, &errs)
 	if !ok {
 		return nil, errs
 	}
-	o.unknown(WaitFor, WaitUntil, WaitUntilTime, "timezone", "days")
 	w := &Wait{
 		For:       o.str(WaitFor, ""),
 		Until:     o.str(WaitUntil, ""),
 		UntilTime: o.str(WaitUntilTime, ""),
 		Timezone:  o.str("timezone", ""),
 	}
-	var set []string
-	for _, f := range []struct{ key, v string }{{WaitFor, w.For}, {WaitUntil, w.Until}, {WaitUntilTime, w.UntilTime}} {
-		if _, present := o.get(f.key); present {
-			set = append(set, f.key)
-		}
-		if f.v != "" {
-			checkTemplate(&errs, o.p(f.key), f.v)
-		}
-	}
-	switch len(set) {
-	case 0:
-		errs.add(path, "one of %s, %s or %s is required", WaitFor, WaitUntil, WaitUntilTime)
-	case 1:
-	default:
-		errs.add(path, "%s are exclusive: give exactly one", strings.Join(set, ", "))
-	}
-	if w.Timezone != "" {
-		checkTemplate(&errs, o.p("timezone"), w.Timezone)
-	}
-	if v, ok := o.get("days"); ok {
-		switch x := v.(type) {
-		case string:
-			checkTemplate(&errs, o.p("days"), x)
-			w.Days = x
-		case []any:
-			days := make([]string, 0, len(x))
-			for i, e := range x {
-				s, ok := e.(string)
-				if !ok {
-					errs.add(indexPath(o.p("days"), i), "must be a string")
-					continue
-				}
-				checkTemplate(&errs, indexPath(o.p("days"), i), s)
-				days = append(days, s)
+	for _, key := range []string{WaitFor, WaitUntil, WaitUntilTime, "timezone"} {
+		if v, ok := o.checkable(key); ok {
+			if s, ok := v.(string); ok {
+				checkTemplate(&errs, o.p(key), s)
 			}
-			w.Days = days
-		default:
-			errs.add(o.p("days"), "must be an array of weekday names or a string")
 		}
 	}
-	for _, key := range []string{"timezone", "days"} {
-		if _, present := o.get(key); present && !(len(set) == 1 && set[0] == WaitUntilTime) {
-			errs.add(o.p(key), "only used with %s", WaitUntilTime)
+	switch x := o.m["days"].(type) {
+	case string:
+		w.Days = x
+		if _, ok := o.checkable("days"); ok {
+			checkTemplate(&errs, o.p("days"), x)
 		}
+	case []any:
+		days := make([]string, 0, len(x))
+		for i, e := range x {
+			if s, ok := e.(string); ok {
+				days = append(days, s)
+				if p := indexPath(o.p("days"), i); !o.rejected[p] {
+					checkTemplate(&errs, p, s)
+				}
+			}
+		}
+		w.Days = days
 	}
 	if len(errs) > 0 {
 		return w, errs

@@ -22,7 +22,7 @@ func TestWaitNodeErrors(t *testing.T) {
 		want []string // every error, in order
 	}{
 		{"nothing", `{}`, []string{`nodes[0].data: one of for, until or untilTime is required`}},
-		{"two modes", `{"for": "1m", "until": "2027-01-31T09:00:00Z"}`, []string{`nodes[0].data: for, until are exclusive: give exactly one`}},
+		{"two modes", `{"for": "1m", "until": "2027-01-31T09:00:00Z"}`, []string{`nodes[0].data: for, until and untilTime are exclusive: give exactly one`}},
 		{"unknown field", `{"for": "1m", "delay": 3}`, []string{`nodes[0].data.delay: unknown field`}},
 		{"for not a string", `{"for": 90}`, []string{`nodes[0].data.for: must be a string`}},
 		{"bad duration", `{"for": "soon"}`, []string{`nodes[0].data.for: invalid duration "soon"`}},
@@ -65,8 +65,7 @@ func TestWaitNodeValid(t *testing.T) {
 		`{"untilTime": "@{_trigger.at}", "timezone": "@{_trigger.tz}", "days": "@{_trigger.days}"}`,
 		`{"for": "@{_vars.delay}"}`,
 	} {
-		_, err := Compile([]byte(timerNode(data)), BuiltinRegistry())
-		require.NoError(t, err, data)
+		requireValid(t, []byte(timerNode(data)))
 	}
 }
 

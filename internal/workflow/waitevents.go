@@ -2,10 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
-	"fmt"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
@@ -34,16 +31,12 @@ const (
 	StrategyCustom       = "custom"        // every event in RequiredEvents arrived
 )
 
-var strategies = []string{StrategyAll, StrategyAny, StrategyRequiredOnly, StrategyCustom}
-
 // OnTimeout policies decide what a timed-out wait_events node does.
 const (
 	OnTimeoutFail                = "fail"
 	OnTimeoutContinue            = "continue"
 	OnTimeoutContinueWithPartial = "continue_with_partial"
 )
-
-var onTimeouts = []string{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial}
 
 // Defaults applied when a field is absent.
 const (
@@ -128,67 +121,39 @@ func (w *WaitEvents) enabled(name string) bool {
 	return false
 }
 
-// kafkaTopic matches Kafka's legal topic names.
-var kafkaTopic = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
-
 // ParseWaitEventsNode is the NodeParser for wait_events nodes; config is a
-// *WaitEvents with defaults applied.
+// *WaitEvents with defaults applied. The data is validated against
+// wait_events.json first; this checks what the schema cannot: durations,
+// dot paths and templates, and which events requiredEvents and
+// outputMapping may name given the events that are enabled.
 func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) {
 	var errs errList
-	o, ok := parseData(data, path, &errs)
+	o, ok := parseNodeData(TypeWaitEvents, data, path, &errs)
 	if !ok {
 		return nil, errs
 	}
-	o.unknown("apiCall", "kafkaEvent", "aggregationStrategy", "requiredEvents", "timeout", "onTimeout", "outputMapping")
 	// An event without a timeout of its own waits as long as the node does: the
 	// overall timeout is its default (300 s when the node gives none either).
 	overall := o.duration("timeout", DefaultWaitTimeout)
 	w := &WaitEvents{
-		APICall:    parseAPICall(o, overall),
-		KafkaEvent: parseKafkaEvent(o, overall),
-		Timeout:    overall,
+		APICall:             parseAPICall(o, overall),
+		KafkaEvent:          parseKafkaEvent(o, overall),
+		AggregationStrategy: o.str("aggregationStrategy", StrategyAll),
+		RequiredEvents:      o.stringSlice("requiredEvents"),
+		Timeout:             overall,
+		OnTimeout:           o.str("onTimeout", OnTimeoutFail),
 	}
 
-	w.AggregationStrategy = o.str("aggregationStrategy", StrategyAll)
-	if !slices.Contains(strategies, w.AggregationStrategy) {
-		errs.add(o.p("aggregationStrategy"), "unknown strategy %q (allowed: %s)", w.AggregationStrategy, strings.Join(strategies, ", "))
-	}
-	w.OnTimeout = o.str("onTimeout", OnTimeoutFail)
-	if !slices.Contains(onTimeouts, w.OnTimeout) {
-		errs.add(o.p("onTimeout"), "unknown value %q (allowed: %s)", w.OnTimeout, strings.Join(onTimeouts, ", "))
-	}
-
-	// requiredEvents
-	w.RequiredEvents = o.stringSlice("requiredEvents")
+	// The schema requires requiredEvents for "custom" only and knows the
+	// event names; whether a named event is enabled depends on the rest of
+	// the node.
 	reqPath := o.p("requiredEvents")
-	switch {
-	case w.AggregationStrategy == StrategyCustom && len(w.RequiredEvents) == 0:
-		errs.add(reqPath, "required for aggregationStrategy %q", StrategyCustom)
-	case w.AggregationStrategy != StrategyCustom && len(w.RequiredEvents) > 0:
-		// Silently ignoring it would hide a misunderstanding of the
-		// strategy; tell the author instead.
-		errs.add(reqPath, "only used with aggregationStrategy %q", StrategyCustom)
-	}
-	if raw, ok := o.get("requiredEvents"); ok {
-		if arr, ok := raw.([]any); ok {
-			seen := map[string]int{}
-			for i, e := range arr {
-				name, ok := e.(string)
-				if !ok {
-					continue // already reported by stringSlice
-				}
-				p := indexPath(reqPath, i)
-				switch {
-				case !slices.Contains(eventNames, name):
-					errs.add(p, "unknown event %q (known: %s)", name, strings.Join(eventNames, ", "))
-				case !w.enabled(name):
-					errs.add(p, "names disabled event %q", name)
-				}
-				if prev, dup := seen[name]; dup {
-					errs.add(p, "duplicate event %q (also %s)", name, indexPath("requiredEvents", prev))
-				} else {
-					seen[name] = i
-				}
+	if arr, ok := o.m["requiredEvents"].([]any); ok {
+		for i, e := range arr {
+			name, ok := e.(string)
+			p := indexPath(reqPath, i)
+			if ok && !o.rejected[p] && slices.Contains(eventNames, name) && !w.enabled(name) {
+				errs.add(p, "names disabled event %q", name)
 			}
 		}
 	}
@@ -208,14 +173,12 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 }
 
 // enabledChild reads an optional event object: absent, null or
-// enabled:false yields nil, and then no other field is validated so that
-// authors can switch an event off without deleting its configuration.
+// enabled:false yields nil, and then no other field is validated (the schema
+// ignores it too) so that authors can switch an event off without deleting
+// its configuration.
 func enabledChild(o *object, key string) *object {
-	c, ok := o.child(key)
-	if !ok {
-		return nil
-	}
-	if !c.boolean("enabled", true) {
+	c := o.child(key)
+	if c == nil || !c.boolean("enabled", true) {
 		return nil
 	}
 	return c
@@ -226,23 +189,18 @@ func parseAPICall(o *object, overall time.Duration) *APICall {
 	if c == nil {
 		return nil
 	}
-	c.unknown("enabled", "url", "method", "headers", "body", "correlationIdField", "correlationIdHeader",
-		"executionIdField", "executionIdHeader", "timeout", "required")
-	a := &APICall{
-		URL:                 c.url("required when enabled"),
+	return &APICall{
+		URL:                 c.url(),
 		Method:              c.method("POST"),
 		Headers:             c.headers(),
 		Body:                c.body(),
-		CorrelationIDField:  c.str("correlationIdField", DefaultCorrelationIDField),
-		CorrelationIDHeader: c.headerField("correlationIdHeader", DefaultCorrelationIDHeader),
-		ExecutionIDField:    c.str("executionIdField", DefaultExecutionIDField),
-		ExecutionIDHeader:   c.headerField("executionIdHeader", DefaultExecutionIDHeader),
+		CorrelationIDField:  c.dotPathField("correlationIdField", DefaultCorrelationIDField),
+		CorrelationIDHeader: c.str("correlationIdHeader", DefaultCorrelationIDHeader),
+		ExecutionIDField:    c.dotPathField("executionIdField", DefaultExecutionIDField),
+		ExecutionIDHeader:   c.str("executionIdHeader", DefaultExecutionIDHeader),
 		Timeout:             c.duration("timeout", overall),
 		Required:            c.boolean("required", true),
 	}
-	checkDotPath(c.errs, c.p("correlationIdField"), a.CorrelationIDField)
-	checkDotPath(c.errs, c.p("executionIdField"), a.ExecutionIDField)
-	return a
 }
 
 func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
@@ -250,49 +208,33 @@ func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
 	if c == nil {
 		return nil
 	}
-	c.unknown("enabled", "topic", "correlationIdField", "executionIdField", "filter", "timeout", "required")
 	k := &KafkaEvent{
 		Topic:              c.str("topic", ""),
-		CorrelationIDField: c.str("correlationIdField", DefaultCorrelationIDField),
-		ExecutionIDField:   c.str("executionIdField", DefaultExecutionIDField),
+		CorrelationIDField: c.dotPathField("correlationIdField", DefaultCorrelationIDField),
+		ExecutionIDField:   c.dotPathField("executionIdField", DefaultExecutionIDField),
 		Timeout:            c.duration("timeout", overall),
 		Required:           c.boolean("required", true),
 	}
-	if v, ok := c.get("topic"); !ok || v == "" {
-		c.errs.add(c.p("topic"), "required when enabled")
-	} else if k.Topic != "" && !kafkaTopic.MatchString(k.Topic) {
-		c.errs.add(c.p("topic"), "invalid Kafka topic %q (letters, digits, '.', '_', '-'; at most 249)", k.Topic)
-	}
-	checkDotPath(c.errs, c.p("correlationIdField"), k.CorrelationIDField)
-	checkDotPath(c.errs, c.p("executionIdField"), k.ExecutionIDField)
-	if f, ok := c.child("filter"); ok {
+	if f := c.child("filter"); f != nil {
 		k.Filter = make(map[string]any, len(f.m))
 		for _, key := range sortedKeys(f.m) {
 			p := f.p(key)
-			if _, err := dotpath.Split(key); err != nil || key == "" {
-				c.errs.add(p, "invalid dot path %q: %v", key, errOrEmpty(err))
+			if o.rejected[p] {
 				continue
 			}
-			switch f.m[key].(type) {
-			case string, json.Number, bool, nil:
-				k.Filter[key] = f.m[key]
-			default:
-				c.errs.add(p, "must be a scalar (string, number, boolean or null)")
+			if _, err := dotpath.Split(key); err != nil {
+				c.errs.add(p, "invalid dot path %q: %v", key, err)
+				continue
 			}
+			k.Filter[key] = f.m[key]
 		}
 	}
 	return k
 }
 
-func errOrEmpty(err error) error {
-	if err == nil {
-		return fmt.Errorf("empty path")
-	}
-	return err
-}
-
 // parseOutputMapping reads outputMapping, or builds the default mapping
-// for the enabled events.
+// for the enabled events. The schema checks that each value starts with an
+// event name; its dot path and whether the event is enabled are checked here.
 func parseOutputMapping(o *object, w *WaitEvents) map[string]string {
 	if _, present := o.get("outputMapping"); !present {
 		m := map[string]string{}
@@ -308,20 +250,15 @@ func parseOutputMapping(o *object, w *WaitEvents) map[string]string {
 	mp := o.p("outputMapping")
 	for _, key := range sortedKeys(m) {
 		p := childPath(mp, key)
-		if key == "" {
-			o.errs.add(p, "output key must not be empty")
+		if o.rejected[p] {
 			continue
 		}
 		val := m[key]
 		segs, err := dotpath.Split(val)
 		switch {
-		case val == "":
-			o.errs.add(p, "must be %s or %s.<dot path>", strings.Join(eventNames, "|"), "<event>")
 		case err != nil:
 			o.errs.add(p, "invalid dot path %q: %v", val, err)
-		case !slices.Contains(eventNames, segs[0]):
-			o.errs.add(p, "names unknown event %q (known: %s)", segs[0], strings.Join(eventNames, ", "))
-		case !w.enabled(segs[0]):
+		case len(segs) > 0 && !w.enabled(segs[0]):
 			o.errs.add(p, "names disabled event %q", segs[0])
 		}
 	}

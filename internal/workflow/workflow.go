@@ -1,7 +1,12 @@
 // Package workflow owns workflow definitions: their JSON shape, their
 // validation (every problem reported at once, located by a JSON path such as
 // nodes[2].data.kafkaEvent.topic), the configuration of the built-in node
-// types (wait_events, http) and the compiled graph an executor walks.
+// types (wait_events, http, wait) and the compiled graph an executor walks.
+//
+// The shape is stated once, in the JSON Schemas of schema/ (embedded, and
+// published by the service under /schemas/): validation runs them first, so
+// an editor given workflow.json reports the same structural errors at the
+// same paths; the Go code checks only what a schema cannot express.
 //
 // It does not execute anything: it performs no I/O, keeps no state and
 // knows nothing about storage, HTTP callbacks or Kafka. Executors own
@@ -74,7 +79,9 @@ func (e *ValidationError) Error() string {
 // NodeParser validates and decodes one node type's data; path is the JSON
 // path of the data, e.g. "nodes[2].data", and prefixes every returned
 // error. It must report every problem and never panic. data is nil when
-// the node has no data.
+// the node has no data (or null), and otherwise an object. The built-in
+// parsers validate data against their published schema (wait_events.json,
+// http.json, wait.json) before checking what a schema cannot express.
 type NodeParser func(data json.RawMessage, path string) (config any, errs []FieldError)
 
 // Registry maps a node type to its parser.

@@ -42,8 +42,7 @@ const orderFlow = `{
 
 func TestCompileOrderFlow(t *testing.T) {
 	t.Parallel()
-	wf, err := Compile([]byte(orderFlow), BuiltinRegistry())
-	require.NoError(t, err)
+	wf := requireValid(t, []byte(orderFlow))
 
 	require.Equal(t, []string{"fetch-order"}, wf.Roots())
 	ids := []string{}
@@ -120,7 +119,7 @@ func TestCompileOrderFlow(t *testing.T) {
 
 	// Timed out with partial results: only escalate runs.
 	env := map[string]any{"output": map[string]any{"timeout": true}}
-	ok, err = out[0].Eval(env)
+	ok, err := out[0].Eval(env)
 	require.NoError(t, err)
 	require.False(t, ok)
 	ok, err = out[1].Eval(env)
@@ -196,6 +195,11 @@ func TestWaitEventsDefaults(t *testing.T) {
 			cfg, errs := ParseWaitEventsNode(data, "nodes[0].data")
 			require.Empty(t, errs)
 			require.Equal(t, tt.want, cfg)
+			def := `{"name": "w", "nodes": [{"id": "wait", "type": "wait_events"}]}`
+			if tt.data != "" {
+				def = waitNode(tt.data)
+			}
+			require.Empty(t, editorErrors(t, []byte(def)), "the published schema accepts it too")
 		})
 	}
 }
@@ -224,6 +228,9 @@ func httpNode(data string) string {
 	return `{"name": "h", "nodes": [{"id": "call", "type": "http", "data": ` + data + `}]}`
 }
 
+// TestCompileErrors covers documents that are not JSON, which no schema can
+// see. Invalid definitions are in testdata/invalid (TestInvalidCorpus), each
+// error marked with whether the schema or Go code finds it.
 func TestCompileErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -231,192 +238,10 @@ func TestCompileErrors(t *testing.T) {
 		def  string
 		want []string // every error, in order
 	}{
-		// Document level.
 		{name: "malformed JSON", def: `{"name": "x",}`, want: []string{`malformed JSON at offset 14: invalid character '}' looking for beginning of object key string`}},
 		{name: "truncated JSON", def: `{"name": "x"`, want: []string{`malformed JSON at offset 12: unexpected end of input`}},
 		{name: "empty input", def: ``, want: []string{`malformed JSON at offset 0: empty document`}},
 		{name: "trailing data", def: `{"name": "x", "nodes": []} {}`, want: []string{`malformed JSON at offset 26: unexpected data after the top-level value`}},
-		{name: "not an object", def: `[1, 2]`, want: []string{`must be a JSON object`}},
-		{name: "empty object", def: `{}`, want: []string{`name: required`, `nodes: required: at least one node`}},
-		{name: "unknown top-level fields", def: `{"name": "x", "nodes": [{"id": "a", "type": "http", "data": {"url": "http://a"}}], "nodez": [], "odd key": 1}`,
-			want: []string{`nodez: unknown field`, `["odd key"]: unknown field`}},
-		{name: "bad name and types", def: `{"name": "-bad name", "vars": [], "nodes": {}, "edges": "x"}`,
-			want: []string{`name: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`, `vars: must be an object`, `nodes: must be an array`, `edges: must be an array`}},
-		{name: "name wrong type", def: `{"name": 5, "nodes": []}`, want: []string{`name: must be a string`, `nodes: required: at least one node`}},
-		{name: "name too long", def: `{"name": "` + strings.Repeat("a", 129) + `", "nodes": [{"id": "a", "type": "http", "data": {"url": "http://a"}}]}`,
-			want: []string{`name: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`}},
-
-		// Nodes.
-		{name: "node problems", def: `{"name": "x", "nodes": [
-			{"id": "a", "type": "http", "dat": {}},
-			{"id": "b", "type": "foo"},
-			{"type": "http", "data": {"url": "http://a"}},
-			{"id": "a", "type": "http", "data": {"url": "http://a"}},
-			{"id": "b/c", "type": 3, "data": []},
-			"junk"
-		]}`, want: []string{
-			`nodes[0].dat: unknown field`,
-			`nodes[0].data.url: required`,
-			`nodes[1].type: unknown node type "foo" (known: http, wait, wait_events)`,
-			`nodes[2].id: required`,
-			`nodes[3].id: duplicate node id "a" (also nodes[0])`,
-			`nodes[4].id: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`,
-			`nodes[4].type: must be a string`,
-			`nodes[4].data: must be an object`,
-			`nodes[5]: must be an object`,
-		}},
-		{name: "empty nodes", def: `{"name": "x", "nodes": []}`, want: []string{`nodes: required: at least one node`}},
-
-		// Edges and graph.
-		{name: "edge problems", def: `{"name": "x", "nodes": [
-			{"id": "a", "type": "wait_events"}, {"id": "b", "type": "wait_events"}
-		], "edges": [
-			{"source": "a", "target": "b"},
-			{"source": "a", "target": "ghost"},
-			{"source": "a", "target": "a"},
-			{"source": "a", "target": "b", "condition": "output.x"},
-			{"target": "b", "cond": "x"},
-			{"source": "b", "target": "a", "condition": "nope == 1"},
-			{"source": "a", "target": "b", "condition": 5},
-			3
-		]}`, want: []string{
-			`edges[1].target: unknown node "ghost"`,
-			`edges[2]: self-loop on node "a"`,
-			`edges[3]: duplicate edge a -> b (also edges[0])`,
-			`edges[4].cond: unknown field`,
-			`edges[4].source: required`,
-			`edges[5].condition: unknown name nope (1:1)`,
-			`edges[6]: duplicate edge a -> b (also edges[0])`,
-			`edges[6].condition: must be a string`,
-			`edges[7]: must be an object`,
-			`edges: cycle a -> b -> a`,
-		}},
-		{name: "long cycle", def: `{"name": "x", "nodes": [
-			{"id": "start", "type": "wait_events"}, {"id": "a", "type": "wait_events"}, {"id": "b", "type": "wait_events"}, {"id": "c", "type": "wait_events"}
-		], "edges": [
-			{"source": "start", "target": "a"}, {"source": "a", "target": "b"}, {"source": "b", "target": "c"}, {"source": "c", "target": "a"}
-		]}`, want: []string{`edges: cycle a -> b -> c -> a`}},
-		{name: "condition errors", def: `{"name": "x", "nodes": [{"id": "a", "type": "wait_events"}, {"id": "b", "type": "wait_events"}, {"id": "c", "type": "wait_events"}],
-			"edges": [{"source": "a", "target": "b", "condition": "output.status >="}, {"source": "a", "target": "c", "condition": "1 + 1"}, {"source": "b", "target": "c", "condition": "  "}]}`,
-			want: []string{
-				`edges[0].condition: unexpected token EOF (1:16)`,
-				`edges[1].condition: expected bool, but got int`,
-				`edges[2].condition: must not be blank (omit it for an unconditional edge)`,
-			}},
-
-		// wait_events.
-		{name: "wait unknown fields and types", def: waitNode(`{"apiCall": {"url": "http://a", "enabled": "yes", "retries": 3}, "timout": 5, "kafkaEvent": [], "requiredEvents": "x"}`),
-			want: []string{
-				`nodes[0].data.timout: unknown field`,
-				`nodes[0].data.apiCall.enabled: must be a boolean`,
-				`nodes[0].data.apiCall.retries: unknown field`,
-				`nodes[0].data.kafkaEvent: must be an object`,
-				`nodes[0].data.requiredEvents: must be an array of strings`,
-			}},
-		{name: "wait required when enabled", def: waitNode(`{"apiCall": {}, "kafkaEvent": {"enabled": true}}`),
-			want: []string{`nodes[0].data.apiCall.url: required when enabled`, `nodes[0].data.kafkaEvent.topic: required when enabled`}},
-		{name: "wait unknown strategy and onTimeout", def: waitNode(`{"aggregationStrategy": "most", "onTimeout": "explode"}`),
-			want: []string{
-				`nodes[0].data.aggregationStrategy: unknown strategy "most" (allowed: all, any, required_only, custom)`,
-				`nodes[0].data.onTimeout: unknown value "explode" (allowed: fail, continue, continue_with_partial)`,
-			}},
-		{name: "wait custom without requiredEvents", def: waitNode(`{"kafkaEvent": {"topic": "t"}, "aggregationStrategy": "custom"}`),
-			want: []string{`nodes[0].data.requiredEvents: required for aggregationStrategy "custom"`}},
-		{name: "wait custom with empty requiredEvents", def: waitNode(`{"kafkaEvent": {"topic": "t"}, "aggregationStrategy": "custom", "requiredEvents": []}`),
-			want: []string{`nodes[0].data.requiredEvents: required for aggregationStrategy "custom"`}},
-		{name: "wait requiredEvents naming disabled and unknown events", def: waitNode(`{"apiCall": {"url": "http://a"}, "kafkaEvent": {"enabled": false, "topic": ""},
-			"aggregationStrategy": "custom", "requiredEvents": ["kafka_event", "sms", 1, "api_response", "api_response"]}`),
-			want: []string{
-				`nodes[0].data.requiredEvents[2]: must be a string`,
-				`nodes[0].data.requiredEvents[0]: names disabled event "kafka_event"`,
-				`nodes[0].data.requiredEvents[1]: unknown event "sms" (known: api_response, kafka_event)`,
-				`nodes[0].data.requiredEvents[4]: duplicate event "api_response" (also requiredEvents[3])`,
-			}},
-		{name: "wait requiredEvents without custom", def: waitNode(`{"apiCall": {"url": "http://a"}, "requiredEvents": ["api_response"]}`),
-			want: []string{`nodes[0].data.requiredEvents: only used with aggregationStrategy "custom"`}},
-		{name: "wait required_only without required events", def: waitNode(`{"apiCall": {"url": "http://a", "required": false}, "aggregationStrategy": "required_only"}`),
-			want: []string{`nodes[0].data.aggregationStrategy: "required_only" needs at least one enabled event with required: true`}},
-		{name: "wait bad durations", def: waitNode(`{"timeout": 0, "apiCall": {"url": "http://a", "timeout": "soon"}, "kafkaEvent": {"topic": "t", "timeout": -5}}`),
-			want: []string{
-				`nodes[0].data.timeout: must be greater than 0`,
-				`nodes[0].data.apiCall.timeout: invalid duration "soon": use seconds as a number or a duration like "90s" or "5m"`,
-				`nodes[0].data.kafkaEvent.timeout: must be greater than 0`,
-			}},
-		{name: "wait more bad durations", def: waitNode(`{"timeout": true, "apiCall": {"url": "http://a", "timeout": "-1s"}, "kafkaEvent": {"topic": "t", "timeout": 1e300}}`),
-			want: []string{
-				`nodes[0].data.timeout: must be a number of seconds or a duration string like "90s"`,
-				`nodes[0].data.apiCall.timeout: must be greater than 0`,
-				`nodes[0].data.kafkaEvent.timeout: duration 1e300 seconds is too large`,
-			}},
-		{name: "wait api call fields", def: waitNode(`{"apiCall": {"url": "ftp://a", "method": "BREW", "headers": {"Bad Header": "x", "X-N": 1}, "body": 5,
-			"correlationIdField": "a..b", "correlationIdHeader": "Bad Header", "executionIdField": ""}}`),
-			want: []string{
-				`nodes[0].data.apiCall.url: must be an absolute http or https URL`,
-				`nodes[0].data.apiCall.method: unsupported method "BREW" (allowed: GET, POST, PUT, PATCH, DELETE)`,
-				`nodes[0].data.apiCall.headers.X-N: must be a string`,
-				`nodes[0].data.apiCall.headers["Bad Header"]: invalid header name "Bad Header"`,
-				`nodes[0].data.apiCall.body: must be an object, an array or a string`,
-				`nodes[0].data.apiCall.correlationIdHeader: invalid header name "Bad Header"`,
-				`nodes[0].data.apiCall.correlationIdField: invalid dot path "a..b": empty segment at offset 2`,
-				`nodes[0].data.apiCall.executionIdField: must not be empty`,
-			}},
-		{name: "wait template syntax", def: waitNode(`{"apiCall": {"url": "@{_vars.serviceUrl/process", "headers": {"Authorization": "Bearer @{secrets.token}"},
-			"body": {"customer": {"email": "@{}"}, "items": ["ok", "@{_execution.start}"]}}}`),
-			want: []string{
-				`nodes[0].data.apiCall.url: unterminated "@{" at offset 0`,
-				`nodes[0].data.apiCall.headers.Authorization: @{secrets.token} at offset 7: unknown root "secrets" (known: _trigger, _vars, _execution, nodes)`,
-				`nodes[0].data.apiCall.body.customer.email: @{} at offset 0: empty expression`,
-				`nodes[0].data.apiCall.body.items[1]: @{_execution.start} at offset 0: _execution fields are id and correlationId`,
-			}},
-		{name: "wait kafka fields", def: waitNode(`{"kafkaEvent": {"topic": "bad topic!", "correlationIdField": "data[", "executionIdField": 7,
-			"filter": {"data.status": {"nested": 1}, "a..b": "x", "tags": ["a"]}}}`),
-			want: []string{
-				`nodes[0].data.kafkaEvent.executionIdField: must be a string`,
-				`nodes[0].data.kafkaEvent.topic: invalid Kafka topic "bad topic!" (letters, digits, '.', '_', '-'; at most 249)`,
-				`nodes[0].data.kafkaEvent.correlationIdField: invalid dot path "data[": unbalanced '[' at offset 4`,
-				`nodes[0].data.kafkaEvent.filter["a..b"]: invalid dot path "a..b": empty segment at offset 2`,
-				`nodes[0].data.kafkaEvent.filter["data.status"]: must be a scalar (string, number, boolean or null)`,
-				`nodes[0].data.kafkaEvent.filter.tags: must be a scalar (string, number, boolean or null)`,
-			}},
-		{name: "wait output mapping", def: waitNode(`{"apiCall": {"url": "http://a"}, "outputMapping": {"a": "kafka_event.x", "b": "sms", "c": "api_response..x", "d": "", "e": 3, "ok": "api_response.body[0]"}}`),
-			want: []string{
-				`nodes[0].data.outputMapping.e: must be a string`,
-				`nodes[0].data.outputMapping.a: names disabled event "kafka_event"`,
-				`nodes[0].data.outputMapping.b: names unknown event "sms" (known: api_response, kafka_event)`,
-				`nodes[0].data.outputMapping.c: invalid dot path "api_response..x": empty segment at offset 13`,
-				`nodes[0].data.outputMapping.d: must be api_response|kafka_event or <event>.<dot path>`,
-			}},
-
-		// http.
-		{name: "http problems", def: httpNode(`{"method": "TRACE", "timeout": 61, "failOnNon2xx": "no", "headers": [], "extra": 1}`),
-			want: []string{
-				`nodes[0].data.extra: unknown field`,
-				`nodes[0].data.url: required`,
-				`nodes[0].data.method: unsupported method "TRACE" (allowed: GET, POST, PUT, PATCH, DELETE)`,
-				`nodes[0].data.headers: must be an object`,
-				`nodes[0].data.failOnNon2xx: must be a boolean`,
-				`nodes[0].data.timeout: must be at most 1m0s`,
-			}},
-		{name: "http template", def: httpNode(`{"url": "https://a/@{nodes.x}", "body": {"q": "@{_trigger"}}`),
-			want: []string{
-				`nodes[0].data.url: @{nodes.x} at offset 10: node references look like nodes.<id>.output[.path]`,
-				`nodes[0].data.body.q: unterminated "@{" at offset 0`,
-			}},
-
-		// Several classes at once, each with its path.
-		{name: "many errors at once", def: `{"name": "", "extra": true, "nodes": [
-			{"id": "a", "type": "wait_events", "data": {"kafkaEvent": {"topic": ""}, "aggregationStrategy": "custom", "requiredEvents": ["api_response"]}},
-			{"id": "a", "type": "http", "data": {"url": "@{"}}
-		], "edges": [{"source": "a", "target": "z"}]}`,
-			want: []string{
-				`extra: unknown field`,
-				`name: required`,
-				`nodes[0].data.kafkaEvent.topic: required when enabled`,
-				`nodes[0].data.requiredEvents[0]: names disabled event "api_response"`,
-				`nodes[1].id: duplicate node id "a" (also nodes[0])`,
-				`nodes[1].data.url: unterminated "@{" at offset 0`,
-				`edges[0].target: unknown node "z"`,
-			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -440,8 +265,7 @@ func TestValidationErrorFormatting(t *testing.T) {
 
 func TestNeitherEventEnabledIsValid(t *testing.T) {
 	t.Parallel()
-	wf, err := Compile([]byte(waitNode(`{"apiCall": {"enabled": false}}`)), nil)
-	require.NoError(t, err)
+	wf := requireValid(t, []byte(waitNode(`{"apiCall": {"enabled": false}}`)))
 	n, _ := wf.Node("wait")
 	require.Empty(t, n.Config.(*WaitEvents).Expected())
 }
@@ -487,14 +311,13 @@ func compileErrs2(t *testing.T, def string, reg Registry) []string {
 func TestGraphShape(t *testing.T) {
 	t.Parallel()
 	// Diamond with two roots: a -> c, b -> c, c -> d, a -> d.
-	wf, err := Compile([]byte(`{"name": "g", "nodes": [
+	wf := requireValid(t, []byte(`{"name": "g", "nodes": [
 		{"id": "a", "type": "wait_events"}, {"id": "b", "type": "wait_events"},
 		{"id": "c", "type": "wait_events"}, {"id": "d", "type": "wait_events"}
 	], "edges": [
 		{"source": "a", "target": "c"}, {"source": "b", "target": "c"},
 		{"source": "c", "target": "d"}, {"source": "a", "target": "d", "condition": "input.amount > vars.threshold"}
-	], "vars": {"threshold": 100}}`), nil)
-	require.NoError(t, err)
+	], "vars": {"threshold": 100}}`))
 	require.Equal(t, []string{"a", "b"}, wf.Roots())
 	in := wf.Incoming("d")
 	require.Len(t, in, 2)
@@ -506,7 +329,7 @@ func TestGraphShape(t *testing.T) {
 	_, ok := wf.Node("nope")
 	require.False(t, ok)
 
-	ok, err = in[1].Eval(map[string]any{"input": map[string]any{"amount": json.Number("150")}, "vars": wf.Definition().Vars})
+	ok, err := in[1].Eval(map[string]any{"input": map[string]any{"amount": json.Number("150")}, "vars": wf.Definition().Vars})
 	require.NoError(t, err)
 	require.True(t, ok)
 }
