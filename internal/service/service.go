@@ -28,6 +28,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/api"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/ui"
 )
 
 // Defaults for Config.
@@ -209,18 +210,20 @@ func (s *Service) init(ctx context.Context) error {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", cfg.InstanceID))
 	// A server span per request (the API and callbacks), continuing the caller's trace;
-	// probes and scrapes would only be noise.
+	// probes, scrapes and the web view's static files would only be noise.
 	e.Use(handledOnce)
 	e.Use(otelecho.Middleware("rendezvous",
 		otelecho.WithTracerProvider(s.tel.TracerProvider), otelecho.WithPropagators(s.tel.Propagator),
 		otelecho.WithSkipper(func(c echo.Context) bool {
 			switch c.Path() {
-			case "/healthz", "/readyz", "/metrics":
+			case "/healthz", "/readyz", "/metrics", "/ui", "/ui/*", "/schemas/:name", "/openapi.json":
 				return true
 			}
 			return false
 		})))
 	api.Register(e, ex)
+	api.RegisterSchemas(e)
+	ui.Register(e)
 	cb.Register(e)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.ready)

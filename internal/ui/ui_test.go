@@ -1,0 +1,213 @@
+package ui_test
+
+import (
+	"encoding/json"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/ui"
+)
+
+// newEcho returns an Echo with the view registered and the service's error handler, so
+// that a 404 looks as it does in the service.
+func newEcho(t *testing.T) *echo.Echo {
+	t.Helper()
+	e := echo.New()
+	e.HTTPErrorHandler = problem.ErrorHandler(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ui.Register(e)
+	return e
+}
+
+func get(t *testing.T, e *echo.Echo, target string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
+}
+
+// staticFiles lists the files under static/, which is what the package embeds.
+func staticFiles(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	require.NoError(t, fs.WalkDir(os.DirFS("static"), ".", func(name string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			names = append(names, name)
+		}
+		return err
+	}))
+	require.NotEmpty(t, names)
+	return names
+}
+
+func TestRegisterAddsExactlyTwoRoutes(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	var routes []string
+	for _, r := range e.Routes() {
+		routes = append(routes, r.Method+" "+r.Path)
+	}
+	slices.Sort(routes)
+	require.Equal(t, []string{"GET /ui", "GET /ui/*"}, routes)
+}
+
+func TestBarePathRedirectsKeepingTheQuery(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	rec := get(t, e, "/ui", nil)
+	require.Equal(t, http.StatusPermanentRedirect, rec.Code)
+	require.Equal(t, "/ui/", rec.Header().Get("Location"))
+
+	rec = get(t, e, "/ui?workflow=order", nil)
+	require.Equal(t, http.StatusPermanentRedirect, rec.Code)
+	require.Equal(t, "/ui/?workflow=order", rec.Header().Get("Location"))
+}
+
+func TestIndexIsServedWithItsHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	want, err := os.ReadFile("static/index.html")
+	require.NoError(t, err)
+	for _, target := range []string{"/ui/", "/ui/index.html"} {
+		rec := get(t, e, target, nil)
+		require.Equal(t, http.StatusOK, rec.Code, target)
+		require.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"), target)
+		require.Equal(t, string(want), rec.Body.String(), target)
+		csp := rec.Header().Get("Content-Security-Policy")
+		require.Equal(t, ui.ContentSecurityPolicy, csp, target)
+		require.Contains(t, csp, "default-src 'self'")
+		require.NotContains(t, csp, "unsafe-inline")
+		require.NotContains(t, csp, "unsafe-eval")
+		require.Equal(t, "no-cache", rec.Header().Get("Cache-Control"), target)
+		require.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"), target)
+		require.NotEmpty(t, rec.Header().Get("ETag"), target)
+	}
+}
+
+// TestRevalidationAnswersNotModified: no-cache makes the browser ask again on every load;
+// the ETag keeps that to a 304 until the binary changes.
+func TestRevalidationAnswersNotModified(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	first := get(t, e, "/ui/app.js", nil)
+	require.Equal(t, http.StatusOK, first.Code)
+	etag := first.Header().Get("ETag")
+	require.NotEmpty(t, etag)
+
+	again := get(t, e, "/ui/app.js", map[string]string{"If-None-Match": etag})
+	require.Equal(t, http.StatusNotModified, again.Code)
+	require.Empty(t, again.Body.String())
+
+	other := get(t, e, "/ui/app.js", map[string]string{"If-None-Match": `"not-this-one"`})
+	require.Equal(t, http.StatusOK, other.Code)
+	require.Equal(t, first.Body.String(), other.Body.String())
+}
+
+func TestEveryStaticFileIsServedWithItsType(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	types := map[string]string{
+		".html": "text/html; charset=utf-8",
+		".js":   "text/javascript; charset=utf-8",
+		".css":  "text/css; charset=utf-8",
+	}
+	for _, name := range staticFiles(t) {
+		want, err := os.ReadFile("static/" + name)
+		require.NoError(t, err)
+		rec := get(t, e, "/ui/"+name, nil)
+		require.Equal(t, http.StatusOK, rec.Code, name)
+		ct, ok := types[name[strings.LastIndex(name, "."):]]
+		require.True(t, ok, "%s has an extension the test does not know", name)
+		require.Equal(t, ct, rec.Header().Get("Content-Type"), name)
+		require.Equal(t, ui.ContentSecurityPolicy, rec.Header().Get("Content-Security-Policy"), name)
+		require.Equal(t, string(want), rec.Body.String(), "%s is served as it is in static/", name)
+	}
+}
+
+// TestIndexReferencesOnlyServedFiles: every script and stylesheet the page loads is one
+// of the embedded files, by a relative URL.
+func TestIndexReferencesOnlyServedFiles(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	index := get(t, e, "/ui/", nil).Body.String()
+	refs := regexp.MustCompile(`(?i)\b(?:src|href)\s*=\s*"([^"]*)"`).FindAllStringSubmatch(index, -1)
+	var loaded []string
+	for _, m := range refs {
+		loaded = append(loaded, m[1])
+	}
+	require.Subset(t, loaded, []string{"app.js", "style.css"})
+	for _, ref := range loaded {
+		require.NotContains(t, ref, ":", "%s is not a relative URL", ref)
+		require.False(t, strings.HasPrefix(ref, "/"), "%s is not relative to /ui/", ref)
+		rec := get(t, e, "/ui/"+ref, nil)
+		require.Equal(t, http.StatusOK, rec.Code, ref)
+	}
+}
+
+func TestUnknownFilesAreNotFound(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	for _, target := range []string{
+		"/ui/nope.js",
+		"/ui/static/index.html", // the embed's directory is not part of the URL space
+		"/ui/../go.mod",
+		"/ui/%2e%2e/ui.go",
+		"/ui/index.html/",
+		"/ui/ui.go",
+	} {
+		rec := get(t, e, target, nil)
+		require.Equal(t, http.StatusNotFound, rec.Code, target)
+		require.Equal(t, problem.ContentType, rec.Header().Get("Content-Type"), target)
+		var body map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), target)
+		require.Equal(t, problem.TypeBaseURI+"not-found", body["type"], target)
+	}
+}
+
+// TestNoExternalResources: the view must work on a network that reaches only the
+// service, so no file names another host — no CDN script, font, stylesheet or image.
+func TestNoExternalResources(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	external := []*regexp.Regexp{
+		regexp.MustCompile(`(?i)\bhttps?://`),                         // any absolute http(s) URL
+		regexp.MustCompile(`(?i)\b(?:src|href|action)\s*=\s*["']?//`), // protocol-relative URLs in markup
+		regexp.MustCompile(`(?i)url\(\s*["']?(?:[a-z]+:)?//`),         // CSS url() to another host
+		regexp.MustCompile(`(?i)@import`),                             // CSS imports
+	}
+	for _, name := range staticFiles(t) {
+		body := get(t, e, "/ui/"+name, nil).Body.String()
+		for _, re := range external {
+			require.Empty(t, re.FindAllString(body, -1), "%s references another host (%s)", name, re)
+		}
+	}
+}
+
+// TestScriptNeverParsesDataAsHTML: the script builds the page with textContent and
+// setAttribute only, so event payloads and names cannot inject markup.
+func TestScriptNeverParsesDataAsHTML(t *testing.T) {
+	t.Parallel()
+	e := newEcho(t)
+	js := get(t, e, "/ui/app.js", nil).Body.String()
+	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+		require.NotContains(t, js, sink)
+	}
+	html := get(t, e, "/ui/", nil).Body.String()
+	require.NotRegexp(t, `<script>|<script\s+(?:[a-z-]+(?:="[^"]*")?\s*)*>[^<]`, html, "no inline script (the CSP would block it)")
+	require.NotContains(t, html, "style=", "no inline style (the CSP would block it)")
+}
