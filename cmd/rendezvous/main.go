@@ -38,6 +38,11 @@ Usage:
                                    container images without a shell)
   rendezvous version               print the version
 
+Operate a running service through its HTTP API (--server, env RENDEZVOUS_SERVER):
+  rendezvous workflows   apply|list|get         store and read workflow definitions
+  rendezvous executions  start|list|get|cancel  start, inspect and cancel executions
+  rendezvous waits       list|get|cancel        see what executions wait for; cancel a wait
+
 Run "rendezvous <command> -h" for the flags of a command.
 `
 
@@ -64,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = devKafka(ctx, args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(ctx, args[1:], stdout)
+	case "workflows", "executions", "waits":
+		return runCLI(ctx, args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, buildVersion())
 	case "-h", "--help", "help":

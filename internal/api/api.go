@@ -1,7 +1,9 @@
-// Package api serves the management HTTP API under /api/v1: storing workflow
-// definitions, starting executions and reading them back. It translates between HTTP
-// and the executor; every error is an RFC 7807 problem. Callbacks from external
-// services are not here but in package callbacks.
+// Package api serves the management HTTP API under /api/v1: storing and validating
+// workflow definitions, starting and cancelling executions, and the operator's reads of
+// workflows, executions and wait states. It translates between HTTP and the executor;
+// every error is an RFC 7807 problem. It also serves the OpenAPI document of the whole
+// HTTP surface (/openapi.json). Callbacks from external services are not here but in
+// package callbacks.
 package api
 
 import (
@@ -23,14 +25,23 @@ import (
 // maxDefinitionBytes bounds a definition or an execution input.
 const maxDefinitionBytes = 4 << 20
 
-// Register adds the API routes to e.
+// Register adds the API routes, and the OpenAPI document describing them, to e.
 func Register(e *echo.Echo, ex *executor.Executor) {
 	h := &handlers{ex: ex}
+	e.GET("/api/v1/workflows", h.listWorkflows)
+	// Echo tries the static segment first and falls back to :name for other methods, so
+	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
+	e.POST("/api/v1/workflows/validate", h.validateWorkflow)
+	e.GET("/api/v1/workflows/:name", h.getWorkflow)
 	e.PUT("/api/v1/workflows/:name", h.putWorkflow)
 	e.POST("/api/v1/workflows/:name/executions", h.startExecution)
+	e.GET("/api/v1/executions", h.listExecutions)
 	e.GET("/api/v1/executions/:id", h.getExecution)
 	e.POST("/api/v1/executions/:id/cancel", h.cancelExecution)
 	e.POST("/api/v1/executions/:id/waits/:node/cancel", h.cancelWait)
+	e.GET("/api/v1/wait-states", h.listWaitStates)
+	e.GET("/api/v1/wait-states/:id", h.getWaitState)
+	e.GET(OpenAPIPath, serveOpenAPI)
 }
 
 type handlers struct{ ex *executor.Executor }
@@ -52,9 +63,8 @@ func (h *handlers) putWorkflow(c echo.Context) error {
 		return err
 	}
 	stored, err := h.ex.PutWorkflow(c.Request().Context(), c.Param("name"), body)
-	var verr *workflow.ValidationError
-	if errors.As(err, &verr) {
-		return problem.New(http.StatusUnprocessableEntity, verr.Error()).WithType("invalid-definition").With("errors", verr.Errors)
+	if verr, ok := errors.AsType[*workflow.ValidationError](err); ok {
+		return invalidDefinition(verr)
 	}
 	if err != nil {
 		return err

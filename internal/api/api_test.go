@@ -429,9 +429,11 @@ func TestRouting(t *testing.T) {
 		allow  string // a method the Allow header must list, for 405
 	}{
 		{"unknown route", http.MethodGet, "/api/v1/nope", http.StatusNotFound, ""},
-		{"unknown route under a known prefix", http.MethodGet, "/api/v1/workflows", http.StatusNotFound, ""},
+		{"unknown route under a known prefix", http.MethodGet, "/api/v1/executions/" + id + "/nodes", http.StatusNotFound, ""},
 		{"unknown route, POST", http.MethodPost, "/nope", http.StatusNotFound, ""},
-		{"GET a workflow", http.MethodGet, "/api/v1/workflows/orders", http.StatusMethodNotAllowed, http.MethodPut},
+		{"DELETE a workflow", http.MethodDelete, "/api/v1/workflows/orders", http.StatusMethodNotAllowed, http.MethodPut},
+		{"GET the validation", http.MethodGet, "/api/v1/workflows/validate/x", http.StatusNotFound, ""},
+		{"DELETE the wait-state list", http.MethodDelete, "/api/v1/wait-states", http.StatusMethodNotAllowed, http.MethodGet},
 		{"DELETE an execution", http.MethodDelete, "/api/v1/executions/" + id, http.StatusMethodNotAllowed, http.MethodGet},
 		{"GET executions of a workflow", http.MethodGet, "/api/v1/workflows/orders/executions", http.StatusMethodNotAllowed, http.MethodPost},
 		{"GET the callback endpoint", http.MethodGet, "/api/internal/callbacks/acme", http.StatusMethodNotAllowed, http.MethodPost},

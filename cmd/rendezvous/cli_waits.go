@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rendezvous-run/rendezvous/internal/client"
+)
+
+func waitsGroup() *cliGroup {
+	return &cliGroup{
+		name: "waits",
+		about: `See what executions wait for — which events arrived, which are missing, the next
+deadline — and cancel a wait.`,
+		commands: []*cliCommand{waitsList(), waitsGet(), waitsCancel()},
+	}
+}
+
+func waitsList() *cliCommand {
+	return &cliCommand{
+		name:    "list",
+		summary: "list waits, longest-waiting first",
+		help: `Lists waits, longest-waiting first, following the pages to the end (or --limit):
+per wait its execution and node, status, strategy (or "timer"), the events that
+arrived and those still missing, the next deadline and the optimistic-lock version.
+-o wide adds the wait id (for "waits get"), the workflow, timed-out events and the
+deadline as a timestamp. Filters combine.`,
+		examples: []string{
+			"rendezvous waits list --status waiting",
+			"rendezvous waits list --workflow order-approval --node request_approval -o wide",
+			"rendezvous waits list --execution 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
+			"rendezvous waits list --status waiting -o json | jq -r '.[] | [.execution_id, .missing_events[]] | @tsv'",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var f client.WaitFilter
+			var execution string
+			var limit int
+			fs.StringVar(&f.Status, "status", "", "only waits with this status: waiting, scheduled, completed, timeout, failed, cancelled, resumed, error")
+			fs.StringVar(&f.Workflow, "workflow", "", "only waits of executions of this workflow")
+			fs.StringVar(&f.Node, "node", "", "only waits of this node id")
+			fs.StringVar(&execution, "execution", "", "only waits of this execution (id)")
+			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+			return func(ctx context.Context, cl *cli, _ []string) error {
+				if limit < 0 {
+					return usagef("--limit: must not be negative")
+				}
+				if execution != "" {
+					id, err := parseID("--execution", execution)
+					if err != nil {
+						return err
+					}
+					f.Execution = id
+				}
+				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
+					return cl.api.WaitStates(ctx, f, p)
+				})
+				if err != nil {
+					return err
+				}
+				raw := func(w *client.WaitState) json.RawMessage { return w.Raw }
+				return showList(cl, "waits", limit, items, more, raw, func() error {
+					return cl.waitTable(items, cl.output == outputWide, false)
+				})
+			}
+		},
+	}
+}
+
+// waitTable prints waits, one row each. Inside an execution's view the execution column
+// would repeat itself, so the correlation id takes its place.
+func (cl *cli) waitTable(waits []client.WaitState, wide, inExecution bool) error {
+	now := time.Now()
+	var header []string
+	switch {
+	case inExecution:
+		header = []string{"WAIT", "STATUS", "STRATEGY", "ARRIVED", "MISSING", "NEXT DEADLINE", "VERSION", "CORRELATION ID"}
+	case wide:
+		header = []string{"ID", "EXECUTION", "WORKFLOW", "NODE", "STATUS", "STRATEGY", "ARRIVED", "MISSING", "TIMED OUT", "NEXT DEADLINE", "VERSION", "CREATED"}
+	default:
+		header = []string{"EXECUTION", "NODE", "STATUS", "STRATEGY", "ARRIVED", "MISSING", "NEXT DEADLINE", "VERSION"}
+	}
+	t := newTable(cl.stdout, header...)
+	for _, w := range waits {
+		version := strconv.FormatInt(w.Version, 10)
+		arrived, missing := joinNames(w.Arrived()), joinNames(w.Missing())
+		switch {
+		case inExecution:
+			t.row(w.NodeID, w.Status, strategy(&w), arrived, missing, nextDeadline(&w, now, false), version, w.CorrelationID.String())
+		case wide:
+			t.row(w.ID.String(), idOrEmpty(w.ExecutionID), workflowLabel(w.Workflow, w.WorkflowVersion), w.NodeID, w.Status, strategy(&w),
+				arrived, missing, joinNames(w.TimedOutEvents), nextDeadline(&w, now, true), version, ago(&w.CreatedAt, now))
+		default:
+			t.row(idOrEmpty(w.ExecutionID), w.NodeID, w.Status, strategy(&w), arrived, missing, nextDeadline(&w, now, false), version)
+		}
+	}
+	return t.flush()
+}
+
+func idOrEmpty(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return ""
+	}
+	return id.String()
+}
+
+// strategy is the aggregation strategy of an events wait, "timer" for a timer.
+func strategy(w *client.WaitState) string {
+	if w.WaitType == client.WaitTypeTimer {
+		return "timer"
+	}
+	return w.Strategy
+}
+
+// nextDeadline counts down to the next deadline of an open wait (when a timer fires):
+// "in 4m12s", with the timestamp when full. An ended wait has none.
+func nextDeadline(w *client.WaitState, now time.Time, full bool) string {
+	if !w.Open() || w.NextDeadlineAt.IsZero() {
+		return ""
+	}
+	if full {
+		return relative(w.NextDeadlineAt, now) + " (" + absolute(w.NextDeadlineAt) + ")"
+	}
+	return relative(w.NextDeadlineAt, now)
+}
+
+func waitsGet() *cliCommand {
+	return &cliCommand{
+		name: "get", args: "ID", nargs: 1,
+		summary: "show one wait: events enabled, required, arrived, missing, timed out; deadlines",
+		help: `Shows one wait by its id (the ID column of "waits list -o wide", or wait_states[].id
+of an execution): its events, enabled, required, arrived (with time and source),
+missing and timed out, its deadlines and, once it ended, how.`,
+		examples: []string{
+			"rendezvous waits get 5f0c9a8e-3b7d-4e21-8c6f-1a2b3c4d5e6f",
+			"rendezvous waits get 5f0c9a8e-3b7d-4e21-8c6f-1a2b3c4d5e6f -o json | jq .received_events",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			return func(ctx context.Context, cl *cli, args []string) error {
+				id, err := parseID("wait id", args[0])
+				if err != nil {
+					return err
+				}
+				w, err := cl.api.WaitState(ctx, id)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, w.Raw)
+				}
+				return cl.printWait(w)
+			}
+		},
+	}
+}
+
+func (cl *cli) printWait(w *client.WaitState) error {
+	now := time.Now()
+	kv := newTable(cl.stdout)
+	kv.row("ID:", w.ID.String())
+	kv.row("Execution:", idOrEmpty(w.ExecutionID))
+	kv.row("Workflow:", workflowLabel(w.Workflow, w.WorkflowVersion))
+	kv.row("Node:", w.NodeID)
+	kv.row("Correlation ID:", w.CorrelationID.String())
+	kv.row("Type:", w.WaitType)
+	if w.WaitType == client.WaitTypeTimer {
+		kv.row("Timer:", compactJSON(w.Timer))
+	} else {
+		kv.row("Strategy:", w.Strategy)
+	}
+	kv.row("Status:", w.Status)
+	kv.row("Version:", strconv.FormatInt(w.Version, 10))
+	if w.WaitType != client.WaitTypeTimer {
+		kv.row("Enabled:", joinNames(w.EnabledEvents))
+		kv.row("Required:", joinNames(w.RequiredEvents))
+		kv.row("Arrived:", joinNames(w.Arrived()))
+		kv.row("Missing:", joinNames(w.Missing()))
+		kv.row("Timed out:", joinNames(w.TimedOutEvents))
+	}
+	kv.row("Next deadline:", nextDeadline(w, now, true))
+	kv.row("Expires:", when(&w.ExpiresAt, now))
+	kv.row("Created:", when(&w.CreatedAt, now))
+	kv.row("Updated:", when(&w.UpdatedAt, now))
+	if w.ResumedAt != nil {
+		kv.row("Resumed:", when(w.ResumedAt, now)+" by "+w.ResumedBy)
+	}
+	if w.Error != "" {
+		kv.row("Error:", w.Error)
+	}
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(w.ReceivedEvents) == 0 {
+		return nil
+	}
+	fmt.Fprintln(cl.stdout)
+	t := newTable(cl.stdout, "EVENT", "RECEIVED", "SOURCE", "KEY")
+	for _, r := range w.ReceivedEvents {
+		t.row(r.Name, when(&r.ReceivedAt, now), eventSource(r.Source), r.Key)
+	}
+	return t.flush()
+}
+
+// eventSource says where an event came from: "callback approvals",
+// "kafka shipments.events/3@42" (topic/partition@offset); as sent when it is neither.
+func eventSource(raw json.RawMessage) string {
+	var s struct {
+		Kind, Service, Topic string
+		Partition            *int32
+		Offset               *int64
+	}
+	if json.Unmarshal(raw, &s) == nil {
+		switch {
+		case s.Kind == "callback" && s.Service != "":
+			return "callback " + s.Service
+		case s.Kind == "kafka" && s.Topic != "" && s.Partition != nil && s.Offset != nil:
+			return fmt.Sprintf("kafka %s/%d@%d", s.Topic, *s.Partition, *s.Offset)
+		}
+	}
+	return compactJSON(raw)
+}
+
+func waitsCancel() *cliCommand {
+	return &cliCommand{
+		name: "cancel", args: "EXECUTION NODE", nargs: 2,
+		summary: "cancel the open wait of a node; --then fail (default) or continue",
+		help: `Cancels the open wait of NODE in execution EXECUTION. --then fail (the default)
+fails the node and the execution; --then continue completes the node with what arrived
+so far and the workflow goes on. A wait that already ended cannot be cancelled (409,
+exit status 1). Prints the execution afterwards.`,
+		examples: []string{
+			"rendezvous waits cancel 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f request_approval",
+			`rendezvous waits cancel 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f request_approval --then continue --reason "approved by phone"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var then, reason string
+			fs.StringVar(&then, "then", client.ThenFail, "what the execution does next: fail or continue")
+			fs.StringVar(&reason, "reason", "", "why, recorded with the wait")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				if then != client.ThenFail && then != client.ThenContinue {
+					return usagef("--then: want fail or continue, not %q", then)
+				}
+				id, err := parseID("execution id", args[0])
+				if err != nil {
+					return err
+				}
+				e, err := cl.api.CancelWait(ctx, id, args[1], then, reason)
+				if err != nil {
+					return err
+				}
+				return cl.showExecution(e)
+			}
+		},
+	}
+}

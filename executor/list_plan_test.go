@@ -1,0 +1,146 @@
+package executor_test
+
+// The operator's list queries must stay cheap on large tables: each page is read along
+// an index in the page's order, never by scanning and sorting every matching row. This
+// test asks PostgreSQL for the plans of the queries as db/queries/operator.sql writes
+// them, on tables large enough for the planner to prefer a scan if an index were missing.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// operatorQueries returns the queries of operator.sql by name, comments removed.
+func operatorQueries(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile("../db/queries/operator.sql")
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, block := range strings.Split(string(raw), "-- name: ")[1:] {
+		name, rest, _ := strings.Cut(block, " ")
+		var lines []string
+		for _, l := range strings.Split(rest, "\n")[1:] {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+				lines = append(lines, l)
+			}
+		}
+		out[name] = strings.Join(lines, "\n")
+	}
+	return out
+}
+
+var sqlcArg = regexp.MustCompile(`sqlc\.narg\((\w+)\)|@(\w+)`)
+
+// bind writes the arguments (SQL expressions by name; absent ones NULL) into a query,
+// which is what a custom plan sees (OperatorForceCustomPlans).
+func bind(query string, args map[string]string) string {
+	return sqlcArg.ReplaceAllStringFunc(query, func(m string) string {
+		sub := sqlcArg.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
+		if v, ok := args[name]; ok {
+			return v
+		}
+		return "NULL"
+	})
+}
+
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan into "Node Type on relation using
+// index" lines.
+func planNodes(plan map[string]any) []string {
+	line := plan["Node Type"].(string)
+	if rel, ok := plan["Relation Name"].(string); ok {
+		line += " on " + rel
+	}
+	if idx, ok := plan["Index Name"].(string); ok {
+		line += " using " + idx
+	}
+	out := []string{line}
+	children, _ := plan["Plans"].([]any)
+	for _, c := range children {
+		out = append(out, planNodes(c.(map[string]any))...)
+	}
+	return out
+}
+
+func TestOperatorListPlans(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.NewSchema(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, schema.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+
+	// 50 workflows of 3 versions; 30,000 executions, one wait each, one in twenty still
+	// waiting, spread over the past 10 days.
+	_, err = conn.Exec(ctx, `
+INSERT INTO workflows (name, version, definition)
+SELECT 'wf' || w, v, '{}' FROM generate_series(1, 50) w, generate_series(1, 3) v;
+INSERT INTO executions (id, workflow_name, workflow_version, status, created_at, updated_at)
+SELECT gen_random_uuid(), 'wf' || (1 + i % 50), 1, CASE WHEN i % 20 = 0 THEN 'waiting' ELSE 'completed' END,
+       now() - make_interval(secs => i * 30), now()
+FROM generate_series(1, 30000) i;
+INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy, status,
+       expires_at, next_deadline_at, created_at, updated_at)
+SELECT gen_random_uuid(), id, 'wait', gen_random_uuid(), 'all', CASE WHEN status = 'waiting' THEN 'waiting' ELSE 'completed' END,
+       created_at + interval '1 day', created_at + interval '1 day', created_at, updated_at
+FROM executions;
+ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
+	require.NoError(t, err)
+
+	queries := operatorQueries(t)
+	cursor := map[string]string{
+		"after_created_at": "(now() - interval '5 days')", "after_id": "'00000000-0000-0000-0000-000000000000'",
+		"before_created_at": "(now() - interval '5 days')", "before_id": "'ffffffff-ffff-ffff-ffff-ffffffffffff'",
+	}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range base {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	tests := []struct {
+		name, query string
+		args        map[string]string
+	}{
+		{"wait states, first page", "WaitStateList", map[string]string{"max": "51"}},
+		{"wait states, a later page", "WaitStateList", with(cursor, "max", "51")},
+		{"waiting wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'waiting'")},
+		{"executions, first page", "ExecutionList", map[string]string{"max": "51"}},
+		{"executions, a later page", "ExecutionList", with(cursor, "max", "51")},
+		{"waiting executions", "ExecutionList", with(cursor, "max", "51", "status", "'waiting'")},
+		{"executions of a workflow", "ExecutionList", with(cursor, "max", "51", "workflow", "'wf7'")},
+		{"workflows, a later page", "WorkflowList", map[string]string{"max": "11", "after_name": "'wf20'"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, ok := queries[tt.query]
+			require.True(t, ok, "no query %s in operator.sql", tt.query)
+			var raw []byte
+			require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+bind(q, tt.args)).Scan(&raw))
+			var plans []map[string]any
+			require.NoError(t, json.Unmarshal(raw, &plans))
+			nodes := planNodes(plans[0]["Plan"].(map[string]any))
+			require.Equal(t, "Limit", nodes[0], "%v", nodes)
+			usesIndex := false
+			for _, n := range nodes {
+				require.NotContains(t, n, "Seq Scan", "a page must not scan a table: %v", nodes)
+				require.NotContains(t, n, "Sort", "a page must come in index order: %v", nodes)
+				usesIndex = usesIndex || strings.Contains(n, " using ")
+			}
+			require.True(t, usesIndex, "%v", nodes)
+		})
+	}
+}

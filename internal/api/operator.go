@@ -1,0 +1,200 @@
+package api
+
+// The operator's reads: wait states, workflows and executions, listed a page at a time
+// or looked up one by one, and the validation of a definition without storing it. Query
+// parameters are checked strictly: a misspelt filter answers 400 instead of silently
+// listing everything.
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// invalidQuery is the problem of a query parameter the request cannot have; param names
+// it for programs, the detail for people.
+func invalidQuery(param, reason string) *problem.Problem {
+	return problem.New(http.StatusBadRequest, param+": "+reason).WithType("invalid-query").With("param", param)
+}
+
+// queryProblem turns the executor's refusal of an argument into invalidQuery.
+func queryProblem(err error) error {
+	if qe, ok := errors.AsType[*executor.QueryError](err); ok {
+		return invalidQuery(qe.Param, qe.Reason)
+	}
+	return err
+}
+
+// invalidDefinition is the answer to a definition that fails validation, the same for
+// storing and for validating only.
+func invalidDefinition(verr *workflow.ValidationError) *problem.Problem {
+	return problem.New(http.StatusUnprocessableEntity, verr.Error()).WithType("invalid-definition").With("errors", verr.Errors)
+}
+
+// queryParams returns the request's query parameters by name. A name not in allowed, or
+// given twice, is refused. An empty value counts as absent, so that a form submitting
+// every field, filled or not, lists what it means.
+func queryParams(c echo.Context, allowed ...string) (map[string]string, error) {
+	out := map[string]string{}
+	params := c.QueryParams()
+	// In name order, so that of several mistakes the same one is reported every time.
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		values := params[name]
+		known := slices.Contains(allowed, name)
+		switch {
+		case !known && len(allowed) == 0:
+			return nil, invalidQuery(name, "unknown parameter; this endpoint takes none")
+		case !known:
+			return nil, invalidQuery(name, "unknown parameter; this endpoint takes "+strings.Join(allowed, ", "))
+		case len(values) > 1:
+			return nil, invalidQuery(name, "given more than once")
+		case values[0] != "":
+			out[name] = values[0]
+		}
+	}
+	return out, nil
+}
+
+// pageParams parses limit (absent: the executor's default) and passes cursor on as is;
+// only the executor can read a cursor.
+func pageParams(q map[string]string) (limit int, cursor string, err error) {
+	if s, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > executor.PageLimitMax {
+			return 0, "", invalidQuery("limit", fmt.Sprintf("must be an integer from 1 to %d", executor.PageLimitMax))
+		}
+		limit = n
+	}
+	return limit, q["cursor"], nil
+}
+
+func (h *handlers) listWaitStates(c echo.Context) error {
+	q, err := queryParams(c, "status", "workflow", "node", "execution", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	f := executor.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
+	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
+		return err
+	}
+	if s, ok := q["execution"]; ok {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return invalidQuery("execution", "not a UUID")
+		}
+		f.ExecutionID = &id
+	}
+	page, err := h.ex.ListWaitStates(c.Request().Context(), f)
+	if err != nil {
+		return queryProblem(err)
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+func (h *handlers) getWaitState(c echo.Context) error {
+	if _, err := queryParams(c); err != nil {
+		return err
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(http.StatusBadRequest, "wait state id is not a UUID").WithType("malformed-id")
+	}
+	v, err := h.ex.WaitState(c.Request().Context(), id)
+	if errors.Is(err, executor.ErrWaitNotFound) {
+		return problem.New(http.StatusNotFound, "no wait state "+id.String()).WithType("wait-not-found")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+func (h *handlers) listWorkflows(c echo.Context) error {
+	q, err := queryParams(c, "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	limit, cursor, err := pageParams(q)
+	if err != nil {
+		return err
+	}
+	page, err := h.ex.ListWorkflows(c.Request().Context(), limit, cursor)
+	if err != nil {
+		return queryProblem(err)
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+func (h *handlers) getWorkflow(c echo.Context) error {
+	q, err := queryParams(c, "version")
+	if err != nil {
+		return err
+	}
+	name := c.Param("name")
+	var version int32
+	if s, ok := q["version"]; ok {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || n < 1 {
+			return invalidQuery("version", "must be a positive integer")
+		}
+		version = int32(n)
+	}
+	v, err := h.ex.Workflow(c.Request().Context(), name, version)
+	if errors.Is(err, executor.ErrWorkflowNotFound) {
+		detail := "no workflow named " + name
+		if version != 0 {
+			detail = fmt.Sprintf("no version %d of workflow %s", version, name)
+		}
+		return problem.New(http.StatusNotFound, detail).WithType("workflow-not-found")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+// validateWorkflow answers whether PUT would accept the body, storing nothing.
+func (h *handlers) validateWorkflow(c echo.Context) error {
+	if _, err := queryParams(c); err != nil {
+		return err
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	res, err := h.ex.ValidateWorkflow(body)
+	if verr, ok := errors.AsType[*workflow.ValidationError](err); ok {
+		return invalidDefinition(verr)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (h *handlers) listExecutions(c echo.Context) error {
+	q, err := queryParams(c, "status", "workflow", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	f := executor.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
+	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
+		return err
+	}
+	page, err := h.ex.ListExecutions(c.Request().Context(), f)
+	if err != nil {
+		return queryProblem(err)
+	}
+	return c.JSON(http.StatusOK, page)
+}
