@@ -27,9 +27,12 @@ import (
 //go:embed schema/*.json
 var schemaFiles embed.FS
 
-// SchemaBaseURL is the base of every schema's $id; relative $refs between the
-// files resolve against it.
-const SchemaBaseURL = "https://rendezvous.run/schemas/"
+// SchemaBaseURL is where the files are placed when they are compiled here. The
+// files themselves carry no $id: their $refs are relative ("common.json#/…"),
+// so an editor resolves them against wherever it loaded the file from — the
+// service's /schemas/ or the directory in a checkout — and never against a host
+// that does not serve them.
+const SchemaBaseURL = "https://schemas.rendezvous.invalid/"
 
 // workflowSchema is the file describing a whole definition.
 const workflowSchema = "workflow.json"
@@ -89,9 +92,10 @@ type schemaSet struct {
 	nodes    map[string]*jsonschema.Schema // node type -> data schema
 }
 
-// compileSchemas compiles every *.json file at the root of fsys. Each must
-// have the $id SchemaBaseURL+its name, so the files resolve each other exactly
-// as they do for an editor that loads them from /schemas/.
+// compileSchemas compiles every *.json file at the root of fsys, each placed at
+// SchemaBaseURL+its name, so the files resolve each other exactly as they do for
+// an editor that loads them side by side. A file with an $id is refused: it would
+// send an editor's $refs to the host it names.
 func compileSchemas(fsys fs.FS) (*schemaSet, error) {
 	names, err := fs.Glob(fsys, "*.json")
 	if err != nil {
@@ -109,11 +113,14 @@ func compileSchemas(fsys fs.FS) (*schemaSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		top, _ := doc.(map[string]any)
-		id, _ := top["$id"].(string)
-		if id != SchemaBaseURL+name {
-			return nil, fmt.Errorf("%s: $id is %q, want %q", name, id, SchemaBaseURL+name)
+		top, ok := doc.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: not a JSON object", name)
 		}
+		if id, ok := top["$id"]; ok {
+			return nil, fmt.Errorf("%s: has $id %v; relative $refs must resolve where the file is loaded from", name, id)
+		}
+		id := SchemaBaseURL + name
 		if err := c.AddResource(id, doc); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -151,7 +151,7 @@ func TestSchemaFiles(t *testing.T) {
 		require.Equal(t, onDisk, b, "served as committed")
 		var doc map[string]any
 		require.NoError(t, json.Unmarshal(b, &doc))
-		require.Equal(t, SchemaBaseURL+name, doc["$id"])
+		require.NotContains(t, doc, "$id", "relative $refs resolve where the file was loaded from")
 		require.Equal(t, "https://json-schema.org/draft/2020-12/schema", doc["$schema"])
 	}
 	for _, name := range []string{"nope.json", "../workflow.go", "schema/workflow.json", ""} {
@@ -182,11 +182,11 @@ func TestCompileSchemasFails(t *testing.T) {
 		content string
 		want    string
 	}{
-		{"not JSON", "http.json", `{"$id": `, "http.json"},
-		{"not an object", "http.json", `[]`, `http.json: $id is ""`},
-		{"wrong $id", "http.json", `{"$id": "https://elsewhere.example/http.json"}`, `$id is "https://elsewhere.example/http.json"`},
-		{"invalid keyword", "http.json", `{"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://rendezvous.run/schemas/http.json", "type": "objekt"}`, "http.json"},
-		{"dangling $ref", "wait.json", `{"$id": "https://rendezvous.run/schemas/wait.json", "$ref": "missing.json"}`, "missing.json"},
+		{"not JSON", "http.json", `{"type": `, "http.json"},
+		{"not an object", "http.json", `[]`, `http.json: not a JSON object`},
+		{"an $id", "http.json", `{"$id": "https://elsewhere.example/http.json"}`, `http.json: has $id https://elsewhere.example/http.json`},
+		{"invalid keyword", "http.json", `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "objekt"}`, "http.json"},
+		{"dangling $ref", "wait.json", `{"$ref": "missing.json"}`, "missing.json"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -465,8 +465,8 @@ func TestParseNodeDataDirectly(t *testing.T) {
 	require.Equal(t, []FieldError{{"d", "required"}}, errs)
 }
 
-// TestSchemasServeEditors: an editor resolves the files' $refs against their
-// $ids; every reference must name a published file.
+// TestSchemasServeEditors: an editor resolves the files' relative $refs against
+// where it loaded them; every reference must name a published file.
 func TestSchemasServeEditors(t *testing.T) {
 	t.Parallel()
 	refs := map[string]bool{}
