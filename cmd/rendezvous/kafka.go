@@ -110,7 +110,8 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, `
 rendezvous dev
-  HTTP API and callbacks   http://%[1]s
+  HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
+  web view                 http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
@@ -122,6 +123,7 @@ Send a first event:
     | kcat -P -b %[2]s -t shipments.events
   curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
 
+Or with the CLI (make build): bin/rendezvous waits list --server http://%[1]s
 `, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "))
 	return s.Run(ctx)
 }
