@@ -47,17 +47,26 @@ dev:
 run:
 	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
 
-## bench: callbacks, Kafka records and deadline bursts per second with latencies, next to a versioned-UPDATE baseline
+## bench: issue 5's figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
+## (c) callbacks/s, (d) latency at half of (b), (e) 100 000 deadlines at once, (f) (b) with
+## 1 000 000 waiting rows — as a table of ratios to (a) and targets, and as JSON in
+## BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
+BENCH_JSON ?= bench-results.json
+BENCH_FLAGS ?=
 bench:
-	go run ./cmd/rendezvous-bench --database-url '$(DATABASE_URL)'
+	go run ./cmd/rendezvous-bench --database-url '$(DATABASE_URL)' --json '$(BENCH_JSON)' $(BENCH_FLAGS)
 
-## fuzz: run every fuzz target for FUZZTIME each (default 30s)
+## fuzz: run every fuzz target for FUZZTIME each (default 30s). Targets are found by name
+## (func FuzzXxx in a _test.go file), so a new one is fuzzed without editing this list;
+## `go test ./...` (make test, CI) runs each target's seed corpus once.
 FUZZTIME ?= 30s
 fuzz:
-	go test ./internal/workflow -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
-	go test ./internal/template -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME)
-	go test ./internal/dotpath -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME)
-	go test ./callbacks -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
+	@set -e; grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sort | \
+	while IFS=: read -r file fn; do \
+	  name=$${fn#func }; dir=$$(dirname "$$file"); \
+	  echo "== $$dir $$name ($(FUZZTIME))"; \
+	  go test "$$dir" -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME); \
+	done
 
 clean:
 	rm -rf bin

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -261,6 +262,9 @@ func FuzzVerify(f *testing.F) {
 			require.NotEmpty(t, got)
 		} else {
 			require.Empty(t, got)
+			// Every refusal is one of the three documented causes.
+			require.True(t, errors.Is(err, ErrSignatureMissing) || errors.Is(err, ErrSignatureTimestamp) ||
+				errors.Is(err, ErrSignatureInvalid), "unclassified error %v", err)
 		}
 	})
 }

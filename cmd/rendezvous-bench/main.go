@@ -1,6 +1,11 @@
-// Command rendezvous-bench measures the callback path against a baseline run in the same
-// process on the same database at the same concurrency, and prints both with their
-// ratio. Figures from shared machines are noisy; the ratio is what to compare.
+// Command rendezvous-bench measures rendezvous against a baseline run in the same
+// process on the same database, and prints every figure with its ratio to the baseline
+// and its target. Figures from shared machines are noisy; the ratio is what to compare.
+//
+// The parts, as issue 5 names them: (a) the baseline, a versioned UPDATE loop; (b) Kafka
+// records applied per second; (c) callbacks correlated per second; (d) produce or
+// callback → continuation latency at a fixed offered rate of half of (b); (e) a burst of
+// deadlines due at once; (f) (b) again with a million other waits in the table.
 package main
 
 import (
@@ -13,6 +18,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -20,24 +26,61 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/bench"
 )
 
+// parts are the names --only accepts, in the order they run.
+var parts = []string{"callbacks", "kafka", "filled", "latency", "deadlines", "timers"}
+
+// options are the command's flags.
+type options struct {
+	url          string
+	concurrency  int
+	waits        int
+	records      int
+	partitions   int
+	baselineFor  time.Duration
+	rounds       int
+	due          int
+	sweepWorkers int
+	sweepBatch   int
+	filled       int
+	latencyFor   time.Duration
+	latencyRate  float64
+	latencyLoad  float64
+	only         map[string]bool
+	out          string
+}
+
 func main() {
-	url := flag.String("database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (a throwaway schema is created and dropped)")
-	concurrency := flag.Int("concurrency", 8, "concurrent clients, for the baseline and the callbacks alike")
-	waits := flag.Int("waits", 4000, "waits answered by callbacks")
-	records := flag.Int("records", 20000, "Kafka records (one per wait)")
-	partitions := flag.Int("partitions", 8, "partitions of the Kafka topic")
-	baselineFor := flag.Duration("baseline-duration", 5*time.Second, "how long the baseline loop runs")
-	out := flag.String("json", "", "also write the results to this file")
+	var o options
+	flag.StringVar(&o.url, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (throwaway schemas are created and dropped)")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "concurrent clients, for the baseline and the callbacks alike")
+	flag.IntVar(&o.waits, "waits", 4000, "(c) waits answered by callbacks")
+	flag.IntVar(&o.records, "records", 20000, "(b, f) Kafka records per run (one per wait)")
+	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the Kafka topic")
+	flag.DurationVar(&o.baselineFor, "baseline-duration", 5*time.Second, "(a) how long the baseline loop runs")
+	flag.IntVar(&o.rounds, "kafka-rounds", 3, "(b, f) rounds of Kafka runs — tracing off, tracing on, tracing on with the filled table — the median of each is reported")
+	flag.IntVar(&o.due, "due", 100000, "(e) waits whose deadline falls at the same moment")
+	flag.IntVar(&o.sweepWorkers, "sweep-workers", aggregator.SweepWorkersDefault, "(e) sweeper transactions in flight")
+	flag.IntVar(&o.sweepBatch, "sweep-batch", aggregator.SweepBatchDefault, "(e) due waits decided per sweeper transaction")
+	flag.IntVar(&o.filled, "filled", 1000000, "(f) waiting rows of other executions in the table")
+	flag.DurationVar(&o.latencyFor, "latency-duration", 10*time.Second, "(d) how long events are offered at the fixed rate, per path")
+	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "(d) offered events per second; 0 means --latency-load × (b)")
+	flag.Float64Var(&o.latencyLoad, "latency-load", 0.5, "(d) offered rate as a share of (b)'s measured maximum")
+	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
+	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	due := flag.Int("due", 100000, "waits whose deadline falls at the same moment")
-	sweepWorkers := flag.Int("sweep-workers", aggregator.SweepWorkersDefault, "sweeper transactions in flight")
-	sweepBatch := flag.Int("sweep-batch", aggregator.SweepBatchDefault, "due waits decided per sweeper transaction")
-	rounds := flag.Int("kafka-rounds", 3, "Kafka runs with tracing off and on, alternating; the median of each is reported")
-	only := flag.String("only", "", "run only this part besides the baseline: callbacks, kafka, deadlines or timers")
 	flag.Parse()
-	onlyPart = *only
-	kafkaRounds = max(*rounds, 1)
-	dueWaits, sweepers, sweepBatchSize = *due, *sweepWorkers, *sweepBatch
+	o.rounds = max(o.rounds, 1)
+	if *only != "" {
+		o.only = map[string]bool{}
+		for p := range strings.SplitSeq(*only, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(parts, p) {
+				fmt.Fprintf(os.Stderr, "rendezvous-bench: --only: unknown part %q (want %s)\n", p, strings.Join(parts, ", "))
+				os.Exit(2)
+			}
+			o.only[p] = true
+		}
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -47,25 +90,17 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-
-	if err := run(*url, *concurrency, *waits, *records, *partitions, *baselineFor, *out); err != nil {
+	start := time.Now()
+	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+	fmt.Printf("\nwhole run: %s\n", time.Since(start).Round(time.Second))
 }
 
-// onlyPart restricts a run to one part (for profiling).
-var onlyPart string
-
-// kafkaRounds is how many times the Kafka part runs in each tracing mode.
-var kafkaRounds int
-
-// dueWaits and sweepers configure the deadline part.
-var dueWaits, sweepers, sweepBatchSize int
-
 // runs reports whether a part is to run.
-func runs(part string) bool { return onlyPart == "" || onlyPart == part }
+func (o options) runs(part string) bool { return o.only == nil || o.only[part] }
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -74,7 +109,9 @@ func envOr(k, def string) string {
 	return def
 }
 
+// results is the JSON file: every part's detail, and the figures of the table.
 type results struct {
+	Figures    []figure             `json:"figures"`
 	Baseline   bench.BaselineResult `json:"baseline"`
 	Callbacks  bench.CallbackResult `json:"callbacks"`
 	Ratio      float64              `json:"callbacks_to_baseline"`
@@ -82,9 +119,21 @@ type results struct {
 	KafkaRatio float64              `json:"kafka_to_baseline"`
 	// KafkaUntraced is the same run with a no-op tracer; TracingCost is the share of
 	// throughput tracing costs (1 − traced / untraced).
-	KafkaUntraced bench.KafkaResult    `json:"kafka_untraced"`
-	TracingCost   float64              `json:"tracing_cost"`
-	Deadlines     bench.DeadlineResult `json:"deadlines"`
+	KafkaUntraced bench.KafkaResult `json:"kafka_untraced"`
+	TracingCost   float64           `json:"tracing_cost"`
+	// KafkaRuns and KafkaFilledRuns are every round's traced runs, of which Kafka and
+	// KafkaFilled are the medians.
+	KafkaRuns []bench.KafkaResult `json:"kafka_runs"`
+	// Fill is how the table of (f) was filled; KafkaFilled is (b) run on it, and
+	// FilledToKafka its throughput against (b)'s.
+	Fill            bench.FillResult    `json:"fill"`
+	KafkaFilled     bench.KafkaResult   `json:"kafka_filled"`
+	KafkaFilledRuns []bench.KafkaResult `json:"kafka_filled_runs"`
+	FilledToKafka   float64             `json:"filled_to_kafka"`
+	// KafkaLatency and CallbackLatency are (d), at a fixed offered rate.
+	KafkaLatency    bench.LatencyResult  `json:"kafka_latency"`
+	CallbackLatency bench.LatencyResult  `json:"callback_latency"`
+	Deadlines       bench.DeadlineResult `json:"deadlines"`
 	// DeadlineRatio: timed-out waits per second against the baseline's updates per second.
 	DeadlineRatio float64 `json:"deadlines_to_baseline"`
 	// Timers: the same burst of wait-node timers resuming.
@@ -92,125 +141,172 @@ type results struct {
 	TimerRatio float64              `json:"timers_to_baseline"`
 }
 
-func run(url string, concurrency, waits, records, partitions int, baselineFor time.Duration, out string) error {
-	ctx := context.Background()
-	schema, err := bench.NewSchema(ctx, url)
+func run(ctx context.Context, o options) error {
+	// Every part gets a schema of its own, so its waits are the only ones there (but for
+	// the filled table's million).
+	var schemas []*bench.Schema
+	defer func() {
+		for _, s := range schemas {
+			s.Drop()
+		}
+	}()
+	newSchema := func() (*bench.Schema, error) {
+		s, err := bench.NewSchema(ctx, o.url)
+		if err != nil {
+			return nil, fmt.Errorf("schema: %w", err)
+		}
+		schemas = append(schemas, s)
+		return s, nil
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	var r results
+
+	schema, err := newSchema()
 	if err != nil {
 		return err
 	}
-	defer schema.Drop()
-	pool, err := db.Connect(ctx, schema.URL, int32(concurrency+2))
+	pool, err := db.Connect(ctx, schema.URL, int32(o.concurrency+2))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("baseline: UPDATE … WHERE version = $v loop, %d connections, %s …\n", concurrency, baselineFor)
-	base, err := bench.Baseline(ctx, pool, concurrency, baselineFor)
+	fmt.Printf("(a) baseline: UPDATE … WHERE version = $v loop, %d connections, %s …\n", o.concurrency, o.baselineFor)
+	r.Baseline, err = bench.Baseline(ctx, pool, o.concurrency, o.baselineFor)
 	pool.Close()
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	var cb bench.CallbackResult
-	if runs("callbacks") {
-		fmt.Printf("callbacks: %d waits answered by %d concurrent clients …\n", waits, concurrency)
-		if cb, err = bench.Callbacks(ctx, schema.URL, concurrency, waits, logger); err != nil {
+
+	if o.runs("callbacks") {
+		fmt.Printf("(c) callbacks: %d waits answered by %d concurrent clients …\n", o.waits, o.concurrency)
+		if r.Callbacks, err = bench.Callbacks(ctx, schema.URL, o.concurrency, o.waits, logger); err != nil {
 			return fmt.Errorf("callbacks: %w", err)
 		}
 	}
-	// Each Kafka run gets a schema of its own, so its waits are the only ones there: first
-	// without tracing, then as deployed — every span recorded and exported — for the
-	// cost of tracing.
-	var kr, kOff bench.KafkaResult
-	if runs("kafka") {
-		// Off and on alternate, rounds times, and each mode's median run is reported:
-		// on a shared machine one pair alone says more about the neighbours than about
-		// tracing.
-		var offs, ons []bench.KafkaResult
-		for round := range kafkaRounds * 2 {
-			tracing := round%2 == 1
-			kschema, err := bench.NewSchema(ctx, url)
+
+	// (b) and (f) alternate, round by round, so that a neighbour's burst on a shared
+	// machine hits both alike rather than one of them; each is the median of its rounds.
+	// (f) needs (b) for its ratio, and (d) needs (b) for its rate.
+	needB := o.runs("kafka") || o.runs("filled") || (o.runs("latency") && o.latencyRate <= 0)
+	var filled *bench.Schema
+	if o.runs("filled") {
+		if filled, err = newSchema(); err != nil {
+			return err
+		}
+		fmt.Printf("(f) filling: %d waiting rows …\n", o.filled)
+		if r.Fill, err = bench.Fill(ctx, filled.URL, o.filled, logger); err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+		fmt.Printf("    %d waiting rows in %.1f s, execution_wait_states %d MB with indexes\n", r.Fill.Waits, r.Fill.Seconds, r.Fill.TableBytes>>20)
+	}
+	if needB {
+		rounds := o.rounds
+		if !o.runs("kafka") && !o.runs("filled") {
+			rounds = 1 // only (d)'s rate is wanted
+		}
+		var offs []bench.KafkaResult
+		for range rounds {
+			if o.runs("kafka") {
+				s, err := newSchema()
+				if err != nil {
+					return err
+				}
+				fmt.Printf("(b) kafka: %d records over %d partitions, tracing off …\n", o.records, o.partitions)
+				res, err := bench.Kafka(ctx, s.URL, o.partitions, o.records, false, logger)
+				if err != nil {
+					return fmt.Errorf("kafka: %w", err)
+				}
+				offs = append(offs, res)
+			}
+			s, err := newSchema()
 			if err != nil {
 				return err
 			}
-			defer kschema.Drop()
-			fmt.Printf("kafka: %d records over %d partitions, one per waiting state, tracing %v …\n", records, partitions, tracing)
-			res, err := bench.Kafka(ctx, kschema.URL, partitions, records, tracing, logger)
+			fmt.Printf("(b) kafka: %d records over %d partitions, tracing on …\n", o.records, o.partitions)
+			res, err := bench.Kafka(ctx, s.URL, o.partitions, o.records, true, logger)
 			if err != nil {
 				return fmt.Errorf("kafka: %w", err)
 			}
-			if tracing {
-				ons = append(ons, res)
-			} else {
-				offs = append(offs, res)
+			r.KafkaRuns = append(r.KafkaRuns, res)
+			if filled != nil {
+				fmt.Printf("(f) kafka: %d records over %d partitions, tracing on, %d other waits in the table …\n", o.records, o.partitions, r.Fill.Waits)
+				res, err := bench.Kafka(ctx, filled.URL, o.partitions, o.records, true, logger)
+				if err != nil {
+					return fmt.Errorf("kafka, filled table: %w", err)
+				}
+				r.KafkaFilledRuns = append(r.KafkaFilledRuns, res)
 			}
 		}
-		kr, kOff = medianRun(ons), medianRun(offs)
+		r.Kafka = medianRun(r.KafkaRuns)
+		r.KafkaRatio = r.Kafka.PerSecond / r.Baseline.PerSecond
+		if len(offs) > 0 {
+			r.KafkaUntraced = medianRun(offs)
+			r.TracingCost = 1 - r.Kafka.PerSecond/r.KafkaUntraced.PerSecond
+		}
+		if len(r.KafkaFilledRuns) > 0 {
+			r.KafkaFilled = medianRun(r.KafkaFilledRuns)
+			r.FilledToKafka = r.KafkaFilled.PerSecond / r.Kafka.PerSecond
+		}
 	}
-	var dr bench.DeadlineResult
-	if runs("deadlines") {
-		dschema, err := bench.NewSchema(ctx, url)
+
+	if o.runs("latency") {
+		rate := o.latencyRate
+		if rate <= 0 {
+			rate = o.latencyLoad * r.Kafka.PerSecond
+		}
+		s, err := newSchema()
 		if err != nil {
 			return err
 		}
-		defer dschema.Drop()
-		fmt.Printf("deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
-		if dr, err = bench.Deadlines(ctx, dschema.URL, dueWaits, sweepers, sweepBatchSize, false, logger); err != nil {
+		fmt.Printf("(d) kafka: %.0f records/s offered for %s, open loop …\n", rate, o.latencyFor)
+		if r.KafkaLatency, err = bench.KafkaLatency(ctx, s.URL, o.partitions, rate, o.latencyFor, logger); err != nil {
+			return fmt.Errorf("kafka latency: %w", err)
+		}
+		if s, err = newSchema(); err != nil {
+			return err
+		}
+		fmt.Printf("(d) callbacks: %.0f callbacks/s offered for %s, open loop …\n", rate, o.latencyFor)
+		if r.CallbackLatency, err = bench.CallbackLatency(ctx, s.URL, rate, o.latencyFor, logger); err != nil {
+			return fmt.Errorf("callback latency: %w", err)
+		}
+	}
+
+	if o.runs("deadlines") {
+		s, err := newSchema()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("(e) deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", o.due, o.sweepWorkers)
+		if r.Deadlines, err = bench.Deadlines(ctx, s.URL, o.due, o.sweepWorkers, o.sweepBatch, false, logger); err != nil {
 			return fmt.Errorf("deadlines: %w", err)
 		}
+		r.DeadlineRatio = r.Deadlines.PerSecond / r.Baseline.PerSecond
 	}
-	var tr bench.DeadlineResult
-	if runs("timers") {
-		tschema, err := bench.NewSchema(ctx, url)
+	if o.runs("timers") {
+		s, err := newSchema()
 		if err != nil {
 			return err
 		}
-		defer tschema.Drop()
-		fmt.Printf("timers: %d wait-node timers due at the same moment, %d sweeper transactions in flight …\n", dueWaits, sweepers)
-		if tr, err = bench.Deadlines(ctx, tschema.URL, dueWaits, sweepers, sweepBatchSize, true, logger); err != nil {
+		fmt.Printf("(e) timers: %d wait-node timers due at the same moment, %d sweeper transactions in flight …\n", o.due, o.sweepWorkers)
+		if r.Timers, err = bench.Deadlines(ctx, s.URL, o.due, o.sweepWorkers, o.sweepBatch, true, logger); err != nil {
 			return fmt.Errorf("timers: %w", err)
 		}
+		r.TimerRatio = r.Timers.PerSecond / r.Baseline.PerSecond
 	}
-	r := results{KafkaUntraced: kOff, TracingCost: 1 - kr.PerSecond/kOff.PerSecond, Baseline: base, Callbacks: cb, Ratio: cb.PerSecond / base.PerSecond, Kafka: kr, KafkaRatio: kr.PerSecond / base.PerSecond,
-		Deadlines: dr, DeadlineRatio: dr.PerSecond / base.PerSecond, Timers: tr, TimerRatio: tr.PerSecond / base.PerSecond}
+	if r.Callbacks.Waits > 0 {
+		r.Ratio = r.Callbacks.PerSecond / r.Baseline.PerSecond
+	}
 
+	r.Figures = figures(o, r)
 	fmt.Println()
-	fmt.Printf("%-44s %12s %10s\n", "measure", "value", "× baseline")
-	fmt.Printf("%-44s %12.0f %10s\n", "baseline versioned UPDATEs/s", base.PerSecond, "1.00")
-	if cb.Waits > 0 {
-		fmt.Printf("%-44s %12.0f %10.2f\n", "callbacks correlated/s (202 answered)", cb.PerSecond, r.Ratio)
-		fmt.Printf("%-44s %12.0f %10.2f\n", "continuations committed/s", cb.ResumedPerSecond, cb.ResumedPerSecond/base.PerSecond)
-		fmt.Printf("%-44s %12s\n", "callback → continuation committed p50", ms(cb.ToContinuation.P50))
-		fmt.Printf("%-44s %12s\n", "callback → continuation committed p99", ms(cb.ToContinuation.P99))
-		fmt.Printf("%-44s %12s\n", "callback HTTP round trip p50", ms(cb.Response.P50))
-		fmt.Printf("%-44s %12s\n", "callback HTTP round trip p99", ms(cb.Response.P99))
-	}
-	if kr.Records > 0 {
-		fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s", kr.PerSecond, r.KafkaRatio)
-		fmt.Printf("%-44s %12.0f %10.2f\n", "kafka records applied/s, tracing off", kOff.PerSecond, kOff.PerSecond/base.PerSecond)
-		fmt.Printf("%-44s %11.1f%%\n", "tracing cost (1 − on/off)", 100*r.TracingCost)
-		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p50", ms(kr.ToState.P50))
-		fmt.Printf("%-44s %12s\n", "kafka produce → state committed p99", ms(kr.ToState.P99))
-		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p50", ms(kr.ToContinuation.P50))
-		fmt.Printf("%-44s %12s\n", "kafka produce → continuation committed p99", ms(kr.ToContinuation.P99))
-	}
-	if dr.Due > 0 {
-		fmt.Printf("%-44s %12.0f %10.2f\n", fmt.Sprintf("deadlines timed out/s (%d due at once)", dr.Due), dr.PerSecond, r.DeadlineRatio)
-		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p50", ms(dr.Lateness.P50))
-		fmt.Printf("%-44s %12s\n", "deadline → timeout committed p99", ms(dr.Lateness.P99))
-		fmt.Printf("%-44s %12s\n", "deadline → timeout committed max", ms(dr.Lateness.Max))
-	}
-	if tr.Due > 0 {
-		fmt.Printf("%-44s %12.0f %10.2f\n", fmt.Sprintf("timers resumed/s (%d due at once)", tr.Due), tr.PerSecond, r.TimerRatio)
-		fmt.Printf("%-44s %12s\n", "timer → resume committed p50", ms(tr.Lateness.P50))
-		fmt.Printf("%-44s %12s\n", "timer → resume committed p99", ms(tr.Lateness.P99))
-		fmt.Printf("%-44s %12s\n", "timer → resume committed max", ms(tr.Lateness.Max))
-	}
-	fmt.Printf("%-44s %12s\n", "baseline UPDATE p50", ms(base.Latency.P50))
-	fmt.Printf("%-44s %12s\n", "baseline UPDATE p99", ms(base.Latency.P99))
-	if out != "" {
-		raw, _ := json.MarshalIndent(r, "", "  ")
-		if err := os.WriteFile(out, raw, 0o644); err != nil {
+	printTable(os.Stdout, r.Figures)
+	printStages(os.Stdout, r.KafkaLatency, r.CallbackLatency)
+	if o.out != "" {
+		raw, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
 			return err
+		}
+		if err := os.WriteFile(o.out, raw, 0o644); err != nil {
+			return fmt.Errorf("write results: %w", err)
 		}
 	}
 	return nil
@@ -218,8 +314,7 @@ func run(url string, concurrency, waits, records, partitions int, baselineFor ti
 
 // medianRun is the run with the median throughput.
 func medianRun(runs []bench.KafkaResult) bench.KafkaResult {
-	slices.SortFunc(runs, func(a, b bench.KafkaResult) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
-	return runs[len(runs)/2]
+	s := slices.Clone(runs)
+	slices.SortFunc(s, func(a, b bench.KafkaResult) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	return s[len(s)/2]
 }
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }

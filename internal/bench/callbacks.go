@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -35,20 +33,23 @@ type CallbackResult struct {
 	Response Latencies `json:"response"`
 }
 
-type pendingWait struct{ exec, corr string }
+const callbackWorkflow = "bench"
 
-// Callbacks starts one in-process replica on the schema at url, parks waits api-only
-// wait_events nodes whose correlated call goes to a local fake service, then answers
-// them with concurrency clients over loopback HTTP.
-func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *slog.Logger) (CallbackResult, error) {
-	calls := make(chan pendingWait, waits)
+// callbackRig is one replica serving callbacks on one schema, and the fake external
+// service its waits call.
+type callbackRig struct {
+	svc      *service.Service
+	endpoint string
+	close    func()
+}
+
+// startCallbacks starts the fake service, which accepts every call, and one replica
+// with the API-only workflow.
+func startCallbacks(ctx context.Context, url string, logger *slog.Logger) (*callbackRig, error) {
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		calls <- pendingWait{exec: fmt.Sprint(body["execution_id"]), corr: fmt.Sprint(body["correlation_id"])}
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusAccepted)
 	}))
-	defer fake.Close()
 
 	runCtx, stop := context.WithCancel(ctx)
 	svc, err := service.New(runCtx, service.Config{
@@ -56,54 +57,67 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	})
 	if err != nil {
 		stop()
-		return CallbackResult{}, err
+		fake.Close()
+		return nil, fmt.Errorf("replica: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = svc.Run(runCtx); close(done) }()
-	defer func() { stop(); <-done }()
+	rig := &callbackRig{svc: svc, endpoint: "http://" + svc.Addr() + "/api/internal/callbacks/bench",
+		close: func() { stop(); <-done; fake.Close() }}
 
-	def := fmt.Sprintf(`{"name":"bench","nodes":[{"id":"wait","type":"wait_events","data":{
-		"apiCall":{"url":%q},"aggregationStrategy":"all","timeout":3600}}]}`, fake.URL+"/process")
-	if _, err := svc.Exec.PutWorkflow(ctx, "bench", []byte(def)); err != nil {
+	def := fmt.Sprintf(`{"name":%q,"nodes":[{"id":"wait","type":"wait_events","data":{
+		"apiCall":{"url":%q},"aggregationStrategy":"all","timeout":3600}}]}`, callbackWorkflow, fake.URL+"/process")
+	if _, err := svc.Exec.PutWorkflow(ctx, callbackWorkflow, []byte(def)); err != nil {
+		rig.close()
+		return nil, fmt.Errorf("store workflow: %w", err)
+	}
+	return rig, nil
+}
+
+// park parks n API-only waits (see parkClones) and returns their ids. The template's
+// call reaches the fake service, which accepts it; the clones' calls count as already
+// sent, as after the outbox delivered them.
+func (r *callbackRig) park(ctx context.Context, n int) ([]waitIDs, error) {
+	return parkClones(ctx, r.svc, callbackWorkflow, n, false)
+}
+
+// send posts w's callback and checks that it was correlated.
+func (r *callbackRig) send(client *http.Client, w waitIDs) error {
+	body, _ := json.Marshal(map[string]any{"execution_id": w.exec, "correlation_id": w.corr, "result": "ok"})
+	resp, err := client.Post(r.endpoint, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("callback: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("callback answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Callbacks starts one in-process replica on the schema at url, parks waits API-only
+// waits whose correlated call goes to a local fake service, then answers them with
+// concurrency clients over loopback HTTP, as fast as they go.
+func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *slog.Logger) (CallbackResult, error) {
+	rig, err := startCallbacks(ctx, url, logger)
+	if err != nil {
 		return CallbackResult{}, err
 	}
-	// Park the waits (not measured).
-	var startErr atomic.Value
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, concurrency)
-	for range waits {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := svc.Exec.StartExecution(ctx, "bench", nil); err != nil {
-				startErr.Store(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := startErr.Load().(error); err != nil {
+	defer rig.close()
+	pending, err := rig.park(ctx, waits)
+	if err != nil {
 		return CallbackResult{}, err
-	}
-	pending := make([]pendingWait, 0, waits)
-	timeout := time.After(2 * time.Minute)
-	for len(pending) < waits {
-		select {
-		case p := <-calls:
-			pending = append(pending, p)
-		case <-timeout:
-			return CallbackResult{}, fmt.Errorf("only %d of %d waits parked", len(pending), waits)
-		}
 	}
 
 	// Measured: answer every wait.
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency}}
-	endpoint := "http://" + svc.Addr() + "/api/internal/callbacks/bench"
+	defer client.CloseIdleConnections()
 	sent := make([]time.Time, waits)
 	resp := make([]time.Duration, waits)
 	var next atomic.Int64
 	var failed atomic.Value
+	var wg sync.WaitGroup
 	start := time.Now()
 	for range concurrency {
 		wg.Add(1)
@@ -114,20 +128,12 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 				if i >= waits {
 					return
 				}
-				body, _ := json.Marshal(map[string]any{"execution_id": pending[i].exec, "correlation_id": pending[i].corr, "result": "ok"})
 				sent[i] = time.Now()
-				r, err := client.Post(endpoint, "application/json", bytes.NewReader(body))
-				if err != nil {
+				if err := rig.send(client, pending[i]); err != nil {
 					failed.Store(err)
 					return
 				}
-				_, _ = io.Copy(io.Discard, r.Body)
-				r.Body.Close()
 				resp[i] = time.Since(sent[i])
-				if r.StatusCode != http.StatusAccepted {
-					failed.Store(fmt.Errorf("callback answered %d", r.StatusCode))
-					return
-				}
 			}
 		}()
 	}
@@ -136,17 +142,18 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	if err, _ := failed.Load().(error); err != nil {
 		return CallbackResult{}, err
 	}
-	sentAt := make(map[uuid.UUID]time.Time, waits)
-	for i, p := range pending {
-		sentAt[uuid.MustParse(p.corr)] = sent[i]
-	}
-	toCont, err := waitContinuations(ctx, svc, sentAt)
+	times, err := resumeTimes(ctx, rig.svc, pending)
 	if err != nil {
 		return CallbackResult{}, err
 	}
 	var last time.Time
-	if err := svc.Pool().QueryRow(ctx, `SELECT max(resumed_at) FROM execution_wait_states`).Scan(&last); err != nil {
-		return CallbackResult{}, err
+	toCont := make([]time.Duration, 0, waits)
+	for i, w := range pending {
+		t := times[w.corr]
+		toCont = append(toCont, t.resumed.Sub(sent[i]))
+		if t.resumed.After(last) {
+			last = t.resumed
+		}
 	}
 	return CallbackResult{
 		Concurrency: concurrency, Waits: waits, Seconds: answered.Seconds(),

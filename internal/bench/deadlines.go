@@ -48,6 +48,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		kind, waitCols = "timers", `'timer', '{"for":"4s"}', 'scheduled'`
 	}
 	const chunk = 20000
+	parkStart := time.Now()
 	for left := due; left > 0; left -= chunk {
 		n := min(left, chunk)
 		if _, err := pool.Exec(ctx, `
@@ -70,7 +71,11 @@ FROM e`, n, far); err != nil {
 			return DeadlineResult{}, fmt.Errorf("park waits: %w", err)
 		}
 	}
-	deadline := time.Now().Add(4 * time.Second).UTC().Truncate(time.Microsecond)
+	// The shared deadline must still be ahead once the rows carry it and are vacuumed,
+	// which takes about as long again as inserting them did (every row and its deadline
+	// index entry are rewritten): twice the insert time ahead, at least 4 s, so that a
+	// loaded machine does not fail the part.
+	deadline := time.Now().Add(max(4*time.Second, 2*time.Since(parkStart))).UTC().Truncate(time.Microsecond)
 	if _, err := pool.Exec(ctx, `UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`, deadline); err != nil {
 		return DeadlineResult{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/service"
@@ -33,6 +34,9 @@ type KafkaResult struct {
 	// PerSecond is records applied (wait state committed) per second, from the first
 	// produce to the last state change.
 	PerSecond float64 `json:"per_second"`
+	// OtherWaits is how many waiting rows of other executions were in the table (the
+	// 1 000 000-row run); 0 otherwise.
+	OtherWaits int `json:"other_waits"`
 	// ToState is from produce to the wait's change (recorded in the transaction that
 	// commits it).
 	ToState Latencies `json:"to_state"`
@@ -40,22 +44,47 @@ type KafkaResult struct {
 	ToContinuation Latencies `json:"to_continuation"`
 }
 
-const benchTopic = "bench.events"
+const (
+	benchTopic    = "bench.events"
+	benchWorkflow = "bench-kafka"
+)
 
-// Kafka starts an embedded broker and one replica on the schema at url, parks records
-// Kafka-only waits, then produces one record per wait as fast as the producer goes.
-func Kafka(ctx context.Context, url string, partitions, records int, tracing bool, logger *slog.Logger) (KafkaResult, error) {
+// kafkaRig is one replica consuming from an embedded broker, on one schema, with a
+// producer for the load generator.
+type kafkaRig struct {
+	svc      *service.Service
+	producer *kgo.Client
+	close    func()
+}
+
+// startKafka starts an embedded broker with the bench topic and one replica that
+// consumes it. Tracing records every span (as a deployment with an exporter does);
+// without it the tracer is a no-op. rec, when not nil, also keeps every ended span (for
+// the latency runs' breakdown; it needs tracing).
+func startKafka(ctx context.Context, url string, partitions int, tracing bool, rec *tracetest.SpanRecorder, logger *slog.Logger) (_ *kafkaRig, err error) {
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
 	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: "rendezvous-bench", InstanceID: "bench-kafka"})
 	if err != nil {
-		return KafkaResult{}, err
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	defer func() { _ = tel.Shutdown(context.Background()) }()
+	cleanup = append(cleanup, func() { _ = tel.Shutdown(context.Background()) })
 	if tracing {
 		// What a deployment with an exporter pays: every span sampled, ended spans queued
 		// to the batch processor and handed to an exporter (one that drops them).
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
-			sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-		defer func() { _ = tp.Shutdown(context.Background()) }()
+		opts := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithBatcher(tracetest.NewNoopExporter())}
+		if rec != nil {
+			opts = append(opts, sdktrace.WithSpanProcessor(rec))
+		}
+		tp := sdktrace.NewTracerProvider(opts...)
+		cleanup = append(cleanup, func() { _ = tp.Shutdown(context.Background()) })
 		tel.TracerProvider = tp
 	} else {
 		tel.TracerProvider = tracenoop.NewTracerProvider()
@@ -66,9 +95,9 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }),
 	)
 	if err != nil {
-		return KafkaResult{}, err
+		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	defer cluster.Close()
+	cleanup = append(cleanup, cluster.Close)
 
 	runCtx, stop := context.WithCancel(ctx)
 	svc, err := service.New(runCtx, service.Config{
@@ -78,56 +107,98 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	})
 	if err != nil {
 		stop()
-		return KafkaResult{}, err
+		return nil, fmt.Errorf("replica: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = svc.Run(runCtx); close(done) }()
-	defer func() { stop(); <-done }()
+	cleanup = append(cleanup, func() { stop(); <-done })
 
-	def := fmt.Sprintf(`{"name":"bench-kafka","nodes":[{"id":"wait","type":"wait_events","data":{
-		"kafkaEvent":{"topic":%q},"aggregationStrategy":"all","timeout":3600}}]}`, benchTopic)
-	if _, err := svc.Exec.PutWorkflow(ctx, "bench-kafka", []byte(def)); err != nil {
-		return KafkaResult{}, err
+	def := fmt.Sprintf(`{"name":%q,"nodes":[{"id":"wait","type":"wait_events","data":{
+		"kafkaEvent":{"topic":%q},"aggregationStrategy":"all","timeout":3600}}]}`, benchWorkflow, benchTopic)
+	if _, err := svc.Exec.PutWorkflow(ctx, benchWorkflow, []byte(def)); err != nil {
+		return nil, fmt.Errorf("store workflow: %w", err)
 	}
-	if err := parkWaits(ctx, svc, "bench-kafka", records, 8); err != nil {
-		return KafkaResult{}, err
-	}
-	type pair struct{ exec, corr uuid.UUID }
-	var pairs []pair
-	rows, err := svc.Pool().Query(ctx, `SELECT execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
-	if err != nil {
-		return KafkaResult{}, err
-	}
-	for rows.Next() {
-		var p pair
-		if err := rows.Scan(&p.exec, &p.corr); err != nil {
-			return KafkaResult{}, err
-		}
-		pairs = append(pairs, p)
-	}
-	if err := rows.Err(); err != nil {
-		return KafkaResult{}, err
-	}
-	// Let the consumer join and be assigned before the clock starts.
-	time.Sleep(500 * time.Millisecond)
-
 	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ProducerLinger(time.Millisecond))
 	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	cleanup = append(cleanup, producer.Close)
+	return &kafkaRig{svc: svc, producer: producer, close: func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}}, nil
+}
+
+// waitIDs names one parked wait.
+type waitIDs struct{ exec, corr uuid.UUID }
+
+// park parks n Kafka-only waits (see parkClones) and returns their ids. Only this run's
+// waits are returned, so rows already in the table (other runs, the million filler
+// waits) are never addressed.
+func (r *kafkaRig) park(ctx context.Context, n int) ([]waitIDs, error) {
+	ids, err := parkClones(ctx, r.svc, benchWorkflow, n, false)
+	if err != nil {
+		return nil, err
+	}
+	// The consumer joins its group and is assigned the topic meanwhile; leave it time to
+	// finish before any clock starts.
+	return ids, sleepCtx(ctx, 500*time.Millisecond)
+}
+
+// record is the load generator's record answering w.
+func (w waitIDs) record() *kgo.Record {
+	value, _ := json.Marshal(map[string]any{"execution_id": w.exec, "correlation_id": w.corr, "status": "done"})
+	return &kgo.Record{Topic: benchTopic, Key: w.corr[:], Value: value}
+}
+
+// waitApplied waits until the consumer has completed n waits. It asks the consumer's
+// own counters rather than the table, so that watching costs the database nothing while
+// it is being measured.
+func (r *kafkaRig) waitApplied(ctx context.Context, n int) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		got := r.svc.Consumer.Counts()[string(aggregator.Completed)]
+		if got >= int64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d kafka waits completed", got, n)
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Kafka starts an embedded broker and one replica on the schema at url, parks records
+// Kafka-only waits, then produces one record per wait as fast as the producer goes.
+// Waits already in the table (see Fill) stay untouched; OtherWaits reports them.
+func Kafka(ctx context.Context, url string, partitions, records int, tracing bool, logger *slog.Logger) (KafkaResult, error) {
+	rig, err := startKafka(ctx, url, partitions, tracing, nil, logger)
+	if err != nil {
 		return KafkaResult{}, err
 	}
-	defer producer.Close()
-	produced := make(map[uuid.UUID]time.Time, len(pairs))
+	defer rig.close()
+	ids, err := rig.park(ctx, records)
+	if err != nil {
+		return KafkaResult{}, err
+	}
+	var others int
+	if err := rig.svc.Pool().QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`).Scan(&others); err != nil {
+		return KafkaResult{}, err
+	}
+	others -= len(ids)
+
+	produced := make(map[uuid.UUID]time.Time, len(ids))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var produceErr error
 	start := time.Now()
-	for _, p := range pairs {
-		value, _ := json.Marshal(map[string]any{"execution_id": p.exec, "correlation_id": p.corr, "status": "done"})
+	for _, w := range ids {
 		wg.Add(1)
-		mu.Lock()
-		produced[p.corr] = time.Now()
-		mu.Unlock()
-		producer.Produce(ctx, &kgo.Record{Topic: benchTopic, Key: p.corr[:], Value: value}, func(_ *kgo.Record, err error) {
+		produced[w.corr] = time.Now()
+		rig.producer.Produce(ctx, w.record(), func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				produceErr = err
@@ -138,126 +209,93 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	}
 	wg.Wait()
 	if produceErr != nil {
-		return KafkaResult{}, produceErr
+		return KafkaResult{}, fmt.Errorf("produce: %w", produceErr)
 	}
-	pool := svc.Pool()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'completed'`).Scan(&n); err != nil {
-			return KafkaResult{}, err
-		}
-		if n == len(pairs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return KafkaResult{}, fmt.Errorf("only %d of %d kafka waits completed", n, len(pairs))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := rig.waitApplied(ctx, len(ids)); err != nil {
+		return KafkaResult{}, err
+	}
+	times, err := resumeTimes(ctx, rig.svc, ids)
+	if err != nil {
+		return KafkaResult{}, err
 	}
 	var last time.Time
-	toState := make([]time.Duration, 0, len(pairs))
-	rows, err = pool.Query(ctx, `SELECT correlation_id, updated_at FROM execution_wait_states`)
-	if err != nil {
-		return KafkaResult{}, err
-	}
-	for rows.Next() {
-		var corr uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&corr, &at); err != nil {
-			return KafkaResult{}, err
+	toState := make([]time.Duration, 0, len(ids))
+	toCont := make([]time.Duration, 0, len(ids))
+	for corr, t := range times {
+		toState = append(toState, t.state.Sub(produced[corr]))
+		toCont = append(toCont, t.resumed.Sub(produced[corr]))
+		if t.state.After(last) {
+			last = t.state
 		}
-		toState = append(toState, at.Sub(produced[corr]))
-		if at.After(last) {
-			last = at
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return KafkaResult{}, err
-	}
-	toCont, err := waitContinuations(ctx, svc, produced)
-	if err != nil {
-		return KafkaResult{}, err
 	}
 	secs := last.Sub(start).Seconds()
 	return KafkaResult{
-		Tracing: tracing, Partitions: partitions, Records: len(pairs), Seconds: secs, PerSecond: float64(len(pairs)) / secs,
-		ToState: Summarise(toState), ToContinuation: Summarise(toCont),
+		Tracing: tracing, Partitions: partitions, Records: len(ids), Seconds: secs, PerSecond: float64(len(ids)) / secs,
+		OtherWaits: others, ToState: Summarise(toState), ToContinuation: Summarise(toCont),
 	}, nil
 }
 
-// parkWaits starts n executions of a one-node workflow and waits until each waits.
-func parkWaits(ctx context.Context, svc *service.Service, name string, n, concurrency int) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	sem := make(chan struct{}, concurrency)
-	for range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := svc.Exec.StartExecution(ctx, name, nil); err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		var waiting int
-		if err := svc.Pool().QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d waits parked", waiting, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// waitTimes are the moments a wait changed: its event applied (updated_at, the commit of
+// the deciding transaction) and its continuation committed (resumed_at).
+type waitTimes struct{ state, resumed time.Time }
 
-// waitContinuations waits for every continuation and returns, per wait, the time from
-// its event's start to resumed_at.
-func waitContinuations(ctx context.Context, svc *service.Service, started map[uuid.UUID]time.Time) ([]time.Duration, error) {
+// resumeTimes waits until every wait of ids has resumed and returns when each changed,
+// by correlation id. Until the last resume, it only watches the run queue, which every
+// satisfied wait passes through and which stays small, so that watching costs the
+// database next to nothing however many rows the wait table holds.
+func resumeTimes(ctx context.Context, svc *service.Service, ids []waitIDs) (map[uuid.UUID]waitTimes, error) {
 	pool := svc.Pool()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE resumed_at IS NOT NULL`).Scan(&n); err != nil {
-			return nil, err
+		var pending bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_queue)`).Scan(&pending); err != nil {
+			return nil, fmt.Errorf("watch run queue: %w", err)
 		}
-		if n >= len(started) {
+		if !pending {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("only %d of %d continuations committed", n, len(started))
+			return nil, fmt.Errorf("continuations still queued after 3 minutes")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	rows, err := pool.Query(ctx, `SELECT correlation_id, resumed_at FROM execution_wait_states WHERE resumed_at IS NOT NULL`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []time.Duration
-	for rows.Next() {
-		var corr uuid.UUID
-		var at time.Time
-		if err := rows.Scan(&corr, &at); err != nil {
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 			return nil, err
 		}
-		if t0, ok := started[corr]; ok {
-			out = append(out, at.Sub(t0))
-		}
 	}
-	return out, rows.Err()
+	execs := make([]uuid.UUID, len(ids))
+	for i, w := range ids {
+		execs[i] = w.exec
+	}
+	rows, err := pool.Query(ctx, `SELECT correlation_id, updated_at, resumed_at FROM execution_wait_states
+		WHERE execution_id = ANY($1) AND resumed_at IS NOT NULL`, execs)
+	if err != nil {
+		return nil, fmt.Errorf("read resume times: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[uuid.UUID]waitTimes, len(ids))
+	for rows.Next() {
+		var corr uuid.UUID
+		var t waitTimes
+		if err := rows.Scan(&corr, &t.state, &t.resumed); err != nil {
+			return nil, err
+		}
+		out[corr] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != len(ids) {
+		return nil, fmt.Errorf("only %d of %d continuations committed", len(out), len(ids))
+	}
+	return out, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

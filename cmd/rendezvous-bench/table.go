@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/rendezvous-run/rendezvous/internal/bench"
+)
+
+// figure is one line of the table (and of the JSON file's figures).
+type figure struct {
+	// Part is the issue's letter, a to f, on the figures that have a target or define a
+	// part; lines that explain a part leave it empty.
+	Part string `json:"part,omitempty"`
+	Name string `json:"name"`
+	// Value is in Unit: "/s" (per second), "ms", "%" or "×".
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	// Ratio is Value against the baseline's figure of the same kind: its updates per
+	// second for a rate, its UPDATE latency at the same percentile for a latency.
+	Ratio  *float64 `json:"ratio_to_baseline,omitempty"`
+	Target string   `json:"target,omitempty"`
+	Met    *bool    `json:"met,omitempty"`
+}
+
+// figures lays out the results that were measured, targets checked.
+func figures(o options, r results) []figure {
+	base := r.Baseline
+	var out []figure
+	rate := func(part, name string, v float64) *figure {
+		ratio := v / base.PerSecond
+		out = append(out, figure{Part: part, Name: name, Value: v, Unit: "/s", Ratio: &ratio})
+		return &out[len(out)-1]
+	}
+	// latency reports d against the baseline's UPDATE at percentile p (0.5 or 0.99).
+	latency := func(part, name string, d time.Duration, p float64) *figure {
+		ref := base.Latency.P99
+		if p == 0.5 {
+			ref = base.Latency.P50
+		}
+		ratio := float64(d) / float64(ref)
+		out = append(out, figure{Part: part, Name: name, Value: ms(d), Unit: "ms", Ratio: &ratio})
+		return &out[len(out)-1]
+	}
+	plain := func(part, name string, v float64, unit string) *figure {
+		out = append(out, figure{Part: part, Name: name, Value: v, Unit: unit})
+		return &out[len(out)-1]
+	}
+	target := func(f *figure, text string, met bool) { f.Target, f.Met = text, &met }
+	const latencyTarget = 50 * time.Millisecond
+
+	rate("a", "baseline versioned UPDATEs/s", base.PerSecond)
+	latency("", "baseline UPDATE p50", base.Latency.P50, 0.5)
+	latency("", "baseline UPDATE p99", base.Latency.P99, 0.99)
+
+	if k := r.Kafka; k.Records > 0 {
+		target(rate("b", fmt.Sprintf("kafka records applied/s (median of %d)", len(r.KafkaRuns)), k.PerSecond),
+			"≥ 2.00×", r.KafkaRatio >= 2.0)
+		if r.KafkaUntraced.Records > 0 {
+			rate("", "kafka records applied/s, tracing off", r.KafkaUntraced.PerSecond)
+			plain("", "tracing cost (1 − on/off)", 100*r.TracingCost, "%")
+		}
+		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
+		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)
+	}
+	if c := r.Callbacks; c.Waits > 0 {
+		target(rate("c", "callbacks correlated/s (202 answered)", c.PerSecond), "≥ 1.00×", r.Ratio >= 1.0)
+		rate("", "callbacks: continuations committed/s", c.ResumedPerSecond)
+		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
+		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
+	}
+	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
+		share := ""
+		if o.latencyRate <= 0 {
+			share = fmt.Sprintf(", %.2f of (b)", o.latencyLoad)
+		}
+		rate("d", "offered rate, open loop"+share, kl.OfferedRate)
+		latency("d", "kafka produce → continuation p50", kl.ToContinuation.P50, 0.5)
+		f := latency("d", "kafka produce → continuation p99", kl.ToContinuation.P99, 0.99)
+		target(f, "≤ 50 ms", kl.ToContinuation.P99 <= latencyTarget)
+		latency("", "kafka produce → state p99", kl.ToState.P99, 0.99)
+		latency("", "kafka load generator send lag p99", kl.SendLag.P99, 0.99)
+		if cl.Events > 0 {
+			latency("d", "callback → continuation p50", cl.ToContinuation.P50, 0.5)
+			f := latency("d", "callback → continuation p99", cl.ToContinuation.P99, 0.99)
+			target(f, "≤ 50 ms", cl.ToContinuation.P99 <= latencyTarget)
+			latency("", "callback load generator send lag p99", cl.SendLag.P99, 0.99)
+		}
+	}
+	if d := r.Deadlines; d.Due > 0 {
+		rate("e", fmt.Sprintf("deadlines timed out/s (%d due at once)", d.Due), d.PerSecond)
+		f := latency("e", "deadline → timeout committed p99", d.Lateness.P99, 0.99)
+		target(f, "≤ 1000 ms", d.Lateness.P99 <= time.Second)
+		latency("", "deadline → timeout committed max", d.Lateness.Max, 0.99)
+	}
+	if t := r.Timers; t.Due > 0 {
+		rate("", fmt.Sprintf("timers resumed/s (%d due at once)", t.Due), t.PerSecond)
+		latency("", "timer → resume committed p99", t.Lateness.P99, 0.99)
+	}
+	if f := r.KafkaFilled; f.Records > 0 {
+		rate("f", fmt.Sprintf("kafka records applied/s, %d other waits (median of %d)", f.OtherWaits, len(r.KafkaFilledRuns)), f.PerSecond)
+		fig := plain("f", "(f) ÷ (b)", r.FilledToKafka, "×")
+		target(fig, "≥ 0.80", r.FilledToKafka >= 0.8)
+	}
+	return out
+}
+
+func printTable(w io.Writer, figs []figure) {
+	const row = "%-3s %-58s %12s %10s %10s  %s\n"
+	fmt.Fprintf(w, row, "", "figure", "value", "× (a)", "target", "")
+	fmt.Fprintln(w, strings.Repeat("─", 101))
+	for _, f := range figs {
+		part := ""
+		if f.Part != "" {
+			part = "(" + f.Part + ")"
+		}
+		ratio := ""
+		if f.Ratio != nil {
+			ratio = fmt.Sprintf("%.2f", *f.Ratio)
+		}
+		verdict := ""
+		if f.Met != nil {
+			verdict = "missed"
+			if *f.Met {
+				verdict = "met"
+			}
+		}
+		fmt.Fprintf(w, row, part, f.Name, formatValue(f), ratio, f.Target, verdict)
+	}
+}
+
+func formatValue(f figure) string {
+	switch f.Unit {
+	case "ms":
+		return fmt.Sprintf("%.2f ms", f.Value)
+	case "%":
+		return fmt.Sprintf("%.1f %%", f.Value)
+	case "×":
+		return fmt.Sprintf("%.2f", f.Value)
+	default:
+		return fmt.Sprintf("%.0f", f.Value)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// printStages shows where (d)'s time goes, step by step.
+func printStages(w io.Writer, runs ...bench.LatencyResult) {
+	for _, r := range runs {
+		if len(r.Stages) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n(d) %s at %.0f/s, step by step       p50        p99\n", r.Path, r.OfferedRate)
+		for _, s := range r.Stages {
+			fmt.Fprintf(w, "    %-66s %8.2f ms %8.2f ms\n", s.Name, ms(s.Latency.P50), ms(s.Latency.P99))
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestSummarise(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, Latencies{}, Summarise(nil))
+	var d []time.Duration
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, Latencies{P50: 50 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond}, Summarise(d))
+	require.Equal(t, time.Duration(100)*time.Millisecond, d[0], "the input is left as it was")
+}
+
+// TestScheduleIsOpenLoop checks that a send that stalls does not move later events'
+// scheduled times: they keep their slots, and the time they waited shows as lag, which
+// is what latencies measured from the schedule then include.
+func TestScheduleIsOpenLoop(t *testing.T) {
+	t.Parallel()
+	const n, rate, stall = 20, 1000.0, 50 * time.Millisecond
+	var sent []int
+	at, lag, err := schedule(t.Context(), n, rate, func(i int) {
+		sent = append(sent, i)
+		if i == 0 {
+			time.Sleep(stall)
+		}
+	})
+	require.NoError(t, err)
+	require.Equal(t, n, len(sent))
+	require.True(t, slices.IsSorted(sent))
+	for i := 1; i < n; i++ {
+		require.Equal(t, time.Millisecond, at[i].Sub(at[i-1]), "slot %d moved", i)
+	}
+	// Event 1 was due 1 ms after event 0 but could only go once the stalled send
+	// returned.
+	require.GreaterOrEqual(t, lag[1], stall-time.Millisecond)
+}
+
+// TestStages checks that steps are taken between consecutive moments and add up to the
+// whole.
+func TestStages(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	got := stages([]string{"a", "b"}, [][]time.Time{{ms(0), ms(3), ms(10)}, {ms(0), ms(1), ms(2)}})
+	require.Equal(t, []Stage{
+		{Name: "a", Latency: Latencies{P50: time.Millisecond, P99: 3 * time.Millisecond, Max: 3 * time.Millisecond}},
+		{Name: "b", Latency: Latencies{P50: time.Millisecond, P99: 7 * time.Millisecond, Max: 7 * time.Millisecond}},
+	}, got)
+}
+
+// TestClonedWaitsAreRealWaits parks waits the way the bench does — one through the
+// replica, the rest cloned — and checks that the clones are the template's rows but for
+// their ids and times, and that the replica completes and resumes every one of them
+// when its record arrives, exactly as the template.
+func TestClonedWaitsAreRealWaits(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := dbtest.NewSchema(t)
+	rig, err := startKafka(ctx, s.URL, 2, false, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer rig.close()
+
+	const n = 25
+	ids, err := rig.park(ctx, n)
+	require.NoError(t, err)
+	require.Len(t, ids, n)
+	pool := rig.svc.Pool()
+	// Every column but the ids and times is the template's.
+	for table, differ := range map[string]string{
+		"execution_wait_states": `- 'id' - 'execution_id' - 'correlation_id' - 'created_at' - 'updated_at'`,
+		"executions":            `- 'id' - 'created_at' - 'updated_at'`,
+		"node_executions":       `- 'execution_id' - 'created_at' - 'updated_at' - 'started_at'`,
+	} {
+		var rows, distinct int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT to_jsonb(t) `+differ+`) FROM `+table+` AS t`).
+			Scan(&rows, &distinct))
+		require.Equal(t, n, rows, table)
+		require.Equal(t, 1, distinct, "%s: clones differ from the template beyond ids and times", table)
+	}
+
+	for _, w := range ids {
+		require.NoError(t, rig.producer.ProduceSync(ctx, w.record()).FirstErr())
+	}
+	require.NoError(t, rig.waitApplied(ctx, n))
+	times, err := resumeTimes(ctx, rig.svc, ids)
+	require.NoError(t, err)
+	require.Len(t, times, n)
+	var done, execs, corrs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE w.status = 'completed' AND w.resumed_at IS NOT NULL
+			AND e.status = 'completed' AND w.version = 2),
+		count(DISTINCT w.execution_id), count(DISTINCT w.correlation_id)
+		FROM execution_wait_states AS w JOIN executions AS e ON e.id = w.execution_id`).Scan(&done, &execs, &corrs))
+	require.Equal(t, n, done, "every wait completed, resumed and finished its execution")
+	require.Equal(t, n, execs)
+	require.Equal(t, n, corrs)
+}
+
+// TestFill checks the filler population: waiting rows of their own workflow, created
+// over the past days with a week's timeout, counted and measured, and left alone by a
+// Kafka run on the same table.
+func TestFill(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := dbtest.NewSchema(t)
+	logger := slog.New(slog.DiscardHandler)
+
+	const n = 60
+	before := time.Now()
+	fill, err := Fill(ctx, s.URL, n, logger)
+	require.NoError(t, err)
+	require.Equal(t, n, fill.Waits)
+	require.Positive(t, fill.TableBytes)
+
+	pool, err := db.Connect(ctx, s.URL, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	var oldest, newest time.Time
+	var wrong int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(w.created_at), max(w.created_at),
+		count(*) FILTER (WHERE w.expires_at <> w.next_deadline_at OR e.workflow_name <> $1 OR w.status <> 'waiting'
+			OR abs(extract(epoch FROM w.expires_at - w.created_at) - 7 * 86400) > 60)
+		FROM execution_wait_states AS w JOIN executions AS e ON e.id = w.execution_id`, fillerWorkflow).
+		Scan(&oldest, &newest, &wrong))
+	require.Zero(t, wrong)
+	require.True(t, oldest.After(before.Add(-6*24*time.Hour-time.Minute)), "oldest %s", oldest)
+	require.True(t, oldest.Before(before.Add(-time.Hour)), "creation times are spread: oldest %s", oldest)
+
+	const records = 10
+	res, err := Kafka(ctx, s.URL, 1, records, false, logger)
+	require.NoError(t, err)
+	require.Equal(t, records, res.Records)
+	require.Equal(t, n, res.OtherWaits)
+	var stillWaiting int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states AS w
+		JOIN executions AS e ON e.id = w.execution_id WHERE e.workflow_name = $1 AND w.status = 'waiting'`, fillerWorkflow).
+		Scan(&stillWaiting))
+	require.Equal(t, n, stillWaiting, "the filler waits are never touched")
+}
