@@ -118,6 +118,7 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 		{"wait states, first page", "WaitStateList", map[string]string{"max": "51"}},
 		{"wait states, a later page", "WaitStateList", with(cursor, "max", "51")},
 		{"waiting wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'waiting'")},
+		{"completed wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'completed'")},
 		{"executions, first page", "ExecutionList", map[string]string{"max": "51"}},
 		{"executions, a later page", "ExecutionList", with(cursor, "max", "51")},
 		{"waiting executions", "ExecutionList", with(cursor, "max", "51", "status", "'waiting'")},
