@@ -7,7 +7,7 @@ SQLC_VERSION := v1.31.1
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: all build deps generate verify vet test dev run bench fuzz clean image compose-up compose-down
+.PHONY: all build deps generate verify vet test dev run bench chaos fuzz clean image compose-up compose-down
 
 all: build
 
@@ -55,6 +55,14 @@ BENCH_JSON ?= bench-results.json
 BENCH_FLAGS ?=
 bench:
 	go run ./cmd/rendezvous-bench --database-url '$(DATABASE_URL)' --json '$(BENCH_JSON)' $(BENCH_FLAGS)
+
+## chaos: the long seeded chaos run — three replicas, the broker and a fake service as
+## real processes, kills, rebalances and one real restart of the PostgreSQL cluster behind
+## DATABASE_URL — then every invariant counted in the database. It prints its seed first;
+## SEED=… replays a schedule. A short version (proxy cut, no restart) is part of make test.
+CHAOS_EXECUTIONS ?= 5000
+chaos:
+	go run ./cmd/rendezvous-chaos --database-url '$(DATABASE_URL)' --executions $(CHAOS_EXECUTIONS) --pg-restart ctl $(if $(SEED),--seed $(SEED)) --json chaos-report.json
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s). Targets are found by name
 ## (func FuzzXxx in a _test.go file), so a new one is fuzzed without editing this list;

@@ -647,15 +647,61 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
 		require.Equal(t, aggregator.Late, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
-		// api_response still counts, but cannot complete a wait whose other event can no
-		// longer count: the sweeper ends it.
-		require.Equal(t, aggregator.Recorded, f.apply(t, w.event(api, apiPayload)).Outcome)
+		// kafka_event timing out ended the wait (all needs every event), so api_response
+		// is late too although its own deadline is ahead and no sweeper has run: what is
+		// recorded must not depend on when the sweeper gets to the wait.
+		snap := f.snapshot(t, w.ExecutionID)
+		res := f.apply(t, w.event(api, apiPayload))
+		require.Equal(t, aggregator.Late, res.Outcome)
+		require.Equal(t, aggregator.StatusWaiting, res.Status, "no sweeper ran")
+		require.Equal(t, snap, f.snapshot(t, w.ExecutionID), "nothing changed")
 		require.Equal(t, 1, f.sweep(t, sw, time.Now()))
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
-		require.Equal(t, []string{api}, receivedNames(t, ws))
+		require.Empty(t, receivedNames(t, ws))
+		require.Nil(t, ws.ApiResponseData)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		require.Equal(t, "failed", f.node(t, w).Status)
+	})
+
+	t.Run("required event's own deadline under required_only", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		sw, _ := f.sweeper(t, "sweeper")
+		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+			{Name: api, Source: "callback"},
+			{Name: kafka, Source: "kafka", Topic: "orders", Required: true, TimeoutMS: 100},
+		})
+		reg.OnTimeout = aggregator.OnTimeoutContinueWithPartial
+		w := f.newWait(t, reg)
+		ws := f.waitState(t, w.ID)
+		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+
+		// The optional api_response arrives after the required event's deadline ended
+		// the wait: late, so the partial output holds only what arrived in time.
+		require.Equal(t, aggregator.Late, f.apply(t, w.event(api, apiPayload)).Outcome)
+		require.Equal(t, 1, f.sweep(t, sw, time.Now()))
+		ws = f.waitState(t, w.ID)
+		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Empty(t, receivedNames(t, ws))
+		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
+		out := outputOf(t, f.node(t, w))
+		require.Equal(t, true, out["timeout"])
+		require.Nil(t, out["apiResponse"])
+	})
+
+	t.Run("optional event's own deadline does not end required_only", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+			{Name: api, Source: "callback", Required: true, TimeoutMS: 10_000},
+			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
+		})
+		w := f.newWait(t, reg)
+		ws := f.waitState(t, w.ID)
+		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+		// A passed deadline that does not end the wait leaves the others counting.
+		require.Equal(t, aggregator.Completed, f.apply(t, w.event(api, apiPayload)).Outcome)
 	})
 }
 
@@ -757,12 +803,15 @@ func TestDeadlineRacesEvents(t *testing.T) {
 	}
 	wg.Wait()
 
-	// Waits whose event was late may still be waiting for a sweeper to notice.
+	// Waits whose event was late may still be waiting for a sweeper to notice; and a
+	// sweeper reports an expiry only once its commit is acknowledged, which can come
+	// after the rows are visible here — stopping it earlier would lose the report.
 	require.Eventually(t, func() bool {
-		var open int
-		err := f.pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`).Scan(&open)
-		return err == nil && open == 0
-	}, 5*time.Second, 10*time.Millisecond, "every wait ends")
+		var open, timedOut int
+		err := f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'timeout')
+			FROM execution_wait_states`).Scan(&open, &timedOut)
+		return err == nil && open == 0 && len(logs[0].all())+len(logs[1].all()) >= timedOut
+	}, 5*time.Second, 10*time.Millisecond, "every wait ends and every expiry is reported")
 	stop()
 	sweepers.Wait()
 

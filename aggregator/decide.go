@@ -60,7 +60,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
 			return FilterMismatch, nil
 		}
 	}
-	if w.row.Status != StatusWaiting || w.eventPastDeadline(ev.Name, now) {
+	if w.row.Status != StatusWaiting || w.eventPastDeadline(ev.Name, now) || w.endedByDeadline(now) {
 		return Late, nil
 	}
 	w.received = append(w.received, Received{Name: ev.Name, ReceivedAt: now, Source: ev.Source, Key: key})

@@ -145,6 +145,22 @@ func (w *wait) eventPastDeadline(name string, now time.Time) bool {
 	return i >= 0 && w.expected[i].DeadlineAt != nil && !now.Before(*w.expected[i].DeadlineAt)
 }
 
+// endedByDeadline reports whether the deadlines passed at now have ended the wait
+// although no sweeper has recorded it yet (under all, another event timed out; under
+// required_only or custom, a required one did). An event arriving then is late, exactly
+// as if the sweeper had been on time: neither the answer to the event nor the node's
+// output depends on when the sweeper runs.
+func (w *wait) endedByDeadline(now time.Time) bool {
+	if now.Before(w.row.NextDeadlineAt) {
+		return false // nothing is due yet: the common case, without decoding expected
+	}
+	if err := w.decodeExpected(); err != nil {
+		return false
+	}
+	return decideTimeout(w.row.AggregationStrategy, w.row.OnTimeout, w.expected, w.required, w.receivedNames(),
+		w.timedOut, w.row.ExpiresAt, now).Fire
+}
+
 // notePassedDeadlines adds to the timed-out list the events that have not arrived and
 // whose own deadline has passed at now, as the sweeper would have. A wait completing
 // before the sweeper got to such a deadline reports the same timed_out_events as one

@@ -1,0 +1,239 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// scenario is one execution of chaos-all-both-fail whose callback and record both
+// arrived well before the deadline, and what a correct service leaves behind for it.
+type scenario struct {
+	cfg  Config
+	plan Plan
+	log  RunLog
+	obs  Observed
+}
+
+func newScenario(t *testing.T) *scenario {
+	t.Helper()
+	cfg := Config{Seed: 1, Executions: 2}.WithDefaults()
+	defs := Definitions(cfg.WaitTimeout)
+	def := slices.IndexFunc(defs, func(d Definition) bool { return d.Name == "chaos-all-both-fail" })
+	require.GreaterOrEqual(t, def, 0)
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	execID, corr := uuid.New(), uuid.New()
+	chaosData := func(name string) []byte {
+		raw, _ := json.Marshal(map[string]any{"chaos": map[string]any{"execution_id": execID.String(), "correlation_id": corr.String(), "event": name}})
+		return raw
+	}
+	apiPayload, kafkaPayload := chaosData(EventAPI), chaosData(EventKafka)
+
+	s := &scenario{cfg: cfg}
+	s.plan = Plan{Seed: 1, Definitions: defs, Executions: []ExecPlan{{Index: 0, Def: def, Events: []EventPlan{
+		{Name: EventAPI, Mode: ModeOnTime}, {Name: EventKafka, Mode: ModeOnTime},
+	}}}}
+	s.log = RunLog{
+		Start: t0, End: at(30),
+		Execs: []ExecLog{{
+			Index: 0, ID: execID,
+			Wait: &WaitInfo{CorrelationID: corr, Created: t0, Expires: at(10), Deadlines: map[string]time.Time{EventAPI: at(10), EventKafka: at(10)}},
+			Events: []EventLog{
+				{Name: EventAPI, Mode: ModeOnTime, Payload: apiPayload, Key: Key(apiPayload), Attempts: []Attempt{
+					{Send: 0, Start: at(1), End: at(1.05), Status: http.StatusAccepted},
+					{Send: 1, Start: at(1.2), End: at(1.25), Status: http.StatusOK},
+				}},
+				{Name: EventKafka, Mode: ModeOnTime, Payload: kafkaPayload, Key: Key(kafkaPayload), Records: []Produced{
+					{Start: at(2), Ack: at(2.01), Partition: 3, Offset: 7},
+				}},
+			},
+		}},
+		Lifetimes: []Lifetime{{Sender: "r0.1", Start: t0.Add(-time.Minute)}, {Sender: "r1.1", Start: t0.Add(-time.Minute)}},
+	}
+	part, off := int32(3), int64(7)
+	kafkaReceived := ReceivedEvent{Name: EventKafka, ReceivedAt: at(2.02), Key: Key(kafkaPayload)}
+	kafkaReceived.Source.Kind, kafkaReceived.Source.Partition, kafkaReceived.Source.Offset = "kafka", &part, &off
+	resumed := at(2.1)
+	s.obs = Observed{
+		Executions: []ObservedExecution{{ID: execID, Workflow: defs[def].Name, Status: "completed", Plan: 0}},
+		Waits: map[uuid.UUID]ObservedWait{execID: {
+			ExecutionID: execID, CorrelationID: corr, Status: "completed", Version: 3,
+			Received: []ReceivedEvent{{Name: EventAPI, ReceivedAt: at(1.02), Key: Key(apiPayload)}, kafkaReceived},
+			APIData:  apiPayload, KafkaData: kafkaPayload, ResumedAt: &resumed, ResumedBy: "chaos-r0",
+			Strategy: "all", OnTimeout: "fail", Required: []string{EventAPI, EventKafka}, Enabled: []string{EventAPI, EventKafka},
+		}},
+		Nodes: map[uuid.UUID]map[string]ObservedNode{execID: {
+			"wait": {Status: "completed"}, NodeSatisfied: {Status: "completed"}, NodeTimedOut: {Status: "skipped"},
+		}},
+		Calls: []Call{{ExecutionID: execID, CorrelationID: corr, IdempotencyKey: corr.String(), At: at(0.1), Status: http.StatusOK}},
+		Continuations: []Continuation{{Kind: KindSatisfied, ExecutionID: execID, CorrelationID: corr,
+			IdempotencyKey: execID.String() + ":" + NodeSatisfied, Sender: "r0.1", At: at(2.2)}},
+		Lag: map[int32]int64{0: 0, 3: 0},
+	}
+	return s
+}
+
+// failed makes the execution end as a wait that timed out under onTimeout fail does.
+func (s *scenario) failed() {
+	id := s.log.Execs[0].ID
+	s.obs.Nodes[id] = map[string]ObservedNode{"wait": {Status: "failed"}, NodeSatisfied: {Status: "pending"}, NodeTimedOut: {Status: "pending"}}
+	s.obs.Executions[0].Status = "failed"
+	s.obs.Continuations = nil
+}
+
+// setWait applies f to the observed wait.
+func (s *scenario) setWait(f func(w *ObservedWait)) {
+	id := s.log.Execs[0].ID
+	w := s.obs.Waits[id]
+	f(&w)
+	s.obs.Waits[id] = w
+}
+
+func TestVerifyPassesACorrectRun(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	rep := Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, 1, rep.Outcomes.Certain[ClassCompleted])
+	require.Equal(t, 1, rep.Outcomes.Actual[ClassCompleted])
+	require.Equal(t, 1, rep.Kafka.N)
+	require.InDelta(t, 20, rep.Kafka.P50, 0.01, "produce at 2.000 s, recorded at 2.020 s")
+}
+
+// TestVerifyFindsViolations breaks one promise at a time in an otherwise correct run:
+// each must be reported under its invariant, so that a clean run means something.
+func TestVerifyFindsViolations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		invariant string
+		breakIt   func(s *scenario)
+	}{
+		{"a second continuation with no fault", InvResumedOnce, func(s *scenario) {
+			c := s.obs.Continuations[0]
+			c.Sender, c.At = "r1.1", c.At.Add(3*time.Second)
+			s.obs.Continuations = append(s.obs.Continuations, c)
+		}},
+		{"no continuation", InvResumedOnce, func(s *scenario) { s.obs.Continuations = nil }},
+		{"the wrong continuation", InvResumedOnce, func(s *scenario) { s.obs.Continuations[0].Kind = KindTimedOut }},
+		{"never marked resumed", InvResumedOnce, func(s *scenario) { s.setWait(func(w *ObservedWait) { w.ResumedAt = nil }) }},
+		{"a continuation for no wait", InvResumedOnce, func(s *scenario) {
+			s.obs.Continuations = append(s.obs.Continuations, Continuation{Kind: KindSatisfied, CorrelationID: uuid.New(), ExecutionID: uuid.New()})
+		}},
+		{"a foreign record", InvForeign, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Received[1].Key = Key([]byte(`{"someone":"else"}`)) })
+		}},
+		{"the right payload from a record never produced", InvForeign, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { p := int32(4); w.Received[1].Source.Partition = &p })
+		}},
+		{"stored data of another execution", InvForeign, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) {
+				w.APIData = json.RawMessage(fmt.Sprintf(`{"chaos":{"execution_id":%q,"correlation_id":%q}}`, uuid.New(), w.CorrelationID))
+			})
+		}},
+		{"a crossed callback accepted", InvForeign, func(s *scenario) {
+			s.plan.Executions[0].Cross = &CrossPlan{Partner: 1, Name: EventAPI}
+			s.log.Execs[0].Cross = &EventLog{Name: EventAPI, Mode: "cross", Key: "sha256:x", Attempts: []Attempt{{Status: http.StatusAccepted}}}
+		}},
+		{"version counts a change too many", InvVersion, func(s *scenario) { s.setWait(func(w *ObservedWait) { w.Version = 4 }) }},
+		{"version misses a change", InvVersion, func(s *scenario) { s.setWait(func(w *ObservedWait) { w.Version = 2 }) }},
+		{"timed out although both arrived in time", InvOutcome, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Status, w.TimedOut, w.Version = "timeout", []string{EventKafka}, 4 })
+			s.failed()
+		}},
+		{"a recorded event missing", InvRecorded, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Received, w.KafkaData, w.Version = w.Received[:1], nil, 2 })
+		}},
+		{"an event recorded after the deadline", InvRecorded, func(s *scenario) {
+			// The record was produced after the deadline: the wait failed with only the
+			// callback, yet the database shows both.
+			s.log.Execs[0].Events[1].Records[0].Start = s.log.Execs[0].Wait.Expires.Add(time.Second)
+			s.setWait(func(w *ObservedWait) { w.Status, w.TimedOut = "timeout", []string{EventKafka} })
+			s.failed()
+		}},
+		{"the execution status disagrees with the wait", InvOutcome, func(s *scenario) { s.obs.Executions[0].Status = "failed" }},
+		{"one body answered 202 twice", InvAnswers, func(s *scenario) {
+			s.log.Execs[0].Events[0].Attempts[1].Status = http.StatusAccepted
+		}},
+		{"answers say late, database says recorded", InvAnswers, func(s *scenario) {
+			for i := range s.log.Execs[0].Events[0].Attempts {
+				s.log.Execs[0].Events[0].Attempts[i].Status = http.StatusConflict
+			}
+		}},
+		{"a duplicate answer nobody recorded", InvAnswers, func(s *scenario) {
+			s.log.Execs[0].Events[0].Attempts[0].Status = http.StatusOK
+		}},
+		{"no correlated call", InvCalls, func(s *scenario) { s.obs.Calls = nil }},
+		{"a call without the correlation id as Idempotency-Key", InvCalls, func(s *scenario) { s.obs.Calls[0].IdempotencyKey = "x" }},
+		{"records left uncommitted", InvDrained, func(s *scenario) { s.obs.Lag[3] = 2 }},
+		{"queue rows left", InvDrained, func(s *scenario) { s.obs.RunQueue = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScenario(t)
+			tc.breakIt(s)
+			rep := Verify(s.cfg, s.plan, s.log, s.obs)
+			require.NotEmpty(t, rep.Violations)
+			require.True(t, slices.ContainsFunc(rep.Violations, func(v Violation) bool { return v.Invariant == tc.invariant }),
+				"want a violation of %q, got %v", tc.invariant, rep.Violations)
+			row := rep.Rows[slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Invariant == tc.invariant })]
+			require.Positive(t, row.Violations)
+		})
+	}
+}
+
+// TestVerifyExplainsRedeliveries: an http node called again because its sender died, or
+// the database went away, before the node's result was committed is at-least-once
+// delivery, counted, not a second resume.
+func TestVerifyExplainsRedeliveries(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cause func(s *scenario, first, again time.Time)
+	}{
+		{"sender killed", func(s *scenario, first, again time.Time) {
+			s.log.Lifetimes[0].End, s.log.Lifetimes[0].Killed = first.Add(100*time.Millisecond), true
+		}},
+		{"database outage", func(s *scenario, first, again time.Time) {
+			s.log.Faults = append(s.log.Faults, FaultLog{Fault: Fault{Kind: FaultDatabase}, Start: first.Add(50 * time.Millisecond), End: first.Add(3 * time.Second)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScenario(t)
+			c := s.obs.Continuations[0]
+			again := c
+			again.Sender, again.At = "r1.1", c.At.Add(75*time.Second)
+			s.obs.Continuations = append(s.obs.Continuations, again)
+			tc.cause(s, c.At, again.At)
+			rep := Verify(s.cfg, s.plan, s.log, s.obs)
+			require.Empty(t, rep.Violations)
+			require.Equal(t, 1, rep.Deliveries.Redelivered)
+		})
+	}
+}
+
+func TestVerifyAllowsRaces(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	// The record was produced 1 ms before the deadline: it may have counted or been
+	// late. The service chose late.
+	ev := &s.log.Execs[0].Events[1]
+	ev.Records[0].Start = s.log.Execs[0].Wait.Expires.Add(-time.Millisecond)
+	ev.Records[0].Ack = ev.Records[0].Start.Add(time.Millisecond)
+	s.setWait(func(w *ObservedWait) {
+		w.Status, w.TimedOut, w.Received, w.KafkaData, w.Version = "timeout", []string{EventKafka}, w.Received[:1], nil, 3
+	})
+	s.failed()
+	rep := Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, 1, rep.Outcomes.EitherOr)
+	require.Equal(t, 1, rep.Outcomes.Racing)
+}

@@ -1,0 +1,170 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Observed is what the checks read once the run is quiet: the database, the fake
+// service and the broker. The checks never take the service's word for what should have
+// happened; they compare this with the plan and the driver's log.
+type Observed struct {
+	Executions []ObservedExecution `json:"-"`
+	// Waits and Nodes are keyed by execution id.
+	Waits         map[uuid.UUID]ObservedWait            `json:"-"`
+	Nodes         map[uuid.UUID]map[string]ObservedNode `json:"-"`
+	Calls         []Call                                `json:"-"`
+	Continuations []Continuation                        `json:"-"`
+	Malformed     []string                              `json:"malformed,omitempty"`
+	// Lag is end offset minus committed offset per partition.
+	Lag map[int32]int64 `json:"lag"`
+	// LagErr says why Lag could not be read.
+	LagErr   string `json:"lag_err,omitempty"`
+	RunQueue int    `json:"run_queue"`
+	Outbox   int    `json:"outbox"`
+}
+
+// ObservedExecution is a row of executions.
+type ObservedExecution struct {
+	ID       uuid.UUID
+	Workflow string
+	Status   string
+	Error    string
+	// Plan is the plan index the driver put in the input (-1 when absent).
+	Plan int
+}
+
+// ObservedWait is the wait node's row of execution_wait_states.
+type ObservedWait struct {
+	ExecutionID   uuid.UUID
+	CorrelationID uuid.UUID
+	Status        string
+	Version       int64
+	Received      []ReceivedEvent
+	TimedOut      []string
+	APIData       json.RawMessage
+	KafkaData     json.RawMessage
+	ResumedAt     *time.Time
+	ResumedBy     string
+	Strategy      string
+	OnTimeout     string
+	Required      []string
+	Enabled       []string
+}
+
+// ReceivedEvent is one entry of received_events.
+type ReceivedEvent struct {
+	Name       string    `json:"name"`
+	ReceivedAt time.Time `json:"received_at"`
+	Key        string    `json:"key"`
+	Source     struct {
+		Kind      string `json:"kind"`
+		Service   string `json:"service"`
+		Topic     string `json:"topic"`
+		Partition *int32 `json:"partition"`
+		Offset    *int64 `json:"offset"`
+	} `json:"source"`
+}
+
+// ObservedNode is a row of node_executions.
+type ObservedNode struct {
+	Status   string
+	Attempts int
+	Error    string
+}
+
+// collect reads the run's database, the fake service and the consumer group's offsets.
+func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Observed, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	obs := Observed{Waits: map[uuid.UUID]ObservedWait{}, Nodes: map[uuid.UUID]map[string]ObservedNode{}}
+
+	rows, err := pool.Query(ctx, `SELECT id, workflow_name, status, coalesce(error, ''), coalesce((input->>'chaos_plan')::int, -1) FROM executions`)
+	if err != nil {
+		return obs, fmt.Errorf("read executions: %w", err)
+	}
+	for rows.Next() {
+		var e ObservedExecution
+		if err := rows.Scan(&e.ID, &e.Workflow, &e.Status, &e.Error, &e.Plan); err != nil {
+			rows.Close()
+			return obs, fmt.Errorf("read executions: %w", err)
+		}
+		obs.Executions = append(obs.Executions, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return obs, fmt.Errorf("read executions: %w", err)
+	}
+
+	rows, err = pool.Query(ctx, `SELECT execution_id, correlation_id, status, version, received_events, timed_out_events,
+		api_response_data, kafka_event_data, resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
+		required_events, enabled_events
+		FROM execution_wait_states WHERE node_id = 'wait'`)
+	if err != nil {
+		return obs, fmt.Errorf("read wait states: %w", err)
+	}
+	for rows.Next() {
+		var w ObservedWait
+		var received, timedOut, required, enabled []byte
+		if err := rows.Scan(&w.ExecutionID, &w.CorrelationID, &w.Status, &w.Version, &received, &timedOut,
+			&w.APIData, &w.KafkaData, &w.ResumedAt, &w.ResumedBy, &w.Strategy, &w.OnTimeout, &required, &enabled); err != nil {
+			rows.Close()
+			return obs, fmt.Errorf("read wait states: %w", err)
+		}
+		for _, part := range []struct {
+			raw []byte
+			dst any
+		}{{received, &w.Received}, {timedOut, &w.TimedOut}, {required, &w.Required}, {enabled, &w.Enabled}} {
+			if len(part.raw) == 0 {
+				continue
+			}
+			if err := json.Unmarshal(part.raw, part.dst); err != nil {
+				rows.Close()
+				return obs, fmt.Errorf("decode wait state of %s: %w", w.ExecutionID, err)
+			}
+		}
+		obs.Waits[w.ExecutionID] = w
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return obs, fmt.Errorf("read wait states: %w", err)
+	}
+
+	rows, err = pool.Query(ctx, `SELECT execution_id, node_id, status, attempts, coalesce(error, '') FROM node_executions`)
+	if err != nil {
+		return obs, fmt.Errorf("read node executions: %w", err)
+	}
+	for rows.Next() {
+		var id uuid.UUID
+		var node string
+		var n ObservedNode
+		if err := rows.Scan(&id, &node, &n.Status, &n.Attempts, &n.Error); err != nil {
+			rows.Close()
+			return obs, fmt.Errorf("read node executions: %w", err)
+		}
+		if obs.Nodes[id] == nil {
+			obs.Nodes[id] = map[string]ObservedNode{}
+		}
+		obs.Nodes[id][node] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return obs, fmt.Errorf("read node executions: %w", err)
+	}
+
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox)`).Scan(&obs.RunQueue, &obs.Outbox); err != nil {
+		return obs, fmt.Errorf("read queues: %w", err)
+	}
+	obs.Calls, obs.Continuations, obs.Malformed = fk.snapshot()
+	if obs.Lag, err = cl.lag(ctx); err != nil {
+		// The broker is part of what is under test: a broken one is a finding, not a
+		// reason to give up on the other checks.
+		obs.LagErr = err.Error()
+	}
+	return obs, nil
+}

@@ -1,0 +1,215 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Delivery modes of a planned event.
+const (
+	// ModeOnTime sends the event at a fraction of its window (registration → its
+	// deadline), well before the deadline.
+	ModeOnTime = "on_time"
+	// ModeLate sends it after its deadline.
+	ModeLate = "late"
+	// ModeRacing sends it within RacingWindow of its deadline, either side.
+	ModeRacing = "racing"
+	// ModeNone never sends it.
+	ModeNone = "none"
+)
+
+// RacingWindow is how close to its deadline a racing event is sent.
+const RacingWindow = 150 * time.Millisecond
+
+// Fault kinds.
+const (
+	FaultKill     = "kill"      // SIGKILL a replica, restart it after Down
+	FaultTerm     = "term"      // SIGTERM a replica (its consumer leaves the group), restart it after Down
+	FaultDatabase = "db_outage" // cut the database proxy for Down, or restart the cluster
+)
+
+// Plan is everything a run does, drawn from the seed alone.
+type Plan struct {
+	Seed        uint64
+	Definitions []Definition
+	Executions  []ExecPlan
+	Faults      []Fault
+	// Spread is when the last execution starts, from the run's start.
+	Spread time.Duration
+}
+
+// ExecPlan is one execution: its definition, its start, and the fate of each event.
+type ExecPlan struct {
+	Index int
+	// Def indexes Plan.Definitions.
+	Def int
+	// StartAt is when the start request is sent, from the run's start; Replica receives it.
+	StartAt time.Duration
+	Replica int
+	// Events follow the definition's enabled events, in order.
+	Events []EventPlan
+	// FailFirstCall makes the fake service answer the wait's first correlated call with
+	// 503, so the outbox retries it.
+	FailFirstCall bool
+	// Cross, when set, sends an extra event carrying this execution's id and the
+	// correlation id of another (usually earlier) execution; it must never be applied.
+	Cross *CrossPlan
+}
+
+// EventPlan is how one expected event is delivered.
+type EventPlan struct {
+	Name string
+	Mode string
+	// Frac places an on-time event in its window (0 = registration, 1 = its deadline).
+	Frac float64
+	// Offset places a late or racing event relative to its deadline.
+	Offset time.Duration
+
+	// Callback (api_response): two identical sends, the second SecondAfter the first,
+	// to Replicas[0] and Replicas[1]; ids in headers or in the body.
+	Replicas     [2]int
+	SecondAfter  time.Duration
+	IDsInHeaders bool
+
+	// Kafka (kafka_event): Reproduce sends the same record again ReproduceAfter later
+	// (1% of records); Noise first sends a record for the same wait that fails the
+	// definition's filter (only for definitions with a filter).
+	Reproduce      bool
+	ReproduceAfter time.Duration
+	Noise          bool
+}
+
+// CrossPlan is an event sent with a correlation id that belongs to another execution.
+type CrossPlan struct {
+	// Partner is the execution whose correlation id is used.
+	Partner int
+	// Name is api_response (a callback) or kafka_event (a record).
+	Name string
+	// Frac places it in this execution's window.
+	Frac    float64
+	Replica int
+}
+
+// Fault is one planned disruption.
+type Fault struct {
+	Kind string
+	// At is from the run's start.
+	At time.Duration
+	// Replica is the target of kill and term.
+	Replica int
+	// Down is how long the replica stays down, or the database is cut.
+	Down time.Duration
+}
+
+// NewPlan draws a run's plan. It is a pure function of the seed and the configuration,
+// so a seed replays the same schedule.
+func NewPlan(cfg Config) Plan {
+	cfg = cfg.WithDefaults()
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	uniform := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Float64()*float64(hi-lo))
+	}
+	p := Plan{Seed: cfg.Seed, Definitions: Definitions(cfg.WaitTimeout), Spread: cfg.Spread()}
+	interval := float64(time.Second) / cfg.Rate
+	for i := range cfg.Executions {
+		e := ExecPlan{
+			Index:   i,
+			Def:     rng.IntN(len(p.Definitions)),
+			StartAt: time.Duration((float64(i) + rng.Float64()) * interval),
+			Replica: rng.IntN(cfg.Replicas),
+		}
+		def := &p.Definitions[e.Def]
+		for _, ev := range def.Events {
+			ep := EventPlan{Name: ev.Name}
+			switch r := rng.Float64(); {
+			case r < 0.60:
+				ep.Mode, ep.Frac = ModeOnTime, 0.05+0.45*rng.Float64()
+			case r < 0.75:
+				ep.Mode, ep.Offset = ModeLate, uniform(300*time.Millisecond, 2*time.Second)
+			case r < 0.85:
+				ep.Mode, ep.Offset = ModeRacing, uniform(-RacingWindow, RacingWindow)
+			default:
+				ep.Mode = ModeNone
+			}
+			switch ev.Name {
+			case EventAPI:
+				ep.Replicas = [2]int{rng.IntN(cfg.Replicas), rng.IntN(cfg.Replicas)}
+				ep.SecondAfter = uniform(0, 400*time.Millisecond)
+				ep.IDsInHeaders = rng.IntN(2) == 0
+			case EventKafka:
+				ep.Reproduce = rng.Float64() < 0.01
+				ep.ReproduceAfter = uniform(50*time.Millisecond, time.Second)
+				ep.Noise = def.Filter && rng.Float64() < 0.1
+			}
+			e.Events = append(e.Events, ep)
+		}
+		if _, ok := def.Event(EventAPI); ok {
+			e.FailFirstCall = rng.Float64() < 0.03
+		}
+		if rng.Float64() < 0.02 {
+			// The partner started earlier, so its wait exists (or existed) by then; the
+			// first execution borrows from the second.
+			c := &CrossPlan{Partner: 1, Frac: 0.1 + 0.4*rng.Float64(), Replica: rng.IntN(cfg.Replicas)}
+			if i > 0 {
+				c.Partner = rng.IntN(i)
+			}
+			c.Name = EventAPI
+			if rng.IntN(2) == 0 {
+				c.Name = EventKafka
+			}
+			e.Cross = c
+		}
+		p.Executions = append(p.Executions, e)
+	}
+	p.Faults = planFaults(rng, cfg, p.Spread, uniform)
+	return p
+}
+
+// planFaults spreads the kills and terms over the middle of the run, each on a replica
+// the plan believes is up at that moment, and cuts the database once.
+func planFaults(rng *rand.Rand, cfg Config, spread time.Duration, uniform func(lo, hi time.Duration) time.Duration) []Fault {
+	var faults []Fault
+	lo, hi := spread/10, spread*8/10
+	for range cfg.Kills {
+		faults = append(faults, Fault{Kind: FaultKill, At: uniform(lo, hi), Down: uniform(time.Second, 4*time.Second)})
+	}
+	for range max(cfg.Terms, 0) {
+		faults = append(faults, Fault{Kind: FaultTerm, At: uniform(lo, hi), Down: uniform(500*time.Millisecond, 3*time.Second)})
+	}
+	byTime := func(a, b Fault) int { return int(a.At - b.At) }
+	slices.SortStableFunc(faults, byTime)
+	// A replica is back some seconds after its restart, and a stopped one takes a while
+	// to exit after SIGTERM (its shutdown sequence): the plan leaves room for both, so it
+	// never picks a replica that may still be down.
+	const back, termExit = 10 * time.Second, 10 * time.Second
+	downUntil := make([]time.Duration, cfg.Replicas)
+	out := []Fault{{Kind: FaultDatabase, At: uniform(spread*3/10, spread*7/10), Down: uniform(2*time.Second, 5*time.Second)}}
+	for len(faults) > 0 {
+		f := faults[0]
+		faults = faults[1:]
+		var up []int
+		for r, until := range downUntil {
+			if until <= f.At {
+				up = append(up, r)
+			}
+		}
+		if len(up) < 2 {
+			// Never take the last replica away: move the fault to when a second one is
+			// back, and take it in turn again.
+			back := slices.Sorted(slices.Values(downUntil))
+			f.At = back[1] + time.Second
+			faults = append(faults, f)
+			slices.SortStableFunc(faults, byTime)
+			continue
+		}
+		f.Replica = up[rng.IntN(len(up))]
+		downUntil[f.Replica] = f.At + f.Down + back
+		if f.Kind == FaultTerm {
+			downUntil[f.Replica] += termExit
+		}
+		out = append(out, f)
+	}
+	slices.SortStableFunc(out, byTime)
+	return out
+}

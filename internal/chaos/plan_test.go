@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPlanIsASeedsFunction(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Seed: 42, Executions: 500, Kills: 3, Terms: 2}
+	a, b := NewPlan(cfg), NewPlan(cfg)
+	require.Equal(t, a, b, "the same seed draws the same plan")
+
+	other := cfg
+	other.Seed = 43
+	c := NewPlan(other)
+	require.NotEqual(t, a.Executions, c.Executions, "another seed draws another schedule")
+	require.NotEqual(t, a.Faults, c.Faults)
+
+	// The plan shows what a replay would do, so it must survive a round trip to JSON
+	// (the report carries it) unchanged.
+	raw, err := json.Marshal(a)
+	require.NoError(t, err)
+	var back Plan
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.Equal(t, a, back)
+}
+
+func TestPlanCoversTheMatrix(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Seed: 7, Executions: 4000, Kills: 4, Terms: 2}.WithDefaults()
+	p := NewPlan(cfg)
+	require.Len(t, p.Executions, 4000)
+
+	strategies, onTimeouts := map[string]bool{}, map[string]bool{}
+	modes := map[string]int{}
+	var events, reproduced, crossed, failFirst, headerIDs, callbacks int
+	for i, e := range p.Executions {
+		def := p.Definitions[e.Def]
+		strategies[def.Strategy], onTimeouts[def.OnTimeout] = true, true
+		require.Len(t, e.Events, len(def.Events), "execution %d: one plan per enabled event", i)
+		for k, ep := range e.Events {
+			require.Equal(t, def.Events[k].Name, ep.Name)
+			modes[ep.Mode]++
+			events++
+			if ep.Reproduce {
+				reproduced++
+			}
+			if ep.Name == EventAPI {
+				callbacks++
+				if ep.IDsInHeaders {
+					headerIDs++
+				}
+			}
+			if ep.Mode == ModeRacing {
+				require.LessOrEqual(t, absDuration(ep.Offset), RacingWindow)
+			}
+			if ep.Mode == ModeLate {
+				require.Positive(t, ep.Offset)
+			}
+		}
+		if e.Cross != nil {
+			crossed++
+			require.NotEqual(t, i, e.Cross.Partner)
+		}
+		if e.FailFirstCall {
+			failFirst++
+		}
+		if i > 0 {
+			require.GreaterOrEqual(t, e.StartAt, p.Executions[i-1].StartAt-time.Duration(float64(time.Second)/cfg.Rate))
+		}
+	}
+	require.Len(t, strategies, 4, "all, any, required_only, custom")
+	require.Len(t, onTimeouts, 3, "fail, continue, continue_with_partial")
+	share := func(n, of int) float64 { return float64(n) / float64(of) }
+	require.InDelta(t, 0.60, share(modes[ModeOnTime], events), 0.03)
+	require.InDelta(t, 0.15, share(modes[ModeLate], events), 0.03)
+	require.InDelta(t, 0.10, share(modes[ModeRacing], events), 0.03)
+	require.InDelta(t, 0.15, share(modes[ModeNone], events), 0.03)
+	require.InDelta(t, 0.01, share(reproduced, modes[EventKafka]+events-callbacks), 0.01)
+	require.InDelta(t, 0.02, share(crossed, len(p.Executions)), 0.01)
+	require.InDelta(t, 0.5, share(headerIDs, callbacks), 0.05)
+	require.Positive(t, failFirst)
+}
+
+func TestPlanNeverTakesEveryReplica(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 200; seed++ {
+		cfg := Config{Seed: seed, Executions: 3000, Kills: 8, Terms: 4}.WithDefaults()
+		p := NewPlan(cfg)
+		var kills, terms, outages int
+		type span struct{ from, to time.Duration }
+		down := make([][]span, cfg.Replicas)
+		for _, f := range p.Faults {
+			switch f.Kind {
+			case FaultKill:
+				kills++
+			case FaultTerm:
+				terms++
+			case FaultDatabase:
+				outages++
+				continue
+			}
+			require.GreaterOrEqual(t, f.Replica, 0)
+			require.Less(t, f.Replica, cfg.Replicas)
+			to := f.At + f.Down + 10*time.Second
+			if f.Kind == FaultTerm {
+				to += 10 * time.Second
+			}
+			down[f.Replica] = append(down[f.Replica], span{f.At, to})
+		}
+		require.Equal(t, 8, kills)
+		require.Equal(t, 4, terms)
+		require.Equal(t, 1, outages)
+		require.True(t, slices.IsSortedFunc(p.Faults, func(a, b Fault) int { return int(a.At - b.At) }))
+		for _, f := range p.Faults {
+			up := 0
+			for r := range down {
+				if !slices.ContainsFunc(down[r], func(s span) bool { return s.from <= f.At && f.At < s.to }) {
+					up++
+				}
+			}
+			require.Positive(t, up, "seed %d: at %s every replica is down", seed, f.At)
+		}
+	}
+}
