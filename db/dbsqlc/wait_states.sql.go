@@ -680,61 +680,6 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 	return items, nil
 }
 
-const waitStateListByExecution = `-- name: WaitStateListByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
-WHERE execution_id = $1::uuid
-ORDER BY created_at, node_id
-`
-
-func (q *Queries) WaitStateListByExecution(ctx context.Context, db DBTX, executionID uuid.UUID) ([]ExecutionWaitState, error) {
-	rows, err := db.Query(ctx, waitStateListByExecution, executionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ExecutionWaitState
-	for rows.Next() {
-		var i ExecutionWaitState
-		if err := rows.Scan(
-			&i.ID,
-			&i.ExecutionID,
-			&i.NodeID,
-			&i.CorrelationID,
-			&i.AggregationStrategy,
-			&i.RequiredEvents,
-			&i.EnabledEvents,
-			&i.ExpectedEvents,
-			&i.ApiCallEnabled,
-			&i.KafkaEventEnabled,
-			&i.ApiResponseData,
-			&i.KafkaEventData,
-			&i.ReceivedEvents,
-			&i.OnTimeout,
-			&i.OutputMapping,
-			&i.Status,
-			&i.Error,
-			&i.ResumedAt,
-			&i.ResumedBy,
-			&i.Version,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.ExpiresAt,
-			&i.NextDeadlineAt,
-			&i.TimedOutEvents,
-			&i.WaitType,
-			&i.Timer,
-			&i.TraceParent,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const waitStateMarkResumedMany = `-- name: WaitStateMarkResumedMany :many
 UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),

@@ -30,11 +30,6 @@ SELECT EXISTS (SELECT 1 FROM execution_wait_states WHERE execution_id = @executi
 SELECT * FROM execution_wait_states
 WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text;
 
--- name: WaitStateListByExecution :many
-SELECT * FROM execution_wait_states
-WHERE execution_id = @execution_id::uuid
-ORDER BY created_at, node_id;
-
 -- name: WaitStateRecordEvent :one
 -- The optimistic fence: the update applies only to the version the caller read. Zero
 -- rows means another writer got there first and the caller must reload and decide again.
