@@ -84,13 +84,18 @@ var ErrConflictRetries = errors.New("aggregator: too many optimistic-lock confli
 type Event struct {
 	ExecutionID   uuid.UUID
 	CorrelationID uuid.UUID
-	// Name is the expected event this arrival is, e.g. api_response or kafka_event.
+	// Name is the expected event this arrival is, e.g. api_response, kafka_event or a
+	// name of the node's events list. Empty for a Kafka record correlated by the two ids:
+	// the wait's Kafka event that its topic, type and filter select.
 	Name    string
 	Payload json.RawMessage
 	Source  Source
 	// IdempotencyKey identifies this very event across redeliveries (a webhook-id). When
 	// empty, the SHA-256 of the payload is used, so a redelivered body is a duplicate.
 	IdempotencyKey string
+	// MatchKeys, instead of the two ids, correlate a Kafka record by its payload
+	// (MatchKeys computes them): it is delivered to every open wait holding one of them.
+	MatchKeys []string
 	// Link is the trace context the event arrived with (a callback's or a Kafka record's
 	// traceparent), linked from the event's span in the wait's trace. Optional.
 	Link trace.SpanContext
@@ -138,11 +143,16 @@ const (
 	// FilterMismatch: a Kafka record for the wait whose payload fails the node's filter,
 	// or that came from another topic than the node's. Not applied.
 	FilterMismatch Outcome = "filter"
+	// NoMatch: an event correlated by payload found no open wait expecting its value.
+	NoMatch Outcome = "no_match"
 )
 
 // Result reports what Apply did.
 type Result struct {
-	Outcome     Outcome
+	Outcome Outcome
+	// Event is the expected event the arrival was decided as (empty when no wait was
+	// found).
+	Event       string
 	WaitStateID uuid.UUID
 	NodeID      string
 	// Status is the wait's status after the event.
@@ -154,6 +164,9 @@ type Result struct {
 	TraceParent string
 	// FirstEvent names the event that arrived first, for a Completed wait.
 	FirstEvent string
+	// Deliveries, for an event correlated by payload match, are the results at each wait
+	// it reached; the fields above are those of the most advanced.
+	Deliveries []Result
 }
 
 // Received is one recorded event, as stored in received_events (in arrival order).
@@ -190,6 +203,19 @@ type Config struct {
 	// them (metrics, benchmarks). Optional.
 	OnExpired func([]Expired)
 
+	// MaxWaitersPerType bounds the open waits of one payload-match type (topic and
+	// type): registering one more fails the node. Default MaxWaitersPerTypeDefault.
+	MaxWaitersPerType int
+	// UnmatchedRetention is how many unmatched events are kept. Default
+	// UnmatchedRetentionDefault.
+	UnmatchedRetention int
+	// UnmatchedMaxAge is the age beyond which unmatched events and dead letters are
+	// purged. Default 7 days.
+	UnmatchedMaxAge time.Duration
+	// JanitorInterval is how often RunJanitor expires buffered events and prunes
+	// unmatched ones. Default JanitorIntervalDefault.
+	JanitorInterval time.Duration
+
 	// TracerProvider and MeterProvider receive the aggregator's spans and metrics;
 	// no-ops when nil.
 	TracerProvider trace.TracerProvider
@@ -211,6 +237,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepMaxSleep <= 0 {
 		c.SweepMaxSleep = SweepMaxSleepDefault
+	}
+	if c.MaxWaitersPerType <= 0 {
+		c.MaxWaitersPerType = MaxWaitersPerTypeDefault
+	}
+	if c.UnmatchedRetention <= 0 {
+		c.UnmatchedRetention = UnmatchedRetentionDefault
+	}
+	if c.UnmatchedMaxAge <= 0 {
+		c.UnmatchedMaxAge = 7 * 24 * time.Hour
+	}
+	if c.JanitorInterval <= 0 {
+		c.JanitorInterval = JanitorIntervalDefault
 	}
 	return c
 }
@@ -240,6 +278,9 @@ type Aggregator struct {
 	hint         time.Time
 	deadlineWake chan struct{}
 
+	// ttls caches each definition version's eventBufferTtl.
+	ttls ttlCache
+
 	ins    instruments
 	gauges telemetry.Cached[dbSnapshot]
 }
@@ -253,6 +294,9 @@ type pending struct {
 	done chan struct{} // closed when res/err are set
 	lead chan struct{} // closed when this caller must lead the next group
 }
+
+// MaxWaitersPerTypeDefault is the default admission limit of one payload-match type.
+const MaxWaitersPerTypeDefault = 10_000
 
 // MaxGroupDefault bounds the events one group commit decides.
 const MaxGroupDefault = 128
@@ -398,11 +442,11 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 			return Result{}, err
 		}
 		loaded := row.Version
-		outcome, err := w.decide(ev, key, time.Now().UTC())
+		outcome, name, err := w.decide(ev, key, time.Now().UTC())
 		if err != nil {
 			return Result{}, err
 		}
-		res := Result{Outcome: outcome, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded,
+		res := Result{Outcome: outcome, Event: name, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded,
 			Conflicts: attempt, TraceParent: deref(row.TraceParent), FirstEvent: w.firstEvent(outcome)}
 		if outcome != Recorded && outcome != Completed {
 			return res, nil
@@ -437,6 +481,7 @@ func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64
 		TimedOutEvents:  w.timedOutJSON(),
 		ApiResponseData: w.row.ApiResponseData,
 		KafkaEventData:  w.row.KafkaEventData,
+		EventData:       w.eventData(),
 		Status:          w.row.Status,
 		Applied:         int64(w.applied),
 		ID:              w.row.ID,
@@ -456,25 +501,28 @@ func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64
 	return true, nil
 }
 
-// matchesKafka checks a Kafka record against the expected event's topic and filter,
-// which are stored with the wait so every replica decides alike.
-func matchesKafka(expected []Expected, ev Event) bool {
-	i := slices.IndexFunc(expected, func(e Expected) bool { return e.Name == ev.Name })
-	if i < 0 {
-		return false
+// accepts checks an arrival against what the expected event requires of it, as stored
+// with the wait so every replica decides alike: a Kafka record its topic and type; every
+// source its filter.
+func (e *Expected) accepts(ev Event) bool {
+	if e.Source == SourceKafka && ev.Source.Kind == SourceKafka {
+		if e.Topic != "" && ev.Source.Topic != e.Topic {
+			return false
+		}
 	}
-	exp := expected[i]
-	if exp.Topic != "" && ev.Source.Topic != exp.Topic {
-		return false
-	}
-	if len(exp.Filter) == 0 {
+	if len(e.Filter) == 0 && (e.Type == "" || e.Source != SourceKafka) {
 		return true
 	}
 	var payload any
 	if err := json.Unmarshal(ev.Payload, &payload); err != nil {
 		return false
 	}
-	for path, want := range exp.Filter {
+	if e.Type != "" && e.Source == SourceKafka {
+		if got, ok := dotpath.Get(payload, "type"); !ok || got != e.Type {
+			return false
+		}
+	}
+	for path, want := range e.Filter {
 		got, ok := dotpath.Get(payload, path)
 		if !ok || !jsonEqual(got, want) {
 			return false
@@ -566,7 +614,17 @@ func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, w *wait) error {
 // which timed out, and whether the wait ended by timeout — so that edges can branch on it.
 func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool) (map[string]any, error) {
 	payloads := map[string]any{}
-	for name, raw := range map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData} {
+	raws := map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData}
+	if len(ws.EventData) > 0 {
+		var named map[string]json.RawMessage
+		if err := json.Unmarshal(ws.EventData, &named); err != nil {
+			return nil, fmt.Errorf("decode event_data: %w", err)
+		}
+		for name, raw := range named {
+			raws[name] = raw
+		}
+	}
+	for name, raw := range raws {
 		if len(raw) == 0 {
 			continue
 		}

@@ -20,7 +20,34 @@ import (
 // fence of what was loaded. Waits whose fence missed, and events whose ids do not match a
 // wait, go through ApplyTx one by one. Results are in input order; the caller calls
 // Continued after its commit when any is Completed.
+//
+// Events correlated by payload match (MatchKeys) are first expanded into one event per
+// wait they reach, and folded back into one Result each. Events that applied nowhere are
+// recorded in unmatched_events, with why, in the same transaction.
 func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
+	for _, ev := range events {
+		if !Storable(ev.Payload) {
+			return nil, ErrUnstorablePayload
+		}
+	}
+	expanded, origin, err := a.expandMatches(ctx, tx, events)
+	if err != nil {
+		return nil, err
+	}
+	var results []Result
+	if len(expanded) > 0 {
+		if results, err = a.applyBatch(ctx, tx, expanded); err != nil {
+			return nil, err
+		}
+	}
+	results = foldMatches(events, origin, results)
+	if err := a.recordUnmatched(ctx, tx, unmatchedOf(events, results)); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
 	results := make([]Result, len(events))
 	ids := make([]uuid.UUID, 0, len(events))
 	for _, ev := range events {
@@ -53,12 +80,12 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 			slow = append(slow, i) // not found or id mismatch: classified (and logged) there
 			continue
 		}
-		outcome, err := w.decide(ev, ev.key(), now)
+		outcome, name, err := w.decide(ev, ev.key(), now)
 		if err != nil {
 			return nil, err
 		}
 		touched[w] = append(touched[w], i)
-		results[i] = Result{Outcome: outcome, WaitStateID: w.row.ID, NodeID: w.row.NodeID, Status: w.row.Status,
+		results[i] = Result{Outcome: outcome, Event: name, WaitStateID: w.row.ID, NodeID: w.row.NodeID, Status: w.row.Status,
 			Version: loaded[w] + int64(w.applied), TraceParent: deref(w.row.TraceParent), FirstEvent: w.firstEvent(outcome)}
 	}
 
@@ -90,6 +117,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 			p.TimedOutEvents = append(p.TimedOutEvents, w.timedOutJSON())
 			p.ApiResponseData = append(p.ApiResponseData, w.row.ApiResponseData)
 			p.KafkaEventData = append(p.KafkaEventData, w.row.KafkaEventData)
+			p.EventData = append(p.EventData, w.eventData())
 			p.Statuses = append(p.Statuses, w.row.Status)
 			p.Outputs = append(p.Outputs, output)
 		}

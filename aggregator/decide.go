@@ -37,52 +37,134 @@ func decodeWait(row dbsqlc.ExecutionWaitState) (*wait, error) {
 
 // decide judges one event against the wait and, when it applies, records it in memory:
 // received events, payload, status. Nothing is written; the caller persists the result
-// behind the version fence of the row it loaded.
-func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, error) {
-	if i := slices.IndexFunc(w.received, func(r Received) bool { return r.Name == ev.Name }); i >= 0 {
+// behind the version fence of the row it loaded. It returns the expected event the
+// arrival was judged as (a Kafka record correlated by ids names none: it is the wait's
+// Kafka event its topic, type and filter select).
+func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, error) {
+	name := ev.Name
+	if name == "" {
+		var outcome Outcome
+		var err error
+		if name, outcome, err = w.resolveKafka(ev, key); err != nil || outcome != "" {
+			return outcome, name, err
+		}
+	}
+	if i := slices.IndexFunc(w.received, func(r Received) bool { return r.Name == name }); i >= 0 {
 		switch {
 		case w.received[i].Key == key:
-			return Duplicate, nil
+			return Duplicate, name, nil
 		case w.row.Status != StatusWaiting:
-			return Late, nil
+			return Late, name, nil
 		default:
-			return AlreadyRecorded, nil
+			return AlreadyRecorded, name, nil
 		}
 	}
-	if !slices.Contains(w.enabled, ev.Name) {
-		return NotExpected, nil
+	if !slices.Contains(w.enabled, name) {
+		return NotExpected, name, nil
 	}
-	if ev.Source.Kind == "kafka" {
+	if ev.Source.Kind != SourceCallback || name != EventAPIResponse {
+		// Everything but the design note's callback checks where the event may come from
+		// and what it must hold; the seed's api_response is decided without decoding.
 		if err := w.decodeExpected(); err != nil {
-			return "", err
+			return "", name, err
 		}
-		if !matchesKafka(w.expected, ev) {
-			return FilterMismatch, nil
+		exp := w.expectedByName(name)
+		if exp == nil || !sourceFits(exp.Source, ev.Source.Kind) {
+			return NotExpected, name, nil
+		}
+		if !exp.accepts(ev) {
+			return FilterMismatch, name, nil
 		}
 	}
-	if w.row.Status != StatusWaiting || w.eventPastDeadline(ev.Name, now) || w.endedByDeadline(now) {
-		return Late, nil
+	if w.row.Status != StatusWaiting || w.eventPastDeadline(name, now) || w.endedByDeadline(now) {
+		return Late, name, nil
 	}
-	w.received = append(w.received, Received{Name: ev.Name, ReceivedAt: now, Source: ev.Source, Key: key})
+	w.received = append(w.received, Received{Name: name, ReceivedAt: now, Source: ev.Source, Key: key})
 	payload := ev.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	}
-	switch ev.Name {
+	switch name {
 	case EventAPIResponse:
 		w.row.ApiResponseData = payload
 	case EventKafka:
 		w.row.KafkaEventData = payload
+	default:
+		if err := w.setEventData(name, payload); err != nil {
+			return "", name, err
+		}
 	}
 	w.applied++
 	if Satisfied(w.row.AggregationStrategy, w.enabled, w.required, w.receivedNames()) {
 		if err := w.notePassedDeadlines(now); err != nil {
-			return "", err
+			return "", name, err
 		}
 		w.row.Status = StatusCompleted
-		return Completed, nil
+		return Completed, name, nil
 	}
-	return Recorded, nil
+	return Recorded, name, nil
+}
+
+// resolveKafka names the expected event a Kafka record correlated by the two ids is:
+// among the wait's Kafka events not correlated by payload match, those whose topic, type
+// and filter the record satisfies, the first not yet received. A non-empty outcome ends
+// the decision there.
+func (w *wait) resolveKafka(ev Event, key string) (string, Outcome, error) {
+	if err := w.decodeExpected(); err != nil {
+		return "", "", err
+	}
+	for _, r := range w.received {
+		if r.Key == key && r.Source.Kind == SourceKafka {
+			return r.Name, Duplicate, nil
+		}
+	}
+	var fits []string
+	for i := range w.expected {
+		e := &w.expected[i]
+		if e.Source == SourceKafka && e.Match == nil && e.accepts(ev) {
+			fits = append(fits, e.Name)
+		}
+	}
+	if len(fits) == 0 {
+		return "", FilterMismatch, nil
+	}
+	for _, name := range fits {
+		if !slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == name }) {
+			return name, "", nil
+		}
+	}
+	return fits[0], "", nil // all received: decided as the first, which reports why not
+}
+
+// sourceFits says whether an arrival of kind may be an expected event of source.
+func sourceFits(expected, kind string) bool {
+	return expected == kind
+}
+
+func (w *wait) expectedByName(name string) *Expected {
+	for i := range w.expected {
+		if w.expected[i].Name == name {
+			return &w.expected[i]
+		}
+	}
+	return nil
+}
+
+// setEventData stores a named event's payload under its name in event_data.
+func (w *wait) setEventData(name string, payload json.RawMessage) error {
+	m := map[string]json.RawMessage{}
+	if len(w.row.EventData) > 0 {
+		if err := json.Unmarshal(w.row.EventData, &m); err != nil {
+			return fmt.Errorf("decode event_data of wait %s: %w", w.row.ID, err)
+		}
+	}
+	m[name] = payload
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	w.row.EventData = b
+	return nil
 }
 
 // receivedNames lists the names of the events received, in arrival order.
@@ -120,6 +202,14 @@ func (w *wait) output() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(out)
+}
+
+// eventData is what event_data is written as: the row's, or {} for a row that has none.
+func (w *wait) eventData() []byte {
+	if len(w.row.EventData) == 0 {
+		return []byte("{}")
+	}
+	return w.row.EventData
 }
 
 // firstEvent names the event that arrived first when outcome completed the wait.

@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
@@ -82,6 +86,10 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 			next = at
 		}
 	}
+	keys, typeKeys := registrationKeys(expected)
+	if err := a.admit(ctx, tx, typeKeys); err != nil {
+		return dbsqlc.ExecutionWaitState{}, err
+	}
 	var js [4][]byte
 	for i, v := range []any{required, enabled, expected, mapping} {
 		if js[i], err = json.Marshal(v); err != nil {
@@ -106,6 +114,7 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		WaitType:            WaitTypeEvents,
 		Status:              StatusWaiting,
 		TraceParent:         nullable(r.TraceParent),
+		MatchKeys:           append(keys, typeKeys...),
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
@@ -117,6 +126,43 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		}
 	}
 	return ws, nil
+}
+
+// TooManyWaitersError refuses a wait whose match type already has the configured number
+// of open waiters (admission control, seed 002): the lookup of one incoming record stays
+// bounded. The executor fails the node with it.
+type TooManyWaitersError struct {
+	Topic, Type string
+	Max         int
+}
+
+func (e *TooManyWaitersError) Error() string {
+	t := "topic " + strconv.Quote(e.Topic)
+	if e.Type != "" {
+		t += " type " + strconv.Quote(e.Type)
+	}
+	return fmt.Sprintf("too many waiters: %s already has %d open waits matched by payload (--max-waiters-per-type)", t, e.Max)
+}
+
+// admit checks the admission limit of each match type, under a per-type transaction
+// lock so that concurrent registrations cannot pass it together.
+func (a *Aggregator) admit(ctx context.Context, tx pgx.Tx, typeKeys []string) error {
+	for _, k := range typeKeys {
+		if err := a.q.WaitStateLockMatchType(ctx, tx, k); err != nil {
+			return fmt.Errorf("lock match type: %w", err)
+		}
+		n, err := a.q.WaitStateCountMatchWaiters(ctx, tx, dbsqlc.WaitStateCountMatchWaitersParams{Key: k, Max: int32(a.cfg.MaxWaitersPerType)})
+		if err != nil {
+			return fmt.Errorf("count match waiters: %w", err)
+		}
+		if n >= int64(a.cfg.MaxWaitersPerType) {
+			parts := strings.SplitN(k, keySep, 3)
+			e := &TooManyWaitersError{Topic: parts[1], Type: parts[2], Max: a.cfg.MaxWaitersPerType}
+			a.ins.admission.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", e.Topic), attribute.String("type", e.Type)))
+			return e
+		}
+	}
+	return nil
 }
 
 // FailCall fails a wait whose required outbound call finally failed, unless the reply

@@ -26,10 +26,36 @@ type Expected struct {
 	// DeadlineAt is the event's own deadline, set at registration from TimeoutMS: an
 	// event that has not arrived by then times out, and no longer counts if it arrives.
 	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
-	// Filter lists payload fields (dot paths) that must equal the given values for a
-	// Kafka record to count as this event.
+	// Filter lists payload fields (dot paths) that must equal the given values for an
+	// event to count as this one.
 	Filter map[string]any `json:"filter,omitempty"`
+	// Type is a send event's type, or the top-level type field a Kafka record must carry.
+	Type string `json:"type,omitempty"`
+	// Match, for a Kafka event correlated by its payload: the dot path and the value
+	// (canonical JSON, resolved at registration) it must hold.
+	Match *ExpectedMatch `json:"match,omitempty"`
+	// Buffer is a send event's buffer policy: fifo (default) or last_write_wins.
+	Buffer string `json:"buffer,omitempty"`
 }
+
+// ExpectedMatch is a payload match resolved at registration.
+type ExpectedMatch struct {
+	Left  string `json:"left"`
+	Value string `json:"value"` // canonical JSON of the scalar (MatchValue)
+}
+
+// Event sources an expected event can have.
+const (
+	SourceCallback = "callback"
+	SourceKafka    = "kafka"
+	SourceSend     = "send"
+)
+
+// Buffer policies of send events.
+const (
+	BufferFIFO          = "fifo"
+	BufferLastWriteWins = "last_write_wins"
+)
 
 // RequiredSet returns the events a strategy waits for, which is what is stored in
 // required_events. For "any" it is empty: any one enabled event satisfies it.

@@ -31,6 +31,10 @@ type instruments struct {
 	timeouts    metric.Int64Counter
 	timersFired metric.Int64Counter
 	dbErrors    metric.Int64Counter
+	unmatched   metric.Int64Counter
+	admission   metric.Int64Counter
+	buffered    metric.Int64Counter
+	deadLetters metric.Int64Counter
 }
 
 func (a *Aggregator) initTelemetry() error {
@@ -57,6 +61,10 @@ func (a *Aggregator) initTelemetry() error {
 		{&in.timeouts, "rendezvous.timeouts", "Waits ended by a deadline, by on_timeout and outcome (continue, partial, fail)."},
 		{&in.timersFired, "rendezvous.timers.fired", "Wait-node timers that resumed their node."},
 		{&in.dbErrors, telemetry.DatabaseErrorsName, telemetry.DatabaseErrorsDescription},
+		{&in.unmatched, "rendezvous.events.unmatched", "Events that matched nothing, by reason (as listed by GET /api/v1/events/unmatched)."},
+		{&in.admission, "rendezvous.waits.rejected", "Waits refused at registration because their match type has --max-waiters-per-type open waiters, by type."},
+		{&in.buffered, "rendezvous.events.buffered", "Events sent to an execution before a node waited for their type, by outcome (buffered, taken, superseded, expired, execution_finished)."},
+		{&in.deadLetters, "rendezvous.events.dead_lettered", "Buffered events moved to event_dead_letters, by reason (expired, superseded)."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
 			return err
@@ -74,6 +82,9 @@ func (a *Aggregator) initTelemetry() error {
 		for _, outcome := range []string{"fail", "continue", "partial"} {
 			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", onTimeout), attribute.String("outcome", outcome)))
 		}
+	}
+	for _, reason := range UnmatchedReasons {
+		in.unmatched.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
 	in.conflicts.Add(ctx, 0)
 	in.timersFired.Add(ctx, 0)
@@ -163,6 +174,9 @@ func (a *Aggregator) Observe(ctx context.Context, events []Event, results []Resu
 		}
 		if res.Conflicts > 0 {
 			a.ins.conflicts.Add(ctx, int64(res.Conflicts))
+		}
+		if reason := reasonOf(res.Outcome); reason != "" {
+			a.countUnmatched(ctx, reason)
 		}
 		if res.Outcome == Completed && res.FirstEvent != "" {
 			a.ins.firstEvent.Add(ctx, 1, metric.WithAttributes(attribute.String("event", res.FirstEvent)))

@@ -147,16 +147,40 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 	}
 	for _, e := range expected {
 		exp := aggregator.Expected{
-			Name: e.Name, Source: e.Source, Topic: e.Topic, Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(),
+			Name: e.Name, Source: e.Source, Topic: e.Topic, Type: e.Type, Filter: e.Filter, Buffer: e.Buffer,
+			Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(),
 		}
-		if e.Name == workflow.EventKafka && cfg.KafkaEvent != nil {
-			exp.Filter = cfg.KafkaEvent.Filter
+		if e.Match != nil {
+			// Resolved now, once: the value is stored with the wait and indexed, so a record
+			// is matched by a lookup, whatever later happens to the execution's data.
+			v, err := template.Render(e.Match.RightTemplate(), rc.Scope)
+			if err != nil {
+				return Failed("event %s: match.right %s: %v", e.Name, e.Match.Right, err), nil
+			}
+			val, ok := aggregator.MatchValue(v)
+			if !ok {
+				return Failed("event %s: match.right %s resolved to %s; it must be a string, number or boolean", e.Name, e.Match.Right, describe(v)), nil
+			}
+			exp.Match = &aggregator.ExpectedMatch{Left: e.Match.Left, Value: val}
 		}
 		reg.Expected = append(reg.Expected, exp)
 	}
 	return Outcome{Status: OutcomeWaiting, Wait: reg, Output: map[string]any{
 		"status": "waiting", "correlation_id": correlationID.String(), "execution_id": rc.ExecutionID.String(),
 	}}, nil
+}
+
+// describe names a JSON value's kind for an error message.
+func describe(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // Request is a rendered outbound HTTP request.

@@ -276,7 +276,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		out.Wait.TraceParent = telemetry.TraceParent(ctx)
 	}
 
-	var notifyOutbox, enqueued, discarded bool
+	var notifyOutbox, enqueued, discarded, continued bool
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
 		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
 		if err != nil {
@@ -299,6 +299,11 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			return e.failNode(ctx, tx, st, job.NodeID, out.Error)
 		case OutcomeWaiting:
 			ws, err := e.agg.Register(ctx, tx, *out.Wait)
+			var tooMany *aggregator.TooManyWaitersError
+			if errors.As(err, &tooMany) {
+				out = Failed("%v", tooMany)
+				return e.failNode(ctx, tx, st, job.NodeID, out.Error)
+			}
 			if err != nil {
 				return fmt.Errorf("register wait: %w", err)
 			}
@@ -311,6 +316,13 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 				return fmt.Errorf("mark node waiting: %w", err)
 			}
 			st.setNode(job.NodeID, nodeWaiting, raw)
+			// Events sent to the execution before it reached this wait are taken now; if
+			// they satisfy it, it completes in this transaction and never suspends.
+			taken, err := e.agg.TakeBuffered(ctx, tx, ws)
+			if err != nil {
+				return fmt.Errorf("take buffered events: %w", err)
+			}
+			continued = taken.Outcome == aggregator.Completed
 			notifyOutbox = out.Wait.APICall
 			msg := "waiting for events"
 			if ws.WaitType == aggregator.WaitTypeTimer {
@@ -349,6 +361,9 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 	}
 	if enqueued {
 		e.WakeRunQueue()
+	}
+	if continued {
+		e.agg.Continued()
 	}
 	if notifyOutbox {
 		e.wakeOutboxQueue()

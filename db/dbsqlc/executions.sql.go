@@ -159,12 +159,24 @@ func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uui
 }
 
 const executionSetStatus = `-- name: ExecutionSetStatus :exec
-UPDATE executions
-SET status = $1::text,
-    error = $2::text,
-    updated_at = now(),
-    finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
-WHERE id = $3::uuid
+WITH e AS (
+    UPDATE executions
+    SET status = $1::text,
+        error = $2::text,
+        updated_at = now(),
+        finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+    WHERE id = $3::uuid
+    RETURNING id, status
+),
+moved AS (
+    DELETE FROM event_buffer AS b
+    USING e
+    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    RETURNING b.id, b.execution_id, b.event_type, b.event_id, b.payload, b.source, b.created_at, b.expires_at
+)
+INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
+SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'execution_finished', m.created_at
+FROM moved AS m
 `
 
 type ExecutionSetStatusParams struct {
@@ -173,18 +185,33 @@ type ExecutionSetStatusParams struct {
 	ID     uuid.UUID
 }
 
+// An execution that finishes takes its buffered events with it, into the dead letters
+// (reason execution_finished): no wait can take them any more, and none is dropped
+// silently.
 func (q *Queries) ExecutionSetStatus(ctx context.Context, db DBTX, arg ExecutionSetStatusParams) error {
 	_, err := db.Exec(ctx, executionSetStatus, arg.Status, arg.Error, arg.ID)
 	return err
 }
 
 const executionSetStatusMany = `-- name: ExecutionSetStatusMany :exec
-UPDATE executions AS e
-SET status = c.status,
-    updated_at = now(),
-    finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
-FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status) AS c
-WHERE e.id = c.id
+WITH e AS (
+    UPDATE executions AS x
+    SET status = c.status,
+        updated_at = now(),
+        finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+    FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status) AS c
+    WHERE x.id = c.id
+    RETURNING x.id, x.status
+),
+moved AS (
+    DELETE FROM event_buffer AS b
+    USING e
+    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    RETURNING b.id, b.execution_id, b.event_type, b.event_id, b.payload, b.source, b.created_at, b.expires_at
+)
+INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
+SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'execution_finished', m.created_at
+FROM moved AS m
 `
 
 type ExecutionSetStatusManyParams struct {
@@ -192,6 +219,7 @@ type ExecutionSetStatusManyParams struct {
 	Statuses []string
 }
 
+// As ExecutionSetStatus, for a batch: finishing executions dead-letter their buffers.
 func (q *Queries) ExecutionSetStatusMany(ctx context.Context, db DBTX, arg ExecutionSetStatusManyParams) error {
 	_, err := db.Exec(ctx, executionSetStatusMany, arg.Ids, arg.Statuses)
 	return err

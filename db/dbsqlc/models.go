@@ -11,6 +11,29 @@ import (
 	"github.com/google/uuid"
 )
 
+type EventBuffer struct {
+	ID          int64
+	ExecutionID uuid.UUID
+	EventType   string
+	EventID     *string
+	Payload     json.RawMessage
+	Source      json.RawMessage
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+type EventDeadLetter struct {
+	ID          int64
+	ExecutionID uuid.UUID
+	EventType   string
+	EventID     *string
+	Payload     json.RawMessage
+	Source      json.RawMessage
+	Reason      string
+	BufferedAt  time.Time
+	CreatedAt   time.Time
+}
+
 type Execution struct {
 	ID              uuid.UUID
 	WorkflowName    string
@@ -21,6 +44,12 @@ type Execution struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      *time.Time
+}
+
+type ExecutionEventID struct {
+	ExecutionID uuid.UUID
+	EventID     string
+	CreatedAt   time.Time
 }
 
 type ExecutionWaitState struct {
@@ -52,6 +81,8 @@ type ExecutionWaitState struct {
 	WaitType            string
 	Timer               json.RawMessage
 	TraceParent         *string
+	EventData           json.RawMessage
+	MatchKeys           []string
 }
 
 type NodeExecution struct {
@@ -88,6 +119,19 @@ type RunQueue struct {
 	VisibleAt   time.Time
 	ClaimedBy   *string
 	CreatedAt   time.Time
+}
+
+type UnmatchedEvent struct {
+	ID             int64
+	Reason         string
+	Source         json.RawMessage
+	EventName      *string
+	EventType      *string
+	ExecutionID    *uuid.UUID
+	CorrelationID  *uuid.UUID
+	Detail         string
+	PayloadExcerpt string
+	CreatedAt      time.Time
 }
 
 type Workflow struct {

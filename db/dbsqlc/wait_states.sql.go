@@ -51,7 +51,7 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 }
 
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz
 ORDER BY next_deadline_at
 LIMIT $2::integer
@@ -103,6 +103,8 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 			&i.WaitType,
 			&i.Timer,
 			&i.TraceParent,
+			&i.EventData,
+			&i.MatchKeys,
 		); err != nil {
 			return nil, err
 		}
@@ -112,6 +114,28 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitStateCountMatchWaiters = `-- name: WaitStateCountMatchWaiters :one
+SELECT count(*)::bigint FROM (
+    SELECT 1 FROM execution_wait_states
+    WHERE match_keys @> ARRAY[$1::text] AND status = 'waiting' AND match_keys <> '{}'
+    LIMIT $2::integer
+) AS s
+`
+
+type WaitStateCountMatchWaitersParams struct {
+	Key string
+	Max int32
+}
+
+// Open waits holding one type key, counted up to @max (the admission limit): the count
+// stops there, so a full type costs a bounded read.
+func (q *Queries) WaitStateCountMatchWaiters(ctx context.Context, db DBTX, arg WaitStateCountMatchWaitersParams) (int64, error) {
+	row := db.QueryRow(ctx, waitStateCountMatchWaiters, arg.Key, arg.Max)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const waitStateCountOpen = `-- name: WaitStateCountOpen :many
@@ -311,7 +335,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -347,12 +371,14 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -387,12 +413,14 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -434,12 +462,14 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
 
 const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 `
 
@@ -480,12 +510,14 @@ func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitState
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
 
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 FOR UPDATE
 `
@@ -527,6 +559,8 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
@@ -536,16 +570,16 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error, trace_parent
+    wait_type, timer, status, error, trace_parent, match_keys
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
     $6::jsonb, $7::jsonb, $8::jsonb,
     $9::boolean, $10::boolean, $11::text, $12::jsonb,
     $13::timestamptz, $14::timestamptz,
     $15::text, $16::jsonb, $17::text, $18::text,
-    $19::text
+    $19::text, coalesce($20::text[], '{}')
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys
 `
 
 type WaitStateInsertParams struct {
@@ -568,6 +602,7 @@ type WaitStateInsertParams struct {
 	Status              string
 	Error               *string
 	TraceParent         *string
+	MatchKeys           []string
 }
 
 func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateInsertParams) (ExecutionWaitState, error) {
@@ -591,6 +626,7 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		arg.Status,
 		arg.Error,
 		arg.TraceParent,
+		arg.MatchKeys,
 	)
 	var i ExecutionWaitState
 	err := row.Scan(
@@ -622,12 +658,14 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.WaitType,
 		&i.Timer,
 		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -669,6 +707,8 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.WaitType,
 			&i.Timer,
 			&i.TraceParent,
+			&i.EventData,
+			&i.MatchKeys,
 		); err != nil {
 			return nil, err
 		}
@@ -678,6 +718,136 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitStateListByMatchKeys = `-- name: WaitStateListByMatchKeys :many
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+WHERE match_keys && $1::text[] AND status = 'waiting' AND match_keys <> '{}'
+ORDER BY id
+`
+
+// The open waits holding any of a record's payload-match keys, through the GIN index;
+// its predicate is repeated word for word so the planner can use it.
+func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []string) ([]ExecutionWaitState, error) {
+	rows, err := db.Query(ctx, waitStateListByMatchKeys, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionWaitState
+	for rows.Next() {
+		var i ExecutionWaitState
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.CorrelationID,
+			&i.AggregationStrategy,
+			&i.RequiredEvents,
+			&i.EnabledEvents,
+			&i.ExpectedEvents,
+			&i.ApiCallEnabled,
+			&i.KafkaEventEnabled,
+			&i.ApiResponseData,
+			&i.KafkaEventData,
+			&i.ReceivedEvents,
+			&i.OnTimeout,
+			&i.OutputMapping,
+			&i.Status,
+			&i.Error,
+			&i.ResumedAt,
+			&i.ResumedBy,
+			&i.Version,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
+			&i.TraceParent,
+			&i.EventData,
+			&i.MatchKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitStateListOpenByExecution = `-- name: WaitStateListOpenByExecution :many
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+WHERE execution_id = $1::uuid AND status = 'waiting'
+ORDER BY created_at, id
+`
+
+// The waiting event waits of one execution, for an event sent to it by type; found
+// through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
+// they started waiting.
+func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, executionID uuid.UUID) ([]ExecutionWaitState, error) {
+	rows, err := db.Query(ctx, waitStateListOpenByExecution, executionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionWaitState
+	for rows.Next() {
+		var i ExecutionWaitState
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.CorrelationID,
+			&i.AggregationStrategy,
+			&i.RequiredEvents,
+			&i.EnabledEvents,
+			&i.ExpectedEvents,
+			&i.ApiCallEnabled,
+			&i.KafkaEventEnabled,
+			&i.ApiResponseData,
+			&i.KafkaEventData,
+			&i.ReceivedEvents,
+			&i.OnTimeout,
+			&i.OutputMapping,
+			&i.Status,
+			&i.Error,
+			&i.ResumedAt,
+			&i.ResumedBy,
+			&i.Version,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
+			&i.TraceParent,
+			&i.EventData,
+			&i.MatchKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitStateLockMatchType = `-- name: WaitStateLockMatchType :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' || $1::text))
+`
+
+// Serialises registrations of waiters of one match type until commit, so the admission
+// count cannot be passed by concurrent registrations. Per schema, like retention's lock.
+func (q *Queries) WaitStateLockMatchType(ctx context.Context, db DBTX, key string) error {
+	_, err := db.Exec(ctx, waitStateLockMatchType, key)
+	return err
 }
 
 const waitStateMarkResumedMany = `-- name: WaitStateMarkResumedMany :many
@@ -765,13 +935,14 @@ SET received_events = $1::jsonb,
     timed_out_events = $2::jsonb,
     api_response_data = coalesce($3::jsonb, api_response_data),
     kafka_event_data = coalesce($4::jsonb, kafka_event_data),
-    status = $5::text,
+    event_data = $5::jsonb,
+    status = $6::text,
     -- version counts applied changes: a write carrying several events adds them all.
-    version = version + $6::bigint,
+    version = version + $7::bigint,
     -- The moment of the change, not the transaction's start: a batch's transaction may
     -- have begun before its record was even produced.
     updated_at = clock_timestamp()
-WHERE id = $7::uuid AND version = $8::bigint
+WHERE id = $8::uuid AND version = $9::bigint
 RETURNING version
 `
 
@@ -780,6 +951,7 @@ type WaitStateRecordEventParams struct {
 	TimedOutEvents  json.RawMessage
 	ApiResponseData json.RawMessage
 	KafkaEventData  json.RawMessage
+	EventData       json.RawMessage
 	Status          string
 	Applied         int64
 	ID              uuid.UUID
@@ -794,6 +966,7 @@ func (q *Queries) WaitStateRecordEvent(ctx context.Context, db DBTX, arg WaitSta
 		arg.TimedOutEvents,
 		arg.ApiResponseData,
 		arg.KafkaEventData,
+		arg.EventData,
 		arg.Status,
 		arg.Applied,
 		arg.ID,
@@ -814,8 +987,9 @@ WITH input AS (
            unnest($5::jsonb[]) AS timed_out_events,
            unnest($6::jsonb[]) AS api_response_data,
            unnest($7::jsonb[]) AS kafka_event_data,
-           unnest($8::text[]) AS status,
-           unnest($9::jsonb[]) AS output
+           unnest($8::jsonb[]) AS event_data,
+           unnest($9::text[]) AS status,
+           unnest($10::jsonb[]) AS output
 ),
 w AS (
     UPDATE execution_wait_states AS e
@@ -823,6 +997,7 @@ w AS (
         timed_out_events = i.timed_out_events,
         api_response_data = coalesce(i.api_response_data, e.api_response_data),
         kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
         updated_at = clock_timestamp()
@@ -853,6 +1028,7 @@ type WaitStateRecordEventsParams struct {
 	TimedOutEvents  []json.RawMessage
 	ApiResponseData []json.RawMessage
 	KafkaEventData  []json.RawMessage
+	EventData       []json.RawMessage
 	Statuses        []string
 	Outputs         []json.RawMessage
 }
@@ -870,6 +1046,7 @@ func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitSt
 		arg.TimedOutEvents,
 		arg.ApiResponseData,
 		arg.KafkaEventData,
+		arg.EventData,
 		arg.Statuses,
 		arg.Outputs,
 	)

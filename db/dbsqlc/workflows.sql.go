@@ -10,6 +10,26 @@ import (
 	"encoding/json"
 )
 
+const workflowEventBufferTTL = `-- name: WorkflowEventBufferTTL :one
+SELECT (definition -> 'eventBufferTtl')::jsonb AS ttl
+FROM workflows
+WHERE name = $1::text AND version = $2::integer
+`
+
+type WorkflowEventBufferTTLParams struct {
+	Name    string
+	Version int32
+}
+
+// The definition's eventBufferTtl (null when absent), for events buffered for one of its
+// executions.
+func (q *Queries) WorkflowEventBufferTTL(ctx context.Context, db DBTX, arg WorkflowEventBufferTTLParams) (json.RawMessage, error) {
+	row := db.QueryRow(ctx, workflowEventBufferTTL, arg.Name, arg.Version)
+	var ttl json.RawMessage
+	err := row.Scan(&ttl)
+	return ttl, err
+}
+
 const workflowGet = `-- name: WorkflowGet :one
 SELECT name, version, definition, created_at FROM workflows
 WHERE name = $1::text AND version = $2::integer
@@ -100,6 +120,38 @@ func (q *Queries) WorkflowKafkaEventConfigs(ctx context.Context, db DBTX) ([]jso
 			return nil, err
 		}
 		items = append(items, kafka_event)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const workflowKafkaNamedEvents = `-- name: WorkflowKafkaNamedEvents :many
+SELECT DISTINCT e.event::jsonb AS event
+FROM workflows AS w,
+     jsonb_array_elements(w.definition -> 'nodes') AS n(node),
+     jsonb_array_elements(CASE WHEN jsonb_typeof(n.node -> 'data' -> 'events') = 'array'
+                               THEN n.node -> 'data' -> 'events' ELSE '[]'::jsonb END) AS e(event)
+WHERE n.node ->> 'type' = 'wait_events' AND e.event ->> 'source' = 'kafka'
+`
+
+// Every expected event with source kafka in the events list of every stored wait_events
+// node (all versions): the consumer subscribes to their topics, reads ids with the
+// default fields, and computes the payload-match keys of those with a match.
+func (q *Queries) WorkflowKafkaNamedEvents(ctx context.Context, db DBTX) ([]json.RawMessage, error) {
+	rows, err := db.Query(ctx, workflowKafkaNamedEvents)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []json.RawMessage
+	for rows.Next() {
+		var event json.RawMessage
+		if err := rows.Scan(&event); err != nil {
+			return nil, err
+		}
+		items = append(items, event)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -16,12 +16,27 @@ SELECT * FROM executions WHERE id = @id::uuid;
 SELECT * FROM executions WHERE id = @id::uuid FOR NO KEY UPDATE;
 
 -- name: ExecutionSetStatus :exec
-UPDATE executions
-SET status = @status::text,
-    error = sqlc.narg(error)::text,
-    updated_at = now(),
-    finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
-WHERE id = @id::uuid;
+-- An execution that finishes takes its buffered events with it, into the dead letters
+-- (reason execution_finished): no wait can take them any more, and none is dropped
+-- silently.
+WITH e AS (
+    UPDATE executions
+    SET status = @status::text,
+        error = sqlc.narg(error)::text,
+        updated_at = now(),
+        finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+    WHERE id = @id::uuid
+    RETURNING id, status
+),
+moved AS (
+    DELETE FROM event_buffer AS b
+    USING e
+    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    RETURNING b.*
+)
+INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
+SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'execution_finished', m.created_at
+FROM moved AS m;
 
 -- name: ExecutionListForUpdate :many
 -- Locks in id order, so that batches locking overlapping executions cannot deadlock;
@@ -29,12 +44,25 @@ WHERE id = @id::uuid;
 SELECT * FROM executions WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE;
 
 -- name: ExecutionSetStatusMany :exec
-UPDATE executions AS e
-SET status = c.status,
-    updated_at = now(),
-    finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
-FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status) AS c
-WHERE e.id = c.id;
+-- As ExecutionSetStatus, for a batch: finishing executions dead-letter their buffers.
+WITH e AS (
+    UPDATE executions AS x
+    SET status = c.status,
+        updated_at = now(),
+        finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
+    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status) AS c
+    WHERE x.id = c.id
+    RETURNING x.id, x.status
+),
+moved AS (
+    DELETE FROM event_buffer AS b
+    USING e
+    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    RETURNING b.*
+)
+INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
+SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'execution_finished', m.created_at
+FROM moved AS m;
 
 -- name: ExecutionDeleteFinishedBefore :execrows
 -- Retention: a small batch at a time, skipping rows someone holds, so no statement holds

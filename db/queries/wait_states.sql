@@ -3,14 +3,14 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error, trace_parent
+    wait_type, timer, status, error, trace_parent, match_keys
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
     @required_events::jsonb, @enabled_events::jsonb, @expected_events::jsonb,
     @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::jsonb,
     @expires_at::timestamptz, @next_deadline_at::timestamptz,
     @wait_type::text, sqlc.narg(timer)::jsonb, @status::text, sqlc.narg(error)::text,
-    sqlc.narg(trace_parent)::text
+    sqlc.narg(trace_parent)::text, coalesce(@match_keys::text[], '{}')
 )
 RETURNING *;
 
@@ -38,6 +38,7 @@ SET received_events = @received_events::jsonb,
     timed_out_events = @timed_out_events::jsonb,
     api_response_data = coalesce(sqlc.narg(api_response_data)::jsonb, api_response_data),
     kafka_event_data = coalesce(sqlc.narg(kafka_event_data)::jsonb, kafka_event_data),
+    event_data = @event_data::jsonb,
     status = @status::text,
     -- version counts applied changes: a write carrying several events adds them all.
     version = version + @applied::bigint,
@@ -91,6 +92,7 @@ WITH input AS (
            unnest(@timed_out_events::jsonb[]) AS timed_out_events,
            unnest(@api_response_data::jsonb[]) AS api_response_data,
            unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
+           unnest(@event_data::jsonb[]) AS event_data,
            unnest(@statuses::text[]) AS status,
            unnest(@outputs::jsonb[]) AS output
 ),
@@ -100,6 +102,7 @@ w AS (
         timed_out_events = i.timed_out_events,
         api_response_data = coalesce(i.api_response_data, e.api_response_data),
         kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
         updated_at = clock_timestamp()
@@ -228,3 +231,32 @@ SELECT status, count(*)::bigint AS count
 FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled')
 GROUP BY status;
+
+-- name: WaitStateListOpenByExecution :many
+-- The waiting event waits of one execution, for an event sent to it by type; found
+-- through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
+-- they started waiting.
+SELECT * FROM execution_wait_states
+WHERE execution_id = @execution_id::uuid AND status = 'waiting'
+ORDER BY created_at, id;
+
+-- name: WaitStateListByMatchKeys :many
+-- The open waits holding any of a record's payload-match keys, through the GIN index;
+-- its predicate is repeated word for word so the planner can use it.
+SELECT * FROM execution_wait_states
+WHERE match_keys && @keys::text[] AND status = 'waiting' AND match_keys <> '{}'
+ORDER BY id;
+
+-- name: WaitStateCountMatchWaiters :one
+-- Open waits holding one type key, counted up to @max (the admission limit): the count
+-- stops there, so a full type costs a bounded read.
+SELECT count(*)::bigint FROM (
+    SELECT 1 FROM execution_wait_states
+    WHERE match_keys @> ARRAY[@key::text] AND status = 'waiting' AND match_keys <> '{}'
+    LIMIT @max::integer
+) AS s;
+
+-- name: WaitStateLockMatchType :exec
+-- Serialises registrations of waiters of one match type until commit, so the admission
+-- count cannot be passed by concurrent registrations. Per schema, like retention's lock.
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' || @key::text));

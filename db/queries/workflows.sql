@@ -24,3 +24,21 @@ RETURNING *;
 SELECT DISTINCT (n.node -> 'data' -> 'kafkaEvent')::jsonb AS kafka_event
 FROM workflows AS w, jsonb_array_elements(w.definition -> 'nodes') AS n(node)
 WHERE n.node ->> 'type' = 'wait_events' AND n.node -> 'data' ? 'kafkaEvent';
+
+-- name: WorkflowKafkaNamedEvents :many
+-- Every expected event with source kafka in the events list of every stored wait_events
+-- node (all versions): the consumer subscribes to their topics, reads ids with the
+-- default fields, and computes the payload-match keys of those with a match.
+SELECT DISTINCT e.event::jsonb AS event
+FROM workflows AS w,
+     jsonb_array_elements(w.definition -> 'nodes') AS n(node),
+     jsonb_array_elements(CASE WHEN jsonb_typeof(n.node -> 'data' -> 'events') = 'array'
+                               THEN n.node -> 'data' -> 'events' ELSE '[]'::jsonb END) AS e(event)
+WHERE n.node ->> 'type' = 'wait_events' AND e.event ->> 'source' = 'kafka';
+
+-- name: WorkflowEventBufferTTL :one
+-- The definition's eventBufferTtl (null when absent), for events buffered for one of its
+-- executions.
+SELECT (definition -> 'eventBufferTtl')::jsonb AS ttl
+FROM workflows
+WHERE name = @name::text AND version = @version::integer;

@@ -1,7 +1,8 @@
 // Package api serves the management HTTP API under /api/v1: storing and validating
-// workflow definitions, starting and cancelling executions, and the operator's reads of
-// workflows, executions and wait states. It translates between HTTP and the executor;
-// every error is an RFC 7807 problem. It also serves the OpenAPI document of the whole
+// workflow definitions, starting and cancelling executions, sending events to an
+// execution by type, and the operator's reads of workflows, executions, wait states and
+// events that matched nothing. It translates between HTTP and the executor or the
+// aggregator; every error is an RFC 7807 problem. It also serves the OpenAPI document of the whole
 // HTTP surface (/openapi.json). Callbacks from external services are not here but in
 // package callbacks.
 package api
@@ -26,8 +27,8 @@ import (
 const maxDefinitionBytes = 4 << 20
 
 // Register adds the API routes, and the OpenAPI document describing them, to e.
-func Register(e *echo.Echo, ex *executor.Executor) {
-	h := &handlers{ex: ex}
+func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator) {
+	h := &handlers{ex: ex, agg: agg}
 	e.GET("/api/v1/workflows", h.listWorkflows)
 	// Echo tries the static segment first and falls back to :name for other methods, so
 	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
@@ -39,19 +40,30 @@ func Register(e *echo.Echo, ex *executor.Executor) {
 	e.GET("/api/v1/executions/:id", h.getExecution)
 	e.POST("/api/v1/executions/:id/cancel", h.cancelExecution)
 	e.POST("/api/v1/executions/:id/waits/:node/cancel", h.cancelWait)
+	e.POST("/api/v1/executions/:id/events", h.sendEvent)
+	e.GET("/api/v1/events/unmatched", h.listUnmatched)
+	e.GET("/api/v1/events/dead-letters", h.listDeadLetters)
 	e.GET("/api/v1/wait-states", h.listWaitStates)
 	e.GET("/api/v1/wait-states/:id", h.getWaitState)
 	e.GET(OpenAPIPath, serveOpenAPI)
 }
 
-type handlers struct{ ex *executor.Executor }
+type handlers struct {
+	ex  *executor.Executor
+	agg *aggregator.Aggregator
+}
 
 func readBody(c echo.Context) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxDefinitionBytes+1))
+	return readBodyUpTo(c, maxDefinitionBytes)
+}
+
+// readBodyUpTo reads a body of at most limit bytes; a larger one is a 413 problem.
+func readBodyUpTo(c echo.Context, limit int) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, int64(limit)+1))
 	if err != nil {
 		return nil, problem.New(http.StatusBadRequest, "could not read body: "+err.Error())
 	}
-	if len(body) > maxDefinitionBytes {
+	if len(body) > limit {
 		return nil, problem.New(http.StatusRequestEntityTooLarge, "body too large").WithType("body-too-large")
 	}
 	return body, nil

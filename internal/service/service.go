@@ -221,7 +221,7 @@ func (s *Service) init(ctx context.Context) error {
 			}
 			return false
 		})))
-	api.Register(e, ex)
+	api.Register(e, ex, agg)
 	api.RegisterSchemas(e)
 	ui.Register(e)
 	cb.Register(e)

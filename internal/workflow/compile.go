@@ -86,6 +86,8 @@ func (c *compiler) compile(raw []byte) *Workflow {
 	def.Name, _ = c.str(top, "", "name")
 	fields, _ := doc.(map[string]any)
 	def.Vars, _ = fields["vars"].(map[string]any)
+	top0 := &object{m: fields, errs: &c.errs, rejected: c.rejected}
+	def.EventBufferTTL = top0.duration("eventBufferTtl", 0)
 	nodeRaws, _ := asArray(top["nodes"])
 	nodes, configs := c.nodes(nodeRaws)
 	def.Nodes = nodes

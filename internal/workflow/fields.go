@@ -222,6 +222,18 @@ func (o *object) duration(key string, def time.Duration) time.Duration {
 	return d
 }
 
+// ParseDurationJSON reads a duration as stored in a definition (a JSON number
+// of seconds or a duration string), for values read back from the database.
+func ParseDurationJSON(raw []byte) (time.Duration, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return 0, err
+	}
+	return parseDuration(v)
+}
+
 func parseDuration(v any) (time.Duration, error) {
 	var d time.Duration
 	switch x := v.(type) {

@@ -3,6 +3,7 @@ package workflow
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
@@ -21,7 +22,24 @@ var eventNames = []string{EventAPIResponse, EventKafka}
 const (
 	SourceCallback = "callback"
 	SourceKafka    = "kafka"
+	// SourceSend is an event sent to an execution by type (POST
+	// /api/v1/executions/{id}/events or the Kafka events topic).
+	SourceSend = "send"
 )
+
+// Buffer policies of a send event: which of the events sent before the
+// node reached its wait the wait takes.
+const (
+	BufferFIFO          = "fifo"
+	BufferLastWriteWins = "last_write_wins"
+)
+
+// MatchOpEq is the only payload-match comparison.
+const MatchOpEq = "eq"
+
+// DefaultEventBufferTTL is how long an event sent to an execution waits for a
+// node to wait for its type, when the definition gives no eventBufferTtl.
+const DefaultEventBufferTTL = 24 * time.Hour
 
 // Aggregation strategies decide when a wait_events node is satisfied.
 const (
@@ -54,6 +72,7 @@ const (
 type WaitEvents struct {
 	APICall             *APICall          // nil when absent or enabled:false
 	KafkaEvent          *KafkaEvent       // nil when absent or enabled:false
+	Events              []NamedEvent      // the events list, in order
 	AggregationStrategy string            // "all" (default) | "any" | "required_only" | "custom"
 	RequiredEvents      []string          // event names, for "custom"
 	Timeout             time.Duration     // overall, default 300s
@@ -86,16 +105,54 @@ type KafkaEvent struct {
 	Required           bool           // default true
 }
 
-// ExpectedEvent is one event an enabled wait_events node waits for.
-type ExpectedEvent struct {
-	Name     string // EventAPIResponse or EventKafka
-	Source   string // SourceCallback or SourceKafka
-	Topic    string // Kafka topic, empty for callbacks
-	Required bool
-	Timeout  time.Duration
+// NamedEvent is one entry of a wait_events node's events list.
+type NamedEvent struct {
+	Name   string
+	Source string // SourceCallback | SourceKafka | SourceSend
+	Topic  string // Kafka topic, source kafka only
+	// Type is the type a send event is sent with, or the top-level "type" field
+	// a Kafka record must carry; empty for none.
+	Type     string
+	Match    *Match         // source kafka only; nil: correlated by the two ids
+	Filter   map[string]any // dot path -> scalar the payload must hold
+	Timeout  time.Duration  // default: the node's overall timeout
+	Required bool           // default true
+	Buffer   string         // source send: BufferFIFO (default) | BufferLastWriteWins
 }
 
-// Expected returns the enabled events, api_response first.
+// Match correlates a Kafka record by its payload: the value at Left (a dot
+// path in the record) must equal Right, a reference resolved when the wait is
+// registered.
+type Match struct {
+	Left  string
+	Op    string // MatchOpEq
+	Right string // input.<path> | nodes.<id>.output.<path> | _vars.<name>[.<path>]
+}
+
+// RightTemplate is Right as a template placeholder, for rendering against
+// the execution's scope: input.x reads the execution input (_trigger).
+func (m *Match) RightTemplate() string {
+	if rest, ok := strings.CutPrefix(m.Right, "input."); ok {
+		return "@{_trigger." + rest + "}"
+	}
+	return "@{" + m.Right + "}"
+}
+
+// ExpectedEvent is one event an enabled wait_events node waits for.
+type ExpectedEvent struct {
+	Name     string // EventAPIResponse, EventKafka or a name of the events list
+	Source   string // SourceCallback, SourceKafka or SourceSend
+	Topic    string // Kafka topic, empty for other sources
+	Type     string
+	Match    *Match
+	Filter   map[string]any
+	Required bool
+	Timeout  time.Duration
+	Buffer   string
+}
+
+// Expected returns the enabled events: api_response, kafka_event, then the
+// events list in order.
 func (w *WaitEvents) Expected() []ExpectedEvent {
 	var out []ExpectedEvent
 	if w == nil {
@@ -105,7 +162,12 @@ func (w *WaitEvents) Expected() []ExpectedEvent {
 		out = append(out, ExpectedEvent{Name: EventAPIResponse, Source: SourceCallback, Required: w.APICall.Required, Timeout: w.APICall.Timeout})
 	}
 	if w.KafkaEvent != nil {
-		out = append(out, ExpectedEvent{Name: EventKafka, Source: SourceKafka, Topic: w.KafkaEvent.Topic, Required: w.KafkaEvent.Required, Timeout: w.KafkaEvent.Timeout})
+		out = append(out, ExpectedEvent{Name: EventKafka, Source: SourceKafka, Topic: w.KafkaEvent.Topic, Filter: w.KafkaEvent.Filter,
+			Required: w.KafkaEvent.Required, Timeout: w.KafkaEvent.Timeout})
+	}
+	for _, e := range w.Events {
+		out = append(out, ExpectedEvent{Name: e.Name, Source: e.Source, Topic: e.Topic, Type: e.Type, Match: e.Match,
+			Filter: e.Filter, Required: e.Required, Timeout: e.Timeout, Buffer: e.Buffer})
 	}
 	return out
 }
@@ -118,7 +180,7 @@ func (w *WaitEvents) enabled(name string) bool {
 	case EventKafka:
 		return w.KafkaEvent != nil
 	}
-	return false
+	return slices.ContainsFunc(w.Events, func(e NamedEvent) bool { return e.Name == name })
 }
 
 // ParseWaitEventsNode is the NodeParser for wait_events nodes; config is a
@@ -138,6 +200,7 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 	w := &WaitEvents{
 		APICall:             parseAPICall(o, overall),
 		KafkaEvent:          parseKafkaEvent(o, overall),
+		Events:              parseEvents(o, overall),
 		AggregationStrategy: o.str("aggregationStrategy", StrategyAll),
 		RequiredEvents:      o.stringSlice("requiredEvents"),
 		Timeout:             overall,
@@ -152,8 +215,12 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 		for i, e := range arr {
 			name, ok := e.(string)
 			p := indexPath(reqPath, i)
-			if ok && !o.rejected[p] && slices.Contains(eventNames, name) && !w.enabled(name) {
-				errs.add(p, "names disabled event %q", name)
+			if ok && !o.rejected[p] && !w.enabled(name) {
+				if slices.Contains(eventNames, name) {
+					errs.add(p, "names disabled event %q", name)
+				} else {
+					errs.add(p, "names no event of this node: %q is neither an enabled api_response/kafka_event nor in events", name)
+				}
 			}
 		}
 	}
@@ -215,21 +282,79 @@ func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
 		Timeout:            c.duration("timeout", overall),
 		Required:           c.boolean("required", true),
 	}
-	if f := c.child("filter"); f != nil {
-		k.Filter = make(map[string]any, len(f.m))
-		for _, key := range sortedKeys(f.m) {
-			p := f.p(key)
-			if o.rejected[p] {
-				continue
-			}
-			if _, err := dotpath.Split(key); err != nil {
-				c.errs.add(p, "invalid dot path %q: %v", key, err)
-				continue
-			}
-			k.Filter[key] = f.m[key]
-		}
-	}
+	k.Filter = parseFilter(c)
 	return k
+}
+
+// parseFilter reads an optional filter object: dot path -> scalar.
+func parseFilter(c *object) map[string]any {
+	f := c.child("filter")
+	if f == nil {
+		return nil
+	}
+	out := make(map[string]any, len(f.m))
+	for _, key := range sortedKeys(f.m) {
+		p := f.p(key)
+		if c.rejected[p] {
+			continue
+		}
+		if _, err := dotpath.Split(key); err != nil {
+			c.errs.add(p, "invalid dot path %q: %v", key, err)
+			continue
+		}
+		out[key] = f.m[key]
+	}
+	return out
+}
+
+// parseEvents reads the events list. The schema checks each entry's shape and
+// which fields its source allows; here: unique names, names other than the
+// two events of apiCall/kafkaEvent, dot paths, and match references.
+func parseEvents(o *object, overall time.Duration) []NamedEvent {
+	arr, ok := o.m["events"].([]any)
+	if !ok {
+		return nil
+	}
+	lp := o.p("events")
+	var out []NamedEvent
+	seen := map[string]bool{}
+	for i, raw := range arr {
+		m, ok := raw.(map[string]any)
+		if !ok {
+			continue
+		}
+		c := &object{path: indexPath(lp, i), m: m, errs: o.errs, rejected: o.rejected}
+		e := NamedEvent{
+			Name:     c.str("name", ""),
+			Source:   c.str("source", ""),
+			Topic:    c.str("topic", ""),
+			Type:     c.str("type", ""),
+			Filter:   parseFilter(c),
+			Timeout:  c.duration("timeout", overall),
+			Required: c.boolean("required", true),
+		}
+		if e.Source == SourceSend {
+			e.Buffer = c.str("buffer", BufferFIFO)
+		}
+		if _, ok := c.checkable("name"); ok {
+			switch {
+			case slices.Contains(eventNames, e.Name):
+				c.errs.add(c.p("name"), "%q is reserved for %s; give this event another name", e.Name,
+					map[string]string{EventAPIResponse: "apiCall", EventKafka: "kafkaEvent"}[e.Name])
+			case seen[e.Name]:
+				c.errs.add(c.p("name"), "duplicate event name %q", e.Name)
+			}
+			seen[e.Name] = true
+		}
+		if mc := c.child("match"); mc != nil {
+			e.Match = &Match{Left: mc.dotPathField("left", ""), Op: mc.str("op", MatchOpEq), Right: mc.str("right", "")}
+			if _, ok := mc.checkable("right"); ok {
+				checkTemplate(c.errs, mc.p("right"), e.Match.RightTemplate())
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // parseOutputMapping reads outputMapping, or builds the default mapping
@@ -243,6 +368,11 @@ func parseOutputMapping(o *object, w *WaitEvents) map[string]string {
 		}
 		if w.KafkaEvent != nil {
 			m["kafkaEvent"] = EventKafka
+		}
+		for _, e := range w.Events {
+			if _, taken := m[e.Name]; !taken {
+				m[e.Name] = e.Name
+			}
 		}
 		return m
 	}
@@ -258,8 +388,10 @@ func parseOutputMapping(o *object, w *WaitEvents) map[string]string {
 		switch {
 		case err != nil:
 			o.errs.add(p, "invalid dot path %q: %v", val, err)
-		case len(segs) > 0 && !w.enabled(segs[0]):
+		case len(segs) > 0 && !w.enabled(segs[0]) && slices.Contains(eventNames, segs[0]):
 			o.errs.add(p, "names disabled event %q", segs[0])
+		case len(segs) > 0 && !w.enabled(segs[0]):
+			o.errs.add(p, "names no event of this node: %q is neither an enabled api_response/kafka_event nor in events", segs[0])
 		}
 	}
 	return m

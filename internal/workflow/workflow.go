@@ -20,14 +20,18 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Definition is the JSON document describing a workflow.
 type Definition struct {
-	Name  string         `json:"name"`
-	Vars  map[string]any `json:"vars,omitempty"`
-	Nodes []Node         `json:"nodes"`
-	Edges []Edge         `json:"edges,omitempty"`
+	Name string         `json:"name"`
+	Vars map[string]any `json:"vars,omitempty"`
+	// EventBufferTTL is eventBufferTtl: how long an event sent to an execution
+	// waits for a node to wait for its type; 0 means DefaultEventBufferTTL.
+	EventBufferTTL time.Duration `json:"-"`
+	Nodes          []Node        `json:"nodes"`
+	Edges          []Edge        `json:"edges,omitempty"`
 }
 
 // Node is one step of a definition; Data is interpreted by the parser

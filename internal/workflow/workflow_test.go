@@ -91,7 +91,7 @@ func TestCompileOrderFlow(t *testing.T) {
 	}, w)
 	require.Equal(t, []ExpectedEvent{
 		{Name: EventAPIResponse, Source: SourceCallback, Required: true, Timeout: 600 * time.Second},
-		{Name: EventKafka, Source: SourceKafka, Topic: "payments.completed", Required: true, Timeout: 600 * time.Second},
+		{Name: EventKafka, Source: SourceKafka, Topic: "payments.completed", Filter: map[string]any{"data.status": "ok"}, Required: true, Timeout: 600 * time.Second},
 	}, w.Expected())
 
 	fetch, _ := wf.Node("fetch-order")

@@ -1,0 +1,303 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Why an event matched nothing, as listed by GET /api/v1/events/unmatched and counted
+// by rendezvous.events.unmatched. The question users ask most is "why did my event not
+// match": every event that was not applied to a wait leaves one of these.
+const (
+	UnmatchedNoExecution       = "no_execution"       // sent to an execution that does not exist
+	UnmatchedExecutionFinished = "execution_finished" // sent to a finished execution (409)
+	UnmatchedBuffered          = "buffered"           // no node waits for its type yet: held in the buffer
+	UnmatchedMatchValueDiffers = "match_value_differs"
+	UnmatchedFilterFailed      = "filter_failed"
+	UnmatchedIDMismatch        = "id_mismatch"
+	UnmatchedDuplicate         = "duplicate"
+	UnmatchedNoWait            = "no_wait"          // ids of no wait
+	UnmatchedLate              = "late"             // the wait had already ended
+	UnmatchedNotExpected       = "not_expected"     // the wait does not expect such an event
+	UnmatchedAlreadyRecorded   = "already_recorded" // the wait holds a different event of that name
+)
+
+// UnmatchedReasons lists every reason, for metrics that must exist at zero.
+var UnmatchedReasons = []string{
+	UnmatchedNoExecution, UnmatchedExecutionFinished, UnmatchedBuffered, UnmatchedMatchValueDiffers,
+	UnmatchedFilterFailed, UnmatchedIDMismatch, UnmatchedDuplicate, UnmatchedNoWait, UnmatchedLate,
+	UnmatchedNotExpected, UnmatchedAlreadyRecorded,
+}
+
+// unmatchedExcerptBytes bounds the payload kept with an unmatched event.
+const unmatchedExcerptBytes = 512
+
+// unmatched is one row of unmatched_events.
+type unmatched struct {
+	reason        string
+	source        Source
+	name, typ     string
+	executionID   uuid.UUID
+	correlationID uuid.UUID
+	detail        string
+	payload       []byte
+}
+
+// reasonOf maps a decision that applied nothing to its unmatched reason; "" for one
+// that applied.
+func reasonOf(o Outcome) string {
+	switch o {
+	case NotFound:
+		return UnmatchedNoWait
+	case IDMismatch:
+		return UnmatchedIDMismatch
+	case FilterMismatch:
+		return UnmatchedFilterFailed
+	case Duplicate:
+		return UnmatchedDuplicate
+	case Late:
+		return UnmatchedLate
+	case NotExpected:
+		return UnmatchedNotExpected
+	case AlreadyRecorded:
+		return UnmatchedAlreadyRecorded
+	case NoMatch:
+		return UnmatchedMatchValueDiffers
+	}
+	return ""
+}
+
+func unmatchedOf(events []Event, results []Result) []unmatched {
+	var out []unmatched
+	for i, res := range results {
+		reason := reasonOf(res.Outcome)
+		if reason == "" {
+			continue
+		}
+		ev := events[i]
+		u := unmatched{reason: reason, source: ev.Source, name: res.Event, executionID: ev.ExecutionID,
+			correlationID: ev.CorrelationID, payload: ev.Payload}
+		if u.name == "" {
+			u.name = ev.Name
+		}
+		switch res.Outcome {
+		case NoMatch:
+			u.detail = "no open wait expects the value this record holds"
+		case Late:
+			u.detail = "the wait is already " + res.Status
+		case NotFound:
+			u.detail = "no wait has this execution_id and correlation_id"
+		case IDMismatch:
+			u.detail = "the correlation id belongs to another execution, or the execution has no wait with it"
+		}
+		if res.NodeID != "" {
+			u.detail = join(u.detail, "node "+res.NodeID)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// excerpt cuts a payload to a bounded, valid UTF-8 prefix.
+func excerpt(b []byte) string {
+	if len(b) <= unmatchedExcerptBytes {
+		return string(b)
+	}
+	cut := unmatchedExcerptBytes
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + "…"
+}
+
+// recordUnmatched writes rows to unmatched_events inside the caller's transaction, so a
+// row exists exactly when the decision it explains committed.
+func (a *Aggregator) recordUnmatched(ctx context.Context, tx pgx.Tx, rows []unmatched) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var p dbsqlc.UnmatchedEventInsertManyParams
+	for _, u := range rows {
+		src, err := json.Marshal(u.source)
+		if err != nil {
+			return err
+		}
+		p.Reasons = append(p.Reasons, u.reason)
+		p.Sources = append(p.Sources, src)
+		p.EventNames = append(p.EventNames, u.name)
+		p.EventTypes = append(p.EventTypes, u.typ)
+		p.ExecutionIds = append(p.ExecutionIds, u.executionID)
+		p.CorrelationIds = append(p.CorrelationIds, u.correlationID)
+		p.Details = append(p.Details, u.detail)
+		p.PayloadExcerpts = append(p.PayloadExcerpts, excerpt(u.payload))
+	}
+	if err := a.q.UnmatchedEventInsertMany(ctx, tx, p); err != nil {
+		return fmt.Errorf("record unmatched events: %w", err)
+	}
+	return nil
+}
+
+// countUnmatched counts committed unmatched events by reason.
+func (a *Aggregator) countUnmatched(ctx context.Context, reason string) {
+	a.ins.unmatched.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+// UnmatchedRetentionDefault bounds unmatched_events: the newest rows are kept, at most
+// this many, none older than the retention of finished executions.
+const UnmatchedRetentionDefault = 10_000
+
+// JanitorIntervalDefault is how often buffered events are checked for expiry and
+// unmatched events pruned.
+const JanitorIntervalDefault = time.Second
+
+// janitorBatch bounds the rows one janitor statement moves or deletes.
+const janitorBatch = 1000
+
+// RunJanitor moves expired buffered events to the dead letters and keeps
+// unmatched_events and event_dead_letters bounded, every JanitorInterval until ctx ends.
+// Every replica runs it: the statements take small batches and skip locked rows.
+func (a *Aggregator) RunJanitor(ctx context.Context) {
+	t := time.NewTicker(a.cfg.JanitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := a.Janitor(ctx); err != nil && ctx.Err() == nil {
+			a.logger.WarnContext(ctx, "event janitor failed; retrying", "err", err, "instance_id", a.cfg.InstanceID)
+		}
+	}
+}
+
+// Janitor runs one round of RunJanitor and returns how many buffered events expired.
+func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
+	for {
+		rows, err := a.q.EventBufferExpire(ctx, a.pool, dbsqlc.EventBufferExpireParams{Now: time.Now().UTC(), Max: janitorBatch})
+		if err != nil {
+			return expired, fmt.Errorf("expire buffered events: %w", err)
+		}
+		for _, r := range rows {
+			a.logger.WarnContext(ctx, "buffered event expired before any node waited for its type; dead-lettered",
+				"execution_id", r.ExecutionID, "event_type", r.EventType, "event_id", deref(r.EventID), "instance_id", a.cfg.InstanceID)
+		}
+		expired += len(rows)
+		if len(rows) > 0 {
+			a.ins.buffered.Add(ctx, int64(len(rows)), metric.WithAttributes(attribute.String("outcome", "expired")))
+			a.ins.deadLetters.Add(ctx, int64(len(rows)), metric.WithAttributes(attribute.String("reason", "expired")))
+		}
+		if len(rows) < janitorBatch {
+			break
+		}
+	}
+	cutoff := time.Now().Add(-a.cfg.UnmatchedMaxAge)
+	for {
+		n, err := a.q.UnmatchedEventPrune(ctx, a.pool, dbsqlc.UnmatchedEventPruneParams{
+			Cutoff: cutoff, Keep: int32(a.cfg.UnmatchedRetention), Max: janitorBatch})
+		if err != nil {
+			return expired, fmt.Errorf("prune unmatched events: %w", err)
+		}
+		if n < janitorBatch {
+			break
+		}
+	}
+	if _, err := a.q.EventDeadLetterDeleteBefore(ctx, a.pool, dbsqlc.EventDeadLetterDeleteBeforeParams{Cutoff: cutoff, Max: janitorBatch}); err != nil {
+		return expired, fmt.Errorf("prune dead letters: %w", err)
+	}
+	return expired, nil
+}
+
+// UnmatchedEvent is one row of unmatched_events, for the operator.
+type UnmatchedEvent struct {
+	ID             int64      `json:"id"`
+	Reason         string     `json:"reason"`
+	Source         Source     `json:"source"`
+	EventName      string     `json:"event_name,omitempty"`
+	EventType      string     `json:"event_type,omitempty"`
+	ExecutionID    *uuid.UUID `json:"execution_id,omitempty"`
+	CorrelationID  *uuid.UUID `json:"correlation_id,omitempty"`
+	Detail         string     `json:"detail"`
+	PayloadExcerpt string     `json:"payload_excerpt"`
+	CreatedAt      time.Time  `json:"created_at"`
+}
+
+// ListUnmatched returns recent unmatched events, newest first: at most limit, only
+// reason when not empty, only ids below beforeID when not zero (keyset paging).
+func (a *Aggregator) ListUnmatched(ctx context.Context, reason string, beforeID int64, limit int) ([]UnmatchedEvent, error) {
+	p := dbsqlc.UnmatchedEventListParams{Max: int32(limit)}
+	if reason != "" {
+		p.Reason = &reason
+	}
+	if beforeID > 0 {
+		p.BeforeID = &beforeID
+	}
+	rows, err := a.q.UnmatchedEventList(ctx, a.pool, p)
+	if err != nil {
+		return nil, fmt.Errorf("list unmatched events: %w", err)
+	}
+	out := make([]UnmatchedEvent, len(rows))
+	for i, r := range rows {
+		u := UnmatchedEvent{ID: r.ID, Reason: r.Reason, EventName: deref(r.EventName), EventType: deref(r.EventType),
+			ExecutionID: r.ExecutionID, CorrelationID: r.CorrelationID, Detail: r.Detail, PayloadExcerpt: r.PayloadExcerpt,
+			CreatedAt: r.CreatedAt}
+		if err := json.Unmarshal(r.Source, &u.Source); err != nil {
+			return nil, fmt.Errorf("decode unmatched event source: %w", err)
+		}
+		out[i] = u
+	}
+	return out, nil
+}
+
+// DeadLetter is one buffered event no wait took (event_dead_letters).
+type DeadLetter struct {
+	ID          int64           `json:"id"`
+	ExecutionID uuid.UUID       `json:"execution_id"`
+	EventType   string          `json:"event_type"`
+	EventID     string          `json:"event_id,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+	Source      Source          `json:"source"`
+	Reason      string          `json:"reason"`
+	BufferedAt  time.Time       `json:"buffered_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+}
+
+// ListDeadLetters returns dead-lettered buffered events, newest first: at most limit,
+// of one execution when executionID is not nil, below beforeID when not zero.
+func (a *Aggregator) ListDeadLetters(ctx context.Context, executionID *uuid.UUID, beforeID int64, limit int) ([]DeadLetter, error) {
+	p := dbsqlc.EventDeadLetterListParams{ExecutionID: executionID, Max: int32(limit)}
+	if beforeID > 0 {
+		p.BeforeID = &beforeID
+	}
+	rows, err := a.q.EventDeadLetterList(ctx, a.pool, p)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out := make([]DeadLetter, len(rows))
+	for i, r := range rows {
+		d := DeadLetter{ID: r.ID, ExecutionID: r.ExecutionID, EventType: r.EventType, EventID: deref(r.EventID),
+			Payload: r.Payload, Reason: r.Reason, BufferedAt: r.BufferedAt, CreatedAt: r.CreatedAt}
+		if err := json.Unmarshal(r.Source, &d.Source); err != nil {
+			return nil, fmt.Errorf("decode dead letter source: %w", err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}

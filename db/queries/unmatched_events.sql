@@ -1,0 +1,26 @@
+-- name: UnmatchedEventInsertMany :exec
+INSERT INTO unmatched_events (reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt)
+SELECT unnest(@reasons::text[]), unnest(@sources::jsonb[]), nullif(unnest(@event_names::text[]), ''),
+       nullif(unnest(@event_types::text[]), ''), nullif(unnest(@execution_ids::uuid[]), '00000000-0000-0000-0000-000000000000'::uuid),
+       nullif(unnest(@correlation_ids::uuid[]), '00000000-0000-0000-0000-000000000000'::uuid),
+       unnest(@details::text[]), unnest(@payload_excerpts::text[]);
+
+-- name: UnmatchedEventList :many
+-- Newest first, keyset on id.
+SELECT * FROM unmatched_events
+WHERE (sqlc.narg(reason)::text IS NULL OR reason = sqlc.narg(reason)::text)
+  AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
+ORDER BY id DESC
+LIMIT @max::integer;
+
+-- name: UnmatchedEventPrune :execrows
+-- Keeps the newest @keep rows and nothing older than the cutoff, deleting a small batch
+-- per call.
+DELETE FROM unmatched_events
+WHERE id IN (
+    SELECT u.id FROM unmatched_events AS u
+    WHERE u.created_at < @cutoff::timestamptz
+       OR u.id <= coalesce((SELECT k.id FROM unmatched_events AS k ORDER BY k.id DESC OFFSET @keep::integer LIMIT 1), 0)
+    ORDER BY u.id
+    LIMIT @max::integer
+);
