@@ -92,9 +92,12 @@ func TestTwoPodsManyExecutions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			source := aggregator.Source{Kind: aggregator.SourceCallback}
+			if e.name == aggregator.EventKafka {
+				source = aggregator.Source{Kind: aggregator.SourceKafka, Topic: "orders"}
+			}
 			res, err := pods[i%2].agg.Apply(context.Background(), aggregator.Event{
-				ExecutionID: e.exec, CorrelationID: e.corr, Name: e.name, Payload: e.payload,
-				Source: aggregator.Source{Kind: "test"},
+				ExecutionID: e.exec, CorrelationID: e.corr, Name: e.name, Payload: e.payload, Source: source,
 			})
 			if !assertNoError(t, err) {
 				return

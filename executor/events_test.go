@@ -88,7 +88,9 @@ func TestBufferedEventsTakenInOrder(t *testing.T) {
 	h.run(t)
 	name := h.gated(t, "fifo", sendEv("item", "item"), nil)
 	id := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1
+	})
 
 	for n := 1; n <= 3; n++ {
 		res := h.send(t, id, "item", obj{"n": fmt.Sprint(n)}, "")
@@ -116,7 +118,9 @@ func TestBufferLastWriteWins(t *testing.T) {
 	h.run(t)
 	name := h.gated(t, "lww", sendEv("item", "item", "buffer", "last_write_wins"), nil)
 	id := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1
+	})
 	for n := 1; n <= 3; n++ {
 		require.Equal(t, aggregator.SendBuffered, h.send(t, id, "item", obj{"n": fmt.Sprint(n)}, "").Outcome)
 	}
@@ -142,7 +146,9 @@ func TestBufferedEventExpires(t *testing.T) {
 	h.run(t)
 	name := h.gated(t, "ttl", sendEv("item", "item"), obj{"eventBufferTtl": "200ms"})
 	id := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1
+	})
 	res := h.send(t, id, "item", obj{"n": "1"}, "")
 	require.Equal(t, aggregator.SendBuffered, res.Outcome)
 	require.WithinDuration(t, time.Now().Add(200*time.Millisecond), res.ExpiresAt, 5*time.Second)
@@ -196,7 +202,9 @@ func TestHumanInTheLoopRace(t *testing.T) {
 	name := h.put(t, h.workflow("race", []obj{race}, nil))
 
 	rejected := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, rejected) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, rejected) == 1
+	})
 	h.send(t, rejected, "approval.denied", obj{"reason": "budget"}, "")
 	out := output(t, nodeOf(t, h.waitStatus(t, rejected, "completed"), "decision"))
 	require.Equal(t, obj{"reason": "budget"}, out["rejected"])
@@ -219,7 +227,9 @@ func TestDuplicateEventIDs(t *testing.T) {
 	h.run(t)
 	name := h.put(t, h.workflow("dups", []obj{sendWait("both", sendEv("a", "a"), sendEv("b", "b"))}, nil))
 	id := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1
+	})
 	require.Equal(t, aggregator.SendDelivered, h.send(t, id, "a", obj{"n": 1}, "evt-1").Outcome)
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, id, "a", obj{"n": 1}, "evt-1").Outcome)
 	// The same id on another type is the same event: still a duplicate.
@@ -232,7 +242,9 @@ func TestDuplicateEventIDs(t *testing.T) {
 	// Buffered, then sent again: one buffered event.
 	gated := h.gated(t, "dups-buffered", sendEv("item", "item"), nil)
 	id2 := h.start(t, gated, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id2) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id2) == 1
+	})
 	require.Equal(t, aggregator.SendBuffered, h.send(t, id2, "item", obj{"n": "1"}, "x").Outcome)
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, id2, "item", obj{"n": "1"}, "x").Outcome)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM event_buffer WHERE execution_id = $1`, id2))
@@ -246,7 +258,9 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	h.run(t)
 	name := h.put(t, h.workflow("one", []obj{sendWait("w", sendEv("a", "a"))}, nil))
 	id := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, id) == 1
+	})
 	h.send(t, id, "a", obj{}, "")
 	h.waitStatus(t, id, "completed")
 
@@ -312,11 +326,15 @@ func TestMatchByBusinessKey(t *testing.T) {
 		WHERE w.execution_id = $1`, other)
 	h.exec(t, `ANALYZE execution_wait_states`)
 
-	// The lookup is an index scan, not a scan over the waiting states.
+	// The lookup of a batch of records' keys is an index scan, not a scan over the
+	// waiting states (the statement as sqlc generated it, planned for a batch of 64).
+	keys := []string{"v\x1fpayments\x1f\x1forder.id\x1f\"ord-42\""}
+	for i := range 63 {
+		keys = append(keys, fmt.Sprintf("v\x1fpayments\x1f\x1forder.id\x1f\"n%d\"", i))
+	}
 	var plan string
-	require.NoError(t, h.pool.QueryRow(context.Background(),
-		`EXPLAIN (FORMAT JSON) SELECT id FROM execution_wait_states WHERE match_keys && $1::text[] AND status = 'waiting' AND match_keys <> '{}'`,
-		[]string{"v\x1fpayments\x1f\x1forder.id\x1f\"ord-42\""}).Scan(&plan))
+	lookup := bind(sqlQueries(t, "wait_states.sql")["WaitStateListByMatchKeys"], map[string]string{"keys": "$1"})
+	require.NoError(t, h.pool.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+lookup, keys).Scan(&plan))
 	require.Contains(t, plan, "execution_wait_states_match_keys_idx")
 	require.NotContains(t, plan, "Seq Scan")
 

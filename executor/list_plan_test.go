@@ -20,9 +20,12 @@ import (
 )
 
 // operatorQueries returns the queries of operator.sql by name, comments removed.
-func operatorQueries(t *testing.T) map[string]string {
+func operatorQueries(t *testing.T) map[string]string { return sqlQueries(t, "operator.sql") }
+
+// sqlQueries returns the queries of a file of db/queries by name, comments removed.
+func sqlQueries(t *testing.T, file string) map[string]string {
 	t.Helper()
-	raw, err := os.ReadFile("../db/queries/operator.sql")
+	raw, err := os.ReadFile("../db/queries/" + file)
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, block := range strings.Split(string(raw), "-- name: ")[1:] {

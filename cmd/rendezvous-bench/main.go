@@ -27,7 +27,7 @@ import (
 )
 
 // parts are the names --only accepts, in the order they run.
-var parts = []string{"callbacks", "kafka", "filled", "latency", "deadlines", "timers"}
+var parts = []string{"callbacks", "kafka", "filled", "latency", "deadlines", "timers", "match"}
 
 // options are the command's flags.
 type options struct {
@@ -45,6 +45,9 @@ type options struct {
 	latencyFor   time.Duration
 	latencyRate  float64
 	latencyLoad  float64
+	matchSmall   int
+	matchLarge   int
+	matchEvents  int
 	only         map[string]bool
 	out          string
 }
@@ -65,6 +68,9 @@ func main() {
 	flag.DurationVar(&o.latencyFor, "latency-duration", 10*time.Second, "(d) how long events are offered at the fixed rate, per path")
 	flag.Float64Var(&o.latencyRate, "latency-rate", 0, "(d) offered events per second; 0 means --latency-load × (b)")
 	flag.Float64Var(&o.latencyLoad, "latency-load", 0.5, "(d) offered rate as a share of (b)'s measured maximum")
+	flag.IntVar(&o.matchSmall, "match-small", 10000, "(m) open waits in the table, small run")
+	flag.IntVar(&o.matchLarge, "match-large", 1000000, "(m) open waits in the table, large run")
+	flag.IntVar(&o.matchEvents, "match-events", 5000, "(m) events correlated by payload, each completing one of the open waits")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -139,6 +145,11 @@ type results struct {
 	// Timers: the same burst of wait-node timers resuming.
 	Timers     bench.DeadlineResult `json:"timers"`
 	TimerRatio float64              `json:"timers_to_baseline"`
+	// MatchSmall and MatchLarge are payload-matched events with few and many open waits
+	// in the table; MatchLargeToSmall the ratio of their throughputs.
+	MatchSmall        bench.MatchResult `json:"match_small"`
+	MatchLarge        bench.MatchResult `json:"match_large"`
+	MatchLargeToSmall float64           `json:"match_large_to_small"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -291,6 +302,22 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("timers: %w", err)
 		}
 		r.TimerRatio = r.Timers.PerSecond / r.Baseline.PerSecond
+	}
+	if o.runs("match") {
+		for _, run := range []struct {
+			dst     *bench.MatchResult
+			waiting int
+		}{{&r.MatchSmall, o.matchSmall}, {&r.MatchLarge, o.matchLarge}} {
+			s, err := newSchema()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("(m) payload match: %d events, each completing one of %d open waits …\n", o.matchEvents, run.waiting)
+			if *run.dst, err = bench.Match(ctx, s.URL, run.waiting, o.matchEvents, o.concurrency, logger); err != nil {
+				return fmt.Errorf("match: %w", err)
+			}
+		}
+		r.MatchLargeToSmall = r.MatchLarge.PerSecond / r.MatchSmall.PerSecond
 	}
 	if r.Callbacks.Waits > 0 {
 		r.Ratio = r.Callbacks.PerSecond / r.Baseline.PerSecond

@@ -11,7 +11,7 @@ import (
 
 // figure is one line of the table (and of the JSON file's figures).
 type figure struct {
-	// Part is the issue's letter, a to f, on the figures that have a target or define a
+	// Part is the issue's letter, a to f (m: payload match, issue 6), on the figures that have a target or define a
 	// part; lines that explain a part leave it empty.
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
@@ -103,6 +103,17 @@ func figures(o options, r results) []figure {
 		rate("f", fmt.Sprintf("kafka records applied/s, %d other waits (median of %d)", f.OtherWaits, len(r.KafkaFilledRuns)), f.PerSecond)
 		fig := plain("f", "(f) ÷ (b)", r.FilledToKafka, "×")
 		target(fig, "≥ 0.80", r.FilledToKafka >= 0.8)
+	}
+	if m, l := r.MatchSmall, r.MatchLarge; m.Matched > 0 {
+		rate("m", fmt.Sprintf("payload-matched events/s, %d waiting", m.Waiting), m.PerSecond)
+		latency("", fmt.Sprintf("match lookup p50, %d waiting", m.Waiting), m.Lookup.P50, 0.5)
+		latency("", fmt.Sprintf("match lookup p99, %d waiting", m.Waiting), m.Lookup.P99, 0.99)
+		if l.Matched > 0 {
+			rate("m", fmt.Sprintf("payload-matched events/s, %d waiting", l.Waiting), l.PerSecond)
+			latency("", fmt.Sprintf("match lookup p50, %d waiting", l.Waiting), l.Lookup.P50, 0.5)
+			latency("", fmt.Sprintf("match lookup p99, %d waiting", l.Waiting), l.Lookup.P99, 0.99)
+			plain("m", "matched/s, large ÷ small table", r.MatchLargeToSmall, "×")
+		}
 	}
 	return out
 }

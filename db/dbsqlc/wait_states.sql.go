@@ -721,13 +721,20 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByMatchKeys = `-- name: WaitStateListByMatchKeys :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
-WHERE match_keys && $1::text[] AND status = 'waiting' AND match_keys <> '{}'
-ORDER BY id
+SELECT DISTINCT ON (w.id) w.id, w.execution_id, w.node_id, w.correlation_id, w.aggregation_strategy, w.required_events, w.enabled_events, w.expected_events, w.api_call_enabled, w.kafka_event_enabled, w.api_response_data, w.kafka_event_data, w.received_events, w.on_timeout, w.output_mapping, w.status, w.error, w.resumed_at, w.resumed_by, w.version, w.created_at, w.updated_at, w.expires_at, w.next_deadline_at, w.timed_out_events, w.wait_type, w.timer, w.trace_parent, w.event_data, w.match_keys
+FROM unnest($1::text[]) AS k(key)
+CROSS JOIN LATERAL (
+    SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states AS e
+    WHERE e.match_keys @> ARRAY[k.key] AND e.status = 'waiting' AND e.match_keys <> '{}'
+) AS w
+ORDER BY w.id
 `
 
-// The open waits holding any of a record's payload-match keys, through the GIN index;
-// its predicate is repeated word for word so the planner can use it.
+// The open waits holding any of a batch's payload-match keys, through the GIN index, one
+// key at a time: asked for many keys at once (&&), the planner estimates each from the
+// column's statistics — in which the type keys every such wait holds dominate — and
+// chooses to scan the table. The index's predicate is repeated word for word so the
+// planner can use it.
 func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []string) ([]ExecutionWaitState, error) {
 	rows, err := db.Query(ctx, waitStateListByMatchKeys, keys)
 	if err != nil {

@@ -241,11 +241,18 @@ WHERE execution_id = @execution_id::uuid AND status = 'waiting'
 ORDER BY created_at, id;
 
 -- name: WaitStateListByMatchKeys :many
--- The open waits holding any of a record's payload-match keys, through the GIN index;
--- its predicate is repeated word for word so the planner can use it.
-SELECT * FROM execution_wait_states
-WHERE match_keys && @keys::text[] AND status = 'waiting' AND match_keys <> '{}'
-ORDER BY id;
+-- The open waits holding any of a batch's payload-match keys, through the GIN index, one
+-- key at a time: asked for many keys at once (&&), the planner estimates each from the
+-- column's statistics — in which the type keys every such wait holds dominate — and
+-- chooses to scan the table. The index's predicate is repeated word for word so the
+-- planner can use it.
+SELECT DISTINCT ON (w.id) w.*
+FROM unnest(@keys::text[]) AS k(key)
+CROSS JOIN LATERAL (
+    SELECT * FROM execution_wait_states AS e
+    WHERE e.match_keys @> ARRAY[k.key] AND e.status = 'waiting' AND e.match_keys <> '{}'
+) AS w
+ORDER BY w.id;
 
 -- name: WaitStateCountMatchWaiters :one
 -- Open waits holding one type key, counted up to @max (the admission limit): the count

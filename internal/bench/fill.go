@@ -91,7 +91,7 @@ func parkClones(ctx context.Context, svc *service.Service, name string, n int, s
 		WHERE execution_id = $1`, execs[0]).Scan(&template.exec, &template.corr); err != nil {
 		return nil, fmt.Errorf("read template wait: %w", err)
 	}
-	clones, err := cloneWaits(ctx, svc.Pool(), template.exec, n-1, spread)
+	clones, err := cloneWaits(ctx, svc.Pool(), template.exec, n-1, spread, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +112,12 @@ func parkClones(ctx context.Context, svc *service.Service, name string, n int, s
 // Parking this way rather than through the executor is what keeps the bench's run time
 // in minutes: the rows are exactly what registering writes (they are copies of what it
 // wrote), and parking is not what is measured.
-func cloneWaits(ctx context.Context, pool *pgxpool.Pool, template uuid.UUID, n int, spread bool) ([]waitIDs, error) {
-	stmt, err := cloneStatement(ctx, pool, spread)
+//
+// waitColumns, when not nil, give SQL expressions for columns of the clones' wait
+// states (they may use src.wait_id, a fresh uuid per clone, and t, the template's row);
+// by default every column is the template's.
+func cloneWaits(ctx context.Context, pool *pgxpool.Pool, template uuid.UUID, n int, spread bool, waitColumns map[string]string) ([]waitIDs, error) {
+	stmt, err := cloneStatement(ctx, pool, spread, waitColumns)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +177,7 @@ func cloneWaits(ctx context.Context, pool *pgxpool.Pool, template uuid.UUID, n i
 // cloneStatement builds the statement that clones the template execution ($1) $2 times,
 // returning each clone's execution and correlation ids. Columns are listed from the
 // catalogue, so that whatever migrations add is copied from the template too.
-func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool) (string, error) {
+func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool, waitColumns map[string]string) (string, error) {
 	created, deadline := "now()", ""
 	if spread {
 		created = "now() - random() * interval '6 days'"
@@ -185,6 +189,9 @@ func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool) (strin
 			"started_at": "src.created"},
 		"execution_wait_states": {"id": "src.wait_id", "execution_id": "src.exec_id", "correlation_id": "src.corr",
 			"created_at": "src.created", "updated_at": "src.created"},
+	}
+	for col, expr := range waitColumns {
+		overrides["execution_wait_states"][col] = expr
 	}
 	if deadline != "" {
 		overrides["execution_wait_states"]["expires_at"] = deadline

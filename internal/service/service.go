@@ -325,6 +325,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { _ = s.Exec.Run(execCtx); close(execDone) }()
 	sweepDone := make(chan struct{})
 	go func() { s.Agg.RunSweeper(execCtx); close(sweepDone) }()
+	janitorDone := make(chan struct{})
+	go func() { s.Agg.RunJanitor(execCtx); close(janitorDone) }()
 	consCtx, stopCons := context.WithCancel(context.WithoutCancel(ctx))
 	consDone := make(chan struct{})
 	if s.Consumer != nil {
@@ -348,6 +350,7 @@ func (s *Service) Run(ctx context.Context) error {
 	stopExec()
 	<-execDone
 	<-sweepDone
+	<-janitorDone
 	s.pool.Close()
 	s.shutdownTelemetry()
 	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)

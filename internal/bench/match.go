@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// MatchResult is the payload-match figure: events correlated by a business key per
+// second, with a given number of open waits in the table.
+type MatchResult struct {
+	// Waiting is how many open waits the table held when the events arrived, Matched how
+	// many of them the events completed (one each).
+	Waiting int `json:"waiting"`
+	Matched int `json:"matched"`
+	// Seconds is the time to apply every event, PerSecond the events applied per second.
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	// Lookup is one index lookup of a record's keys (WaitStateListByMatchKeys), timed
+	// alone: the cost that must not grow with the table.
+	Lookup Latencies `json:"lookup"`
+	// FillSeconds is how long parking the waits took (not measured).
+	FillSeconds float64 `json:"fill_seconds"`
+}
+
+const (
+	matchWorkflow = "bench-match"
+	matchTopic    = "bench.match"
+	matchBatch    = 64
+	lookupSamples = 2000
+)
+
+// Match parks waiting open waits of a workflow whose wait_events node expects a Kafka
+// record with order.id equal to its input's order_id — matched of them measured, the
+// others each waiting for a key nobody sends — then applies one event per measured wait,
+// correlated by payload (aggregator.MatchKeys), from concurrency workers in batches as
+// the consumer's lanes do, straight to the aggregator: what is measured is finding the
+// waits by their key and applying, not the broker.
+func Match(ctx context.Context, url string, waiting, matched, concurrency int, logger *slog.Logger) (MatchResult, error) {
+	if matched > waiting-1 {
+		return MatchResult{}, fmt.Errorf("match: %d measured waits do not fit in %d waiting", matched, waiting)
+	}
+	start := time.Now()
+	rig, err := startKafka(ctx, url, 1, false, nil, logger)
+	if err != nil {
+		return MatchResult{}, err
+	}
+	def := fmt.Sprintf(`{"name":%q,"nodes":[{"id":"wait","type":"wait_events","data":{"timeout":604800,
+		"events":[{"name":"paid","source":"kafka","topic":%q,"match":{"left":"order.id","op":"eq","right":"input.order_id"}}]}}]}`,
+		matchWorkflow, matchTopic)
+	if _, err := rig.svc.Exec.PutWorkflow(ctx, matchWorkflow, []byte(def)); err != nil {
+		rig.close()
+		return MatchResult{}, fmt.Errorf("store match workflow: %w", err)
+	}
+	started, err := rig.svc.Exec.StartExecution(ctx, matchWorkflow, []byte(`{"order_id":"template"}`))
+	if err == nil {
+		err = waitParked(ctx, rig.svc.Pool(), []uuid.UUID{started.ID})
+	}
+	rig.close()
+	if err != nil {
+		return MatchResult{}, fmt.Errorf("park template wait: %w", err)
+	}
+
+	pool, err := db.Connect(ctx, url, int32(concurrency+2))
+	if err != nil {
+		return MatchResult{}, err
+	}
+	defer pool.Close()
+	var keys []string
+	if err := pool.QueryRow(ctx, `SELECT match_keys FROM execution_wait_states WHERE execution_id = $1`, started.ID).Scan(&keys); err != nil {
+		return MatchResult{}, fmt.Errorf("read template keys: %w", err)
+	}
+	valueKey, typeKey := keys[0], keys[1]
+	prefix := strings.TrimSuffix(valueKey, `"template"`)
+	// Each clone waits for a key of its own: "<tag>-<its wait id>", in its match keys and
+	// in the match its expected event stores, as registering would have written them.
+	keyed := func(tag string) map[string]string {
+		value := fmt.Sprintf(`'"%s-' || src.wait_id::text || '"'`, tag)
+		return map[string]string{
+			"match_keys":      fmt.Sprintf(`ARRAY[%s || %s, %s]`, literal(prefix), value, literal(typeKey)),
+			"expected_events": fmt.Sprintf(`jsonb_set(t.expected_events, '{0,match,value}', to_jsonb(%s))`, value),
+		}
+	}
+	if _, err := cloneWaits(ctx, pool, started.ID, waiting-1-matched, true, keyed("bg")); err != nil {
+		return MatchResult{}, err
+	}
+	ids, err := cloneWaits(ctx, pool, started.ID, matched, false, keyed("m"))
+	if err != nil {
+		return MatchResult{}, err
+	}
+	for _, table := range []string{"executions", "node_executions", "execution_wait_states"} {
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+			return MatchResult{}, fmt.Errorf("vacuum %s: %w", table, err)
+		}
+	}
+	execs := make([]uuid.UUID, len(ids))
+	for i, w := range ids {
+		execs[i] = w.exec
+	}
+	rows, err := pool.Query(ctx, `SELECT match_keys[1] FROM execution_wait_states WHERE execution_id = ANY($1)`, execs)
+	if err != nil {
+		return MatchResult{}, err
+	}
+	measured, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return MatchResult{}, err
+	}
+	res := MatchResult{Matched: matched, FillSeconds: time.Since(start).Seconds()}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`).Scan(&res.Waiting); err != nil {
+		return MatchResult{}, err
+	}
+
+	// The lookup alone, for keys of measured waits, in random order.
+	q := dbsqlc.New()
+	var lookups []time.Duration
+	for range lookupSamples {
+		k := measured[rand.IntN(len(measured))]
+		t0 := time.Now()
+		found, err := q.WaitStateListByMatchKeys(ctx, pool, []string{k})
+		if err != nil {
+			return MatchResult{}, fmt.Errorf("lookup: %w", err)
+		}
+		lookups = append(lookups, time.Since(t0))
+		if len(found) != 1 {
+			return MatchResult{}, fmt.Errorf("lookup of a measured key found %d waits, want 1", len(found))
+		}
+	}
+	res.Lookup = Summarise(lookups)
+
+	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: "bench-match", Logger: logger})
+	if err != nil {
+		return MatchResult{}, err
+	}
+	specs := []aggregator.MatchSpec{{Left: "order.id"}}
+	batches := make(chan []string)
+	go func() {
+		defer close(batches)
+		for i := 0; i < len(measured); i += matchBatch {
+			select {
+			case batches <- measured[i:min(i+matchBatch, len(measured))]:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var completed int
+	var firstErr error
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for batch := range batches {
+				events := make([]aggregator.Event, len(batch))
+				for i, k := range batch {
+					value := k[len(prefix):] // the JSON string the wait expects
+					payload := []byte(`{"order":{"id":` + value + `},"amount":1}`)
+					var decoded any = map[string]any{"order": map[string]any{"id": strings.Trim(value, `"`)}}
+					events[i] = aggregator.Event{MatchKeys: aggregator.MatchKeys(matchTopic, decoded, specs), Payload: payload,
+						Source: aggregator.Source{Kind: "kafka", Topic: matchTopic}}
+				}
+				var results []aggregator.Result
+				err := db.Tx(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					results, err = agg.ApplyBatch(ctx, tx, events)
+					return err
+				})
+				n := 0
+				for _, r := range results {
+					if r.Outcome == aggregator.Completed {
+						n++
+					}
+				}
+				mu.Lock()
+				completed += n
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res.Seconds = time.Since(t0).Seconds()
+	if firstErr != nil {
+		return MatchResult{}, fmt.Errorf("apply: %w", firstErr)
+	}
+	if completed != matched {
+		return MatchResult{}, fmt.Errorf("match: %d of %d events completed their wait", completed, matched)
+	}
+	res.PerSecond = float64(matched) / res.Seconds
+	return res, nil
+}
+
+// literal quotes s as an SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
