@@ -120,6 +120,17 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		return SendResult{}, fmt.Errorf("lock execution: %w", err)
 	}
 	if finished(exec.Status) {
+		// A retry of an event that was applied (and perhaps finished the execution) is a
+		// duplicate, not a conflict: sending stays idempotent.
+		if s.ID != "" {
+			seen, err := a.q.ExecutionEventIDExists(ctx, tx, dbsqlc.ExecutionEventIDExistsParams{ExecutionID: s.ExecutionID, EventID: s.ID})
+			if err != nil {
+				return SendResult{}, fmt.Errorf("look up event id: %w", err)
+			}
+			if seen {
+				return reject(SendDuplicate, UnmatchedDuplicate, "an event with id "+s.ID+" was already sent to this execution", exec.Status)
+			}
+		}
 		return reject(SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+exec.Status, exec.Status)
 	}
 	if s.ID != "" {

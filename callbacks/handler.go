@@ -1,12 +1,14 @@
 package callbacks
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -31,6 +33,18 @@ const (
 	FieldExecutionID    = "execution_id"
 	FieldCorrelationID  = "correlation_id"
 )
+
+// The expected event a callback is: the api_response of the wait's apiCall unless the
+// query parameter or the header names one of its events with source callback. Neither
+// is covered by a webhook signature, which signs the body only; like the :service label,
+// the name only selects which of the wait's events the signed body is.
+const (
+	QueryEvent  = "event"
+	HeaderEvent = "X-Rendezvous-Event"
+)
+
+// eventNamePattern is the syntax of an event name in a definition.
+var eventNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // MaxBodyBytesDefault bounds a callback body; larger ones get 413.
 const MaxBodyBytesDefault = 1 << 20
@@ -123,6 +137,9 @@ func (h *Handler) handle(c echo.Context) error {
 	}
 
 	ev, perr := parse(req.Header, body)
+	if perr == nil {
+		ev.Name, perr = eventName(req)
+	}
 	if perr != nil {
 		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
 		h.agg.RecordRejected(req.Context(), "callback", rejectReason(perr))
@@ -135,6 +152,10 @@ func (h *Handler) handle(c echo.Context) error {
 	ev.Link = telemetry.SpanContextOf(req.Context(), nil, propagation.HeaderCarrier(req.Header))
 
 	res, err := h.agg.Apply(req.Context(), ev)
+	if errors.Is(err, aggregator.ErrUnstorablePayload) {
+		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		return problem.New(http.StatusBadRequest, `the body contains \u0000, which cannot be stored`).WithType("unstorable-payload")
+	}
 	if err != nil {
 		if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
 			c.Response().Header().Set("Retry-After", "1")
@@ -152,13 +173,17 @@ func (h *Handler) handle(c echo.Context) error {
 		return c.JSON(http.StatusOK, ok)
 	case aggregator.Late:
 		return problem.New(http.StatusConflict, fmt.Sprintf("the wait is already %s; the event was not applied", res.Status)).
-			WithType("late-event").With("wait_status", res.Status)
+			WithType("late-event").With("wait_status", res.Status).With("event", ev.Name)
 	case aggregator.AlreadyRecorded:
-		return problem.New(http.StatusConflict, "the wait already holds a different api_response; the event was not applied").
-			WithType("already-recorded")
+		return problem.New(http.StatusConflict, fmt.Sprintf("the wait already holds a different %s; the event was not applied", ev.Name)).
+			WithType("already-recorded").With("event", ev.Name)
 	case aggregator.NotExpected:
-		return problem.New(http.StatusUnprocessableEntity, "the wait does not expect a callback (apiCall is not enabled)").
-			WithType("not-expected")
+		why := "its events have no callback event of this name"
+		if ev.Name == aggregator.EventAPIResponse {
+			why = "apiCall is not enabled; name another event with ?" + QueryEvent + "="
+		}
+		return problem.New(http.StatusUnprocessableEntity, fmt.Sprintf("the wait does not expect a callback for event %s (%s)", ev.Name, why)).
+			WithType("not-expected").With("event", ev.Name)
 	default: // NotFound, IDMismatch: indistinguishable to the caller, ids are capabilities
 		return problem.New(http.StatusNotFound, "no wait matches this execution_id and correlation_id").WithType("wait-not-found")
 	}
@@ -166,6 +191,36 @@ func (h *Handler) handle(c echo.Context) error {
 
 func tooLarge(limit int64) error {
 	return problem.New(http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", limit)).WithType("body-too-large")
+}
+
+// eventName reads the expected event a callback names: the query parameter or the
+// header (both may be given if they agree), api_response when neither is. An empty
+// value counts as absent, as in the API's query parameters.
+func eventName(req *http.Request) (string, *problem.Problem) {
+	query, header := req.URL.Query()[QueryEvent], req.Header.Values(HeaderEvent)
+	if len(query) > 1 || len(header) > 1 {
+		return "", problem.New(http.StatusBadRequest, fmt.Sprintf("the event is named more than once (?%s=, %s)", QueryEvent, HeaderEvent)).
+			WithType("malformed-event")
+	}
+	var q, hd string
+	if len(query) == 1 {
+		q = query[0]
+	}
+	if len(header) == 1 {
+		hd = strings.TrimSpace(header[0])
+	}
+	if q != "" && hd != "" && q != hd {
+		return "", problem.New(http.StatusBadRequest, fmt.Sprintf("?%s= and %s name different events", QueryEvent, HeaderEvent)).
+			WithType("malformed-event")
+	}
+	name := cmp.Or(q, hd)
+	if name == "" {
+		return aggregator.EventAPIResponse, nil
+	}
+	if !eventNamePattern.MatchString(name) {
+		return "", problem.New(http.StatusBadRequest, "the event name must be 1 to 64 letters, digits, '_' or '-'").WithType("malformed-event")
+	}
+	return name, nil
 }
 
 // parse extracts the ids (headers first, then body fields) and the payload. It is a pure

@@ -38,6 +38,11 @@ const (
 	wfAPI   = "api"   // apiCall only: one callback completes the wait
 	wfBoth  = "both"  // apiCall and kafkaEvent, strategy all: a callback only records
 	wfKafka = "kafka" // kafkaEvent only: a callback is not expected
+	// wfNamed waits for one named callback event, approval: a callback naming it
+	// completes the wait, one naming nothing (api_response) is not expected.
+	wfNamed = "named"
+	// wfNamedPair waits for two named callback events, approval and review (strategy all).
+	wfNamedPair = "named-pair"
 )
 
 // waitTimeout bounds how long a test waits for the executor (correlated call, resume).
@@ -123,6 +128,10 @@ func setup(t *testing.T, cfg callbacks.Config) *env {
 		wfAPI:   wait(map[string]any{"apiCall": apiCall}),
 		wfBoth:  wait(map[string]any{"apiCall": apiCall, "kafkaEvent": kafka}),
 		wfKafka: wait(map[string]any{"kafkaEvent": kafka}),
+		wfNamed: wait(map[string]any{"events": []any{map[string]any{"name": "approval", "source": "callback"}}}),
+		wfNamedPair: wait(map[string]any{"events": []any{
+			map[string]any{"name": "approval", "source": "callback"}, map[string]any{"name": "review", "source": "callback"},
+		}}),
 	} {
 		r := do(t, http.MethodPut, e.base+"/api/v1/workflows/"+name, mustJSON(t, map[string]any{"name": name, "nodes": []any{node}}), nil)
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
@@ -383,6 +392,93 @@ func TestCallbackOutcomes(t *testing.T) {
 	})
 }
 
+// TestCallbackNamedEvents: a callback names the wait's event it is with ?event= or
+// X-Rendezvous-Event; naming none is api_response, which a wait of named events only does
+// not expect. The answers name the event.
+func TestCallbackNamedEvents(t *testing.T) {
+	t.Parallel()
+	e := setup(t, callbacks.Config{})
+	named := func(t *testing.T, query string, body []byte, hdr http.Header) response {
+		t.Helper()
+		return do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme"+query, body, hdr)
+	}
+
+	t.Run("completes via ?event=, not without it", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfNamed)
+		corrID := e.waitCorrelationID(t, execID)
+		body := idBody(t, execID, corrID, map[string]any{"decision": "yes"})
+
+		r := e.callback(t, body, nil)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "not-expected", "does not expect a callback for event api_response")
+		require.Equal(t, "api_response", r.JSON["event"])
+		r = named(t, "?event=shipment", body, nil)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "not-expected", "does not expect a callback for event shipment")
+		require.Equal(t, "shipment", r.JSON["event"])
+
+		requireAccepted(t, named(t, "?event=approval", body, nil), http.StatusAccepted, "completed", "completed")
+		requireAccepted(t, named(t, "?event=approval", body, nil), http.StatusOK, "duplicate", "completed")
+		r = named(t, "?event=approval", idBody(t, execID, corrID, map[string]any{"decision": "no"}), nil)
+		requireProblem(t, r, http.StatusConflict, "late-event", "already completed")
+		require.Equal(t, "approval", r.JSON["event"])
+
+		require.Eventually(t, func() bool {
+			return e.execution(t, execID)["status"] == "completed"
+		}, waitTimeout, 20*time.Millisecond)
+		nodes := e.execution(t, execID)["nodes"].([]any)
+		require.Len(t, nodes, 1)
+		events := nodes[0].(map[string]any)["output"].(map[string]any)["events"].([]any)
+		require.Len(t, events, 1)
+		ev := events[0].(map[string]any)
+		require.Equal(t, "approval", ev["name"])
+		require.Equal(t, map[string]any{"kind": "callback", "service": "acme"}, ev["source"])
+	})
+
+	t.Run("the header names it too", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfNamed)
+		corrID := e.waitCorrelationID(t, execID)
+		hdr := http.Header{callbacks.HeaderEvent: {"approval"}}
+		requireAccepted(t, named(t, "", idBody(t, execID, corrID, nil), hdr), http.StatusAccepted, "completed", "completed")
+	})
+
+	t.Run("already recorded names the event", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfNamedPair)
+		corrID := e.waitCorrelationID(t, execID)
+		requireAccepted(t, named(t, "?event=approval", idBody(t, execID, corrID, map[string]any{"v": 1}), nil),
+			http.StatusAccepted, "recorded", "waiting")
+		r := named(t, "?event=approval", idBody(t, execID, corrID, map[string]any{"v": 2}), nil)
+		requireProblem(t, r, http.StatusConflict, "already-recorded", "already holds a different approval")
+		require.Equal(t, "approval", r.JSON["event"])
+		requireAccepted(t, named(t, "?event=review", idBody(t, execID, corrID, nil), nil), http.StatusAccepted, "completed", "completed")
+	})
+
+	t.Run("malformed names are refused before the wait is touched", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfNamed)
+		corrID := e.waitCorrelationID(t, execID)
+		body := idBody(t, execID, corrID, nil)
+		for _, tt := range []struct {
+			query  string
+			hdr    http.Header
+			detail string
+		}{
+			{"?event=appro%20val", nil, "1 to 64 letters"},
+			{"?event=" + strings.Repeat("a", 65), nil, "1 to 64 letters"},
+			{"?event=approval&event=approval", nil, "more than once"},
+			{"?event=approval", http.Header{callbacks.HeaderEvent: {"review"}}, "name different events"},
+		} {
+			requireProblem(t, named(t, tt.query, body, tt.hdr), http.StatusBadRequest, "malformed-event", tt.detail)
+		}
+		// The same name both ways agrees; an empty one is no name.
+		requireAccepted(t, named(t, "?event=approval", body, http.Header{callbacks.HeaderEvent: {"approval"}}),
+			http.StatusAccepted, "completed", "completed")
+		r := named(t, "?event=", body, nil)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "not-expected", "event api_response")
+	})
+}
+
 // TestCallbackRejections covers the answers given before or instead of touching a wait.
 func TestCallbackRejections(t *testing.T) {
 	t.Parallel()
@@ -412,6 +508,9 @@ func TestCallbackRejections(t *testing.T) {
 		{"header id not a UUID", idBody(t, exec, corr, nil), idHeaders("", "nope"), 400, "malformed-id", "correlation_id is not a UUID"},
 		{"unknown ids", idBody(t, exec, corr, nil), nil, 404, "wait-not-found", "no wait matches"},
 		{"unknown ids in headers, no body", nil, idHeaders(exec, corr), 404, "wait-not-found", "no wait matches"},
+		{"payload holding NUL", idBody(t, exec, corr, map[string]any{"note": "a\x00b"}), nil, 400, "unstorable-payload", `\u0000`},
+		{"event name not a name", idBody(t, exec, corr, nil), http.Header{callbacks.HeaderEvent: {"a.b"}}, 400, "malformed-event", "1 to 64 letters"},
+		{"event named twice", idBody(t, exec, corr, nil), http.Header{callbacks.HeaderEvent: {"a", "b"}}, 400, "malformed-event", "more than once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -266,13 +266,20 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 
 	res := h.send(t, id, "a", obj{}, "")
 	require.Equal(t, aggregator.SendExecutionFinished, res.Outcome)
+	// A retried event that finished the execution is a duplicate, not a conflict.
+	other := h.start(t, name, nil)
+	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, other) == 1 })
+	require.Equal(t, aggregator.SendDelivered, h.send(t, other, "a", obj{}, "once").Outcome)
+	h.waitStatus(t, other, "completed")
+	require.Equal(t, aggregator.SendDuplicate, h.send(t, other, "a", obj{}, "once").Outcome)
+	require.Equal(t, aggregator.SendExecutionFinished, h.send(t, other, "a", obj{}, "another").Outcome)
 	require.Equal(t, "completed", res.ExecutionStatus)
 	require.Equal(t, aggregator.SendNoExecution, h.send(t, uuid.New(), "a", obj{}, "").Outcome)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE execution_id = $1 AND reason = 'execution_finished'`, id))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'no_execution'`))
 	list, err := h.agg.ListUnmatched(context.Background(), "", 0, 10)
 	require.NoError(t, err)
-	require.Len(t, list, 2)
+	require.Len(t, list, 4)
 	require.Equal(t, aggregator.UnmatchedNoExecution, list[0].Reason, "newest first")
 }
 

@@ -1,6 +1,6 @@
 package main
 
-// The operator commands (workflows, executions, waits) are clients of a running
+// The operator commands (workflows, executions, waits, events) are clients of a running
 // service's HTTP API, never of its database: they work against any replica, through
 // any proxy, with nothing but a URL. This file holds what they share: dispatch, flags,
 // help, exit status and error lines.
@@ -82,7 +82,7 @@ type cli struct {
 }
 
 func cliGroups() []*cliGroup {
-	return []*cliGroup{workflowsGroup(), executionsGroup(), waitsGroup()}
+	return []*cliGroup{workflowsGroup(), executionsGroup(), waitsGroup(), eventsGroup()}
 }
 
 // runCLI runs `rendezvous <group> …` and returns the exit status.

@@ -382,6 +382,97 @@ func TestCLIServerErrors(t *testing.T) {
 	require.Equal(t, "no workflows found\n", r.stderr, "nothing was stored")
 }
 
+// TestCLIEvents sends events to an execution (buffered, delivered, duplicate, refused)
+// and lists the ones that reached no wait.
+func TestCLIEvents(t *testing.T) {
+	t.Parallel()
+	f := setupCLI(t)
+	def := `{"name": "approve", "nodes": [{"id": "wait", "type": "wait_events", "data": {
+		"events": [{"name": "first", "source": "send", "type": "approved"}, {"name": "second", "source": "send", "type": "approved"}]}}]}`
+	require.NoError(t, os.WriteFile(f.file("approve.json"), []byte(def), 0o600))
+	f.ok(t, "workflows", "apply", "-f", f.file("approve.json"))
+	var started struct{ ID string }
+	f.jsonOut(t, &started, "executions", "start", "approve")
+	id := started.ID
+	require.Eventually(t, func() bool {
+		var waits []json.RawMessage
+		f.jsonOut(t, &waits, "waits", "list", "--execution", id, "--status", "waiting")
+		return len(waits) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+
+	// No node waits for "later": buffered, with when it expires.
+	out := f.ok(t, "events", "send", id, "later", "--payload", `{"n": 1}`)
+	require.Equal(t, []string{"Outcome:", "buffered"}, row(t, out, "Outcome:"))
+	require.Len(t, row(t, out, "Buffer ID:"), 2)
+	expires, err := time.Parse(time.RFC3339, strings.Fields(row(t, out, "Expires:")[1])[0])
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(24*time.Hour), expires, time.Minute, "the default eventBufferTtl")
+
+	// The waiting node takes "approved" as its first event, the payload read from stdin;
+	// the same id again is a duplicate, another completes the wait.
+	r := f.rendezvous(t, `{"by": "alice"}`, "events", "send", id, "approved", "--payload", "@-", "--id", "d-1", "-o", "wide")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, []string{"Outcome:", "delivered"}, row(t, r.stdout, "Outcome:"))
+	require.Equal(t, []string{"NODE", "EVENT", "OUTCOME", "WAIT STATUS", "VERSION", "WAIT"}, row(t, r.stdout, "NODE"))
+	cells := row(t, r.stdout, "wait")
+	require.Equal(t, []string{"wait", "first", "recorded", "waiting", "2"}, cells[:5])
+	require.Regexp(t, uuidRE, cells[5])
+	var dup map[string]any
+	f.jsonOut(t, &dup, "events", "send", id, "approved", "--payload", `{"by": "alice"}`, "--id", "d-1")
+	require.Equal(t, map[string]any{"outcome": "duplicate"}, dup)
+	out = f.ok(t, "events", "send", id, "approved")
+	require.Equal(t, []string{"wait", "second", "completed", "completed", "3"}, row(t, out, "wait"))
+	require.Eventually(t, func() bool {
+		var e struct{ Status string }
+		f.jsonOut(t, &e, "executions", "get", id)
+		return e.Status == "completed"
+	}, 15*time.Second, 20*time.Millisecond)
+
+	// Refused: a finished execution, an unknown one (exit status 1).
+	r = f.rendezvous(t, "", "events", "send", id, "approved")
+	require.Equal(t, exitRefused, r.code)
+	require.Empty(t, r.stdout)
+	require.Equal(t, "error: 409 execution-finished: execution is already completed; the event was not applied\n", r.stderr)
+	unknown := uuid.NewString()
+	r = f.rendezvous(t, "", "events", "send", unknown, "approved")
+	require.Equal(t, exitRefused, r.code)
+	require.Equal(t, "error: 404 execution-not-found: no execution "+unknown+"\n", r.stderr)
+
+	// Each left an unmatched event, newest first: not found, finished, duplicate, buffered.
+	out = f.ok(t, "events", "unmatched")
+	require.Equal(t, []string{"WHEN", "REASON", "SOURCE", "EVENT", "EXECUTION", "DETAIL"}, row(t, out, "WHEN"))
+	var rows [][]string
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		rows = append(rows, regexp.MustCompile(`\s{2,}`).Split(line, -1))
+	}
+	require.Len(t, rows, 5)
+	for i, reason := range []string{"REASON", "no_execution", "execution_finished", "duplicate", "buffered"} {
+		require.Equal(t, reason, rows[i][1])
+	}
+	require.Equal(t, []string{"no_execution", "send", "type approved", unknown, "no execution has this id"}, rows[1][1:])
+
+	var buffered []struct {
+		Reason, EventType, PayloadExcerpt string
+		ExecutionID                       string `json:"execution_id"`
+	}
+	f.jsonOut(t, &buffered, "events", "unmatched", "--reason", "buffered")
+	require.Len(t, buffered, 1)
+	require.Equal(t, id, buffered[0].ExecutionID)
+	r = f.rendezvous(t, "", "events", "unmatched", "--limit", "1", "-o", "wide")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "showing the first 1 unmatched events; more follow (raise --limit, or --limit 0 for all)\n", r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2)
+	require.Equal(t, []string{"ID", "CREATED", "REASON", "SOURCE", "EVENT", "EXECUTION", "CORRELATION ID", "DETAIL", "PAYLOAD"},
+		regexp.MustCompile(`\s{2,}`).Split(lines[0], -1))
+	cells = regexp.MustCompile(`\s{2,}`).Split(lines[1], -1)
+	require.Regexp(t, `^\d+$`, cells[0])
+	require.Equal(t, []string{"no_execution", "send", "type approved", unknown, "-", "no execution has this id", "null"}, cells[2:])
+	r = f.rendezvous(t, "", "events", "unmatched", "--reason", "lost")
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 400 invalid-query: reason: .+\n$`, r.stderr)
+}
+
 // TestCLIUsage: mistakes on the command line exit 2 before anything is sent.
 func TestCLIUsage(t *testing.T) {
 	t.Parallel()
@@ -406,6 +497,13 @@ func TestCLIUsage(t *testing.T) {
 		{"workflows", "get", "x", "--version", "-2"},
 		{"workflows", "list", "--timeout", "0s"},
 		{"workflows", "list", "--server", "localhost:8080"},
+		{"events"},
+		{"events", "send", uuid.NewString()},
+		{"events", "send", "exec-17", "approved"},
+		{"events", "send", uuid.NewString(), "approved", "--payload", "{"},
+		{"events", "send", uuid.NewString(), "approved", "--payload", "@/no/such/file.json"},
+		{"events", "unmatched", "extra"},
+		{"events", "unmatched", "--limit", "-1"},
 	} {
 		// Right after the group, so that a later --server in args wins.
 		args = append([]string{args[0], "--server", closed}, args[1:]...)

@@ -207,7 +207,8 @@ func (cl *cli) printWait(w *client.WaitState) error {
 }
 
 // eventSource says where an event came from: "callback approvals",
-// "kafka shipments.events/3@42" (topic/partition@offset); as sent when it is neither.
+// "kafka shipments.events/3@42" (topic/partition@offset), "send" (sent to the execution
+// through the API); as the server sent it otherwise.
 func eventSource(raw json.RawMessage) string {
 	var s struct {
 		Kind, Service, Topic string
@@ -220,6 +221,8 @@ func eventSource(raw json.RawMessage) string {
 			return "callback " + s.Service
 		case s.Kind == "kafka" && s.Topic != "" && s.Partition != nil && s.Offset != nil:
 			return fmt.Sprintf("kafka %s/%d@%d", s.Topic, *s.Partition, *s.Offset)
+		case s.Kind == "send" && s.Service == "" && s.Topic == "":
+			return "send"
 		}
 	}
 	return compactJSON(raw)

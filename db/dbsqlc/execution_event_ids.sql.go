@@ -11,6 +11,24 @@ import (
 	"github.com/google/uuid"
 )
 
+const executionEventIDExists = `-- name: ExecutionEventIDExists :one
+SELECT EXISTS (
+    SELECT 1 FROM execution_event_ids WHERE execution_id = $1::uuid AND event_id = $2::text
+)
+`
+
+type ExecutionEventIDExistsParams struct {
+	ExecutionID uuid.UUID
+	EventID     string
+}
+
+func (q *Queries) ExecutionEventIDExists(ctx context.Context, db DBTX, arg ExecutionEventIDExistsParams) (bool, error) {
+	row := db.QueryRow(ctx, executionEventIDExists, arg.ExecutionID, arg.EventID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const executionEventIDInsert = `-- name: ExecutionEventIDInsert :execrows
 INSERT INTO execution_event_ids (execution_id, event_id)
 VALUES ($1::uuid, $2::text)

@@ -3,3 +3,8 @@
 INSERT INTO execution_event_ids (execution_id, event_id)
 VALUES (@execution_id::uuid, @event_id::text)
 ON CONFLICT DO NOTHING;
+
+-- name: ExecutionEventIDExists :one
+SELECT EXISTS (
+    SELECT 1 FROM execution_event_ids WHERE execution_id = @execution_id::uuid AND event_id = @event_id::text
+);

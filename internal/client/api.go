@@ -245,3 +245,32 @@ func setIf(q url.Values, key, v string) {
 		q.Set(key, v)
 	}
 }
+
+// SendEvent sends an event of type typ to an execution: every node waiting for that
+// type takes it, or it is buffered until one does. payload is any JSON value (nil sends
+// none: null); id, when not empty, deduplicates (the same id again answers
+// SendDuplicate). A finished execution refuses it with 409 execution-finished, an
+// unknown one with 404 execution-not-found.
+func (c *Client) SendEvent(ctx context.Context, execution uuid.UUID, typ string, payload json.RawMessage, id string) (*SentEvent, error) {
+	body, err := json.Marshal(struct {
+		Type    string          `json:"type"`
+		Payload json.RawMessage `json:"payload,omitempty"`
+		ID      string          `json:"id,omitempty"`
+	}{typ, payload, id})
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	var out SentEvent
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/"+execution.String()+"/events", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UnmatchedEvents lists recent events that reached no wait, newest first; reason, when
+// not empty, keeps those of one reason.
+func (c *Client) UnmatchedEvents(ctx context.Context, reason string, p PageRequest) (*Page[UnmatchedEvent], error) {
+	q := url.Values{}
+	setIf(q, "reason", reason)
+	return list[UnmatchedEvent](ctx, c, "/api/v1/events/unmatched", q, p)
+}

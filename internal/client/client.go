@@ -1,7 +1,8 @@
 // Package client is a small typed client of rendezvous's operator HTTP API (/api/v1):
 // storing and reading workflow definitions, starting, reading and cancelling
-// executions, and listing and reading wait states. The rendezvous command's
-// workflows, executions and waits subcommands are built on it.
+// executions, listing and reading wait states, sending events to an execution and
+// listing the events that reached no wait. The rendezvous command's workflows,
+// executions, waits and events subcommands are built on it.
 //
 // It owns the wire types as a client sees them and turns every answer that is not a
 // success into an *Error carrying the server's RFC 7807 problem. It does not know how

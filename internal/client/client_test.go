@@ -328,6 +328,85 @@ func TestExecutionsAndWaits(t *testing.T) {
 	require.Equal(t, []uuid.UUID{started[2]}, execIDs(list.Items))
 }
 
+// TestEvents sends events to an execution and reads what reached no wait.
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	def := []byte(`{"name": "approve", "nodes": [{"id": "wait", "type": "wait_events", "data": {
+		"events": [{"name": "first", "source": "send", "type": "approved"}, {"name": "second", "source": "send", "type": "approved"}]}}]}`)
+	_, err := f.api.PutWorkflow(ctx, "approve", def)
+	require.NoError(t, err)
+	started, err := f.api.StartExecution(ctx, "approve", nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		page, err := f.api.WaitStates(ctx, client.WaitFilter{Execution: started.ID, Status: client.StatusWaiting}, client.PageRequest{})
+		require.NoError(t, err)
+		return len(page.Items) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+
+	early, err := f.api.SendEvent(ctx, started.ID, "later", nil, "")
+	require.NoError(t, err)
+	require.Equal(t, client.SendBuffered, early.Outcome)
+	require.Positive(t, early.BufferID)
+	require.NotNil(t, early.ExpiresAt)
+	require.Empty(t, early.Deliveries)
+
+	sent, err := f.api.SendEvent(ctx, started.ID, "approved", json.RawMessage(`{"ok": true}`), "evt-1")
+	require.NoError(t, err)
+	require.Equal(t, client.SendDelivered, sent.Outcome)
+	require.Len(t, sent.Deliveries, 1)
+	d := sent.Deliveries[0]
+	require.Equal(t, "wait", d.NodeID)
+	require.Equal(t, "first", d.Event)
+	require.Equal(t, "recorded", d.Outcome)
+	require.Equal(t, client.StatusWaiting, d.WaitStatus)
+	require.NotEqual(t, uuid.Nil, d.WaitStateID)
+	require.Contains(t, string(sent.Raw), `"outcome":"delivered"`)
+
+	dup, err := f.api.SendEvent(ctx, started.ID, "approved", json.RawMessage(`{"ok": true}`), "evt-1")
+	require.NoError(t, err)
+	require.Equal(t, client.SendDuplicate, dup.Outcome)
+	require.Empty(t, dup.Deliveries)
+
+	last, err := f.api.SendEvent(ctx, started.ID, "approved", nil, "evt-2")
+	require.NoError(t, err)
+	require.Equal(t, "second", last.Deliveries[0].Event)
+	require.Equal(t, "completed", last.Deliveries[0].Outcome)
+
+	unknown := uuid.New()
+	_, err = f.api.SendEvent(ctx, unknown, "approved", nil, "")
+	requireProblem(t, err, http.StatusNotFound, "execution-not-found")
+	_, err = f.api.SendEvent(ctx, started.ID, "", nil, "")
+	requireProblem(t, err, http.StatusBadRequest, "invalid-request")
+
+	none, err := f.api.UnmatchedEvents(ctx, "no_execution", client.PageRequest{})
+	require.NoError(t, err)
+	require.Len(t, none.Items, 1)
+	u := none.Items[0]
+	require.Equal(t, "no_execution", u.Reason)
+	require.Equal(t, "approved", u.EventType)
+	require.Equal(t, &unknown, u.ExecutionID)
+	require.JSONEq(t, `{"kind": "send"}`, string(u.Source))
+	require.Equal(t, "null", u.PayloadExcerpt)
+
+	// Newest first, a page at a time: the no_execution row, the duplicate, the buffered one.
+	all, more, err := client.Collect(ctx, 0, func(ctx context.Context, p client.PageRequest) (*client.Page[client.UnmatchedEvent], error) {
+		p.Limit = 1
+		return f.api.UnmatchedEvents(ctx, "", p)
+	})
+	require.NoError(t, err)
+	require.False(t, more)
+	var reasons []string
+	for _, u := range all {
+		reasons = append(reasons, u.Reason)
+	}
+	require.Equal(t, []string{"no_execution", "duplicate", "buffered"}, reasons)
+
+	_, err = f.api.UnmatchedEvents(ctx, "lost", client.PageRequest{})
+	requireProblem(t, err, http.StatusBadRequest, "invalid-query")
+}
+
 func ids(ws []client.WaitState) []uuid.UUID {
 	var out []uuid.UUID
 	for _, w := range ws {

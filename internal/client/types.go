@@ -253,3 +253,61 @@ func decodeKeepingRaw(b []byte, dst any, raw *json.RawMessage) error {
 	*raw = append(json.RawMessage(nil), b...)
 	return nil
 }
+
+// Outcomes of a sent event.
+const (
+	SendDelivered = "delivered"
+	SendBuffered  = "buffered"
+	SendDuplicate = "duplicate"
+)
+
+// SentEvent is the answer to sending an event: delivered (Deliveries says what it did at
+// each waiting node), buffered until a node waits for its type (BufferID, ExpiresAt), or
+// a duplicate of an event sent with the same id.
+type SentEvent struct {
+	Outcome    string          `json:"outcome"`
+	Deliveries []Delivery      `json:"deliveries,omitempty"`
+	BufferID   int64           `json:"buffer_id,omitempty"`
+	ExpiresAt  *time.Time      `json:"expires_at,omitempty"`
+	Raw        json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (s *SentEvent) UnmarshalJSON(b []byte) error {
+	type plain SentEvent
+	return decodeKeepingRaw(b, (*plain)(s), &s.Raw)
+}
+
+// Delivery is what a sent event did at one waiting node.
+type Delivery struct {
+	NodeID      string    `json:"node_id"`
+	WaitStateID uuid.UUID `json:"wait_state_id"`
+	// Event is the node's expected event the sent event was taken as.
+	Event string `json:"event"`
+	// Outcome is recorded or completed when the event was applied, else why not.
+	Outcome    string `json:"outcome"`
+	WaitStatus string `json:"wait_status"`
+	Version    int64  `json:"version"`
+}
+
+// UnmatchedEvent is an event that reached no wait, and why (Reason, Detail).
+type UnmatchedEvent struct {
+	ID     int64  `json:"id"`
+	Reason string `json:"reason"`
+	// Source says where it came from, as ReceivedEvent.Source, or {"kind": "send"}.
+	Source         json.RawMessage `json:"source"`
+	EventName      string          `json:"event_name,omitempty"`
+	EventType      string          `json:"event_type,omitempty"`
+	ExecutionID    *uuid.UUID      `json:"execution_id,omitempty"`
+	CorrelationID  *uuid.UUID      `json:"correlation_id,omitempty"`
+	Detail         string          `json:"detail"`
+	PayloadExcerpt string          `json:"payload_excerpt"`
+	CreatedAt      time.Time       `json:"created_at"`
+	Raw            json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (u *UnmatchedEvent) UnmarshalJSON(b []byte) error {
+	type plain UnmatchedEvent
+	return decodeKeepingRaw(b, (*plain)(u), &u.Raw)
+}

@@ -404,10 +404,17 @@ func TestOpenAPIResponses(t *testing.T) {
 		map[string]any{"id": "after", "type": "wait_events", "data": map[string]any{}},
 	}, "edges": []any{map[string]any{"source": "wait", "target": "after"}}}
 	quick := map[string]any{"name": "quick", "nodes": []any{map[string]any{"id": "n", "type": "wait_events", "data": map[string]any{}}}}
+	approve := map[string]any{"name": "approve", "nodes": []any{map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+		"events": []any{
+			map[string]any{"name": "first", "source": "send", "type": "approved"},
+			map[string]any{"name": "second", "source": "send", "type": "approved"},
+		},
+	}}}}
 	wf := "/api/v1/workflows/{name}"
 	call("PUT", wf, "/api/v1/workflows/orders", def, http.StatusCreated)
 	call("PUT", wf, "/api/v1/workflows/orders", def, http.StatusOK)
 	call("PUT", wf, "/api/v1/workflows/quick", quick, http.StatusCreated)
+	call("PUT", wf, "/api/v1/workflows/approve", approve, http.StatusCreated)
 	call("PUT", wf, "/api/v1/workflows/broken", map[string]any{"name": "broken", "nodes": []any{}}, http.StatusUnprocessableEntity)
 	call("POST", "/api/v1/workflows/validate", "/api/v1/workflows/validate", def, http.StatusOK)
 	call("POST", "/api/v1/workflows/validate", "/api/v1/workflows/validate", []byte(`{"name": "x", "nodes": [{"id": "a", "type": "teleport"}]}`), http.StatusUnprocessableEntity)
@@ -435,6 +442,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	call("POST", cb, "/api/internal/callbacks/acme", map[string]any{"execution_id": execID, "correlation_id": corr, "ok": true}, http.StatusOK)
 	call("POST", cb, "/api/internal/callbacks/acme", map[string]any{"execution_id": execID, "correlation_id": uuid.NewString()}, http.StatusNotFound)
 	call("POST", cb, "/api/internal/callbacks/acme", []byte(`{"execution_id": "x"}`), http.StatusBadRequest)
+	call("POST", cb, "/api/internal/callbacks/acme?event=approval", map[string]any{"execution_id": execID, "correlation_id": corr}, http.StatusUnprocessableEntity)
+	call("POST", cb, "/api/internal/callbacks/acme?event=a.b", map[string]any{"execution_id": execID, "correlation_id": corr}, http.StatusBadRequest)
 
 	// The wait, holding the callback but not the Kafka record, in the list; then its
 	// cancel, a finished execution's and a waiting one's.
@@ -449,6 +458,39 @@ func TestOpenAPIResponses(t *testing.T) {
 	list := call("GET", "/api/v1/executions", "/api/v1/executions?limit=1", nil, http.StatusOK)
 	require.NotEmpty(t, list.json["next_cursor"])
 	call("GET", "/api/v1/executions", "/api/v1/executions?limit=1&cursor="+url.QueryEscape(list.json["next_cursor"].(string)), nil, http.StatusOK)
+
+	// Events sent by type: buffered (no node waits for "other"), delivered (recorded as
+	// the wait's first event, then completing it with the second), duplicate; refused for
+	// a finished execution, an unknown one, a bad body. The execution then completes,
+	// taking its buffered event to the dead letters.
+	approved := call("POST", "/api/v1/workflows/{name}/executions", "/api/v1/workflows/approve/executions", nil, http.StatusCreated).json["id"].(string)
+	require.Eventually(t, func() bool {
+		w := call("GET", "/api/v1/wait-states", "/api/v1/wait-states?status=waiting&execution="+approved, nil, http.StatusOK)
+		return len(w.json["items"].([]any)) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	send := "/api/v1/executions/{id}/events"
+	toApproved := "/api/v1/executions/" + approved + "/events"
+	buffered := call("POST", send, toApproved, map[string]any{"type": "other", "payload": map[string]any{"n": 1}}, http.StatusAccepted)
+	require.Equal(t, "buffered", buffered.json["outcome"])
+	delivered := call("POST", send, toApproved, map[string]any{"type": "approved", "id": "e-1", "payload": "yes"}, http.StatusAccepted)
+	require.Equal(t, "delivered", delivered.json["outcome"])
+	call("POST", send, toApproved, map[string]any{"type": "approved", "id": "e-1", "payload": "yes"}, http.StatusOK)
+	call("POST", send, toApproved, map[string]any{"type": "approved", "name": "x"}, http.StatusBadRequest)
+	call("POST", send, toApproved, map[string]any{"type": "approved", "id": "e-2"}, http.StatusAccepted)
+	call("POST", send, "/api/v1/executions/"+done+"/events", map[string]any{"type": "approved"}, http.StatusConflict)
+	call("POST", send, "/api/v1/executions/"+uuid.NewString()+"/events", map[string]any{"type": "approved"}, http.StatusNotFound)
+	call("POST", send, "/api/v1/executions/e-1/events", map[string]any{"type": "approved"}, http.StatusBadRequest)
+	require.Eventually(t, func() bool {
+		return call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+approved, nil, http.StatusOK).json["status"] == "completed"
+	}, 15*time.Second, 20*time.Millisecond)
+	unmatched := call("GET", "/api/v1/events/unmatched", "/api/v1/events/unmatched?limit=2", nil, http.StatusOK)
+	require.Len(t, unmatched.json["items"], 2)
+	require.NotEmpty(t, unmatched.json["next_cursor"])
+	call("GET", "/api/v1/events/unmatched", "/api/v1/events/unmatched?limit=500&cursor="+url.QueryEscape(unmatched.json["next_cursor"].(string)), nil, http.StatusOK)
+	call("GET", "/api/v1/events/unmatched", "/api/v1/events/unmatched?reason=lost", nil, http.StatusBadRequest)
+	dead := call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution="+approved, nil, http.StatusOK)
+	require.Len(t, dead.json["items"], 1)
+	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution=e-1", nil, http.StatusBadRequest)
 
 	// Not found and refused.
 	call("GET", "/api/v1/wait-states/{id}", "/api/v1/wait-states/"+uuid.NewString(), nil, http.StatusNotFound)

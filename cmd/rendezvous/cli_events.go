@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rendezvous-run/rendezvous/internal/client"
+)
+
+func eventsGroup() *cliGroup {
+	return &cliGroup{
+		name: "events",
+		about: `Send an event to an execution by type, and see the events that reached no wait
+and why.`,
+		commands: []*cliCommand{eventsSend(), eventsUnmatched()},
+	}
+}
+
+func eventsSend() *cliCommand {
+	return &cliCommand{
+		name: "send", args: "EXECUTION TYPE", nargs: 2,
+		summary: "send an event of a type to an execution",
+		help: `Sends an event of type TYPE to execution EXECUTION: every node of the execution
+waiting for an event of source send with that type takes it ("delivered"). When none
+waits for it yet, it is buffered until one does ("buffered"), or until it expires or
+the execution ends. --id deduplicates: the same id sent again is applied once
+("duplicate"). A finished execution refuses the event (409, exit status 1).`,
+		examples: []string{
+			`rendezvous events send 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f approved --payload '{"by": "alice"}'`,
+			`rendezvous events send 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f approved --payload @decision.json --id decision-17`,
+			`rendezvous events send 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f cancelled -o json | jq -r .outcome`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var payload, id string
+			fs.StringVar(&payload, "payload", "", "event payload: JSON, @FILE to read it from a file, @- from stdin (default: null)")
+			fs.StringVar(&id, "id", "", "event id: the same id sent to an execution again is applied once")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				execution, err := parseID("execution id", args[0])
+				if err != nil {
+					return err
+				}
+				var raw json.RawMessage
+				if payload != "" {
+					raw = json.RawMessage(payload)
+					if path, ok := strings.CutPrefix(payload, "@"); ok {
+						if raw, err = cl.readInput(path); err != nil {
+							return err
+						}
+					}
+					if !json.Valid(raw) {
+						var v any
+						return usagef("--payload is not JSON: %v", json.Unmarshal(raw, &v))
+					}
+				}
+				sent, err := cl.api.SendEvent(ctx, execution, args[1], raw, id)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, sent.Raw)
+				}
+				return cl.printSent(sent)
+			}
+		},
+	}
+}
+
+// printSent shows what a sent event did: its outcome, and per node that was waiting for
+// its type what happened there, or until when it is buffered.
+func (cl *cli) printSent(s *client.SentEvent) error {
+	kv := newTable(cl.stdout)
+	kv.row("Outcome:", s.Outcome)
+	if s.Outcome == client.SendBuffered {
+		kv.row("Buffer ID:", strconv.FormatInt(s.BufferID, 10))
+		kv.row("Expires:", when(s.ExpiresAt, time.Now()))
+	}
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(s.Deliveries) == 0 {
+		return nil
+	}
+	fmt.Fprintln(cl.stdout)
+	header := []string{"NODE", "EVENT", "OUTCOME", "WAIT STATUS", "VERSION"}
+	if cl.output == outputWide {
+		header = append(header, "WAIT")
+	}
+	t := newTable(cl.stdout, header...)
+	for _, d := range s.Deliveries {
+		cells := []string{d.NodeID, d.Event, d.Outcome, d.WaitStatus, strconv.FormatInt(d.Version, 10)}
+		if cl.output == outputWide {
+			cells = append(cells, d.WaitStateID.String())
+		}
+		t.row(cells...)
+	}
+	return t.flush()
+}
+
+// unmatchedLimitDefault keeps the default listing to what fits a screen: the service
+// keeps thousands of unmatched events.
+const unmatchedLimitDefault = 50
+
+func eventsUnmatched() *cliCommand {
+	return &cliCommand{
+		name:    "unmatched",
+		summary: "list recent events that reached no wait, and why",
+		help: `Lists recent events that no wait took — callbacks, Kafka records and sent events —
+newest first, with why: no_execution, execution_finished, buffered,
+match_value_differs, filter_failed, id_mismatch, duplicate, no_wait, late,
+not_expected or already_recorded. -o wide adds the correlation id, the payload
+excerpt and the full detail.`,
+		examples: []string{
+			"rendezvous events unmatched",
+			"rendezvous events unmatched --reason no_wait --limit 200 -o wide",
+			"rendezvous events unmatched --reason execution_finished -o json | jq -r '.[].execution_id'",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var reason string
+			var limit int
+			fs.StringVar(&reason, "reason", "", "only events that matched nothing for this reason")
+			fs.IntVar(&limit, "limit", unmatchedLimitDefault, "show at most this many (0: all)")
+			return func(ctx context.Context, cl *cli, _ []string) error {
+				if limit < 0 {
+					return usagef("--limit: must not be negative")
+				}
+				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.UnmatchedEvent], error) {
+					return cl.api.UnmatchedEvents(ctx, reason, p)
+				})
+				if err != nil {
+					return err
+				}
+				raw := func(u *client.UnmatchedEvent) json.RawMessage { return u.Raw }
+				return showList(cl, "unmatched events", limit, items, more, raw, func() error {
+					return cl.unmatchedTable(items)
+				})
+			}
+		},
+	}
+}
+
+func (cl *cli) unmatchedTable(items []client.UnmatchedEvent) error {
+	now := time.Now()
+	wide := cl.output == outputWide
+	header := []string{"WHEN", "REASON", "SOURCE", "EVENT", "EXECUTION", "DETAIL"}
+	if wide {
+		header = []string{"ID", "CREATED", "REASON", "SOURCE", "EVENT", "EXECUTION", "CORRELATION ID", "DETAIL", "PAYLOAD"}
+	}
+	t := newTable(cl.stdout, header...)
+	for _, u := range items {
+		event := u.EventName
+		if u.EventType != "" {
+			event = strings.TrimPrefix(event+" type "+u.EventType, " ")
+		}
+		if wide {
+			t.row(strconv.FormatInt(u.ID, 10), when(&u.CreatedAt, now), u.Reason, eventSource(u.Source), event,
+				uuidOrEmpty(u.ExecutionID), uuidOrEmpty(u.CorrelationID), u.Detail, u.PayloadExcerpt)
+			continue
+		}
+		t.row(ago(&u.CreatedAt, now), u.Reason, eventSource(u.Source), event, uuidOrEmpty(u.ExecutionID), truncate(u.Detail, 60))
+	}
+	return t.flush()
+}
+
+func uuidOrEmpty(id *uuid.UUID) string {
+	if id == nil {
+		return ""
+	}
+	return idOrEmpty(*id)
+}

@@ -1,0 +1,297 @@
+package api
+
+// Events sent to an execution by type (POST /api/v1/executions/:id/events), and the
+// operator's two views of events that reached no wait: the recent unmatched events with
+// why, and the buffered events that no wait took before they expired or their execution
+// ended (the dead letters). The aggregator decides everything; this file only checks
+// the request and says what happened in HTTP.
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+)
+
+// maxEventBytes bounds a sent event's body, as a callback's body is bounded by default:
+// an event is a message, not a document.
+const maxEventBytes = 1 << 20
+
+// maxEventTextLen bounds an event's type and id, in characters (the schema's maxLength
+// of a send event's type).
+const maxEventTextLen = 200
+
+// sendRequest is the body of a sent event. Type and ID are pointers so that an absent
+// member is told from an empty one.
+type sendRequest struct {
+	Type    *string         `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+	ID      *string         `json:"id"`
+}
+
+// sendShape is how a malformed body is told what is expected.
+const sendShape = `body must be {"type": "...", "payload": <JSON>, "id": "..."}`
+
+// delivery is what a sent event did at one waiting node.
+type delivery struct {
+	NodeID      string    `json:"node_id"`
+	WaitStateID uuid.UUID `json:"wait_state_id"`
+	// Event is the expected event of the node the sent event was taken as.
+	Event      string `json:"event"`
+	Outcome    string `json:"outcome"`
+	WaitStatus string `json:"wait_status"`
+	Version    int64  `json:"version"`
+}
+
+// sendAnswer is the body of 200 and 202 answers to a sent event.
+type sendAnswer struct {
+	Outcome aggregator.SendOutcome `json:"outcome"`
+	// Deliveries: delivered, and buffered when waiting nodes of the type refused it.
+	Deliveries []delivery `json:"deliveries,omitempty"`
+	// BufferID and ExpiresAt: buffered only.
+	BufferID  int64      `json:"buffer_id,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// invalidField is a 400 problem about one member of a request body; field names it for
+// programs, the detail for people.
+func invalidField(slug, field, reason string) *problem.Problem {
+	return problem.New(http.StatusBadRequest, field+": "+reason).WithType(slug).With("field", field)
+}
+
+// readSend parses and checks a sent event's body.
+func readSend(body []byte) (sendRequest, error) {
+	var req sendRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, sendDecodeProblem(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, problem.New(http.StatusBadRequest, sendShape+": unexpected data after the JSON object").WithType("malformed-json")
+	}
+	if req.Type == nil {
+		return req, invalidField("invalid-request", "type", "required")
+	}
+	if err := eventText("type", *req.Type); err != nil {
+		return req, err
+	}
+	if req.ID != nil {
+		if err := eventText("id", *req.ID); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+// sendDecodeProblem explains a body the decoder refused, naming the member at fault when
+// there is one.
+func sendDecodeProblem(err error) error {
+	if errors.Is(err, io.EOF) {
+		return problem.New(http.StatusBadRequest, sendShape+": the body is empty").WithType("malformed-json")
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return problem.New(http.StatusBadRequest, sendShape+": not a JSON object").WithType("malformed-json")
+		}
+		return invalidField("malformed-json", te.Field, "must be a string, not "+te.Value)
+	}
+	// The decoder reports an unknown member only in its message.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if field, uerr := strconv.Unquote(name); uerr == nil {
+			return invalidField("malformed-json", field, `unknown field; a sent event has "type", "payload" and "id"`)
+		}
+	}
+	return problem.New(http.StatusBadRequest, sendShape+": "+err.Error()).WithType("malformed-json")
+}
+
+// eventText checks a type or id: PostgreSQL stores it as text, which cannot hold NUL.
+// (The JSON decoder has already made it valid UTF-8.)
+func eventText(field, s string) error {
+	if n := utf8.RuneCountInString(s); n < 1 || n > maxEventTextLen {
+		return invalidField("invalid-request", field, fmt.Sprintf("must be 1 to %d characters", maxEventTextLen))
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalidField("invalid-request", field, `must not contain NUL (\u0000)`)
+	}
+	return nil
+}
+
+// sendEvent delivers an event to every node of the execution waiting for its type, or
+// buffers it until one does.
+func (h *handlers) sendEvent(c echo.Context) error {
+	if _, err := queryParams(c); err != nil {
+		return err
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return problem.New(http.StatusBadRequest, "execution id is not a UUID").WithType("malformed-id")
+	}
+	body, err := readBodyUpTo(c, maxEventBytes)
+	if err != nil {
+		return err
+	}
+	req, err := readSend(body)
+	if err != nil {
+		return err
+	}
+	s := aggregator.Sent{ExecutionID: id, Type: *req.Type, Payload: req.Payload,
+		Source: aggregator.Source{Kind: aggregator.SourceSend}}
+	if req.ID != nil {
+		s.ID = *req.ID
+	}
+	hr := c.Request()
+	// The sender's trace, if it sent one, is linked from the event's spans in the waits'
+	// own traces.
+	s.Link = telemetry.SpanContextOf(hr.Context(), nil, propagation.HeaderCarrier(hr.Header))
+
+	res, err := h.agg.Send(hr.Context(), s)
+	switch {
+	case errors.Is(err, aggregator.ErrUnstorablePayload):
+		return invalidField("unstorable-payload", "payload", `contains \u0000, which cannot be stored`)
+	case db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries):
+		c.Response().Header().Set("Retry-After", "1")
+		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
+	case err != nil:
+		return fmt.Errorf("send %s event to execution %s: %w", s.Type, id, err)
+	}
+	answer := sendAnswer{Outcome: res.Outcome}
+	for _, d := range res.Deliveries {
+		answer.Deliveries = append(answer.Deliveries, delivery{NodeID: d.NodeID, WaitStateID: d.WaitStateID, Event: d.Event,
+			Outcome: string(d.Outcome), WaitStatus: d.Status, Version: d.Version})
+	}
+	switch res.Outcome {
+	case aggregator.SendDelivered:
+		return c.JSON(http.StatusAccepted, answer)
+	case aggregator.SendBuffered:
+		answer.BufferID, answer.ExpiresAt = res.BufferID, &res.ExpiresAt
+		return c.JSON(http.StatusAccepted, answer)
+	case aggregator.SendDuplicate:
+		return c.JSON(http.StatusOK, sendAnswer{Outcome: res.Outcome})
+	case aggregator.SendNoExecution:
+		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
+	case aggregator.SendExecutionFinished:
+		return problem.New(http.StatusConflict, "execution is already "+res.ExecutionStatus+"; the event was not applied").
+			WithType("execution-finished").With("execution_status", res.ExecutionStatus)
+	}
+	return fmt.Errorf("send %s event to execution %s: unknown outcome %q", s.Type, id, res.Outcome)
+}
+
+// The event lists page by id, newest first. Their cursors are opaque as the executor's
+// are: a kind byte (a cursor of one list is refused by the other) and the id of the last
+// item shown, base64url-encoded; decoding is strict.
+const (
+	cursorUnmatched   = 'u'
+	cursorDeadLetters = 'd'
+)
+
+var cursorEncoding = base64.RawURLEncoding.Strict()
+
+func encodeIDCursor(kind byte, id int64) string {
+	return cursorEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte{kind}, uint64(id)))
+}
+
+func decodeIDCursor(kind byte, s string) (int64, error) {
+	b, err := cursorEncoding.DecodeString(s)
+	if err != nil || len(b) != 9 || b[0] != kind {
+		return 0, invalidQuery("cursor", "not a cursor of this list; pass next_cursor of the previous page unchanged")
+	}
+	id := binary.BigEndian.Uint64(b[1:])
+	if id < 1 || id > math.MaxInt64 {
+		return 0, invalidQuery("cursor", "not a cursor of this list; pass next_cursor of the previous page unchanged")
+	}
+	return int64(id), nil
+}
+
+// idPage reads limit (default executor.PageLimitDefault) and the cursor of a list paged
+// by id; beforeID is 0 for the first page.
+func idPage(q map[string]string, kind byte) (limit int, beforeID int64, err error) {
+	limit, cursor, err := pageParams(q)
+	if err != nil {
+		return 0, 0, err
+	}
+	if limit == 0 {
+		limit = executor.PageLimitDefault
+	}
+	if cursor != "" {
+		if beforeID, err = decodeIDCursor(kind, cursor); err != nil {
+			return 0, 0, err
+		}
+	}
+	return limit, beforeID, nil
+}
+
+// pageByID turns rows read with a limit of limit+1 into a page, as the executor's lists
+// do: a row beyond limit only tells that there is more.
+func pageByID[T any](rows []T, limit int, kind byte, id func(T) int64) executor.Page[T] {
+	if len(rows) <= limit {
+		return executor.Page[T]{Items: rows}
+	}
+	return executor.Page[T]{Items: rows[:limit], NextCursor: encodeIDCursor(kind, id(rows[limit-1]))}
+}
+
+// listUnmatched lists recent events that no wait took, newest first, with why.
+func (h *handlers) listUnmatched(c echo.Context) error {
+	q, err := queryParams(c, "reason", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	reason := q["reason"]
+	if reason != "" && !slices.Contains(aggregator.UnmatchedReasons, reason) {
+		return invalidQuery("reason", fmt.Sprintf("%q is not one of %s", reason, strings.Join(aggregator.UnmatchedReasons, ", ")))
+	}
+	limit, before, err := idPage(q, cursorUnmatched)
+	if err != nil {
+		return err
+	}
+	rows, err := h.agg.ListUnmatched(c.Request().Context(), reason, before, limit+1)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, pageByID(rows, limit, cursorUnmatched, func(u aggregator.UnmatchedEvent) int64 { return u.ID }))
+}
+
+// listDeadLetters lists buffered events that no wait took, newest first.
+func (h *handlers) listDeadLetters(c echo.Context) error {
+	q, err := queryParams(c, "execution", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	var execution *uuid.UUID
+	if s, ok := q["execution"]; ok {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return invalidQuery("execution", "not a UUID")
+		}
+		execution = &id
+	}
+	limit, before, err := idPage(q, cursorDeadLetters)
+	if err != nil {
+		return err
+	}
+	rows, err := h.agg.ListDeadLetters(c.Request().Context(), execution, before, limit+1)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, pageByID(rows, limit, cursorDeadLetters, func(d aggregator.DeadLetter) int64 { return d.ID }))
+}
