@@ -136,9 +136,12 @@ func (w *wait) resolveKafka(ev Event, key string) (string, Outcome, error) {
 	return fits[0], "", nil // all received: decided as the first, which reports why not
 }
 
-// sourceFits says whether an arrival of kind may be an expected event of source.
+// sourceFits says whether an arrival of kind may be an expected event of source. An
+// event sent by type may arrive over HTTP (kind send) or on the Kafka events topic (kind
+// kafka); only the send path names send events, so a Kafka record correlated by ids or
+// by payload never lands on one.
 func sourceFits(expected, kind string) bool {
-	return expected == kind
+	return expected == kind || (expected == SourceSend && kind == SourceKafka)
 }
 
 func (w *wait) expectedByName(name string) *Expected {

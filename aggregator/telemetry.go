@@ -164,47 +164,63 @@ func (a *Aggregator) RecordRejected(ctx context.Context, source, reason string) 
 // or ApplyBatch calls it after its commit.
 func (a *Aggregator) Observe(ctx context.Context, events []Event, results []Result) {
 	for i, res := range results {
-		ev := events[i]
-		source := attribute.String("source", ev.Source.Kind)
-		switch res.Outcome {
-		case Recorded, Completed:
-			a.ins.applied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("outcome", string(res.Outcome))))
-		default:
-			a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("reason", string(res.Outcome))))
+		if len(res.Deliveries) == 0 {
+			a.observe(ctx, events[i], res, true)
+			continue
 		}
-		if res.Conflicts > 0 {
-			a.ins.conflicts.Add(ctx, int64(res.Conflicts))
+		// A record matched by payload: each wait it reached is a decision of its own; it
+		// was unmatched only if it reached none (then Deliveries is empty).
+		for _, d := range res.Deliveries {
+			a.observe(ctx, events[i], d, false)
 		}
-		if reason := reasonOf(res.Outcome); reason != "" {
-			a.countUnmatched(ctx, reason)
-		}
-		if res.Outcome == Completed && res.FirstEvent != "" {
-			a.ins.firstEvent.Add(ctx, 1, metric.WithAttributes(attribute.String("event", res.FirstEvent)))
-		}
-		if res.TraceParent == "" {
-			continue // not found, or a foreign execution's wait: no trace of ours to join
-		}
-		opts := []trace.SpanStartOption{trace.WithAttributes(
-			attribute.String("rendezvous.execution_id", ev.ExecutionID.String()),
-			attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
-			attribute.String("rendezvous.node_id", res.NodeID),
-			attribute.String("rendezvous.event", ev.Name),
-			attribute.String("rendezvous.source", ev.Source.Kind),
-			attribute.String("rendezvous.outcome", string(res.Outcome)),
-			attribute.Int64("rendezvous.version", res.Version),
-		)}
-		if ev.Link.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ev.Link}))
-		}
-		wctx := telemetry.WithTraceParent(context.Background(), res.TraceParent)
-		ectx, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
-		if res.Outcome == Completed {
-			_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
-				attribute.String("rendezvous.first_event", res.FirstEvent)))
-			s.End()
-		}
-		span.End()
 	}
+}
+
+// observe records one decision; unmatched says whether a decision that applied nothing
+// counts as an unmatched event.
+func (a *Aggregator) observe(ctx context.Context, ev Event, res Result, unmatched bool) {
+	if res.Event != "" {
+		ev.Name = res.Event // what a Kafka record correlated by ids was decided as
+	}
+	source := attribute.String("source", ev.Source.Kind)
+	switch res.Outcome {
+	case Recorded, Completed:
+		a.ins.applied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("outcome", string(res.Outcome))))
+	default:
+		a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("reason", string(res.Outcome))))
+	}
+	if res.Conflicts > 0 {
+		a.ins.conflicts.Add(ctx, int64(res.Conflicts))
+	}
+	if reason := reasonOf(res.Outcome); reason != "" && unmatched {
+		a.countUnmatched(ctx, reason)
+	}
+	if res.Outcome == Completed && res.FirstEvent != "" {
+		a.ins.firstEvent.Add(ctx, 1, metric.WithAttributes(attribute.String("event", res.FirstEvent)))
+	}
+	if res.TraceParent == "" {
+		return // not found, or a foreign execution's wait: no trace of ours to join
+	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(
+		attribute.String("rendezvous.execution_id", ev.ExecutionID.String()),
+		attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
+		attribute.String("rendezvous.node_id", res.NodeID),
+		attribute.String("rendezvous.event", ev.Name),
+		attribute.String("rendezvous.source", ev.Source.Kind),
+		attribute.String("rendezvous.outcome", string(res.Outcome)),
+		attribute.Int64("rendezvous.version", res.Version),
+	)}
+	if ev.Link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ev.Link}))
+	}
+	wctx := telemetry.WithTraceParent(context.Background(), res.TraceParent)
+	ectx, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
+	if res.Outcome == Completed {
+		_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
+			attribute.String("rendezvous.first_event", res.FirstEvent)))
+		s.End()
+	}
+	span.End()
 }
 
 // observeExpired records a sweeper commit: counters and a span per ended wait in its

@@ -32,6 +32,7 @@ const (
 	TopicRefreshDefault   = 5 * time.Second
 	BackoffMinDefault     = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second
+	EventsTopicDefault    = "rendezvous.events"
 )
 
 // Config configures a Consumer.
@@ -42,8 +43,14 @@ type Config struct {
 	Group string
 	// ClientID is this replica's client id (the instance id). Required.
 	ClientID string
-	// Topics are consumed in addition to the kafkaEvent topics of stored definitions.
+	// Topics are consumed in addition to the Kafka topics of stored definitions.
 	Topics []string
+	// EventsTopic carries events sent to an execution by type, the Kafka form of POST
+	// /api/v1/executions/{id}/events: each record a JSON object {"execution_id", "type",
+	// "payload", "id"}. It is always consumed, and its records are read only as such
+	// (a definition naming it as the topic of a Kafka event never receives them). Default
+	// EventsTopicDefault.
+	EventsTopic string
 	// DLQSuffix names a topic's dead-letter topic: <topic><suffix>. Default
 	// DLQSuffixDefault.
 	DLQSuffix string
@@ -95,6 +102,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.Group == "" {
 		c.Group = GroupDefault
+	}
+	if c.EventsTopic == "" {
+		c.EventsTopic = EventsTopicDefault
 	}
 	if c.DLQSuffix == "" {
 		c.DLQSuffix = DLQSuffixDefault

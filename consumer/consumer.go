@@ -1,12 +1,23 @@
 // Package consumer is the Kafka intake: a franz-go consumer group, one member per
-// replica, that reads the topics of stored wait_events nodes, extracts execution_id and
-// correlation_id from each record, and hands it to the aggregator as the kafka_event.
+// replica, that reads the topics of stored wait_events nodes and the events topic, and
+// hands each record to the aggregator. It owns reading records (ids, match keys, sent
+// events, poison) and committing offsets; what an event does to a wait is the
+// aggregator's.
+//
+// A record on a definition's topic is correlated two ways, both tried: by the
+// execution_id and correlation_id it carries (the kafkaEvent's fields, or the default
+// ones for the events list), and by payload match — for each Kafka event of the topic
+// declaring a match, the value at its left path, looked up among the values open waits
+// expect. A record on the events topic (Config.EventsTopic, rendezvous.events by default)
+// is an event sent to one execution by type, like POST /api/v1/executions/{id}/events: it
+// is delivered to the execution's waits for its type, or buffered until one exists.
 //
 // Delivery is at-least-once with idempotent apply: an offset is committed only after the
 // transaction that applied its record committed; records that cannot be applied now
 // (database down, dead-letter write failed) are rewound and their partitions paused, so
-// nothing is skipped or committed past. Poison records go to <topic>.dlq with the reason
-// before their offset is committed. It never updates a wait state itself.
+// nothing is skipped or committed past. Poison records — and events-topic records that
+// can never be an event — go to <topic>.dlq with the reason before their offset is
+// committed. It never updates a wait state itself.
 //
 // The Kafka client is traced and metered by franz-go's kotel plugin; a record's
 // traceparent header is honoured as a link from its event's span in the wait's trace.
@@ -65,9 +76,10 @@ type Consumer struct {
 	logger *slog.Logger
 	cl     *kgo.Client
 
-	mu     sync.Mutex
-	fields map[string][]idFields // topic -> id extraction configs
-	topics map[string]bool
+	mu      sync.Mutex
+	fields  map[string][]idFields             // topic -> id extraction configs
+	matches map[string][]aggregator.MatchSpec // topic -> payload-match specs
+	topics  map[string]bool
 
 	refresh chan struct{}
 	counts  sync.Map // reason -> *atomic.Int64
@@ -87,7 +99,7 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	}
 	c := &Consumer{
 		cfg: cfg, pool: pool, agg: agg, q: dbsqlc.New(), logger: cfg.Logger,
-		fields: map[string][]idFields{}, topics: map[string]bool{}, refresh: make(chan struct{}, 1),
+		fields: map[string][]idFields{}, topics: map[string]bool{cfg.EventsTopic: true}, refresh: make(chan struct{}, 1),
 	}
 	if err := c.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("consumer telemetry: %w", err)
@@ -98,7 +110,8 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(),
+		// The events topic is known without the database: consumed from the start.
+		kgo.ConsumeTopics(cfg.EventsTopic),
 		kgo.DisableAutoCommit(),
 		// Between a poll and AllowRebalance nothing is revoked, so every record of a
 		// poll is applied and committed (or rewound) by the member that polled it.
@@ -167,10 +180,14 @@ func (c *Consumer) Ready(ctx context.Context) error {
 	return nil
 }
 
-// loadTopics reads the kafkaEvent blocks of stored definitions and subscribes to any new
-// topic.
+// loadTopics reads the Kafka events of stored definitions — kafkaEvent blocks and the
+// events lists' Kafka events — and subscribes to any new topic.
 func (c *Consumer) loadTopics(ctx context.Context) error {
 	rows, err := c.q.WorkflowKafkaEventConfigs(ctx, c.pool)
+	var named []json.RawMessage
+	if err == nil {
+		named, err = c.q.WorkflowKafkaNamedEvents(ctx, c.pool)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			c.databaseError(ctx)
@@ -178,6 +195,12 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		return fmt.Errorf("load kafka topics: %w", err)
 	}
 	fields := map[string][]idFields{}
+	addFields := func(topic string, f idFields) {
+		if !slices.Contains(fields[topic], f) {
+			fields[topic] = append(fields[topic], f)
+		}
+	}
+	defaults := idFields{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}
 	for _, raw := range rows {
 		// Parsed by the definition parser itself, so defaults are the same as the node's.
 		cfg, errs := workflow.ParseWaitEventsNode(json.RawMessage(`{"kafkaEvent":`+string(raw)+`}`), "")
@@ -188,20 +211,39 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		if ke == nil {
 			continue
 		}
-		f := idFields{exec: ke.ExecutionIDField, corr: ke.CorrelationIDField}
-		if !slices.Contains(fields[ke.Topic], f) {
-			fields[ke.Topic] = append(fields[ke.Topic], f)
+		addFields(ke.Topic, idFields{exec: ke.ExecutionIDField, corr: ke.CorrelationIDField})
+	}
+	matches := map[string][]aggregator.MatchSpec{}
+	for _, raw := range named {
+		cfg, errs := workflow.ParseWaitEventsNode(json.RawMessage(`{"events":[`+string(raw)+`]}`), "")
+		if len(errs) > 0 {
+			continue
+		}
+		for _, e := range cfg.(*workflow.WaitEvents).Events {
+			if e.Source != workflow.SourceKafka {
+				continue
+			}
+			if e.Match == nil {
+				// Named Kafka events are correlated by the default id fields.
+				addFields(e.Topic, defaults)
+				continue
+			}
+			spec := aggregator.MatchSpec{Type: e.Type, Left: e.Match.Left}
+			if !slices.Contains(matches[e.Topic], spec) {
+				matches[e.Topic] = append(matches[e.Topic], spec)
+			}
 		}
 	}
 	for _, t := range c.cfg.Topics {
 		if len(fields[t]) == 0 {
-			fields[t] = []idFields{{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}}
+			fields[t] = []idFields{defaults}
 		}
 	}
 	c.mu.Lock()
-	c.fields = fields
+	// Set before subscribing: the first record of a new topic is read with its configs.
+	c.fields, c.matches = fields, matches
 	var added []string
-	for t := range fields {
+	for _, t := range slices.Concat(slices.Collect(maps.Keys(fields)), slices.Collect(maps.Keys(matches))) {
 		if !c.topics[t] {
 			c.topics[t] = true
 			added = append(added, t)
@@ -216,6 +258,8 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	return nil
 }
 
+// fieldsFor returns how records of topic carry their ids: the configured fields, else
+// the default ones.
 func (c *Consumer) fieldsFor(topic string) []idFields {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -223,6 +267,14 @@ func (c *Consumer) fieldsFor(topic string) []idFields {
 		return f
 	}
 	return []idFields{{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}}
+}
+
+// matchSpecsFor returns the payload-match specs of topic's Kafka events (none for most
+// topics).
+func (c *Consumer) matchSpecsFor(topic string) []aggregator.MatchSpec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.matches[topic]
 }
 
 type tp struct {
@@ -342,9 +394,12 @@ type item struct {
 	// skip is why a record without usable ids is not applied; it is counted once the
 	// record is handled, not on every retry of its batch.
 	skip string
-	// events are the record's candidate events; a poison record's are not applied, they
-	// only name the wait in log lines.
+	// events are the record's candidate events: one per pair of ids it carries, and one
+	// correlated by payload match when it holds a value of a match. A poison record's are
+	// not applied, they only name the wait in log lines.
 	events []aggregator.Event
+	// sent is the event a valid record of the events topic sends to its execution.
+	sent *aggregator.Sent
 }
 
 // process applies a poll's records in batches and commits what was handled. It returns,
@@ -417,26 +472,40 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		if len(items) == 0 {
 			continue
 		}
-		touched, err := c.apply(ctx, items)
-		if err != nil {
-			c.dbFailing.Store(true)
-			c.databaseError(ctx)
-			c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
-			for _, it := range items {
-				p := tp{it.rec.Topic, it.rec.Partition}
-				if _, ok := failed[p]; !ok {
-					failed[p] = it.rec.Offset
-				}
+		// Records correlated to waits and events sent to executions are applied in
+		// transactions of their own. They never share a partition (the events topic holds
+		// only the latter), so a failure of one stops only its own partitions.
+		touched, applyErr := c.apply(ctx, items)
+		sendTouched, sendErr := c.send(ctx, items)
+		for _, err := range []error{applyErr, sendErr} {
+			if err != nil {
+				c.databaseError(ctx)
+				c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
 			}
-			continue
 		}
-		if touched {
+		switch {
+		case applyErr != nil || sendErr != nil:
+			c.dbFailing.Store(true)
+		case touched || sendTouched:
 			// Only a batch that reached the database says it is back; one of poison or
 			// id-less records alone says nothing.
 			c.dbFailing.Store(false)
 		}
-		dlqFailed := c.deadLetter(ctx, items)
 		for _, it := range items {
+			p := tp{it.rec.Topic, it.rec.Partition}
+			if _, ok := failed[p]; ok {
+				continue
+			}
+			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
+				failed[p] = it.rec.Offset // its first record of the batch: all of them come back
+			}
+		}
+		handled := slices.DeleteFunc(items, func(it item) bool {
+			_, bad := failed[tp{it.rec.Topic, it.rec.Partition}]
+			return bad
+		})
+		dlqFailed := c.deadLetter(ctx, handled)
+		for _, it := range handled {
 			p := tp{it.rec.Topic, it.rec.Partition}
 			if _, ok := failed[p]; ok {
 				continue
@@ -457,8 +526,12 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 	return failed, done
 }
 
-// decode validates a record and extracts its ids. It is pure.
+// decode validates a record and extracts its ids and match keys, or, on the events
+// topic, the event it sends. It is pure.
 func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
+	if r.Topic == c.cfg.EventsTopic {
+		return c.decodeSent(r)
+	}
 	it := item{rec: r}
 	fields := c.fieldsFor(r.Topic)
 	poison := func(category, reason string, payload any) item {
@@ -479,7 +552,11 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 		return poison(poisonUnstorable, "value contains \\u0000, which PostgreSQL cannot store", payload)
 	}
 	events, reason := extract(payload, r, fields)
-	if reason != "" {
+	if keys := aggregator.MatchKeys(r.Topic, payload, c.matchSpecsFor(r.Topic)); len(keys) > 0 {
+		// Besides its ids, if any: a record may answer waits of both kinds.
+		events = append(events, aggregator.Event{MatchKeys: keys, Payload: r.Value, Source: sourceOf(r)})
+	}
+	if len(events) == 0 {
 		it.skip = reason
 		return it
 	}
@@ -491,29 +568,26 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	return it
 }
 
+// sourceOf is where an event read from r came from.
+func sourceOf(r *kgo.Record) aggregator.Source {
+	partition, offset := r.Partition, r.Offset
+	return aggregator.Source{Kind: sourceKind, Topic: r.Topic, Partition: &partition, Offset: &offset}
+}
+
 // extract finds the ids of a record: each configured field pair in the payload, else
 // the record header of the same name. Several configurations of one topic may yield
 // several candidates; each distinct one is tried.
 func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event, string) {
-	header := func(name string) string {
-		for _, h := range r.Headers {
-			if h.Key == name {
-				return string(h.Value)
-			}
-		}
-		return ""
-	}
 	field := func(path string) string {
 		if v, ok := dotpath.Get(payload, path); ok {
 			if s, ok := v.(string); ok {
 				return s
 			}
 		}
-		return header(path)
+		return headerOf(r, path)
 	}
 	var events []aggregator.Event
 	reason := ReasonMissingID
-	partition, offset := r.Partition, r.Offset
 	for _, f := range fields {
 		execRaw, corrRaw := field(f.exec), field(f.corr)
 		if execRaw == "" || corrRaw == "" {
@@ -528,9 +602,10 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 		if slices.ContainsFunc(events, func(e aggregator.Event) bool { return e.ExecutionID == execID && e.CorrelationID == corrID }) {
 			continue
 		}
+		// No name: the aggregator decides which of the wait's Kafka events (kafka_event or
+		// a named one) the record is, by its topic, type and filter.
 		events = append(events, aggregator.Event{
-			ExecutionID: execID, CorrelationID: corrID, Name: aggregator.EventKafka, Payload: r.Value,
-			Source: aggregator.Source{Kind: sourceKind, Topic: r.Topic, Partition: &partition, Offset: &offset},
+			ExecutionID: execID, CorrelationID: corrID, Payload: r.Value, Source: sourceOf(r),
 		})
 	}
 	if len(events) == 0 {
@@ -570,9 +645,14 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	for i, res := range results {
 		c.count(string(res.Outcome))
 		ev := batch[i]
-		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
-			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "outcome", res.Outcome)
 		rctx := recordCtx(ctx, recs[i])
+		if len(ev.MatchKeys) > 0 {
+			completed = completed || res.Outcome == aggregator.Completed
+			c.logMatch(rctx, ev, res)
+			continue
+		}
+		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
+			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
 		switch res.Outcome {
 		case aggregator.Completed:
 			completed = true
@@ -591,6 +671,39 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		c.agg.Continued()
 	}
 	return true, nil
+}
+
+// logMatch reports a record correlated by payload match: how many waits it reached
+// and what it did at each. A record whose value no wait expects is routine on a shared
+// topic, hence debug; the aggregator records it in unmatched_events.
+func (c *Consumer) logMatch(ctx context.Context, ev aggregator.Event, res aggregator.Result) {
+	attrs := []any{"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
+		"offset", *ev.Source.Offset, "outcome", res.Outcome, "deliveries", len(res.Deliveries)}
+	if res.Outcome == aggregator.NoMatch {
+		c.logger.DebugContext(ctx, "kafka record matched no wait by payload", attrs...)
+		return
+	}
+	applied, completed := 0, 0
+	for _, d := range res.Deliveries {
+		switch d.Outcome {
+		case aggregator.Completed:
+			completed++
+			applied++
+		case aggregator.Recorded:
+			applied++
+		}
+	}
+	attrs = append(attrs, "applied", applied, "completed", completed)
+	if applied > 0 {
+		c.logger.InfoContext(ctx, "kafka record matched waits by payload", attrs...)
+	} else {
+		c.logger.DebugContext(ctx, "kafka record matched waits by payload; none took it", attrs...)
+	}
+	for _, d := range res.Deliveries {
+		c.logger.DebugContext(ctx, "payload match delivery", "wait_state_id", d.WaitStateID, "node_id", d.NodeID,
+			"event", d.Event, "outcome", d.Outcome, "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
+			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset)
+	}
 }
 
 // deadLetter produces the batch's poison records to their dead-letter topics,

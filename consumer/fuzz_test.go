@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ const (
 )
 
 // decoder is a Consumer with only what decode reads: the limit, the topic's id fields
-// and the propagator. An empty path means the default, as in a definition; any other is
+// and match specs, and the propagator. An empty path means the default, as in a definition; any other is
 // kept even when a definition would refuse it, since extraction must survive any path.
 func decoder(maxBytes int, execPath, corrPath string) *Consumer {
 	fields := []idFields{{exec: cmp.Or(execPath, workflow.DefaultExecutionIDField), corr: cmp.Or(corrPath, workflow.DefaultCorrelationIDField)}}
@@ -39,10 +40,15 @@ func decoder(maxBytes int, execPath, corrPath string) *Consumer {
 		fields = append(fields, def)
 	}
 	return &Consumer{
-		cfg:    Config{MaxRecordBytes: maxBytes}.WithDefaults(),
-		fields: map[string][]idFields{fuzzTopic: fields},
+		cfg:     Config{MaxRecordBytes: maxBytes}.WithDefaults(),
+		fields:  map[string][]idFields{fuzzTopic: fields},
+		matches: map[string][]aggregator.MatchSpec{fuzzTopic: fuzzMatches},
 	}
 }
+
+// fuzzMatches are the payload matches of the fuzzed topic: one on any record, one on
+// records of a type.
+var fuzzMatches = []aggregator.MatchSpec{{Left: "order.id"}, {Type: "paid", Left: "amount"}}
 
 // FuzzDecode feeds decode arbitrary record values, id headers, id field paths,
 // traceparents and size limits. Beyond not panicking, every record ends exactly one
@@ -72,6 +78,9 @@ func FuzzDecode(f *testing.F) {
 		{ids, fuzzExec, fuzzCorr, "", "execution_id", "correlation_id", 16},
 		{"", fuzzExec, fuzzCorr, "", "execution_id", "correlation_id", 0},
 		{ids, "", "", "00-00000000000000000000000000000000-0000000000000000-01", "{" + fuzzExec + "}", "urn:uuid:" + fuzzCorr, 0},
+		{`{"order":{"id":"A-1"}}`, "", "", "", "execution_id", "correlation_id", 0},
+		{`{"type":"paid","amount":4.20,"order":{"id":7},"execution_id":"` + fuzzExec + `","correlation_id":"` + fuzzCorr + `"}`, "", "", "", "execution_id", "correlation_id", 0},
+		{`{"type":"refund","amount":1,"order":{"id":[1]}}`, "", "", "", "execution_id", "correlation_id", 0},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s.value), s.hdrExec, s.hdrCorr, s.trace, s.execPath, s.corrPath, s.maxBytes)
@@ -119,10 +128,11 @@ func FuzzDecode(f *testing.F) {
 		case it.skip != "":
 			require.Contains(t, []string{ReasonMissingID, ReasonInvalidID}, it.skip)
 			require.Empty(t, it.events)
-			// The reason is true of every configured pair: none yields two UUIDs, and
-			// missing_id means no pair had both values at all.
 			var payload any
 			require.NoError(t, json.Unmarshal(value, &payload))
+			require.Empty(t, aggregator.MatchKeys(fuzzTopic, payload, fuzzMatches), "a record holding a match value is not skipped")
+			// The reason is true of every configured pair: none yields two UUIDs, and
+			// missing_id means no pair had both values at all.
 			for _, fp := range fields {
 				e, cr := rawID(payload, r, fp.exec), rawID(payload, r, fp.corr)
 				_, errE := uuid.Parse(e)
@@ -137,18 +147,34 @@ func FuzzDecode(f *testing.F) {
 			// they are distinct; the payload is the record value as sent.
 			var payload any
 			require.NoError(t, json.Unmarshal(value, &payload))
-			require.LessOrEqual(t, len(it.events), len(fields))
 			link := c.linkOf(r)
-			for i, ev := range it.events {
+			// Its match values, if any, make one last event correlated by them alone.
+			byIDs := it.events
+			if keys := aggregator.MatchKeys(fuzzTopic, payload, fuzzMatches); len(keys) > 0 {
+				m := it.events[len(it.events)-1]
+				byIDs = it.events[:len(it.events)-1]
+				require.Equal(t, keys, m.MatchKeys)
+				require.Equal(t, uuid.Nil, m.ExecutionID)
+				require.Equal(t, uuid.Nil, m.CorrelationID)
+				require.Empty(t, m.Name)
+				require.True(t, bytes.Equal(value, m.Payload))
+				require.Equal(t, sourceKind, m.Source.Kind)
+				require.Equal(t, fuzzTopic, m.Source.Topic)
+				require.Equal(t, int64(77), *m.Source.Offset)
+				require.Equal(t, link, m.Link)
+			}
+			require.LessOrEqual(t, len(byIDs), len(fields))
+			for i, ev := range byIDs {
+				require.Empty(t, ev.MatchKeys)
 				require.True(t, slices.ContainsFunc(fields, func(fp idFields) bool {
 					e, err1 := uuid.Parse(rawID(payload, r, fp.exec))
 					cr, err2 := uuid.Parse(rawID(payload, r, fp.corr))
 					return err1 == nil && err2 == nil && e == ev.ExecutionID && cr == ev.CorrelationID
 				}), "event %d ids %s/%s come from no configured pair", i, ev.ExecutionID, ev.CorrelationID)
-				for _, other := range it.events[:i] {
+				for _, other := range byIDs[:i] {
 					require.False(t, other.ExecutionID == ev.ExecutionID && other.CorrelationID == ev.CorrelationID, "duplicate candidate")
 				}
-				require.Equal(t, aggregator.EventKafka, ev.Name)
+				require.Empty(t, ev.Name, "the aggregator picks which Kafka event of the wait it is")
 				require.True(t, bytes.Equal(value, ev.Payload))
 				require.Equal(t, sourceKind, ev.Source.Kind)
 				require.Equal(t, fuzzTopic, ev.Source.Topic)
@@ -161,6 +187,80 @@ func FuzzDecode(f *testing.F) {
 					"link %s is not from traceparent %q", link.TraceID(), traceparent)
 			}
 		}
+	})
+}
+
+// FuzzDecodeSent feeds the events topic's decoding arbitrary values and execution id
+// headers. Every record is either dead-lettered with a reason and category, or a sent
+// event holding exactly what the value (or, for the execution id, a header) says.
+func FuzzDecodeSent(f *testing.F) {
+	for _, s := range []struct{ value, hdr string }{
+		{`{"execution_id":"` + fuzzExec + `","type":"approved","payload":{"by":"alice"},"id":"e-1"}`, ""},
+		{`{"type":"approved"}`, fuzzExec},
+		{`{"execution_id":"` + fuzzExec + `","type":"approved","payload":null}`, "not-a-uuid"},
+		{`{"execution_id":null,"type":"t","id":null}`, fuzzExec},
+		{`{"execution_id":"nope","type":"t"}`, ""},
+		{`{"execution_id":"` + fuzzExec + `","type":""}`, ""},
+		{`{"execution_id":"` + fuzzExec + `","type":"t","id":7}`, ""},
+		{`{"execution_id":"` + fuzzExec + `","type":"t","extra":1}`, ""},
+		{`{"execution_id":"","type":"t","id":""}`, fuzzExec},
+		{`{"execution_id":"` + fuzzExec + `","type":"a\u0000b"}`, ""},
+		{`[1,2]`, fuzzExec},
+		{`null`, fuzzExec},
+		{`{"type":`, fuzzExec},
+		{"", ""},
+	} {
+		f.Add([]byte(s.value), s.hdr, uint16(0))
+	}
+	f.Fuzz(func(t *testing.T, value []byte, hdrExec string, maxBytes uint16) {
+		c := decoder(int(maxBytes), "", "")
+		r := &kgo.Record{Topic: c.cfg.EventsTopic, Partition: 2, Offset: 9, Value: value}
+		if hdrExec != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: workflow.DefaultExecutionIDHeader, Value: []byte(hdrExec)})
+		}
+		it := c.decode(t.Context(), r)
+		require.Same(t, r, it.rec)
+		require.Empty(t, it.skip, "a sent event is dead-lettered or applied, never skipped")
+		require.Empty(t, it.events, "the events topic is never correlated by ids or match")
+		require.NotEqual(t, it.poison == "", it.sent == nil, "exactly one of poison %q and a sent event", it.poison)
+		if it.poison != "" {
+			require.Contains(t, []string{poisonTooLarge, poisonNotJSON, poisonUnstorable, poisonInvalidEvent}, it.poisonCategory)
+			require.Equal(t, len(value) > c.cfg.MaxRecordBytes, it.poisonCategory == poisonTooLarge)
+			return
+		}
+		require.LessOrEqual(t, len(value), c.cfg.MaxRecordBytes)
+		require.True(t, aggregator.Storable(value))
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(value, &v))
+		for k := range v {
+			require.Contains(t, []string{"execution_id", "type", "payload", "id"}, k, "no other member is accepted")
+		}
+		s := it.sent
+		require.NotEmpty(t, s.Type)
+		require.LessOrEqual(t, utf8.RuneCountInString(s.Type), maxEventTextLen)
+		require.Equal(t, v["type"], s.Type)
+		if execText, ok := v["execution_id"].(string); ok {
+			require.Equal(t, uuid.MustParse(execText), s.ExecutionID)
+		} else {
+			require.Equal(t, uuid.MustParse(hdrExec), s.ExecutionID, "from the header when the value has none")
+		}
+		if id, ok := v["id"].(string); ok {
+			require.Equal(t, id, s.ID)
+			require.LessOrEqual(t, utf8.RuneCountInString(id), maxEventTextLen)
+		} else {
+			require.Equal(t, "kafka:"+c.cfg.EventsTopic+"/2/9", s.ID, "identified by its position")
+		}
+		if p, ok := v["payload"]; ok {
+			var got any
+			require.NoError(t, json.Unmarshal(s.Payload, &got))
+			require.Equal(t, p, got)
+		} else {
+			require.Nil(t, s.Payload)
+		}
+		require.Equal(t, sourceKind, s.Source.Kind)
+		require.Equal(t, c.cfg.EventsTopic, s.Source.Topic)
+		require.Equal(t, int32(2), *s.Source.Partition)
+		require.Equal(t, int64(9), *s.Source.Offset)
 	})
 }
 

@@ -26,6 +26,8 @@ const (
 	poisonTooLarge   = "too_large"
 	poisonNotJSON    = "not_json"
 	poisonUnstorable = "unstorable"
+	// poisonInvalidEvent: a record of the events topic that is JSON but no sent event.
+	poisonInvalidEvent = "invalid_event"
 )
 
 // instruments are the consumer's own metrics; the Kafka client's (bytes, records,
@@ -49,7 +51,7 @@ func (c *Consumer) initTelemetry() error {
 	in.lag = map[tp]int64{}
 	var err error
 	if in.deadLetters, err = m.Int64Counter("rendezvous.dead_letter.records",
-		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable).")); err != nil {
+		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable, invalid_event: an events-topic record that is no sent event).")); err != nil {
 		return err
 	}
 	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {

@@ -207,6 +207,7 @@ func TestComposeFile(t *testing.T) {
 		consumed := exampleTopics(t)
 		for _, cfg := range cfgs {
 			consumed = append(consumed, cfg.Kafka.Topics...)
+			consumed = append(consumed, cfg.Kafka.WithDefaults().EventsTopic)
 		}
 		want := map[string]bool{}
 		for _, topic := range consumed {
@@ -314,7 +315,8 @@ func dependsOn(services map[string]composeService, from, to string) bool {
 	return false
 }
 
-// exampleTopics are the kafkaEvent topics of the embedded example definitions.
+// exampleTopics are the Kafka topics of the embedded example definitions: kafkaEvent's
+// and those of events with source kafka.
 func exampleTopics(t *testing.T) []string {
 	t.Helper()
 	files, err := fs.Glob(examples.Definitions, "*.json")
@@ -330,13 +332,25 @@ func exampleTopics(t *testing.T) []string {
 					KafkaEvent *struct {
 						Topic string `json:"topic"`
 					} `json:"kafkaEvent"`
+					Events []struct {
+						Source string `json:"source"`
+						Topic  string `json:"topic"`
+					} `json:"events"`
 				} `json:"data"`
 			} `json:"nodes"`
 		}
 		require.NoError(t, json.Unmarshal(raw, &def), f)
 		for _, n := range def.Nodes {
-			if n.Type == "wait_events" && n.Data.KafkaEvent != nil && !slices.Contains(topics, n.Data.KafkaEvent.Topic) {
+			if n.Type != "wait_events" {
+				continue
+			}
+			if n.Data.KafkaEvent != nil && !slices.Contains(topics, n.Data.KafkaEvent.Topic) {
 				topics = append(topics, n.Data.KafkaEvent.Topic)
+			}
+			for _, e := range n.Data.Events {
+				if e.Source == "kafka" && !slices.Contains(topics, e.Topic) {
+					topics = append(topics, e.Topic)
+				}
 			}
 		}
 	}

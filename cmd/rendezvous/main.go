@@ -42,6 +42,7 @@ Operate a running service through its HTTP API (--server, env RENDEZVOUS_SERVER)
   rendezvous workflows   apply|list|get         store and read workflow definitions
   rendezvous executions  start|list|get|cancel  start, inspect and cancel executions
   rendezvous waits       list|get|cancel        see what executions wait for; cancel a wait
+  rendezvous events      send|unmatched         send an event to an execution by type; see events that reached no wait
 
 Run "rendezvous <command> -h" for the flags of a command.
 `
@@ -69,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = devKafka(ctx, args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(ctx, args[1:], stdout)
-	case "workflows", "executions", "waits":
+	case "workflows", "executions", "waits", "events":
 		return runCLI(ctx, args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, buildVersion())
@@ -164,6 +165,8 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Duration(&cfg.Executor.RetentionInterval, "retention-interval", "RENDEZVOUS_RETENTION_INTERVAL", executor.RetentionIntervalDefault, "how often one replica purges what retention no longer keeps")
 	o.Int(&cfg.Aggregator.SweepWorkers, "sweep-workers", "RENDEZVOUS_SWEEP_WORKERS", aggregator.SweepWorkersDefault, "deadline sweeper transactions in flight when many deadlines are due together")
 	o.Duration(&cfg.Aggregator.SweepMaxSleep, "sweep-max-sleep", "RENDEZVOUS_SWEEP_MAX_SLEEP", aggregator.SweepMaxSleepDefault, "longest the deadline sweeper sleeps without looking (waits registered by other replicas)")
+	o.Int(&cfg.Aggregator.MaxWaitersPerType, "max-waiters-per-type", "RENDEZVOUS_MAX_WAITERS_PER_TYPE", aggregator.MaxWaitersPerTypeDefault, "open waits one payload-match type (Kafka topic and event type) may have; registering one more fails its node")
+	o.Int(&cfg.Aggregator.UnmatchedRetention, "unmatched-retention", "RENDEZVOUS_UNMATCHED_RETENTION", aggregator.UnmatchedRetentionDefault, "unmatched events kept for GET /api/v1/events/unmatched (the newest)")
 	bindKafka(o, &cfg.Kafka)
 	o.after = func() {
 		cfg.Callbacks.MaxBodyBytes = int64(maxBody)
