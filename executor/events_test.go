@@ -268,7 +268,9 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	require.Equal(t, aggregator.SendExecutionFinished, res.Outcome)
 	// A retried event that finished the execution is a duplicate, not a conflict.
 	other := h.start(t, name, nil)
-	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, other) == 1 })
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1`, other) == 1
+	})
 	require.Equal(t, aggregator.SendDelivered, h.send(t, other, "a", obj{}, "once").Outcome)
 	h.waitStatus(t, other, "completed")
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, other, "a", obj{}, "once").Outcome)
