@@ -279,7 +279,7 @@ type Aggregator struct {
 	deadlineWake chan struct{}
 
 	// ttls caches each definition version's eventBufferTtl.
-	ttls ttlCache
+	ttls sync.Map
 
 	ins    instruments
 	gauges telemetry.Cached[dbSnapshot]

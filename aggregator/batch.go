@@ -47,13 +47,11 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	return results, nil
 }
 
+// applyBatch decides events addressed by their ids; callers checked their payloads.
 func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
 	results := make([]Result, len(events))
 	ids := make([]uuid.UUID, 0, len(events))
 	for _, ev := range events {
-		if !Storable(ev.Payload) {
-			return nil, ErrUnstorablePayload
-		}
 		ids = append(ids, ev.CorrelationID)
 	}
 	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -337,6 +336,3 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	}
 	return res, nil
 }
-
-// ttlCache is the type of Aggregator.ttls.
-type ttlCache = sync.Map
