@@ -114,6 +114,15 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	// Statements are prepared once per connection (pgx's statement cache). Left to
+	// choose, PostgreSQL kept planning the batch statements afresh on every call: their
+	// arrays estimate 10 elements in a generic plan and fewer in a custom one, so custom
+	// always looked cheaper, and planning took as long as executing. Their plans do not
+	// depend on the values (ids through unique indexes, partial-index predicates written
+	// as literals), so one generic plan per connection serves them all.
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,14 +337,24 @@ func TestMatchByBusinessKey(t *testing.T) {
 	h.exec(t, `ANALYZE execution_wait_states`)
 
 	// The lookup of a batch of records' keys is an index scan, not a scan over the
-	// waiting states (the statement as sqlc generated it, planned for a batch of 64).
-	keys := []string{"v\x1fpayments\x1f\x1forder.id\x1f\"ord-42\""}
+	// waiting states: the statement as sqlc generated it, prepared, in the generic plan
+	// that pools use (db.Connect sets plan_cache_mode), for a batch of 64.
+	keys := []string{"'v\x1fpayments\x1f\x1forder.id\x1f\"ord-42\"'"}
 	for i := range 63 {
-		keys = append(keys, fmt.Sprintf("v\x1fpayments\x1f\x1forder.id\x1f\"n%d\"", i))
+		keys = append(keys, fmt.Sprintf("'v\x1fpayments\x1f\x1forder.id\x1f\"n%d\"'", i))
 	}
-	var plan string
+	conn, err := h.pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer conn.Release()
+	var mode, plan string
+	require.NoError(t, conn.QueryRow(context.Background(), "SHOW plan_cache_mode").Scan(&mode))
+	require.Equal(t, "force_generic_plan", mode)
 	lookup := bind(sqlQueries(t, "wait_states.sql")["WaitStateListByMatchKeys"], map[string]string{"keys": "$1"})
-	require.NoError(t, h.pool.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+lookup, keys).Scan(&plan))
+	_, err = conn.Exec(context.Background(), "PREPARE match_lookup (text[]) AS "+lookup)
+	require.NoError(t, err)
+	defer conn.Exec(context.Background(), "DEALLOCATE match_lookup") //nolint:errcheck
+	require.NoError(t, conn.QueryRow(context.Background(),
+		"EXPLAIN (FORMAT JSON) EXECUTE match_lookup (ARRAY["+strings.Join(keys, ",")+"])").Scan(&plan))
 	require.Contains(t, plan, "execution_wait_states_match_keys_idx")
 	require.NotContains(t, plan, "Seq Scan")
 
