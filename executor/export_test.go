@@ -22,6 +22,11 @@ func (e *Executor) ClaimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, erro
 	return out, err
 }
 
+// ClaimUnits is claimWork: up to n units, each a run job or a batch of continuations.
+func (e *Executor) ClaimUnits(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
+	return e.claimWork(ctx, n)
+}
+
 // ResumeBatch is resumeBatch.
 func (e *Executor) ResumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) error {
 	_, err := e.resumeBatch(ctx, jobs)

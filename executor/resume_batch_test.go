@@ -92,3 +92,34 @@ func TestResumeBatch(t *testing.T) {
 	require.Equal(t, 4, h.fake.count("/join"))
 	require.Zero(t, h.fake.count("/skip"))
 }
+
+// TestResumeUnitsNotThin: a few continuations due together, claimed with many free
+// slots, go in one batch (one transaction), not one batch per continuation.
+func TestResumeUnitsNotThin(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	ctx := context.Background()
+	name := h.put(t, h.workflow("thin", []obj{
+		node("w", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+	}, nil))
+	stop := h.run(t)
+	execs := make([]uuid.UUID, 5)
+	for i := range execs {
+		execs[i] = h.start(t, name, nil)
+	}
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`) == len(execs)
+	})
+	stop() // from here on the test plays the pod
+	for _, id := range execs {
+		w := h.view(t, id).Waits[0]
+		require.Equal(t, aggregator.Completed, h.apply(t, id, w.CorrelationID, aggregator.EventKafka, obj{}))
+	}
+	units, err := h.ex.ClaimUnits(ctx, 16)
+	require.NoError(t, err)
+	require.Len(t, units, 1, "five continuations, sixteen free slots: one batch")
+	require.Len(t, units[0], len(execs))
+	require.NoError(t, h.ex.ResumeBatch(ctx, units[0]))
+	require.Equal(t, len(execs), h.count(t, `SELECT count(*) FROM executions WHERE status = 'completed'`))
+	require.Equal(t, 0, h.count(t, `SELECT count(*) FROM run_queue`))
+}

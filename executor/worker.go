@@ -120,6 +120,9 @@ func runLoop[T any](ctx context.Context, e *Executor, name string, slots int, wa
 // ResumeBatchDefault bounds the continuations handled in one transaction.
 const ResumeBatchDefault = 64
 
+// resumeMinBatch is the fewest continuations a batch is given when more are claimed.
+const resumeMinBatch = 16
+
 // claimWork claims up to n units of work: each run job is a unit (it runs a node, maybe
 // an HTTP call), while resume jobs are claimed n×ResumeBatch at a time and grouped, so
 // a burst of satisfied waits costs a few transactions instead of one each.
@@ -146,8 +149,11 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 		return units, err
 	}
 	e.observeClaims(ctx, "resume", resumes)
-	// Spread over the free slots so that batches run side by side.
-	per := max((len(resumes)+free-1)/free, 1)
+	// Spread over the free slots so that batches run side by side, but not thinner than
+	// resumeMinBatch: a batch costs a constant number of statements, and a wake-up after
+	// a group commit finds only a few continuations, which spread one per slot cost a
+	// transaction each.
+	per := max((len(resumes)+free-1)/free, resumeMinBatch)
 	for start := 0; start < len(resumes); start += per {
 		units = append(units, resumes[start:min(start+per, len(resumes))])
 	}
