@@ -119,7 +119,9 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	// arrays estimate 10 elements in a generic plan and fewer in a custom one, so custom
 	// always looked cheaper, and planning took as long as executing. Their plans do not
 	// depend on the values (ids through unique indexes, partial-index predicates written
-	// as literals), so one generic plan per connection serves them all.
+	// as literals), so one generic plan per connection serves them all. The operator's
+	// lists, whose best plan does depend on which filters are set, ask for custom plans
+	// themselves (OperatorForceCustomPlans).
 	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
