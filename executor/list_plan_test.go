@@ -4,6 +4,7 @@ package executor_test
 // an index in the page's order, never by scanning and sorting every matching row. This
 // test asks PostgreSQL for the plans of the queries as db/queries/operator.sql writes
 // them, on tables large enough for the planner to prefer a scan if an index were missing.
+// The sweeper's claim of due waits is checked the same way, in the generic plan pools use.
 
 import (
 	"context"
@@ -147,4 +148,25 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 			require.True(t, usesIndex, "%v", nodes)
 		})
 	}
+
+	// The sweeper's claim runs in the generic plan pools use (db.Connect sets
+	// plan_cache_mode), which cannot see the time it is given: it must still walk the
+	// partial deadline index, not scan the waits.
+	t.Run("sweeper claim, generic plan", func(t *testing.T) {
+		_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		claim := bind(sqlQueries(t, "wait_states.sql")["WaitStateClaimDue"], map[string]string{"now": "$1", "max": "$2"})
+		_, err = conn.Exec(ctx, "PREPARE claim_due (timestamptz, integer) AS "+claim)
+		require.NoError(t, err)
+		var raw []byte
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim_due (now(), 2000)").Scan(&raw))
+		var plans []map[string]any
+		require.NoError(t, json.Unmarshal(raw, &plans))
+		nodes := planNodes(plans[0]["Plan"].(map[string]any))
+		require.Contains(t, nodes, "Index Scan on execution_wait_states using idx_execution_wait_states_next_deadline", "%v", nodes)
+		for _, n := range nodes {
+			require.NotContains(t, n, "Seq Scan", "%v", nodes)
+			require.NotContains(t, n, "Sort", "%v", nodes)
+		}
+	})
 }
