@@ -2,12 +2,13 @@
 // (HTTP callbacks, the Kafka consumer) hands it the same Event; it correlates the event
 // by execution_id and correlation_id, records it under an optimistic version fence,
 // applies the wait's strategy, and — in the same transaction — completes the wait,
-// writes the node's output and enqueues the execution's continuation. Deadlines are
+// writes the node's output and hands over the execution's continuation. Deadlines are
 // decided here too (RunSweeper), behind the same fence, so an event and its deadline
 // can never both win.
 //
-// It does not run workflows (that is the executor, which picks up the continuation from
-// the run queue) and it knows nothing of HTTP or Kafka.
+// It does not run workflows: that is the executor, which either continues the execution
+// inside the deciding transaction (ContinueWith) or picks the continuation up from the
+// run queue. It knows nothing of HTTP or Kafka.
 package aggregator
 
 import (
@@ -22,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -167,6 +169,43 @@ type Result struct {
 	// Deliveries, for an event correlated by payload match, are the results at each wait
 	// it reached; the fields above are those of the most advanced.
 	Deliveries []Result
+	// Continued, for a Completed wait, says its continuation was handed over inside the
+	// transaction (ContinueWith), so the commit needs no Continued call for it.
+	Continued bool
+}
+
+// Queued reports whether any of results completed a wait whose continuation went to the
+// run queue: the caller announces those with Continued after its commit.
+func Queued(results []Result) bool {
+	for _, r := range results {
+		if (r.Outcome == Completed && !r.Continued) || Queued(r.Deliveries) {
+			return true
+		}
+	}
+	return false
+}
+
+// Completion is a wait that ApplyBatch completed and marked resumed, handed to its
+// ContinueFunc.
+type Completion = dbsqlc.WaitStateRecordEventsRow
+
+// ContinueFunc continues executions inside the transaction whose batch completes their
+// waits, instead of queuing a continuation that costs a second transaction. It is called
+// before any wait of the batch is written, with the executions of the waits about to
+// complete: it locks them (in id order: every writer of an execution takes the
+// execution's row before its waits, so none can deadlock with this one), then calls
+// record, which writes the batch and returns the waits it completed, already marked
+// resumed, and continues those. An error fails the whole transaction; a continuation
+// that cannot run should be queued (the wait unmarked, a run queue row written) instead.
+type ContinueFunc func(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func() ([]Completion, error)) error
+
+// ContinueWith has ApplyBatch hand the continuations of the waits it completes to f,
+// inside its transaction. The executor calls it with itself when it is built on this
+// aggregator. Other paths (ApplyTx, deadlines, events sent by a node, buffered events)
+// still queue their continuations: they run inside transactions that may already hold
+// other rows, where locking executions could deadlock.
+func (a *Aggregator) ContinueWith(f ContinueFunc) {
+	a.continuer.Store(&f)
 }
 
 // Received is one recorded event, as stored in received_events (in arrival order).
@@ -281,6 +320,9 @@ type Aggregator struct {
 	// ttls caches each definition version's eventBufferTtl.
 	ttls sync.Map
 
+	// continuer, when set, continues executions inside ApplyBatch's transaction.
+	continuer atomic.Pointer[ContinueFunc]
+
 	ins    instruments
 	gauges telemetry.Cached[dbSnapshot]
 }
@@ -391,7 +433,6 @@ func (a *Aggregator) commitGroup(group []*pending) {
 			break
 		}
 	}
-	completed := false
 	if err == nil {
 		a.Observe(ctx, events, results)
 	} else if db.IsUnavailable(err) {
@@ -402,19 +443,18 @@ func (a *Aggregator) commitGroup(group []*pending) {
 			p.err = err
 		} else {
 			p.res = results[i]
-			completed = completed || p.res.Outcome == Completed
 			a.logResult(p.ctx, p.ev, p.res)
 		}
 		close(p.done)
 	}
-	if completed {
+	if err == nil && Queued(results) {
 		a.Continued()
 	}
 }
 
-// Continued announces continuations committed by the caller's transaction. Apply calls
-// it itself; a source batching ApplyTx calls it after its commit when any result was
-// Completed. Wake-ups are never sent inside the transaction: a NOTIFY would serialise
+// Continued announces continuations queued by the caller's transaction. Apply calls it
+// itself; a source batching ApplyTx or ApplyBatch calls it after its commit when
+// Queued(results). Wake-ups are never sent inside the transaction: a NOTIFY would serialise
 // every commit on PostgreSQL's notification lock.
 func (a *Aggregator) Continued() {
 	if a.cfg.OnContinuation != nil {

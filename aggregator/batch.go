@@ -19,7 +19,11 @@ import (
 // every changed wait — its node output and continuation included — behind the version
 // fence of what was loaded. Waits whose fence missed, and events whose ids do not match a
 // wait, go through ApplyTx one by one. Results are in input order; the caller calls
-// Continued after its commit when any is Completed.
+// Continued after its commit when Queued(results).
+//
+// With a ContinueFunc set (ContinueWith), the executions of the waits the batch
+// completes are continued in this transaction, and locked by it: tx must not hold rows
+// of other executions or waits already.
 //
 // Events correlated by payload match (MatchKeys) are first expanded into one event per
 // wait they reach, and folded back into one Result each. Events that applied nowhere are
@@ -36,7 +40,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	}
 	var results []Result
 	if len(expanded) > 0 {
-		if results, err = a.applyBatch(ctx, tx, expanded); err != nil {
+		if results, err = a.applyBatch(ctx, tx, expanded, a.continuer.Load()); err != nil {
 			return nil, err
 		}
 	}
@@ -48,7 +52,8 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 }
 
 // applyBatch decides events addressed by their ids; callers checked their payloads.
-func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
+// cont, when not nil, continues the waits the batch completes (see ContinueFunc).
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, cont *ContinueFunc) ([]Result, error) {
 	results := make([]Result, len(events))
 	ids := make([]uuid.UUID, 0, len(events))
 	for _, ev := range events {
@@ -97,6 +102,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	slices.SortFunc(dirty, func(x, y *wait) int { return slices.Compare(x.row.ID[:], y.row.ID[:]) })
 	if len(dirty) > 0 {
 		p := dbsqlc.WaitStateRecordEventsParams{}
+		var completing []uuid.UUID
 		for _, w := range dirty {
 			received, err := json.Marshal(w.received)
 			if err != nil {
@@ -107,6 +113,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 				if output, err = w.output(); err != nil {
 					return nil, err
 				}
+				completing = append(completing, w.row.ExecutionID)
 			}
 			p.Ids = append(p.Ids, w.row.ID)
 			p.Versions = append(p.Versions, loaded[w])
@@ -119,11 +126,37 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 			p.Statuses = append(p.Statuses, w.row.Status)
 			p.Outputs = append(p.Outputs, output)
 		}
-		written, err := a.q.WaitStateRecordEvents(ctx, tx, p)
+		var written []uuid.UUID
+		record := func() ([]Completion, error) {
+			rows, err := a.q.WaitStateRecordEvents(ctx, tx, p)
+			if err != nil {
+				return nil, fmt.Errorf("record events: %w", err)
+			}
+			var completed []Completion
+			for _, r := range rows {
+				written = append(written, r.ID)
+				if r.Status == StatusCompleted {
+					completed = append(completed, r)
+				}
+			}
+			return completed, nil
+		}
+		fused := cont != nil && len(completing) > 0
+		if fused {
+			p.ResumedBy = &a.cfg.InstanceID
+			err = (*cont)(ctx, tx, completing, record)
+		} else {
+			_, err = record()
+		}
 		if err != nil {
-			return nil, fmt.Errorf("record events: %w", err)
+			return nil, err
 		}
 		for _, w := range dirty {
+			if fused && slices.Contains(written, w.row.ID) {
+				for _, i := range touched[w] {
+					results[i].Continued = results[i].Outcome == Completed
+				}
+			}
 			if !slices.Contains(written, w.row.ID) {
 				// Lost a race: every event of this wait is decided again, in order.
 				slow = append(slow, touched[w]...)

@@ -166,7 +166,7 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 	}
 	res := SendResult{ExecutionStatus: exec.Status}
 	if len(events) > 0 {
-		if res.Deliveries, err = a.applyBatch(ctx, tx, events); err != nil {
+		if res.Deliveries, err = a.applyBatch(ctx, tx, events, nil); err != nil {
 			return SendResult{}, err
 		}
 		for i := range res.Deliveries {

@@ -641,13 +641,11 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		return true, err
 	}
 	c.agg.Observe(ctx, batch, results)
-	completed := false
 	for i, res := range results {
 		c.count(string(res.Outcome))
 		ev := batch[i]
 		rctx := recordCtx(ctx, recs[i])
 		if len(ev.MatchKeys) > 0 {
-			completed = completed || res.Outcome == aggregator.Completed
 			c.logMatch(rctx, ev, res)
 			continue
 		}
@@ -655,7 +653,6 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
 		switch res.Outcome {
 		case aggregator.Completed:
-			completed = true
 			c.logger.InfoContext(rctx, "kafka event completed a wait", attrs...)
 		case aggregator.Recorded:
 			c.logger.InfoContext(rctx, "kafka event recorded", attrs...)
@@ -667,7 +664,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 			c.logger.WarnContext(rctx, "kafka event not applied", attrs...)
 		}
 	}
-	if completed {
+	if aggregator.Queued(results) {
 		c.agg.Continued()
 	}
 	return true, nil

@@ -133,6 +133,38 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 }
 
 // Tx runs fn in a transaction, committing when fn returns nil and rolling back otherwise.
+// Functions fn registers with AfterCommit run once the commit has succeeded.
 func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, pool, fn)
+	h := &hookTx{}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		h.Tx = tx
+		return fn(h)
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range h.after {
+		f()
+	}
+	return nil
+}
+
+// hookTx is the transaction Tx hands to its function: it remembers what to do after the
+// commit.
+type hookTx struct {
+	pgx.Tx
+	after []func()
+}
+
+// AfterCommit has f run after tx commits, and never if it rolls back, when tx is the
+// transaction of a Tx call. Code deep inside a transaction uses it for what must not be
+// seen before the commit: ended spans, metrics, wake-ups of workers that would look for
+// the transaction's rows. A transaction begun elsewhere runs f at once, which only makes
+// those early.
+func AfterCommit(tx pgx.Tx, f func()) {
+	if h, ok := tx.(*hookTx); ok {
+		h.after = append(h.after, f)
+		return
+	}
+	f()
 }

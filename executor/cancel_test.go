@@ -437,7 +437,7 @@ func TestCancelExecutionWhileResuming(t *testing.T) {
 	id := h.start(t, name, nil)
 	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
 	stop() // from here on the test plays the pod
-	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
+	require.Equal(t, aggregator.Completed, h.applyQueued(t, id, ws.CorrelationID, obj{}))
 	jobs, err := h.ex.ClaimRun(ctx, 1)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)

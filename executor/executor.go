@@ -3,7 +3,8 @@
 // and advancing each execution's graph when a node completes or a wait resumes. It also
 // sends the outbox of correlated API calls.
 //
-// It never sees where an event came from: a satisfied wait reaches it only as a
+// It never sees where an event came from: a satisfied wait reaches it either inside the
+// aggregator's transaction that completed it (a batch of events, ContinueWith), or as a
 // "resume" row in the run queue, written by the aggregator.
 //
 // Each node run is a span; a wait the node registers stores that span's traceparent, so
@@ -182,6 +183,9 @@ type Executor struct {
 
 	ins        instruments
 	depthCache telemetry.Cached[map[string]int64]
+
+	// continueFault, set by tests, fails continuations run in the deciding transaction.
+	continueFault func() error
 }
 
 type defKey struct {
@@ -189,7 +193,8 @@ type defKey struct {
 	version int32
 }
 
-// New returns an Executor. agg registers the waits of wait_events nodes.
+// New returns an Executor. agg registers the waits of wait_events nodes, and hands the
+// executor the continuations of the waits its batches complete (aggregator.ContinueWith).
 func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -209,6 +214,9 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 	}
 	if err := e.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("executor telemetry: %w", err)
+	}
+	if agg != nil {
+		agg.ContinueWith(e.continueTx)
 	}
 	return e, nil
 }

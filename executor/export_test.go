@@ -57,3 +57,7 @@ func (e *Executor) SendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
 func (e *Executor) ExpireQueueSnapshot() {
 	e.depthCache.Expire()
 }
+
+// SetContinueFault has every continuation run in an aggregator's transaction fail with
+// what f returns (nil: succeed), after it has done its work.
+func (e *Executor) SetContinueFault(f func() error) { e.continueFault = f }

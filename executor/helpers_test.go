@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -264,6 +266,24 @@ func (p *pod) apply(t *testing.T, execID, corrID uuid.UUID, name string, payload
 		ExecutionID: execID, CorrelationID: corrID, Name: name, Payload: raw, Source: src,
 	})
 	require.NoError(t, err)
+	return res.Outcome
+}
+
+// applyQueued decides a Kafka event through ApplyTx, whose continuation goes to the run
+// queue (Apply's batches continue the execution in their own transaction): for tests of
+// the queued continuation.
+func (p *pod) applyQueued(t *testing.T, execID, corrID uuid.UUID, payload any) aggregator.Outcome {
+	t.Helper()
+	raw, err := json.Marshal(payload)
+	require.NoError(t, err)
+	var res aggregator.Result
+	require.NoError(t, db.Tx(context.Background(), p.pool, func(tx pgx.Tx) error {
+		res, err = p.agg.ApplyTx(context.Background(), tx, aggregator.Event{
+			ExecutionID: execID, CorrelationID: corrID, Name: aggregator.EventKafka, Payload: raw,
+			Source: aggregator.Source{Kind: "kafka", Topic: "orders"},
+		})
+		return err
+	}))
 	return res.Outcome
 }
 

@@ -72,7 +72,7 @@ func TestLeaseLostIsFenced(t *testing.T) {
 		require.Len(t, jobs, 1)
 		require.NoError(t, h.ex.RunJob(ctx, jobs[0]))
 		ws := waitOf(t, h.view(t, id), "wait")
-		require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"ok": true}))
+		require.Equal(t, aggregator.Completed, h.applyQueued(t, id, ws.CorrelationID, obj{"ok": true}))
 
 		jobs, err = h.ex.ClaimRun(ctx, 10)
 		require.NoError(t, err)

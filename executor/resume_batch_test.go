@@ -40,7 +40,7 @@ func TestResumeBatch(t *testing.T) {
 	for _, id := range execs {
 		v := h.view(t, id)
 		for _, w := range v.Waits {
-			require.Equal(t, aggregator.Completed, h.apply(t, id, w.CorrelationID, aggregator.EventKafka, obj{"go": false}))
+			require.Equal(t, aggregator.Completed, h.applyQueued(t, id, w.CorrelationID, obj{"go": false}))
 		}
 	}
 	finishedMeanwhile, lost := execs[4], execs[3]
@@ -113,7 +113,7 @@ func TestResumeUnitsNotThin(t *testing.T) {
 	stop() // from here on the test plays the pod
 	for _, id := range execs {
 		w := h.view(t, id).Waits[0]
-		require.Equal(t, aggregator.Completed, h.apply(t, id, w.CorrelationID, aggregator.EventKafka, obj{}))
+		require.Equal(t, aggregator.Completed, h.applyQueued(t, id, w.CorrelationID, obj{}))
 	}
 	units, err := h.ex.ClaimUnits(ctx, 16)
 	require.NoError(t, err)

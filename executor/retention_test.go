@@ -118,7 +118,7 @@ func TestPurge(t *testing.T) {
 		eventually(t, func() bool { return h.waitRow(t, id, "w1").Resumed })
 	}
 	stop()
-	h.satisfy(t, unresumedOld, "w1")
+	require.Equal(t, aggregator.Completed, h.applyQueued(t, unresumedOld, waitOf(t, h.view(t, unresumedOld), "w1").CorrelationID, obj{}))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, unresumedOld))
 
 	for _, id := range []uuid.UUID{oldCompleted, oldFailed, oldCancelled} {

@@ -411,15 +411,13 @@ func (e *Executor) notifier(ctx context.Context) {
 // resumeBatch continues executions whose waits ended — satisfied, or timed out (the
 // aggregator or the sweeper already finished their nodes) — in one transaction with a
 // constant number of statements: lock the executions in id order, fence-delete the
-// claimed rows, load their nodes, mark the waits resumed (once: resumed_at is set only
-// if unset), advance each graph in memory, and write the changes set-based. It returns how many claims were lost to
-// another pod; their work is left to that pod. Each resumed wait gets a span in its own
-// trace, ended (and its duration recorded) only once the batch has committed.
+// claimed rows, mark the waits resumed (once: resumed_at is set only if unset), and
+// continue them (continueWaits). It returns how many claims were lost to another pod;
+// their work is left to that pod.
 func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (lost int, err error) {
-	var enqueued bool
-	var done []resumedWait
+	var out continuation
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		enqueued, lost, done = false, 0, nil
+		lost, out = 0, continuation{}
 		// Executions first, then the queue rows: the order every writer of an execution
 		// (runs, cancels, failures) takes, so none of them can deadlock with a resume.
 		execIDs := make([]uuid.UUID, 0, len(jobs))
@@ -443,86 +441,169 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		if lost = len(jobs) - len(owned); lost > 0 {
 			e.logger.WarnContext(ctx, "lease lost; another instance owns this work now", "lost", lost, "instance_id", e.cfg.InstanceID)
 		}
-		var mine []dbsqlc.RunQueue
-		for _, j := range jobs {
-			if slices.Contains(owned, j.ID) {
-				mine = append(mine, j)
-			}
-		}
-		if len(mine) == 0 {
-			return nil
-		}
-		nodes, err := e.q.NodeExecutionListByExecutions(ctx, tx, execIDs)
-		if err != nil {
-			return fmt.Errorf("load node executions: %w", err)
-		}
-		states := make(map[uuid.UUID]*execState, len(execs))
-		for _, ex := range execs {
-			wf, err := e.definition(ctx, tx, ex.WorkflowName, ex.WorkflowVersion)
-			if err != nil {
-				return err
-			}
-			states[ex.ID] = &execState{exec: ex, wf: wf, nodes: map[string]*dbsqlc.NodeExecution{}}
-		}
-		for i := range nodes {
-			if st := states[nodes[i].ExecutionID]; st != nil {
-				st.nodes[nodes[i].NodeID] = &nodes[i]
-			}
-		}
 		mark := dbsqlc.WaitStateMarkResumedManyParams{InstanceID: e.cfg.InstanceID}
-		for _, j := range mine {
-			if st := states[j.ExecutionID]; st != nil && !execFinished(st.exec.Status) {
+		for _, j := range jobs {
+			i := slices.IndexFunc(execs, func(x dbsqlc.Execution) bool { return x.ID == j.ExecutionID })
+			if slices.Contains(owned, j.ID) && i >= 0 && !execFinished(execs[i].Status) {
 				mark.ExecutionIds, mark.NodeIds = append(mark.ExecutionIds, j.ExecutionID), append(mark.NodeIds, j.NodeID)
 			}
+		}
+		if len(mark.ExecutionIds) == 0 {
+			return nil
 		}
 		resumed, err := e.q.WaitStateMarkResumedMany(ctx, tx, mark)
 		if err != nil {
 			return fmt.Errorf("mark resumed: %w", err)
 		}
-		w := &batchWriter{}
-		for _, r := range resumed {
-			st := states[r.ExecutionID]
-			rctx, span := e.startResume(ctx, r)
-			done = append(done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
-			if execFinished(st.exec.Status) { // failed by an earlier job of this batch
-				span.SetAttributes(attribute.Bool("rendezvous.execution_finished", true))
-				continue
-			}
-			if n := st.nodes[r.NodeID]; n != nil && n.Status == nodeFailed {
-				// A deadline failed the node (onTimeout fail, or continue without what it
-				// must have): the execution fails with it.
-				reason := "failed"
-				if n.Error != nil {
-					reason = *n.Error
-				}
-				w.drop(r.ExecutionID)
-				span.SetStatus(codes.Error, "node failed: "+reason)
-				if err := e.failExecution(rctx, tx, st, fmt.Sprintf("node %s: %s", r.NodeID, reason)); err != nil {
-					return err
-				}
-				continue
-			}
-			e.logger.InfoContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
-				"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
-			more, err := e.advanceOrFail(rctx, tx, w, st, r.NodeID)
-			if err != nil {
-				return err
-			}
-			if st.exec.Status == execFailed { // a condition on an outgoing edge failed
-				span.SetStatus(codes.Error, "execution failed")
-			}
-			enqueued = enqueued || more
-		}
-		return w.flush(ctx, e, tx)
+		out, err = e.continueWaits(ctx, tx, execs, resumed)
+		return err
 	})
 	if err != nil {
 		return lost, err
 	}
-	e.observeResumed(ctx, done)
-	if enqueued {
+	e.continued(ctx, out)
+	return lost, nil
+}
+
+// continueTx is the aggregator's ContinueFunc (see aggregator.ContinueWith): it continues
+// the executions whose waits a batch of events completes, inside that batch's
+// transaction, which saves the run queue row, its claim, its deletion, a second write of
+// each wait and a second transaction per continuation. The continuation runs under a
+// savepoint: if it fails, its waits go to the run queue instead and the events stay
+// applied, so a continuation that cannot run never holds up the events of others.
+func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func() ([]aggregator.Completion, error)) error {
+	execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
+	if err != nil {
+		return fmt.Errorf("lock executions: %w", err)
+	}
+	completed, err := record()
+	if err != nil || len(completed) == 0 {
+		return err
+	}
+	resumed := make([]dbsqlc.WaitStateMarkResumedManyRow, len(completed))
+	for i, c := range completed {
+		resumed[i] = dbsqlc.WaitStateMarkResumedManyRow{ExecutionID: c.ExecutionID, NodeID: c.NodeID, WaitType: c.WaitType,
+			AggregationStrategy: c.AggregationStrategy, Status: c.Status, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+			TraceParent: c.TraceParent}
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	out, err := e.continueWaits(ctx, sp, execs, resumed)
+	if err == nil && e.continueFault != nil {
+		err = e.continueFault()
+	}
+	if err == nil {
+		if err = sp.Commit(ctx); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		db.AfterCommit(tx, func() { e.continued(ctx, out) })
+		return nil
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return fmt.Errorf("continue: %w (and rolling back to the savepoint: %v)", err, rerr)
+	}
+	e.logger.WarnContext(ctx, "continuation failed in the deciding transaction; queued instead",
+		"waits", len(resumed), "instance_id", e.cfg.InstanceID, "err", err)
+	deferred := dbsqlc.WaitStateDeferResumeParams{InstanceID: e.cfg.InstanceID}
+	for _, r := range resumed {
+		deferred.ExecutionIds, deferred.NodeIds = append(deferred.ExecutionIds, r.ExecutionID), append(deferred.NodeIds, r.NodeID)
+	}
+	if err := e.q.WaitStateDeferResume(ctx, tx, deferred); err != nil {
+		return fmt.Errorf("queue continuations: %w", err)
+	}
+	db.AfterCommit(tx, e.WakeRunQueue)
+	return nil
+}
+
+// continuation is what a committed continuation leaves to do: end its spans, and wake
+// the run queue for the nodes it enqueued.
+type continuation struct {
+	done     []resumedWait
+	enqueued bool
+}
+
+// continued finishes a committed continuation.
+func (e *Executor) continued(ctx context.Context, out continuation) {
+	e.observeResumed(ctx, out.done)
+	if out.enqueued {
 		e.WakeRunQueue()
 	}
-	return lost, nil
+}
+
+// continueWaits advances the graphs of executions whose waits were just marked resumed,
+// in tx, which holds the executions' rows (execs): it loads their nodes, advances each
+// graph in memory and writes the changes set-based. Each resumed wait gets a span in its
+// own trace, ended (and its duration recorded) by continued once tx has committed.
+func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.Execution, resumed []dbsqlc.WaitStateMarkResumedManyRow) (out continuation, err error) {
+	if len(resumed) == 0 {
+		return out, nil
+	}
+	var execIDs []uuid.UUID
+	for _, r := range resumed {
+		if !slices.Contains(execIDs, r.ExecutionID) {
+			execIDs = append(execIDs, r.ExecutionID)
+		}
+	}
+	nodes, err := e.q.NodeExecutionListByExecutions(ctx, tx, execIDs)
+	if err != nil {
+		return out, fmt.Errorf("load node executions: %w", err)
+	}
+	states := make(map[uuid.UUID]*execState, len(execIDs))
+	for _, ex := range execs {
+		if !slices.Contains(execIDs, ex.ID) {
+			continue
+		}
+		wf, err := e.definition(ctx, tx, ex.WorkflowName, ex.WorkflowVersion)
+		if err != nil {
+			return out, err
+		}
+		states[ex.ID] = &execState{exec: ex, wf: wf, nodes: map[string]*dbsqlc.NodeExecution{}}
+	}
+	for i := range nodes {
+		if st := states[nodes[i].ExecutionID]; st != nil {
+			st.nodes[nodes[i].NodeID] = &nodes[i]
+		}
+	}
+	w := &batchWriter{}
+	for _, r := range resumed {
+		st := states[r.ExecutionID]
+		if st == nil {
+			return out, fmt.Errorf("execution %s of a resumed wait is not locked", r.ExecutionID)
+		}
+		rctx, span := e.startResume(ctx, r)
+		out.done = append(out.done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
+		if execFinished(st.exec.Status) { // finished before, or failed by an earlier wait of this batch
+			span.SetAttributes(attribute.Bool("rendezvous.execution_finished", true))
+			continue
+		}
+		if n := st.nodes[r.NodeID]; n != nil && n.Status == nodeFailed {
+			// A deadline failed the node (onTimeout fail, or continue without what it
+			// must have): the execution fails with it.
+			reason := "failed"
+			if n.Error != nil {
+				reason = *n.Error
+			}
+			w.drop(r.ExecutionID)
+			span.SetStatus(codes.Error, "node failed: "+reason)
+			if err := e.failExecution(rctx, tx, st, fmt.Sprintf("node %s: %s", r.NodeID, reason)); err != nil {
+				return out, err
+			}
+			continue
+		}
+		e.logger.InfoContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
+			"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
+		more, err := e.advanceOrFail(rctx, tx, w, st, r.NodeID)
+		if err != nil {
+			return out, err
+		}
+		if st.exec.Status == execFailed { // a condition on an outgoing edge failed
+			span.SetStatus(codes.Error, "execution failed")
+		}
+		out.enqueued = out.enqueued || more
+	}
+	return out, w.flush(ctx, e, tx)
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

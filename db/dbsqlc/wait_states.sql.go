@@ -171,6 +171,33 @@ func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX) ([]WaitStateC
 	return items, nil
 }
 
+const waitStateDeferResume = `-- name: WaitStateDeferResume :exec
+WITH w AS (
+    UPDATE execution_wait_states AS w
+    SET resumed_at = NULL, resumed_by = NULL
+    FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
+    WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.resumed_by = $1::text
+    RETURNING w.execution_id, w.node_id
+)
+INSERT INTO run_queue (execution_id, node_id, kind)
+SELECT w.execution_id, w.node_id, 'resume' FROM w
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+`
+
+type WaitStateDeferResumeParams struct {
+	InstanceID   string
+	ExecutionIds []uuid.UUID
+	NodeIds      []string
+}
+
+// Hands continuations that WaitStateRecordEvents marked resumed, and that could not be
+// run in its transaction, to the run queue: the mark is undone, so that the queued
+// continuation (WaitStateMarkResumedMany) can take it.
+func (q *Queries) WaitStateDeferResume(ctx context.Context, db DBTX, arg WaitStateDeferResumeParams) error {
+	_, err := db.Exec(ctx, waitStateDeferResume, arg.InstanceID, arg.ExecutionIds, arg.NodeIds)
+	return err
+}
+
 const waitStateDeleteFinishedBefore = `-- name: WaitStateDeleteFinishedBefore :execrows
 DELETE FROM execution_wait_states
 WHERE id IN (
@@ -1007,10 +1034,15 @@ w AS (
         event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
-        updated_at = clock_timestamp()
+        updated_at = clock_timestamp(),
+        resumed_at = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
+                          THEN clock_timestamp() ELSE e.resumed_at END,
+        resumed_by = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
+                          THEN $11::text ELSE e.resumed_by END
     FROM input AS i
     WHERE e.id = i.id AND e.version = i.version
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output, e.wait_type, e.aggregation_strategy,
+        e.created_at, e.updated_at, e.trace_parent
 ),
 n AS (
     UPDATE node_executions AS ne
@@ -1021,10 +1053,13 @@ n AS (
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'completed'
+    SELECT w.execution_id, w.node_id, 'resume' FROM w
+    WHERE w.status = 'completed' AND $11::text IS NULL
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
-SELECT w.id FROM w
+SELECT w.id, w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
+    w.trace_parent
+FROM w
 `
 
 type WaitStateRecordEventsParams struct {
@@ -1038,13 +1073,28 @@ type WaitStateRecordEventsParams struct {
 	EventData       []json.RawMessage
 	Statuses        []string
 	Outputs         []json.RawMessage
+	ResumedBy       *string
+}
+
+type WaitStateRecordEventsRow struct {
+	ID                  uuid.UUID
+	ExecutionID         uuid.UUID
+	NodeID              string
+	WaitType            string
+	AggregationStrategy string
+	Status              string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	TraceParent         *string
 }
 
 // Writes a batch of decided waits in one statement. Each row is fenced by the version
 // its decision was based on; a wait whose fence missed is absent from the result, and the
-// caller decides its events again. For a wait that completed, the node output and the
-// continuation are written by this same statement, so they exist only if the fence held.
-func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitStateRecordEventsParams) ([]uuid.UUID, error) {
+// caller decides its events again. For a wait that completed, the node output is written
+// by this same statement, so it exists only if the fence held. Its continuation is either
+// queued here (resumed_by null), or run by the caller in this transaction: then the wait
+// is marked resumed by resumed_by in this same write, so it can be resumed only once.
+func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitStateRecordEventsParams) ([]WaitStateRecordEventsRow, error) {
 	rows, err := db.Query(ctx, waitStateRecordEvents,
 		arg.Ids,
 		arg.Versions,
@@ -1056,18 +1106,29 @@ func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitSt
 		arg.EventData,
 		arg.Statuses,
 		arg.Outputs,
+		arg.ResumedBy,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []WaitStateRecordEventsRow
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i WaitStateRecordEventsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.WaitType,
+			&i.AggregationStrategy,
+			&i.Status,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.TraceParent,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

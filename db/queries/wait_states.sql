@@ -81,8 +81,10 @@ WHERE correlation_id = ANY(@correlation_ids::uuid[]);
 -- name: WaitStateRecordEvents :many
 -- Writes a batch of decided waits in one statement. Each row is fenced by the version
 -- its decision was based on; a wait whose fence missed is absent from the result, and the
--- caller decides its events again. For a wait that completed, the node output and the
--- continuation are written by this same statement, so they exist only if the fence held.
+-- caller decides its events again. For a wait that completed, the node output is written
+-- by this same statement, so it exists only if the fence held. Its continuation is either
+-- queued here (resumed_by null), or run by the caller in this transaction: then the wait
+-- is marked resumed by resumed_by in this same write, so it can be resumed only once.
 WITH input AS (
     -- Set-returning functions in one select list advance together: row k of each array.
     SELECT unnest(@ids::uuid[]) AS id,
@@ -105,10 +107,15 @@ w AS (
         event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
-        updated_at = clock_timestamp()
+        updated_at = clock_timestamp(),
+        resumed_at = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
+                          THEN clock_timestamp() ELSE e.resumed_at END,
+        resumed_by = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
+                          THEN sqlc.narg(resumed_by)::text ELSE e.resumed_by END
     FROM input AS i
     WHERE e.id = i.id AND e.version = i.version
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output, e.wait_type, e.aggregation_strategy,
+        e.created_at, e.updated_at, e.trace_parent
 ),
 n AS (
     UPDATE node_executions AS ne
@@ -119,10 +126,13 @@ n AS (
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status = 'completed'
+    SELECT w.execution_id, w.node_id, 'resume' FROM w
+    WHERE w.status = 'completed' AND sqlc.narg(resumed_by)::text IS NULL
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
-SELECT w.id FROM w;
+SELECT w.id, w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
+    w.trace_parent
+FROM w;
 
 -- name: WaitStateMarkResumedMany :many
 -- resumed_at is set once: waits already resumed are absent from the result. updated_at
@@ -140,6 +150,21 @@ WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
   AND (w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL) IS TRUE
 RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
     w.trace_parent;
+
+-- name: WaitStateDeferResume :exec
+-- Hands continuations that WaitStateRecordEvents marked resumed, and that could not be
+-- run in its transaction, to the run queue: the mark is undone, so that the queued
+-- continuation (WaitStateMarkResumedMany) can take it.
+WITH w AS (
+    UPDATE execution_wait_states AS w
+    SET resumed_at = NULL, resumed_by = NULL
+    FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
+    WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.resumed_by = @instance_id::text
+    RETURNING w.execution_id, w.node_id
+)
+INSERT INTO run_queue (execution_id, node_id, kind)
+SELECT w.execution_id, w.node_id, 'resume' FROM w
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
 
 -- name: WaitStateClaimDue :many
 -- Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided

@@ -1,0 +1,72 @@
+package executor_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+)
+
+// TestContinueInDecidingTransaction: an event that completes a wait through Apply (a
+// batch) continues the execution in its own transaction. With no worker running, the
+// commit alone has marked the wait resumed and queued the next node; no continuation
+// was ever queued.
+func TestContinueInDecidingTransaction(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("inline", []obj{
+		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+	}, []obj{edge("wait", "after", "")}))
+	stop := h.run(t)
+	id := h.start(t, name, nil)
+	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	stop() // no worker from here on
+
+	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states
+		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at >= updated_at`, id))
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
+	require.Equal(t, "running", nodeOf(t, h.view(t, id), "after").Status)
+
+	h.run(t)
+	h.waitStatus(t, id, "completed")
+	require.Equal(t, 1, h.fake.count("/after"))
+	h.requireQueuesEmpty(t, id)
+}
+
+// TestContinueFailureQueues: a continuation that fails inside the deciding transaction
+// is rolled back to its savepoint and queued instead; the event stays applied, the
+// caller sees no error, and the queued continuation resumes the wait exactly once.
+func TestContinueFailureQueues(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("fallback", []obj{
+		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+	}, []obj{edge("wait", "after", "")}))
+	stop := h.run(t)
+	id := h.start(t, name, nil)
+	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	stop()
+
+	h.ex.SetContinueFault(func() error { return errors.New("injected") })
+	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
+	w := h.waitRow(t, id, "wait")
+	require.Equal(t, aggregator.StatusCompleted, w.Status)
+	require.EqualValues(t, 2, w.Version, "the event is applied")
+	require.False(t, w.Resumed, "the failed continuation's mark is undone")
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
+	require.Equal(t, "pending", nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
+
+	h.ex.SetContinueFault(nil)
+	h.run(t)
+	h.waitStatus(t, id, "completed")
+	require.Equal(t, 1, h.fake.count("/after"))
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND resumed_by = 'a'`, id))
+	h.requireQueuesEmpty(t, id)
+}
