@@ -194,10 +194,11 @@ type Completion = dbsqlc.WaitStateRecordEventsRow
 // before any wait of the batch is written, with the executions of the waits about to
 // complete: it locks them (in id order: every writer of an execution takes the
 // execution's row before its waits, so none can deadlock with this one), then calls
-// record, which writes the batch and returns the waits it completed, already marked
-// resumed, and continues those. An error fails the whole transaction; a continuation
-// that cannot run should be queued (the wait unmarked, a run queue row written) instead.
-type ContinueFunc func(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func() ([]Completion, error)) error
+// record on tx (or a db.Pipeline on tx), which writes the batch and returns the waits it
+// completed, already marked resumed, and continues those. An error fails the whole
+// transaction; a continuation that cannot run should be queued (the wait unmarked, a run
+// queue row written) instead.
+type ContinueFunc func(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]Completion, error)) error
 
 // ContinueWith has ApplyBatch hand the continuations of the waits it completes to f,
 // inside its transaction. The executor calls it with itself when it is built on this
@@ -232,6 +233,11 @@ type Config struct {
 	// SweepBatch bounds the due waits one sweeper transaction decides. Default
 	// SweepBatchDefault.
 	SweepBatch int
+	// ApplyGroups is how many group transactions of Apply run at once. One at a time
+	// batches best, but a caller then waits for the group in flight before its own
+	// starts: at 4,000 callbacks/s offered, one group at a time answered at p50/p99
+	// 88/297 ms, four at 7/64 ms. Default ApplyGroupsDefault.
+	ApplyGroups int
 	// SweepWorkers is how many sweeper transactions run at once when many deadlines are
 	// due together. Default SweepWorkersDefault.
 	SweepWorkers int
@@ -274,6 +280,9 @@ func (c Config) withDefaults() Config {
 	if c.SweepWorkers <= 0 {
 		c.SweepWorkers = SweepWorkersDefault
 	}
+	if c.ApplyGroups <= 0 {
+		c.ApplyGroups = ApplyGroupsDefault
+	}
 	if c.SweepMaxSleep <= 0 {
 		c.SweepMaxSleep = SweepMaxSleepDefault
 	}
@@ -306,11 +315,11 @@ type Aggregator struct {
 	q      *dbsqlc.Queries
 	logger *slog.Logger
 
-	// Group commit of Apply: callers queue here; one of them leads a transaction for
-	// everything queued, then hands the lead to the next waiter.
+	// Group commit of Apply: callers queue here; up to Config.ApplyGroups of them lead a
+	// transaction each for what is queued, then hand the lead to the next waiter.
 	mu      sync.Mutex
 	queue   []*pending
-	leading bool
+	leaders int
 
 	// The earliest deadline registered here since the sweeper last looked, and its bell.
 	hintMu       sync.Mutex
@@ -335,10 +344,15 @@ type pending struct {
 	err  error
 	done chan struct{} // closed when res/err are set
 	lead chan struct{} // closed when this caller must lead the next group
+	// promoted is set, under Aggregator.mu, when lead is closed.
+	promoted bool
 }
 
 // MaxWaitersPerTypeDefault is the default admission limit of one payload-match type.
 const MaxWaitersPerTypeDefault = 10_000
+
+// ApplyGroupsDefault is the default of Config.ApplyGroups.
+const ApplyGroupsDefault = 4
 
 // MaxGroupDefault bounds the events one group commit decides.
 const MaxGroupDefault = 128
@@ -357,9 +371,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
 }
 
 // Apply decides one event in a transaction of its own — shared with concurrent Apply
-// calls: callers that arrive while a transaction is in flight are decided together in
-// the next one (ApplyBatch), each getting its own Result. Under load this turns N
-// commits into one; alone, a call costs what a single transaction costs.
+// calls: callers that arrive while Config.ApplyGroups transactions are in flight are
+// decided together in the next one (ApplyBatch), each getting its own Result. Under load
+// this turns N commits into a few; alone, a call costs what a single transaction costs.
 func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 	if !Storable(ev.Payload) {
 		return Result{}, ErrUnstorablePayload
@@ -367,14 +381,23 @@ func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 	p := &pending{ctx: ctx, ev: ev, done: make(chan struct{}), lead: make(chan struct{})}
 	a.mu.Lock()
 	a.queue = append(a.queue, p)
-	lead := !a.leading
-	a.leading = true
+	lead := a.leaders < a.cfg.ApplyGroups
+	if lead {
+		a.leaders++
+	}
 	a.mu.Unlock()
 	if !lead {
 		select {
-		case <-p.done:
-			return p.res, p.err
 		case <-p.lead:
+		case <-p.done:
+			// Decided by another leader; if the lead was handed to us meanwhile, it
+			// must be handed on.
+			a.mu.Lock()
+			promoted := p.promoted
+			a.mu.Unlock()
+			if !promoted {
+				return p.res, p.err
+			}
 		}
 	}
 	a.leadGroups(p)
@@ -383,29 +406,33 @@ func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 }
 
 // leadGroups commits queued groups until the caller's own event is decided, then hands
-// the lead to the oldest waiter, so no caller serves others for long.
+// the lead to the oldest waiter not leading yet, so no caller serves others for long.
 func (a *Aggregator) leadGroups(self *pending) {
 	for {
+		select {
+		case <-self.done:
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, next := range a.queue {
+				if !next.promoted {
+					next.promoted = true
+					close(next.lead)
+					return
+				}
+			}
+			a.leaders--
+			return
+		default:
+		}
 		a.mu.Lock()
 		group := a.queue[:min(len(a.queue), MaxGroupDefault)]
 		a.queue = a.queue[len(group):]
 		a.mu.Unlock()
+		if len(group) == 0 {
+			<-self.done // in a group another leader is committing
+			continue
+		}
 		a.commitGroup(group)
-		select {
-		case <-self.done:
-		default:
-			continue // our event is in a later group
-		}
-		a.mu.Lock()
-		if len(a.queue) == 0 {
-			a.leading = false
-			a.mu.Unlock()
-			return
-		}
-		next := a.queue[0]
-		a.mu.Unlock()
-		close(next.lead)
-		return
 	}
 }
 

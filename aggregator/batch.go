@@ -127,8 +127,8 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 			p.Outputs = append(p.Outputs, output)
 		}
 		var written []uuid.UUID
-		record := func() ([]Completion, error) {
-			rows, err := a.q.WaitStateRecordEvents(ctx, tx, p)
+		record := func(d dbsqlc.DBTX) ([]Completion, error) {
+			rows, err := a.q.WaitStateRecordEvents(ctx, d, p)
 			if err != nil {
 				return nil, fmt.Errorf("record events: %w", err)
 			}
@@ -146,7 +146,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 			p.ResumedBy = &a.cfg.InstanceID
 			err = (*cont)(ctx, tx, completing, record)
 		} else {
-			_, err = record()
+			_, err = record(tx)
 		}
 		if err != nil {
 			return nil, err

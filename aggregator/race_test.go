@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -446,4 +448,31 @@ func TestVersionFence(t *testing.T) {
 		require.Equal(t, aggregator.Recorded, res.Outcome)
 		require.Equal(t, int64(3), res.Version)
 	})
+}
+
+// TestApplyGroupsHandOff: waves of concurrent Apply calls through two group transactions
+// at a time. Every call returns its own result, each wait is decided once, and the lead
+// is always handed on or given up: a leaked lead would leave a later wave without a
+// leader, and the test would hang.
+func TestApplyGroupsHandOff(t *testing.T) {
+	t.Parallel()
+	exclusive(t)
+	f := setup(t)
+	agg, err := aggregator.New(f.pool, aggregator.Config{InstanceID: "test", ApplyGroups: 2, Logger: slog.New(f.logs)})
+	require.NoError(t, err)
+	f.agg = agg
+	for wave := range 4 {
+		waits := f.newWaits(t, 50, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		var evs []aggregator.Event
+		for _, w := range waits {
+			evs = append(evs, w.event(api, apiPayload), w.event(kafka, kafkaPayload), w.event(kafka, kafkaPayload))
+		}
+		rand.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+		counts := map[aggregator.Outcome]int{}
+		for i, r := range f.fire(t, evs) {
+			require.Equal(t, evs[i].CorrelationID, waits[slices.IndexFunc(waits, func(w wait) bool { return w.ID == r.WaitStateID })].CorrelationID)
+			counts[r.Outcome]++
+		}
+		require.Equal(t, map[aggregator.Outcome]int{aggregator.Recorded: 50, aggregator.Completed: 50, aggregator.Duplicate: 50}, counts, "wave %d", wave)
+	}
 }

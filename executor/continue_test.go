@@ -27,7 +27,7 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states
-		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at >= updated_at`, id))
+		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
 	require.Equal(t, "running", nodeOf(t, h.view(t, id), "after").Status)

@@ -350,34 +350,43 @@ func (w *batchWriter) drop(execID uuid.UUID) {
 	delete(w.statuses, execID)
 }
 
-// flush writes what was collected: one statement per kind of change.
-func (w *batchWriter) flush(ctx context.Context, e *Executor, tx pgx.Tx) error {
+// flush queues what was collected on p: one statement per kind of change, all sent in
+// one round trip by the caller.
+func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.runs) > 0 {
-		p := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
 		for _, r := range w.runs {
-			p.ExecutionIds, p.NodeIds = append(p.ExecutionIds, r.exec), append(p.NodeIds, r.node)
+			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, r.exec), append(arg.NodeIds, r.node)
 		}
-		if err := e.q.RunQueueInsertMany(ctx, tx, p); err != nil {
-			return fmt.Errorf("enqueue nodes: %w", err)
-		}
+		p.Queue(func(d dbsqlc.DBTX) error {
+			if err := e.q.RunQueueInsertMany(ctx, d, arg); err != nil {
+				return fmt.Errorf("enqueue nodes: %w", err)
+			}
+			return nil
+		})
 	}
 	if len(w.nodes) > 0 {
-		var p dbsqlc.NodeExecutionSetStatusManyParams
+		var arg dbsqlc.NodeExecutionSetStatusManyParams
 		for _, n := range w.nodes {
-			p.ExecutionIds, p.NodeIds, p.Statuses = append(p.ExecutionIds, n.exec), append(p.NodeIds, n.node), append(p.Statuses, n.status)
+			arg.ExecutionIds, arg.NodeIds, arg.Statuses = append(arg.ExecutionIds, n.exec), append(arg.NodeIds, n.node), append(arg.Statuses, n.status)
 		}
-		if err := e.q.NodeExecutionSetStatusMany(ctx, tx, p); err != nil {
-			return fmt.Errorf("set node statuses: %w", err)
-		}
+		p.Queue(func(d dbsqlc.DBTX) error {
+			if err := e.q.NodeExecutionSetStatusMany(ctx, d, arg); err != nil {
+				return fmt.Errorf("set node statuses: %w", err)
+			}
+			return nil
+		})
 	}
 	if len(w.statuses) > 0 {
-		var p dbsqlc.ExecutionSetStatusManyParams
+		var arg dbsqlc.ExecutionSetStatusManyParams
 		for id, status := range w.statuses {
-			p.Ids, p.Statuses = append(p.Ids, id), append(p.Statuses, status)
+			arg.Ids, arg.Statuses = append(arg.Ids, id), append(arg.Statuses, status)
 		}
-		if err := e.q.ExecutionSetStatusMany(ctx, tx, p); err != nil {
-			return fmt.Errorf("set execution statuses: %w", err)
-		}
+		p.Queue(func(d dbsqlc.DBTX) error {
+			if err := e.q.ExecutionSetStatusMany(ctx, d, arg); err != nil {
+				return fmt.Errorf("set execution statuses: %w", err)
+			}
+			return nil
+		})
 	}
-	return nil
 }

@@ -410,10 +410,10 @@ func (e *Executor) notifier(ctx context.Context) {
 
 // resumeBatch continues executions whose waits ended — satisfied, or timed out (the
 // aggregator or the sweeper already finished their nodes) — in one transaction with a
-// constant number of statements: lock the executions in id order, fence-delete the
-// claimed rows, mark the waits resumed (once: resumed_at is set only if unset), and
-// continue them (continueWaits). It returns how many claims were lost to another pod;
-// their work is left to that pod.
+// constant number of round trips: lock the executions in id order and fence-delete the
+// claimed rows, mark the waits resumed (once: resumed_at is set only if unset) and load
+// their nodes, then continue them (continueWaits). It returns how many claims were lost
+// to another pod; their work is left to that pod.
 func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (lost int, err error) {
 	var out continuation
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
@@ -426,17 +426,27 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 				execIDs = append(execIDs, j.ExecutionID)
 			}
 		}
-		execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
-		if err != nil {
-			return fmt.Errorf("lock executions: %w", err)
-		}
 		del := dbsqlc.RunQueueDeleteClaimedManyParams{}
 		for _, j := range jobs {
 			del.Ids, del.Attempts = append(del.Ids, j.ID), append(del.Attempts, j.Attempt)
 		}
-		owned, err := e.q.RunQueueDeleteClaimedMany(ctx, tx, del)
-		if err != nil {
-			return fmt.Errorf("finish run queue items: %w", err)
+		var execs []dbsqlc.Execution
+		var owned []int64
+		var p db.Pipeline
+		p.Queue(func(d dbsqlc.DBTX) (err error) {
+			if execs, err = e.q.ExecutionListForUpdate(ctx, d, execIDs); err != nil {
+				return fmt.Errorf("lock executions: %w", err)
+			}
+			return nil
+		})
+		p.Queue(func(d dbsqlc.DBTX) (err error) {
+			if owned, err = e.q.RunQueueDeleteClaimedMany(ctx, d, del); err != nil {
+				return fmt.Errorf("finish run queue items: %w", err)
+			}
+			return nil
+		})
+		if err := p.Send(ctx, tx); err != nil {
+			return err
 		}
 		if lost = len(jobs) - len(owned); lost > 0 {
 			e.logger.WarnContext(ctx, "lease lost; another instance owns this work now", "lost", lost, "instance_id", e.cfg.InstanceID)
@@ -451,12 +461,22 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		if len(mark.ExecutionIds) == 0 {
 			return nil
 		}
-		resumed, err := e.q.WaitStateMarkResumedMany(ctx, tx, mark)
-		if err != nil {
-			return fmt.Errorf("mark resumed: %w", err)
+		var resumed []dbsqlc.WaitStateMarkResumedManyRow
+		var nodes []dbsqlc.NodeExecution
+		p.Queue(func(d dbsqlc.DBTX) (err error) {
+			if resumed, err = e.q.WaitStateMarkResumedMany(ctx, d, mark); err != nil {
+				return fmt.Errorf("mark resumed: %w", err)
+			}
+			return nil
+		})
+		p.Queue(e.loadNodes(ctx, mark.ExecutionIds, &nodes))
+		if err := p.Send(ctx, tx); err != nil {
+			return err
 		}
-		out, err = e.continueWaits(ctx, tx, execs, resumed)
-		return err
+		if out, err = e.continueWaits(ctx, tx, execs, nodes, resumed, &p); err != nil {
+			return err
+		}
+		return p.Send(ctx, tx)
 	})
 	if err != nil {
 		return lost, err
@@ -465,20 +485,49 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 	return lost, nil
 }
 
+// loadNodes is a pipeline call loading the nodes of executions into out.
+func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]dbsqlc.NodeExecution) func(dbsqlc.DBTX) error {
+	return func(d dbsqlc.DBTX) (err error) {
+		if *out, err = e.q.NodeExecutionListByExecutions(ctx, d, execIDs); err != nil {
+			return fmt.Errorf("load node executions: %w", err)
+		}
+		return nil
+	}
+}
+
 // continueTx is the aggregator's ContinueFunc (see aggregator.ContinueWith): it continues
 // the executions whose waits a batch of events completes, inside that batch's
 // transaction, which saves the run queue row, its claim, its deletion, a second write of
-// each wait and a second transaction per continuation. The continuation runs under a
-// savepoint: if it fails, its waits go to the run queue instead and the events stay
-// applied, so a continuation that cannot run never holds up the events of others.
-func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func() ([]aggregator.Completion, error)) error {
-	execs, err := e.q.ExecutionListForUpdate(ctx, tx, execIDs)
-	if err != nil {
-		return fmt.Errorf("lock executions: %w", err)
-	}
-	completed, err := record()
-	if err != nil || len(completed) == 0 {
+// each wait and a second transaction per continuation. Its statements go in two round
+// trips: lock the executions, write the batch, open a savepoint and load the nodes; then
+// the continuation's writes and the savepoint's release. If the continuation fails, it
+// is rolled back to the savepoint and its waits go to the run queue instead, while the
+// events stay applied: a continuation that cannot run never holds up other events.
+func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]aggregator.Completion, error)) error {
+	var execs []dbsqlc.Execution
+	var completed []aggregator.Completion
+	var nodes []dbsqlc.NodeExecution
+	var p db.Pipeline
+	p.Queue(func(d dbsqlc.DBTX) (err error) {
+		if execs, err = e.q.ExecutionListForUpdate(ctx, d, execIDs); err != nil {
+			return fmt.Errorf("lock executions: %w", err)
+		}
+		return nil
+	})
+	p.Queue(func(d dbsqlc.DBTX) (err error) {
+		completed, err = record(d)
 		return err
+	})
+	p.Queue(func(d dbsqlc.DBTX) error {
+		_, err := d.Exec(ctx, "SAVEPOINT continuation")
+		return err
+	})
+	p.Queue(e.loadNodes(ctx, execIDs, &nodes))
+	if err := p.Send(ctx, tx); err != nil {
+		return err
+	}
+	if len(completed) == 0 {
+		return nil // every fence missed; the savepoint ends with the transaction
 	}
 	resumed := make([]dbsqlc.WaitStateMarkResumedManyRow, len(completed))
 	for i, c := range completed {
@@ -486,22 +535,23 @@ func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUI
 			AggregationStrategy: c.AggregationStrategy, Status: c.Status, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
 			TraceParent: c.TraceParent}
 	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("savepoint: %w", err)
-	}
-	out, err := e.continueWaits(ctx, sp, execs, resumed)
+	out, err := e.continueWaits(ctx, tx, execs, nodes, resumed, &p)
 	if err == nil && e.continueFault != nil {
-		err = e.continueFault()
+		if err = p.Send(ctx, tx); err == nil {
+			err = e.continueFault()
+		}
 	}
 	if err == nil {
-		if err = sp.Commit(ctx); err != nil {
-			return fmt.Errorf("release savepoint: %w", err)
+		p.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, "RELEASE SAVEPOINT continuation")
+			return err
+		})
+		if err = p.Send(ctx, tx); err == nil {
+			db.AfterCommit(tx, func() { e.continued(ctx, out) })
+			return nil
 		}
-		db.AfterCommit(tx, func() { e.continued(ctx, out) })
-		return nil
 	}
-	if rerr := sp.Rollback(ctx); rerr != nil {
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT continuation"); rerr != nil {
 		return fmt.Errorf("continue: %w (and rolling back to the savepoint: %v)", err, rerr)
 	}
 	e.logger.WarnContext(ctx, "continuation failed in the deciding transaction; queued instead",
@@ -533,33 +583,27 @@ func (e *Executor) continued(ctx context.Context, out continuation) {
 }
 
 // continueWaits advances the graphs of executions whose waits were just marked resumed,
-// in tx, which holds the executions' rows (execs): it loads their nodes, advances each
-// graph in memory and writes the changes set-based. Each resumed wait gets a span in its
-// own trace, ended (and its duration recorded) by continued once tx has committed.
-func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.Execution, resumed []dbsqlc.WaitStateMarkResumedManyRow) (out continuation, err error) {
-	if len(resumed) == 0 {
-		return out, nil
-	}
-	var execIDs []uuid.UUID
+// in tx, which holds the executions' rows (execs; nodes are theirs): it advances each
+// graph in memory and queues the changes, set-based, on p for the caller to send. Each
+// resumed wait gets a span in its own trace, ended (and its duration recorded) by
+// continued once tx has committed.
+func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.Execution, nodes []dbsqlc.NodeExecution,
+	resumed []dbsqlc.WaitStateMarkResumedManyRow, p *db.Pipeline,
+) (out continuation, err error) {
+	states := make(map[uuid.UUID]*execState, len(execs))
 	for _, r := range resumed {
-		if !slices.Contains(execIDs, r.ExecutionID) {
-			execIDs = append(execIDs, r.ExecutionID)
-		}
-	}
-	nodes, err := e.q.NodeExecutionListByExecutions(ctx, tx, execIDs)
-	if err != nil {
-		return out, fmt.Errorf("load node executions: %w", err)
-	}
-	states := make(map[uuid.UUID]*execState, len(execIDs))
-	for _, ex := range execs {
-		if !slices.Contains(execIDs, ex.ID) {
+		if states[r.ExecutionID] != nil {
 			continue
 		}
-		wf, err := e.definition(ctx, tx, ex.WorkflowName, ex.WorkflowVersion)
+		i := slices.IndexFunc(execs, func(x dbsqlc.Execution) bool { return x.ID == r.ExecutionID })
+		if i < 0 {
+			return out, fmt.Errorf("execution %s of a resumed wait is not locked", r.ExecutionID)
+		}
+		wf, err := e.definition(ctx, tx, execs[i].WorkflowName, execs[i].WorkflowVersion)
 		if err != nil {
 			return out, err
 		}
-		states[ex.ID] = &execState{exec: ex, wf: wf, nodes: map[string]*dbsqlc.NodeExecution{}}
+		states[r.ExecutionID] = &execState{exec: execs[i], wf: wf, nodes: map[string]*dbsqlc.NodeExecution{}}
 	}
 	for i := range nodes {
 		if st := states[nodes[i].ExecutionID]; st != nil {
@@ -569,9 +613,6 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 	w := &batchWriter{}
 	for _, r := range resumed {
 		st := states[r.ExecutionID]
-		if st == nil {
-			return out, fmt.Errorf("execution %s of a resumed wait is not locked", r.ExecutionID)
-		}
 		rctx, span := e.startResume(ctx, r)
 		out.done = append(out.done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
 		if execFinished(st.exec.Status) { // finished before, or failed by an earlier wait of this batch
@@ -603,7 +644,8 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 		}
 		out.enqueued = out.enqueued || more
 	}
-	return out, w.flush(ctx, e, tx)
+	w.flush(ctx, e, p)
+	return out, nil
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

@@ -249,7 +249,10 @@ WITH input AS (
            unnest($6::timestamptz[]) AS next_deadline_at,
            unnest($7::text[]) AS error,
            unnest($8::text[]) AS node_status,
-           unnest($9::jsonb[]) AS output
+           unnest($9::jsonb[]) AS output,
+           -- The moment of the change (not the transaction's start: a batch's transaction
+           -- may have begun before its record was even produced), once for both columns.
+           clock_timestamp() AS at
 ),
 w AS (
     UPDATE execution_wait_states AS e
@@ -1023,7 +1026,10 @@ WITH input AS (
            unnest($7::jsonb[]) AS kafka_event_data,
            unnest($8::jsonb[]) AS event_data,
            unnest($9::text[]) AS status,
-           unnest($10::jsonb[]) AS output
+           unnest($10::jsonb[]) AS output,
+           -- The moment of the change (not the transaction's start: a batch's transaction
+           -- may have begun before its record was even produced), once for both columns.
+           clock_timestamp() AS at
 ),
 w AS (
     UPDATE execution_wait_states AS e
@@ -1034,9 +1040,9 @@ w AS (
         event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
-        updated_at = clock_timestamp(),
+        updated_at = i.at,
         resumed_at = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
-                          THEN clock_timestamp() ELSE e.resumed_at END,
+                          THEN i.at ELSE e.resumed_at END,
         resumed_by = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
                           THEN $11::text ELSE e.resumed_by END
     FROM input AS i

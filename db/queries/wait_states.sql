@@ -96,7 +96,10 @@ WITH input AS (
            unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
            unnest(@event_data::jsonb[]) AS event_data,
            unnest(@statuses::text[]) AS status,
-           unnest(@outputs::jsonb[]) AS output
+           unnest(@outputs::jsonb[]) AS output,
+           -- The moment of the change (not the transaction's start: a batch's transaction
+           -- may have begun before its record was even produced), once for both columns.
+           clock_timestamp() AS at
 ),
 w AS (
     UPDATE execution_wait_states AS e
@@ -107,9 +110,9 @@ w AS (
         event_data = i.event_data,
         status = i.status,
         version = e.version + i.applied,
-        updated_at = clock_timestamp(),
+        updated_at = i.at,
         resumed_at = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
-                          THEN clock_timestamp() ELSE e.resumed_at END,
+                          THEN i.at ELSE e.resumed_at END,
         resumed_by = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
                           THEN sqlc.narg(resumed_by)::text ELSE e.resumed_by END
     FROM input AS i
@@ -197,7 +200,10 @@ WITH input AS (
            unnest(@next_deadlines::timestamptz[]) AS next_deadline_at,
            unnest(@errors::text[]) AS error,
            unnest(@node_statuses::text[]) AS node_status,
-           unnest(@outputs::jsonb[]) AS output
+           unnest(@outputs::jsonb[]) AS output,
+           -- The moment of the change (not the transaction's start: a batch's transaction
+           -- may have begun before its record was even produced), once for both columns.
+           clock_timestamp() AS at
 ),
 w AS (
     UPDATE execution_wait_states AS e

@@ -26,8 +26,8 @@ type CallbackResult struct {
 	// ResumedPerSecond counts waits whose continuation committed, from the first
 	// callback to the last continuation.
 	ResumedPerSecond float64 `json:"resumed_per_second"`
-	// ToContinuation is from sending a callback to its continuation committed
-	// (resumed_at), for every wait.
+	// ToContinuation is from sending a callback to its continuation (resumed_at, stamped
+	// inside its transaction), for every wait.
 	ToContinuation Latencies `json:"to_continuation"`
 	// Response is the callback's HTTP round trip.
 	Response Latencies `json:"response"`

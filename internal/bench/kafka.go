@@ -40,7 +40,8 @@ type KafkaResult struct {
 	// ToState is from produce to the wait's change (recorded in the transaction that
 	// commits it).
 	ToState Latencies `json:"to_state"`
-	// ToContinuation is from produce to the continuation committed.
+	// ToContinuation is from produce to the continuation (resumed_at, stamped inside its
+	// transaction; the latency runs measure to the commit).
 	ToContinuation Latencies `json:"to_continuation"`
 }
 
@@ -235,8 +236,10 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	}, nil
 }
 
-// waitTimes are the moments a wait changed: its event applied (updated_at, the commit of
-// the deciding transaction) and its continuation committed (resumed_at).
+// waitTimes are the moments a wait changed, as stamped inside the transactions that
+// changed it: its event applied (updated_at) and its continuation (resumed_at, the same
+// moment when the continuation ran in the deciding transaction). Each commit follows
+// its stamp by the rest of its transaction.
 type waitTimes struct{ state, resumed time.Time }
 
 // resumeTimes waits until every wait of ids has resumed and returns when each changed,

@@ -170,9 +170,12 @@ func KafkaLatency(ctx context.Context, url string, partitions int, rate float64,
 	for i, w := range ids {
 		t := times[w.corr]
 		toState[i] = t.state.Sub(at[i])
-		toCont[i] = t.resumed.Sub(at[i])
 		if !buffered[i].IsZero() && !observed[i].IsZero() {
-			moments = append(moments, []time.Time{at[i], acked[i], buffered[i], polled[i], t.state, observed[i], t.resumed})
+			// A continuation run in the deciding transaction stamps resumed_at before
+			// that transaction commits: it is committed once the event is observed.
+			cont := later(t.resumed, observed[i])
+			toCont[i] = cont.Sub(at[i])
+			moments = append(moments, []time.Time{at[i], acked[i], buffered[i], polled[i], t.state, observed[i], cont})
 		}
 	}
 	if len(moments) < n {
@@ -186,13 +189,18 @@ func KafkaLatency(ctx context.Context, url string, partitions int, rate float64,
 			"poll: in the buffer → polled (the previous batch is being applied)",
 			"apply: polled → wait state updated",
 			"commit: updated → committed and observed",
-			"continuation: committed → resumed_at",
+			"continuation: committed → continuation committed (0: in the same transaction)",
 		}, moments)}, nil
 }
 
+// maxInFlight bounds the callbacks CallbackLatency has in flight: a server that falls
+// behind would otherwise be sent connections until the process runs out of files. Past
+// it, sends start late; latency is still measured from the scheduled time.
+const maxInFlight = 1024
+
 // CallbackLatency parks rate×d API-only waits and posts their callbacks at a fixed rate,
-// each on its own goroutine (so a slow answer delays no later send), measuring from each
-// callback's scheduled send time.
+// each on its own goroutine (so a slow answer delays no later send, up to maxInFlight),
+// measuring from each callback's scheduled send time.
 func CallbackLatency(ctx context.Context, url string, rate float64, d time.Duration, logger *slog.Logger) (LatencyResult, error) {
 	n := int(math.Ceil(rate * d.Seconds()))
 	if n <= 0 {
@@ -215,10 +223,13 @@ func CallbackLatency(ctx context.Context, url string, rate float64, d time.Durat
 	var failOnce sync.Once
 	var failed error
 	answered := make([]time.Time, n)
+	inFlight := make(chan struct{}, maxInFlight)
 	at, lag, err := schedule(ctx, n, rate, func(i int) {
 		wg.Add(1)
+		inFlight <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-inFlight }()
 			if err := rig.send(client, ids[i]); err != nil {
 				failOnce.Do(func() { failed = err })
 			}
@@ -242,17 +253,27 @@ func CallbackLatency(ctx context.Context, url string, rate float64, d time.Durat
 	moments := make([][]time.Time, n)
 	for i, w := range ids {
 		t := times[w.corr]
+		// The 202 goes out after the deciding transaction commits; a continuation run in
+		// it stamps resumed_at before that commit, so it is committed by the answer.
+		cont := later(t.resumed, answered[i])
 		toState[i] = t.state.Sub(at[i])
-		toCont[i] = t.resumed.Sub(at[i])
+		toCont[i] = cont.Sub(at[i])
 		answer[i] = answered[i].Sub(at[i])
-		moments[i] = []time.Time{at[i], t.state, t.resumed}
+		moments[i] = []time.Time{at[i], t.state, answered[i], cont}
 	}
 	return LatencyResult{Path: "callback", OfferedRate: rate, Events: n, Seconds: at[n-1].Sub(at[0]).Seconds(),
 		SendLag: Summarise(lag), ToState: Summarise(toState), ToContinuation: Summarise(toCont), Answer: Summarise(answer),
-		// The continuation is enqueued by the callback's own commit; the 202 goes out
-		// after that commit too, so the two race, and the answer is no step between.
 		Stages: stages([]string{
 			"request: scheduled → wait state updated",
-			"continuation: updated → resumed_at",
+			"commit: updated → committed and answered (202 received)",
+			"continuation: answered → continuation committed (0: in the same transaction)",
 		}, moments)}, nil
+}
+
+// later is the later of two moments.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

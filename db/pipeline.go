@@ -1,0 +1,105 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Pipeline sends several statements to the server in one round trip (a pgx batch),
+// where each would otherwise wait for the answer to the one before. The statements run
+// in order, in the transaction the pipeline is sent on, and an error in one fails the
+// rest.
+//
+// A call is an ordinary sqlc call made on the DBTX it is given, and must make exactly one
+// statement. Each call is made twice: first to learn its statement and arguments (the
+// DBTX queues them and answers with an error the call passes back), then, once the batch
+// has been answered, to read its result (the DBTX hands it the statement's answer). So a
+// call must not act on its result before its query returns without error, which sqlc's
+// generated functions never do.
+type Pipeline struct {
+	calls []func(dbsqlc.DBTX) error
+}
+
+// Queue adds call to the pipeline.
+func (p *Pipeline) Queue(call func(dbsqlc.DBTX) error) {
+	p.calls = append(p.calls, call)
+}
+
+// Len is the number of calls queued.
+func (p *Pipeline) Len() int { return len(p.calls) }
+
+// errQueued is what a call sees on its first pass: its statement was queued.
+var errQueued = errors.New("statement queued in a pipeline")
+
+// Send sends the queued calls on tx in one batch and hands each its result. It returns
+// the first call's error, and empties the pipeline.
+func (p *Pipeline) Send(ctx context.Context, tx pgx.Tx) error {
+	calls := p.calls
+	p.calls = nil
+	if len(calls) == 0 {
+		return nil
+	}
+	q := &queueDB{}
+	for i, call := range calls {
+		if err := call(q); !errors.Is(err, errQueued) {
+			return fmt.Errorf("pipeline call %d did not queue a statement: %v", i, err)
+		}
+		if q.batch.Len() != i+1 {
+			return fmt.Errorf("pipeline call %d queued %d statements, not one", i, q.batch.Len()-i)
+		}
+	}
+	br := tx.SendBatch(ctx, &q.batch)
+	var first error
+	for _, call := range calls {
+		if err := call(answerDB{br}); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := br.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// queueDB queues each statement instead of running it.
+type queueDB struct{ batch pgx.Batch }
+
+func (q *queueDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.batch.Queue(sql, args...)
+	return pgconn.CommandTag{}, errQueued
+}
+
+func (q *queueDB) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.batch.Queue(sql, args...)
+	return nil, errQueued
+}
+
+func (q *queueDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	q.batch.Queue(sql, args...)
+	return queuedRow{}
+}
+
+type queuedRow struct{}
+
+func (queuedRow) Scan(...any) error { return errQueued }
+
+// answerDB answers each statement, in order, from the batch's results.
+type answerDB struct{ br pgx.BatchResults }
+
+func (a answerDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return a.br.Exec()
+}
+
+func (a answerDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return a.br.Query()
+}
+
+func (a answerDB) QueryRow(context.Context, string, ...any) pgx.Row {
+	return a.br.QueryRow()
+}
