@@ -97,7 +97,7 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		}
 	}
 	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
-		ID:                  uuid.New(),
+		ID:                  db.NewID(),
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
 		CorrelationID:       r.CorrelationID,

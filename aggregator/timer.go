@@ -7,7 +7,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/db"
@@ -44,7 +43,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		at, status, reason = now, StatusError, &t.Error
 	}
 	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
-		ID:                  uuid.New(),
+		ID:                  db.NewID(),
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
 		CorrelationID:       r.CorrelationID,

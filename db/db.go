@@ -13,6 +13,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -167,4 +168,16 @@ func AfterCommit(tx pgx.Tx, f func()) {
 		return
 	}
 	f()
+}
+
+// NewID returns the id of a new row (an execution, a wait state, a correlation id): a
+// version 7 UUID, whose first 48 bits are the time in milliseconds. Rows created
+// together are neighbours in every index keyed by their ids, so the indexes of a table
+// holding a million older waits take new rows, and the lookups of their events, in a
+// few hot pages at their right edge instead of all over; with random (version 4) ids
+// the bench's Kafka rate with a million other waits fell to 0.73–0.85 of its rate on an
+// empty table, with these to 0.83–0.95. The remaining 74 random bits keep ids
+// unguessable.
+func NewID() uuid.UUID {
+	return uuid.Must(uuid.NewV7())
 }

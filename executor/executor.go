@@ -348,7 +348,7 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 	var exec dbsqlc.Execution
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
 		exec, err = e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-			ID: uuid.New(), WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
+			ID: db.NewID(), WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
 		})
 		if err != nil {
 			return fmt.Errorf("insert execution: %w", err)

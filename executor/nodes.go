@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -97,7 +98,7 @@ func runWait(_ context.Context, rc *RunContext) (Outcome, error) {
 	if err != nil {
 		out := Failed("%v", err)
 		out.Wait = &aggregator.Registration{
-			ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: uuid.New(),
+			ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: db.NewID(),
 			Timer: &aggregator.Timer{Error: err.Error(), Settings: map[string]any{"mode": cfg.Mode()}},
 		}
 		return out, nil
@@ -112,7 +113,7 @@ func runWait(_ context.Context, rc *RunContext) (Outcome, error) {
 	return Outcome{Status: OutcomeWaiting, Output: map[string]any{
 		"status": aggregator.StatusScheduled, "scheduled_for": plan.At.UTC(),
 	}, Wait: &aggregator.Registration{
-		ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: uuid.New(),
+		ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: db.NewID(),
 		Timer: &aggregator.Timer{At: plan.At, Settings: plan.Settings},
 	}}, nil
 }
@@ -125,7 +126,7 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 	if len(expected) == 0 {
 		return Completed(map[string]any{"events": []any{}, "arrival_order": []string{}, "timeout": false}), nil
 	}
-	correlationID := uuid.New()
+	correlationID := db.NewID()
 	if cfg.APICall != nil {
 		// Rendered now only to fail fast on a template naming something that does not
 		// exist; the outbox renders it again when it sends.

@@ -54,7 +54,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		if _, err := pool.Exec(ctx, `
 WITH e AS (
     INSERT INTO executions (id, workflow_name, workflow_version, status)
-    SELECT gen_random_uuid(), 'bench-deadlines', 1, 'waiting' FROM generate_series(1, $1::integer)
+    SELECT `+uuidV7("now()")+`, 'bench-deadlines', 1, 'waiting' FROM generate_series(1, $1::integer)
     RETURNING id
 ), n AS (
     INSERT INTO node_executions (execution_id, node_id, status, started_at)
@@ -63,7 +63,7 @@ WITH e AS (
 INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled,
     on_timeout, output_mapping, expires_at, next_deadline_at, wait_type, timer, status)
-SELECT gen_random_uuid(), id, 'wait', gen_random_uuid(), 'all',
+SELECT `+uuidV7("now()")+`, id, 'wait', `+uuidV7("now()")+`, 'all',
     '["api_response","kafka_event"]', '["api_response","kafka_event"]',
     '[{"name":"api_response","source":"callback","required":true,"timeout_ms":5000},{"name":"kafka_event","source":"kafka","topic":"bench","required":true,"timeout_ms":5000}]',
     true, true, 'fail', '{"apiResponse":"api_response","kafkaEvent":"kafka_event"}', $2, $2, `+waitCols+`

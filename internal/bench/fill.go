@@ -102,8 +102,8 @@ func parkClones(ctx context.Context, svc *service.Service, name string, n int, s
 }
 
 // cloneWaits copies the parked wait of execution template n times: execution, node and
-// wait state, every column from the template's rows but fresh ids (random correlation
-// ids, as registering draws them) and, with spread, creation times over the last six
+// wait state, every column from the template's rows but fresh ids (version 7, of their
+// creation time, as the service draws them) and, with spread, creation times over the last six
 // days and deadlines a week after each (so they spread over the indexes holding them as
 // in a live table). Each chunk is one INSERT … SELECT over generate_series inserting
 // all three, so foreign keys hold at its end; chunks run on two connections, as one
@@ -221,13 +221,21 @@ func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool, waitCo
 			table, strings.Join(cols, ", "), strings.Join(exprs, ", "), table, key[table])
 	}
 	return `WITH src AS (
-    SELECT gen_random_uuid() AS exec_id, gen_random_uuid() AS wait_id, gen_random_uuid() AS corr, ` + created + ` AS created
-    FROM generate_series(1, $2::integer)
+    SELECT ` + uuidV7("c") + ` AS exec_id, ` + uuidV7("c") + ` AS wait_id, ` + uuidV7("c") + ` AS corr, c AS created
+    FROM (SELECT ` + created + ` AS c FROM generate_series(1, $2::integer)) AS g
 ), e AS (` + insert["executions"] + `
 ), ne AS (` + insert["node_executions"] + `
 )
 ` + insert["execution_wait_states"] + `
 RETURNING execution_id, correlation_id`, nil
+}
+
+// uuidV7 is an SQL expression for a version 7 UUID of the moment ts, as the service
+// draws its ids (uuid.NewV7): the milliseconds since the epoch, then random bits, in the
+// bytes of a random (version 4) UUID whose version is turned into 7.
+func uuidV7(ts string) string {
+	return `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing
+        substring(int8send(floor(extract(epoch FROM ` + ts + `) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid`
 }
 
 // waitParked waits until every execution of execs has its wait waiting.
