@@ -48,6 +48,7 @@ type options struct {
 	matchSmall   int
 	matchLarge   int
 	matchEvents  int
+	wideClients  int
 	only         map[string]bool
 	out          string
 }
@@ -57,6 +58,7 @@ func main() {
 	flag.StringVar(&o.url, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL server (throwaway schemas are created and dropped)")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "concurrent clients, for the baseline and the callbacks alike")
 	flag.IntVar(&o.waits, "waits", 4000, "(c) waits answered by callbacks")
+	flag.IntVar(&o.wideClients, "callback-clients", 64, "(c) concurrent clients of the second callbacks run, which the service rather than the clients' round trips bounds; 0 skips it")
 	flag.IntVar(&o.records, "records", 20000, "(b, f) Kafka records per run (one per wait)")
 	flag.IntVar(&o.partitions, "partitions", 8, "partitions of the Kafka topic")
 	flag.DurationVar(&o.baselineFor, "baseline-duration", 5*time.Second, "(a) how long the baseline loop runs")
@@ -117,12 +119,15 @@ func envOr(k, def string) string {
 
 // results is the JSON file: every part's detail, and the figures of the table.
 type results struct {
-	Figures    []figure             `json:"figures"`
-	Baseline   bench.BaselineResult `json:"baseline"`
-	Callbacks  bench.CallbackResult `json:"callbacks"`
-	Ratio      float64              `json:"callbacks_to_baseline"`
-	Kafka      bench.KafkaResult    `json:"kafka"`
-	KafkaRatio float64              `json:"kafka_to_baseline"`
+	Figures   []figure             `json:"figures"`
+	Baseline  bench.BaselineResult `json:"baseline"`
+	Callbacks bench.CallbackResult `json:"callbacks"`
+	Ratio     float64              `json:"callbacks_to_baseline"`
+	// CallbacksWide is (c) again with --callback-clients: (c) at the baseline's 8
+	// clients is bound by each client's round trip, this by the service.
+	CallbacksWide bench.CallbackResult `json:"callbacks_wide"`
+	Kafka         bench.KafkaResult    `json:"kafka"`
+	KafkaRatio    float64              `json:"kafka_to_baseline"`
 	// KafkaUntraced is the same run with a no-op tracer; TracingCost is the share of
 	// throughput tracing costs (1 − traced / untraced).
 	KafkaUntraced bench.KafkaResult `json:"kafka_untraced"`
@@ -191,6 +196,12 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("(c) callbacks: %d waits answered by %d concurrent clients …\n", o.waits, o.concurrency)
 		if r.Callbacks, err = bench.Callbacks(ctx, schema.URL, o.concurrency, o.waits, logger); err != nil {
 			return fmt.Errorf("callbacks: %w", err)
+		}
+		if o.wideClients > 0 {
+			fmt.Printf("(c) callbacks: %d waits answered by %d concurrent clients …\n", 2*o.waits, o.wideClients)
+			if r.CallbacksWide, err = bench.Callbacks(ctx, schema.URL, o.wideClients, 2*o.waits, logger); err != nil {
+				return fmt.Errorf("callbacks: %w", err)
+			}
 		}
 	}
 

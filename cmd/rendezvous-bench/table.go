@@ -71,6 +71,10 @@ func figures(o options, r results) []figure {
 		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
 		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
 	}
+	if c := r.CallbacksWide; c.Waits > 0 {
+		rate("", fmt.Sprintf("callbacks correlated/s, %d clients", c.Concurrency), c.PerSecond)
+		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
+	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
 		share := ""
 		if o.latencyRate <= 0 {
