@@ -4,9 +4,11 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/executor"
 )
 
 // TestContinueInDecidingTransaction: an event that completes a wait through Apply (a
@@ -16,14 +18,7 @@ import (
 func TestContinueInDecidingTransaction(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	name := h.put(t, h.workflow("inline", []obj{
-		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
-	}, []obj{edge("wait", "after", "")}))
-	stop := h.run(t)
-	id := h.start(t, name, nil)
-	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
-	stop() // no worker from here on
+	id, ws := h.waitThenAfter(t) // no worker from here on
 
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states
@@ -44,14 +39,7 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 func TestContinueFailureQueues(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	name := h.put(t, h.workflow("fallback", []obj{
-		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
-	}, []obj{edge("wait", "after", "")}))
-	stop := h.run(t)
-	id := h.start(t, name, nil)
-	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
-	stop()
+	id, ws := h.waitThenAfter(t)
 
 	h.ex.SetContinueFault(func() error { return errors.New("injected") })
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
@@ -69,4 +57,19 @@ func TestContinueFailureQueues(t *testing.T) {
 	require.Equal(t, 1, h.fake.count("/after"))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND resumed_by = 'a'`, id))
 	h.requireQueuesEmpty(t, id)
+}
+
+// waitThenAfter starts an execution of a Kafka wait followed by an http node "after",
+// and returns it with its wait once it waits, with the pod stopped.
+func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, executor.WaitView) {
+	t.Helper()
+	name := h.put(t, h.workflow("then-after", []obj{
+		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+	}, []obj{edge("wait", "after", "")}))
+	stop := h.run(t)
+	id := h.start(t, name, nil)
+	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	stop()
+	return id, ws
 }

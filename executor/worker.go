@@ -433,12 +433,7 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		var execs []dbsqlc.Execution
 		var owned []int64
 		var p db.Pipeline
-		p.Queue(func(d dbsqlc.DBTX) (err error) {
-			if execs, err = e.q.ExecutionListForUpdate(ctx, d, execIDs); err != nil {
-				return fmt.Errorf("lock executions: %w", err)
-			}
-			return nil
-		})
+		p.Queue(e.lockExecutions(ctx, execIDs, &execs))
 		p.Queue(func(d dbsqlc.DBTX) (err error) {
 			if owned, err = e.q.RunQueueDeleteClaimedMany(ctx, d, del); err != nil {
 				return fmt.Errorf("finish run queue items: %w", err)
@@ -485,6 +480,16 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 	return lost, nil
 }
 
+// lockExecutions is a pipeline call locking executions, in id order, into out.
+func (e *Executor) lockExecutions(ctx context.Context, execIDs []uuid.UUID, out *[]dbsqlc.Execution) func(dbsqlc.DBTX) error {
+	return func(d dbsqlc.DBTX) (err error) {
+		if *out, err = e.q.ExecutionListForUpdate(ctx, d, execIDs); err != nil {
+			return fmt.Errorf("lock executions: %w", err)
+		}
+		return nil
+	}
+}
+
 // loadNodes is a pipeline call loading the nodes of executions into out.
 func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]dbsqlc.NodeExecution) func(dbsqlc.DBTX) error {
 	return func(d dbsqlc.DBTX) (err error) {
@@ -508,12 +513,7 @@ func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUI
 	var completed []aggregator.Completion
 	var nodes []dbsqlc.NodeExecution
 	var p db.Pipeline
-	p.Queue(func(d dbsqlc.DBTX) (err error) {
-		if execs, err = e.q.ExecutionListForUpdate(ctx, d, execIDs); err != nil {
-			return fmt.Errorf("lock executions: %w", err)
-		}
-		return nil
-	})
+	p.Queue(e.lockExecutions(ctx, execIDs, &execs))
 	p.Queue(func(d dbsqlc.DBTX) (err error) {
 		completed, err = record(d)
 		return err
