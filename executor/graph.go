@@ -23,6 +23,7 @@ const (
 	nodeCompleted = "completed"
 	nodeFailed    = "failed"
 	nodeSkipped   = "skipped"
+	nodeCancelled = "cancelled"
 )
 
 // Execution statuses.
@@ -221,7 +222,9 @@ func (e *Executor) settle(ctx context.Context, w graphWriter, st *execState) err
 }
 
 // failExecution fails the execution and stops everything else it had going: open waits
-// are cancelled (behind their version fence), queued work and unsent calls are dropped.
+// are cancelled (behind their version fence), its other unfinished nodes are cancelled
+// (so that no node of a finished execution still reads pending or running), queued work
+// and unsent calls are dropped.
 func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, reason string) error {
 	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: execFailed, Error: &reason}); err != nil {
 		return fmt.Errorf("fail execution: %w", err)
@@ -230,6 +233,16 @@ func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, 
 		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
 	}); err != nil {
 		return fmt.Errorf("cancel open waits: %w", err)
+	}
+	if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{
+		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
+	}); err != nil {
+		return fmt.Errorf("cancel unfinished nodes: %w", err)
+	}
+	for _, n := range st.nodes {
+		if n.Status == nodePending || n.Status == nodeRunning || n.Status == nodeWaiting {
+			n.Status = nodeCancelled
+		}
 	}
 	if err := e.q.RunQueueDeleteForExecution(ctx, tx, st.exec.ID); err != nil {
 		return fmt.Errorf("drop queued work: %w", err)

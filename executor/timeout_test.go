@@ -91,8 +91,12 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 	require.Equal(t, []string{"api_response"}, row.TimedOut)
 	require.True(t, row.Resumed, "the executor consumed the timeout's continuation")
 
-	require.NotEqual(t, "completed", nodeOf(t, v, "after").Status)
-	require.Nil(t, nodeOf(t, v, "after").StartedAt)
+	// The node behind the failed wait never runs, and does not stay pending either.
+	after := nodeOf(t, v, "after")
+	require.Equal(t, "cancelled", after.Status)
+	require.Equal(t, "execution failed: node wait: "+reason, errText(after.Error))
+	require.Nil(t, after.StartedAt)
+	require.NotNil(t, after.FinishedAt)
 	h.requireQueuesEmpty(t, id)
 
 	// The reply turns up too late, and changes nothing.
