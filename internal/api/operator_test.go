@@ -154,7 +154,9 @@ func TestListWaitStatesPages(t *testing.T) {
 	})
 
 	t.Run("while executions start", func(t *testing.T) {
-		// Executions start from another goroutine for as long as the walk goes on.
+		// Executions start from another goroutine for as long as the walk goes on, one
+		// every 25 ms: slower than the walk reads (2 waits per 20 ms), so it reaches the
+		// end. Unpaced, a fast machine starts them faster than the walk can list them.
 		stop := make(chan struct{})
 		startedc := make(chan []string, 1)
 		go func() {
@@ -177,6 +179,11 @@ func TestListWaitStatesPages(t *testing.T) {
 					return
 				}
 				ids = append(ids, body.ID)
+				select {
+				case <-stop:
+					return
+				case <-time.After(25 * time.Millisecond):
+				}
 			}
 		}()
 		ws, _ := walk[executor.WaitStateView](t, e, "/api/v1/wait-states", 2, func() { time.Sleep(20 * time.Millisecond) })
