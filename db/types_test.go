@@ -1,0 +1,81 @@
+package db_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// TestRegisteredTypes: ids and JSON documents read and written through the registered
+// plans are what PostgreSQL holds, as its own text rendering shows, NULL included.
+func TestRegisteredTypes(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := context.Background()
+
+	t.Run("uuid", func(t *testing.T) {
+		t.Parallel()
+		id := uuid.New()
+		var text string
+		var back uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid::text, $1::uuid`, id).Scan(&text, &back))
+		require.Equal(t, id.String(), text)
+		require.Equal(t, id, back)
+
+		var nilID *uuid.UUID
+		var isNull bool
+		var backPtr = &id
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid IS NULL, $1::uuid`, nilID).Scan(&isNull, &backPtr))
+		require.True(t, isNull)
+		require.Nil(t, backPtr)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid`, &id).Scan(&backPtr))
+		require.NotNil(t, backPtr)
+		require.Equal(t, id, *backPtr)
+
+		var plain uuid.UUID
+		require.Error(t, pool.QueryRow(ctx, `SELECT NULL::uuid`).Scan(&plain), "NULL into a uuid.UUID")
+	})
+
+	t.Run("uuid array", func(t *testing.T) {
+		t.Parallel()
+		ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+		var texts []string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(u::text ORDER BY o) FROM unnest($1::uuid[]) WITH ORDINALITY AS t(u, o)`, ids).Scan(&texts))
+		require.Equal(t, []string{ids[0].String(), ids[1].String(), ids[2].String()}, texts)
+
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT cardinality($1::uuid[])`, []uuid.UUID{}).Scan(&n))
+		require.Zero(t, n)
+		var isNull bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid[] IS NULL`, []uuid.UUID(nil)).Scan(&isNull))
+		require.True(t, isNull)
+	})
+
+	t.Run("json", func(t *testing.T) {
+		t.Parallel()
+		for _, typ := range []string{"jsonb", "json"} {
+			var raw json.RawMessage
+			require.NoError(t, pool.QueryRow(ctx, `SELECT '{"a": [1, "x"], "b": null}'::`+typ).Scan(&raw))
+			var text string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT ('{"a": [1, "x"], "b": null}'::`+typ+`)::text`).Scan(&text))
+			require.Equal(t, text, string(raw), typ)
+
+			raw = json.RawMessage(`{"stale":true}`)
+			require.NoError(t, pool.QueryRow(ctx, `SELECT NULL::`+typ).Scan(&raw))
+			require.Nil(t, raw, "SQL NULL as %s", typ)
+
+			require.NoError(t, pool.QueryRow(ctx, `SELECT 'null'::`+typ).Scan(&raw))
+			require.Equal(t, "null", string(raw), "JSON null as %s", typ)
+
+			// Other targets keep pgx's plans.
+			var m map[string]any
+			require.NoError(t, pool.QueryRow(ctx, `SELECT '{"k": 2}'::`+typ).Scan(&m))
+			require.Equal(t, map[string]any{"k": float64(2)}, m)
+		}
+	})
+}
