@@ -76,10 +76,15 @@ type Consumer struct {
 	logger *slog.Logger
 	cl     *kgo.Client
 
+	// loadMu serialises loadTopics, so that a slower read of the definitions never
+	// replaces a newer one.
+	loadMu  sync.Mutex
 	mu      sync.Mutex
 	fields  map[string][]idFields             // topic -> id extraction configs
 	matches map[string][]aggregator.MatchSpec // topic -> payload-match specs
 	topics  map[string]bool
+	// loaded is how many definitions were stored when fields and matches were read.
+	loaded int64
 
 	refresh chan struct{}
 	counts  sync.Map // reason -> *atomic.Int64
@@ -183,8 +188,15 @@ func (c *Consumer) Ready(ctx context.Context) error {
 // loadTopics reads the Kafka events of stored definitions — kafkaEvent blocks and the
 // events lists' Kafka events — and subscribes to any new topic.
 func (c *Consumer) loadTopics(ctx context.Context) error {
-	rows, err := c.q.WorkflowKafkaEventConfigs(ctx, c.pool)
-	var named []json.RawMessage
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	// Counted before reading: a definition stored in between is read, and only makes the
+	// next comparison ask for one more read.
+	count, err := c.q.WorkflowCount(ctx, c.pool)
+	var rows, named []json.RawMessage
+	if err == nil {
+		rows, err = c.q.WorkflowKafkaEventConfigs(ctx, c.pool)
+	}
 	if err == nil {
 		named, err = c.q.WorkflowKafkaNamedEvents(ctx, c.pool)
 	}
@@ -241,7 +253,7 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	// Set before subscribing: the first record of a new topic is read with its configs.
-	c.fields, c.matches = fields, matches
+	c.fields, c.matches, c.loaded = fields, matches, count
 	var added []string
 	for _, t := range slices.Concat(slices.Collect(maps.Keys(fields)), slices.Collect(maps.Keys(matches))) {
 		if !c.topics[t] {
@@ -254,6 +266,37 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		slices.Sort(added)
 		c.cl.AddConsumeTopics(added...)
 		c.logger.InfoContext(ctx, "consuming kafka topics", "added", added, "instance_id", c.cfg.ClientID)
+	}
+	return nil
+}
+
+// catchUp re-reads the stored definitions when a record of items is about to be skipped
+// for want of ids, and definitions were stored since the last read; the skipped records
+// are then decoded again. Otherwise a record answering a wait whose definition is new —
+// ids at other fields, a payload match — on a topic already consumed would be skipped
+// until the periodic refresh: its wait exists, so its definition was stored before the
+// record could be produced, and one count tells whether this replica has read it.
+func (c *Consumer) catchUp(ctx context.Context, items []item) error {
+	if !slices.ContainsFunc(items, func(it item) bool { return it.skip != "" }) {
+		return nil
+	}
+	count, err := c.q.WorkflowCount(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("count definitions: %w", err)
+	}
+	c.mu.Lock()
+	current := count == c.loaded
+	c.mu.Unlock()
+	if current {
+		return nil
+	}
+	if err := c.loadTopics(ctx); err != nil {
+		return err
+	}
+	for i := range items {
+		if items[i].skip != "" {
+			items[i] = c.decode(ctx, items[i].rec)
+		}
 	}
 	return nil
 }
@@ -475,7 +518,11 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		// Records correlated to waits and events sent to executions are applied in
 		// transactions of their own. They never share a partition (the events topic holds
 		// only the latter), so a failure of one stops only its own partitions.
-		touched, applyErr := c.apply(ctx, items)
+		var touched bool
+		applyErr := c.catchUp(ctx, items)
+		if applyErr == nil {
+			touched, applyErr = c.apply(ctx, items)
+		}
 		sendTouched, sendErr := c.send(ctx, items)
 		for _, err := range []error{applyErr, sendErr} {
 			if err != nil {

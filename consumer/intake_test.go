@@ -284,3 +284,45 @@ func TestConfiguredTopics(t *testing.T) {
 		"the record of a configured topic is read (and matches no wait)")
 	require.Eventually(t, func() bool { return e.committed(t, "configured")[2] == 1 }, waitTimeout, 20*time.Millisecond)
 }
+
+// TestDefinitionStoredMeanwhile stores definitions for a topic the consumer already
+// reads, through another replica (a consumer hears at once only of definitions stored
+// through its own) and with the periodic refresh too far off to help: a record with its ids at the new
+// definition's fields, and one correlated by the new definition's payload match, each
+// complete their wait, and nothing is skipped. A record that no definition can read is
+// still skipped.
+func TestDefinitionStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	s := e.start(t, "pod-a", func(c *service.Config) {
+		c.Kafka.Topics = []string{"shared"}
+		c.Kafka.TopicRefresh = time.Hour
+	})
+	other := e.start(t, "pod-b", noKafka)
+	// The topic is read, with the default id fields, before either definition exists.
+	e.produce(t, record("shared", 0, obj{"hello": "world"}))
+	requireCount(t, s, "missing_id", 1)
+
+	e.put(t, other, e.definition("nested-ids", obj{"kafkaEvent": obj{
+		"topic": "shared", "executionIdField": "meta.exec", "correlationIdField": "meta.corr",
+	}, "timeout": 600}))
+	byIDs := e.startExecution(t, other, "nested-ids", nil)
+	corr := e.correlationID(t, other, byIDs)
+	e.produce(t, record("shared", 0, obj{"meta": obj{"exec": byIDs, "corr": corr}, "status": "shipped"}))
+	v := e.waitStatus(t, s, byIDs, "completed")
+	require.Equal(t, "shipped", waitOutput(t, v)["kafkaEvent"].(map[string]any)["status"])
+
+	e.put(t, other, e.definition("matched", events(obj{
+		"name": "paid", "source": "kafka", "topic": "shared",
+		"match": obj{"left": "order.id", "op": "eq", "right": "input.order_id"},
+	})))
+	byMatch := e.startExecution(t, other, "matched", obj{"order_id": "A-7"})
+	e.waits(t, 2)
+	e.produce(t, record("shared", 0, obj{"order": obj{"id": "A-7"}}))
+	e.waitStatus(t, s, byMatch, "completed")
+
+	e.produce(t, record("shared", 0, obj{"hello": "again"}))
+	require.Eventually(t, func() bool { return e.committed(t, "shared")[0] == 4 }, waitTimeout, 20*time.Millisecond)
+	require.Equal(t, int64(2), s.Consumer.Counts()["missing_id"], "only the records no definition reads are skipped")
+}

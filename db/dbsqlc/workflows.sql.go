@@ -10,6 +10,19 @@ import (
 	"encoding/json"
 )
 
+const workflowCount = `-- name: WorkflowCount :one
+SELECT count(*) FROM workflows
+`
+
+// How many definitions are stored. Definitions are never deleted, so the count changes
+// exactly when one is stored: the consumer compares it with the count it last read.
+func (q *Queries) WorkflowCount(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, workflowCount)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const workflowEventBufferTTL = `-- name: WorkflowEventBufferTTL :one
 SELECT (definition -> 'eventBufferTtl')::jsonb AS ttl
 FROM workflows

@@ -17,6 +17,11 @@ FROM workflows
 WHERE name = @name::text
 RETURNING *;
 
+-- name: WorkflowCount :one
+-- How many definitions are stored. Definitions are never deleted, so the count changes
+-- exactly when one is stored: the consumer compares it with the count it last read.
+SELECT count(*) FROM workflows;
+
 -- name: WorkflowKafkaEventConfigs :many
 -- Every kafkaEvent block of every stored wait_events node (all versions: executions of
 -- older versions may still wait). The consumer subscribes to their topics and reads ids
