@@ -201,9 +201,6 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		named, err = c.q.WorkflowKafkaNamedEvents(ctx, c.pool)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			c.databaseError(ctx)
-		}
 		return fmt.Errorf("load kafka topics: %w", err)
 	}
 	fields := map[string][]idFields{}
@@ -334,6 +331,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.forgetLag(nil)
 	}()
 	if err := c.loadTopics(ctx); err != nil {
+		c.databaseError(ctx)
 		c.logger.WarnContext(ctx, "could not read topics; retrying", "err", err, "instance_id", c.cfg.ClientID)
 	}
 	go c.refreshLoop(ctx)
@@ -422,6 +420,7 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 		case <-c.refresh:
 		}
 		if err := c.loadTopics(ctx); err != nil && ctx.Err() == nil {
+			c.databaseError(ctx)
 			c.logger.WarnContext(ctx, "could not refresh topics", "err", err, "instance_id", c.cfg.ClientID)
 		}
 	}
