@@ -267,16 +267,14 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	return nil
 }
 
-// catchUp re-reads the stored definitions when a record of items is about to be skipped
-// for want of ids, and definitions were stored since the last read; the skipped records
-// are then decoded again. Otherwise a record answering a wait whose definition is new —
-// ids at other fields, a payload match — on a topic already consumed would be skipped
-// until the periodic refresh: its wait exists, so its definition was stored before the
-// record could be produced, and one count tells whether this replica has read it.
-func (c *Consumer) catchUp(ctx context.Context, items []item) error {
-	if !slices.ContainsFunc(items, func(it item) bool { return it.skip != "" }) {
-		return nil
-	}
+// catchUp re-reads the stored definitions when one was stored since the last read. It
+// runs before a poll's records are decoded: a record answering a wait whose definition
+// is new — ids at other fields, a payload match — on a topic already consumed would
+// otherwise be decoded without it until the periodic refresh, and skipped, or applied
+// to its id wait but not to the new match. Its wait exists, so its definition was
+// stored before the record could be produced, and one count, read after the poll, tells
+// whether this replica has read it.
+func (c *Consumer) catchUp(ctx context.Context) error {
 	count, err := c.q.WorkflowCount(ctx, c.pool)
 	if err != nil {
 		return fmt.Errorf("count definitions: %w", err)
@@ -287,15 +285,7 @@ func (c *Consumer) catchUp(ctx context.Context, items []item) error {
 	if current {
 		return nil
 	}
-	if err := c.loadTopics(ctx); err != nil {
-		return err
-	}
-	for i := range items {
-		if items[i].skip != "" {
-			items[i] = c.decode(ctx, items[i].rec)
-		}
-	}
-	return nil
+	return c.loadTopics(ctx)
 }
 
 // fieldsFor returns how records of topic carry their ids: the configured fields, else
@@ -447,6 +437,20 @@ type item struct {
 // process applies a poll's records in batches and commits what was handled. It returns,
 // per partition that could not be fully handled, the offset to resume from.
 func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64 {
+	if err := c.catchUp(ctx); err != nil {
+		// Decoding with definitions that may be stale could skip a record: the whole
+		// poll comes back instead.
+		c.databaseError(ctx)
+		c.dbFailing.Store(true)
+		c.logger.ErrorContext(ctx, "reading definitions failed", "err", err, "records", len(recs), "instance_id", c.cfg.ClientID)
+		failed := map[tp]int64{}
+		for _, r := range recs {
+			if _, ok := failed[tp{r.Topic, r.Partition}]; !ok {
+				failed[tp{r.Topic, r.Partition}] = r.Offset // a partition's records come in order
+			}
+		}
+		return failed
+	}
 	// Partitions are spread over lanes applied side by side, each on its own
 	// connection; a partition stays in one lane, so its order is kept.
 	lanes := make([][]*kgo.Record, c.cfg.Lanes)
@@ -517,11 +521,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		// Records correlated to waits and events sent to executions are applied in
 		// transactions of their own. They never share a partition (the events topic holds
 		// only the latter), so a failure of one stops only its own partitions.
-		var touched bool
-		applyErr := c.catchUp(ctx, items)
-		if applyErr == nil {
-			touched, applyErr = c.apply(ctx, items)
-		}
+		touched, applyErr := c.apply(ctx, items)
 		sendTouched, sendErr := c.send(ctx, items)
 		for _, err := range []error{applyErr, sendErr} {
 			if err != nil {

@@ -313,6 +313,9 @@ func TestDefinitionStoredMeanwhile(t *testing.T) {
 	v := e.waitStatus(t, s, byIDs, "completed")
 	require.Equal(t, "shipped", waitOutput(t, v)["kafkaEvent"].(map[string]any)["status"])
 
+	// Read by pod-a with the next definition: records of the topic carry ids at the
+	// default fields too.
+	e.put(t, other, e.definition("plain", obj{"kafkaEvent": obj{"topic": "shared"}, "timeout": 600}))
 	e.put(t, other, e.definition("matched", events(obj{
 		"name": "paid", "source": "kafka", "topic": "shared",
 		"match": obj{"left": "order.id", "op": "eq", "right": "input.order_id"},
@@ -322,7 +325,21 @@ func TestDefinitionStoredMeanwhile(t *testing.T) {
 	e.produce(t, record("shared", 0, obj{"order": obj{"id": "A-7"}}))
 	e.waitStatus(t, s, byMatch, "completed")
 
+	// A record that reaches a wait by its ids is not skipped, yet may also be meant for
+	// a payload match stored meanwhile: it reaches both.
+	plain := e.startExecution(t, other, "plain", nil)
+	plainCorr := e.correlationID(t, other, plain)
+	e.put(t, other, e.definition("matched-too", events(obj{
+		"name": "booked", "source": "kafka", "topic": "shared",
+		"match": obj{"left": "ref", "op": "eq", "right": "input.ref"},
+	})))
+	alsoByMatch := e.startExecution(t, other, "matched-too", obj{"ref": "B-9"})
+	e.waits(t, 4)
+	e.produce(t, record("shared", 0, obj{"execution_id": plain, "correlation_id": plainCorr, "ref": "B-9"}))
+	e.waitStatus(t, s, plain, "completed")
+	e.waitStatus(t, s, alsoByMatch, "completed")
+
 	e.produce(t, record("shared", 0, obj{"hello": "again"}))
-	require.Eventually(t, func() bool { return e.committed(t, "shared")[0] == 4 }, waitTimeout, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.committed(t, "shared")[0] == 5 }, waitTimeout, 20*time.Millisecond)
 	require.Equal(t, int64(2), s.Consumer.Counts()["missing_id"], "only the records no definition reads are skipped")
 }
