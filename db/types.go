@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // RegisterTypes teaches a connection's type map the two Go types every statement here
-// carries, so that they cross the wire as the bytes they are.
+// carries, so that they cross the wire as the bytes they are, and reads timestamps in
+// UTC.
 //
 // Left to pgx's defaults, both took a detour that showed up at the top of the Kafka
 // path's CPU profile (ids about 30%, documents about 14% of the Go time spent applying
@@ -22,8 +24,15 @@ import (
 //     validates the whole document before copying it. PostgreSQL only ever sends valid
 //     JSON, so here it is copied.
 //
+// pgx returns a timestamptz in the process's local zone, so an API answer, a node output
+// or a log line would show the instant in whatever zone the pod happens to run in; in
+// UTC they read alike on every replica and compare as strings.
+//
 // Every other type, and every other Go type for these columns, keeps pgx's own plans.
 func RegisterTypes(m *pgtype.Map) {
+	tz := &pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}}
+	m.RegisterType(tz)
+	m.RegisterType(&pgtype.Type{Name: "_timestamptz", OID: pgtype.TimestamptzArrayOID, Codec: &pgtype.ArrayCodec{ElementType: tz}})
 	if t, ok := m.TypeForOID(pgtype.UUIDOID); ok {
 		u := &pgtype.Type{Name: t.Name, OID: t.OID, Codec: uuidCodec{t.Codec}}
 		m.RegisterType(u)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -39,6 +40,23 @@ func TestRegisteredTypes(t *testing.T) {
 
 		var plain uuid.UUID
 		require.Error(t, pool.QueryRow(ctx, `SELECT NULL::uuid`).Scan(&plain), "NULL into a uuid.UUID")
+	})
+
+	t.Run("timestamptz", func(t *testing.T) {
+		t.Parallel()
+		at := time.Date(2026, 3, 1, 9, 30, 0, 123456000, time.FixedZone("UTC+9", 9*3600))
+		var back time.Time
+		var backPtr *time.Time
+		var backs []time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::timestamptz, $1::timestamptz, ARRAY[$1::timestamptz]`, at).Scan(&back, &backPtr, &backs))
+		for _, got := range []time.Time{back, *backPtr, backs[0]} {
+			require.True(t, at.Equal(got), "the same instant")
+			require.Same(t, time.UTC, got.Location(), "read in UTC, whatever the process's zone")
+		}
+		var isNull bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT NULL::timestamptz IS NULL, NULL::timestamptz`).Scan(&isNull, &backPtr))
+		require.True(t, isNull)
+		require.Nil(t, backPtr)
 	})
 
 	t.Run("uuid array", func(t *testing.T) {
