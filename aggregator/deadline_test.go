@@ -755,6 +755,33 @@ func (f *fixture) deadlineRows(t *testing.T, waits []wait) map[uuid.UUID]deadlin
 	return out
 }
 
+// racingSweepers runs the sweepers of two pods, each looking at least every 20 ms, until
+// stop (idempotent) returns.
+func (f *fixture) racingSweepers(t *testing.T) (pods [2]*aggregator.Aggregator, logs [2]*expiredLog, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var sweepers sync.WaitGroup
+	for i := range pods {
+		pods[i], logs[i] = f.sweeper(t, fmt.Sprintf("pod-%d", i), func(c *aggregator.Config) { c.SweepMaxSleep = 20 * time.Millisecond })
+		sweepers.Go(func() { pods[i].RunSweeper(ctx) })
+	}
+	return pods, logs, sync.OnceFunc(func() { cancel(); sweepers.Wait() })
+}
+
+// awaitDecided waits until no wait is open and the sweepers have reported every timeout.
+// Waits whose event was late may still be waiting for a sweeper to notice; and a sweeper
+// reports an expiry only once its commit is acknowledged, which can come after the rows
+// are visible here — stopping it earlier would lose the report.
+func (f *fixture) awaitDecided(t *testing.T, logs [2]*expiredLog) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var open, timedOut int
+		err := f.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'timeout')
+			FROM execution_wait_states`).Scan(&open, &timedOut)
+		return err == nil && open == 0 && len(logs[0].all())+len(logs[1].all()) >= timedOut
+	}, 5*time.Second, 10*time.Millisecond, "every wait ends and every expiry is reported")
+}
+
 // TestDeadlineRacesEvents delivers each wait's only event around its deadline (±50 ms)
 // while two pods run their sweepers: each wait ends exactly once, either completed by
 // its event or timed out with the event reported late — never both, never neither.
@@ -767,15 +794,8 @@ func TestDeadlineRacesEvents(t *testing.T) {
 	reg := registration(aggregator.StrategyAny, expectAPIOnly())
 	reg.Timeout = 1500 * time.Millisecond
 
-	var pods [2]*aggregator.Aggregator
-	var logs [2]*expiredLog
-	sweepCtx, stop := context.WithCancel(ctx)
-	var sweepers sync.WaitGroup
-	defer func() { stop(); sweepers.Wait() }()
-	for i := range pods {
-		pods[i], logs[i] = f.sweeper(t, fmt.Sprintf("pod-%d", i), func(c *aggregator.Config) { c.SweepMaxSleep = 20 * time.Millisecond })
-		sweepers.Go(func() { pods[i].RunSweeper(sweepCtx) })
-	}
+	pods, logs, stop := f.racingSweepers(t)
+	defer stop()
 
 	waits := f.newWaits(t, waitCount, reg)
 	expires := map[uuid.UUID]time.Time{}
@@ -803,17 +823,8 @@ func TestDeadlineRacesEvents(t *testing.T) {
 	}
 	wg.Wait()
 
-	// Waits whose event was late may still be waiting for a sweeper to notice; and a
-	// sweeper reports an expiry only once its commit is acknowledged, which can come
-	// after the rows are visible here — stopping it earlier would lose the report.
-	require.Eventually(t, func() bool {
-		var open, timedOut int
-		err := f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'timeout')
-			FROM execution_wait_states`).Scan(&open, &timedOut)
-		return err == nil && open == 0 && len(logs[0].all())+len(logs[1].all()) >= timedOut
-	}, 5*time.Second, 10*time.Millisecond, "every wait ends and every expiry is reported")
+	f.awaitDecided(t, logs)
 	stop()
-	sweepers.Wait()
 
 	reported := map[string]int{}
 	byPod := [2]int{}

@@ -1,7 +1,6 @@
 package aggregator_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -31,15 +30,8 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 	const event = "payment"
 	specs := []aggregator.MatchSpec{{Left: "order.id"}}
 
-	var pods [2]*aggregator.Aggregator
-	var logs [2]*expiredLog
-	sweepCtx, stop := context.WithCancel(ctx)
-	var sweepers sync.WaitGroup
-	defer func() { stop(); sweepers.Wait() }()
-	for i := range pods {
-		pods[i], logs[i] = f.sweeper(t, fmt.Sprintf("pod-%d", i), func(c *aggregator.Config) { c.SweepMaxSleep = 20 * time.Millisecond })
-		sweepers.Go(func() { pods[i].RunSweeper(sweepCtx) })
-	}
+	pods, logs, stop := f.racingSweepers(t)
+	defer stop()
 
 	waits := make([]wait, 0, 2*pairs)
 	for p := range pairs {
@@ -83,14 +75,8 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 	}
 	wg.Wait()
 
-	require.Eventually(t, func() bool {
-		var open, timedOut int
-		err := f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'timeout')
-			FROM execution_wait_states`).Scan(&open, &timedOut)
-		return err == nil && open == 0 && len(logs[0].all())+len(logs[1].all()) >= timedOut
-	}, 5*time.Second, 10*time.Millisecond, "every wait ends and every expiry is reported")
+	f.awaitDecided(t, logs)
 	stop()
-	sweepers.Wait()
 
 	reported := map[string]int{}
 	for _, l := range logs {
