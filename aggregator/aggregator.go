@@ -12,7 +12,6 @@
 package aggregator
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,10 +71,10 @@ func Open(status string) bool { return status == StatusWaiting || status == Stat
 // globally; the bound only protects against a livelock bug.
 const ConflictRetriesDefault = 50
 
-// ErrUnstorablePayload is returned for a payload PostgreSQL cannot store (jsonb rejects
-// the NUL character): a permanent property of the event, so sources reject it (HTTP 400,
-// Kafka dead-letter) instead of retrying.
-var ErrUnstorablePayload = errors.New("aggregator: payload is not valid JSON or contains \\u0000, which PostgreSQL cannot store")
+// ErrUnstorablePayload matches every error for a payload PostgreSQL cannot store as jsonb
+// (an *UnstorableError, see CheckStorable): a permanent property of the event, so sources
+// reject it (HTTP 400, Kafka dead-letter) instead of retrying.
+var ErrUnstorablePayload = errors.New("aggregator: payload cannot be stored as PostgreSQL jsonb")
 
 // ErrConflictRetries is returned when an event lost the version race more often than the
 // configured bound. The caller may retry the whole delivery.
@@ -375,8 +373,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Aggregator, error) {
 // decided together in the next one (ApplyBatch), each getting its own Result. Under load
 // this turns N commits into a few; alone, a call costs what a single transaction costs.
 func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
-	if !Storable(ev.Payload) {
-		return Result{}, ErrUnstorablePayload
+	if err := CheckStorable(ev.Payload); err != nil {
+		return Result{}, err
 	}
 	p := &pending{ctx: ctx, ev: ev, done: make(chan struct{}), lead: make(chan struct{})}
 	a.mu.Lock()
@@ -460,6 +458,17 @@ func (a *Aggregator) commitGroup(group []*pending) {
 			break
 		}
 	}
+	if len(group) > 1 && db.IsRefusedData(err) {
+		// The database refused a value that CheckStorable let through (or one past a
+		// limit of its own). It belongs to one caller, and should fail only that one:
+		// each is decided again alone.
+		a.logger.WarnContext(ctx, "the database refused a group's data; deciding its events one by one", "err", err,
+			"events", len(group), "instance_id", a.cfg.InstanceID)
+		for _, p := range group {
+			a.commitGroup([]*pending{p})
+		}
+		return
+	}
 	if err == nil {
 		a.Observe(ctx, events, results)
 	} else if db.IsUnavailable(err) {
@@ -492,8 +501,8 @@ func (a *Aggregator) Continued() {
 // ApplyTx decides one event inside the caller's transaction, so a source can batch
 // several events into one commit. Nothing it did is visible until the caller commits.
 func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
-	if !Storable(ev.Payload) {
-		return Result{}, ErrUnstorablePayload
+	if err := CheckStorable(ev.Payload); err != nil {
+		return Result{}, err
 	}
 	key := ev.key()
 	for attempt := 0; ; attempt++ {
@@ -620,41 +629,6 @@ func toFloat(v any) (float64, bool) {
 		return float64(n), true
 	}
 	return 0, false
-}
-
-// Storable reports whether payload is JSON that jsonb accepts: valid, and without the
-// NUL character in any string or key (which only JSON's \u0000 escape can express).
-func Storable(payload json.RawMessage) bool {
-	if len(payload) == 0 {
-		return true
-	}
-	if !json.Valid(payload) {
-		return false
-	}
-	if !bytes.Contains(payload, []byte(`\u0000`)) {
-		return true
-	}
-	var v any
-	if err := json.Unmarshal(payload, &v); err != nil {
-		return false
-	}
-	return !hasNUL(v)
-}
-
-func hasNUL(v any) bool {
-	switch t := v.(type) {
-	case string:
-		return strings.ContainsRune(t, 0)
-	case []any:
-		return slices.ContainsFunc(t, hasNUL)
-	case map[string]any:
-		for k, x := range t {
-			if strings.ContainsRune(k, 0) || hasNUL(x) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // complete writes the node's output and enqueues the continuation, in the transaction

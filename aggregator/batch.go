@@ -30,8 +30,8 @@ import (
 // recorded in unmatched_events, with why, in the same transaction.
 func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
 	for _, ev := range events {
-		if !Storable(ev.Payload) {
-			return nil, ErrUnstorablePayload
+		if err := CheckStorable(ev.Payload); err != nil {
+			return nil, err
 		}
 	}
 	expanded, origin, err := a.expandMatches(ctx, tx, events)

@@ -97,8 +97,8 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 // SendTx delivers a sent event inside the caller's transaction; the caller calls
 // ObserveSent, and Continued when res.Completed(), after its commit.
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
-	if !Storable(s.Payload) {
-		return SendResult{}, ErrUnstorablePayload
+	if err := CheckStorable(s.Payload); err != nil {
+		return SendResult{}, err
 	}
 	if len(s.Payload) == 0 {
 		s.Payload = json.RawMessage("null")

@@ -1,7 +1,6 @@
 package aggregator_test
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -173,23 +172,5 @@ func TestSatisfiedFromRequiredSet(t *testing.T) {
 			}
 			require.Equal(t, c.needs(got), aggregator.Satisfied(c.strategy, enabled, required, received), "%s with %v", name, received)
 		}
-	}
-}
-
-func TestStorable(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		payload string
-		ok      bool
-	}{
-		{``, true},
-		{`{"a":"b"}`, true},
-		{`{"a":"\\u0000"}`, true}, // an escaped backslash, then text
-		{`{"a":"x\u0000y"}`, false},
-		{`{"\u0000":1}`, false},
-		{`["ok",{"deep":["\u0000"]}]`, false},
-		{`{"a":`, false},
-	} {
-		require.Equal(t, tc.ok, aggregator.Storable(json.RawMessage(tc.payload)), tc.payload)
 	}
 }

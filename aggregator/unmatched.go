@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -115,16 +116,17 @@ func join(a, b string) string {
 	return a + "; " + b
 }
 
-// excerpt cuts a payload to a bounded, valid UTF-8 prefix.
+// excerpt cuts a payload to a bounded prefix of valid UTF-8, which a text column needs
+// (a payload that reaches here passed CheckStorable; the replacement is a second guard).
 func excerpt(b []byte) string {
 	if len(b) <= unmatchedExcerptBytes {
-		return string(b)
+		return strings.ToValidUTF8(string(b), "\uFFFD")
 	}
 	cut := unmatchedExcerptBytes
 	for cut > 0 && !utf8.RuneStart(b[cut]) {
 		cut--
 	}
-	return string(b[:cut]) + "…"
+	return strings.ToValidUTF8(string(b[:cut]), "\uFFFD") + "…"
 }
 
 // recordUnmatched writes rows to unmatched_events inside the caller's transaction, so a

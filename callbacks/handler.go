@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -23,8 +25,12 @@ import (
 )
 
 // Route is where external services call back; :service is a free label (the name of
-// the calling service) stored with the event.
+// the calling service) stored with the event: 1 to MaxServiceLen characters of UTF-8
+// text without control characters.
 const Route = "/api/internal/callbacks/:service"
+
+// MaxServiceLen bounds the :service label, in bytes.
+const MaxServiceLen = 200
 
 // Id headers and body fields of a callback.
 const (
@@ -138,6 +144,9 @@ func (h *Handler) handle(c echo.Context) error {
 
 	ev, perr := parse(req.Header, body)
 	if perr == nil {
+		perr = checkService(c.Param("service"))
+	}
+	if perr == nil {
 		ev.Name, perr = eventName(req)
 	}
 	if perr != nil {
@@ -152,9 +161,15 @@ func (h *Handler) handle(c echo.Context) error {
 	ev.Link = telemetry.SpanContextOf(req.Context(), nil, propagation.HeaderCarrier(req.Header))
 
 	res, err := h.agg.Apply(req.Context(), ev)
-	if errors.Is(err, aggregator.ErrUnstorablePayload) {
+	if ue := (*aggregator.UnstorableError)(nil); errors.As(err, &ue) {
 		h.agg.RecordRejected(req.Context(), "callback", "poison")
-		return problem.New(http.StatusBadRequest, `the body contains \u0000, which cannot be stored`).WithType("unstorable-payload")
+		return problem.New(http.StatusBadRequest, "the body cannot be stored: "+ue.Reason).WithType("unstorable-payload")
+	}
+	if db.IsRefusedData(err) {
+		// A value of this body that PostgreSQL refuses and CheckStorable did not foresee:
+		// sending it again fails again.
+		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		return problem.New(http.StatusBadRequest, "the body cannot be stored: PostgreSQL refused it: "+db.Reason(err)).WithType("unstorable-payload")
 	}
 	if err != nil {
 		if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
@@ -277,6 +292,19 @@ func parse(h http.Header, body []byte) (aggregator.Event, *problem.Problem) {
 
 // rejectReason names a rejected callback's reason in metrics with the Kafka path's words:
 // missing_id and invalid_id for the ids, poison for a body that cannot be an event.
+// checkService refuses a :service label that could not be stored or read back: text
+// that is not UTF-8, control characters (NUL among them, which jsonb refuses), or one
+// longer than MaxServiceLen.
+func checkService(service string) *problem.Problem {
+	bad := service == "" || len(service) > MaxServiceLen || !utf8.ValidString(service) ||
+		strings.ContainsFunc(service, unicode.IsControl)
+	if !bad {
+		return nil
+	}
+	return problem.New(http.StatusBadRequest, fmt.Sprintf("the service label in the path must be 1 to %d bytes of UTF-8 text without control characters", MaxServiceLen)).
+		WithType("invalid-service")
+}
+
 func rejectReason(p *problem.Problem) string {
 	switch {
 	case strings.HasSuffix(p.Type, "/missing-id"):

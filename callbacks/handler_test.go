@@ -509,6 +509,10 @@ func TestCallbackRejections(t *testing.T) {
 		{"unknown ids", idBody(t, exec, corr, nil), nil, 404, "wait-not-found", "no wait matches"},
 		{"unknown ids in headers, no body", nil, idHeaders(exec, corr), 404, "wait-not-found", "no wait matches"},
 		{"payload holding NUL", idBody(t, exec, corr, map[string]any{"note": "a\x00b"}), nil, 400, "unstorable-payload", `\u0000`},
+		// What Go reads and jsonb refuses: a 5xx here would have the sender retry forever.
+		{"payload not UTF-8", rawIDBody(exec, corr, `"caf`+"\xc3"+`"`), nil, 400, "unstorable-payload", "not valid UTF-8"},
+		{"payload with half a surrogate pair", rawIDBody(exec, corr, `"\ud83d"`), nil, 400, "unstorable-payload", `\ud83d`},
+		{"payload with a number beyond numeric", rawIDBody(exec, corr, `1e-20000`), nil, 400, "unstorable-payload", "numeric range"},
 		{"event name not a name", idBody(t, exec, corr, nil), http.Header{callbacks.HeaderEvent: {"a.b"}}, 400, "malformed-event", "1 to 64 letters"},
 		{"event named twice", idBody(t, exec, corr, nil), http.Header{callbacks.HeaderEvent: {"a", "b"}}, 400, "malformed-event", "more than once"},
 	}
@@ -518,6 +522,76 @@ func TestCallbackRejections(t *testing.T) {
 			requireProblem(t, e.callback(t, tt.body, tt.hdr), tt.status, tt.slug, tt.detail)
 		})
 	}
+	for _, service := range []string{"a%00b", "a%0Ab", "%FF", strings.Repeat("s", callbacks.MaxServiceLen+1)} {
+		t.Run("service label "+service[:min(len(service), 8)], func(t *testing.T) {
+			t.Parallel()
+			r := do(t, http.MethodPost, e.base+"/api/internal/callbacks/"+service, idBody(t, exec, corr, nil), nil)
+			require.Equal(t, http.StatusBadRequest, r.Status, string(r.Raw))
+			require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"))
+			require.Equal(t, problem.TypeBaseURI+"invalid-service", r.JSON["type"], string(r.Raw))
+			require.Contains(t, r.JSON["detail"], "without control characters")
+			require.Equal(t, "/api/internal/callbacks/"+service, r.JSON["instance"], "the path as sent, escaped")
+		})
+	}
+}
+
+// rawIDBody is a callback body with both ids and a member note holding noteJSON as is.
+func rawIDBody(execID, corrID, noteJSON string) []byte {
+	return []byte(`{"execution_id": "` + execID + `", "correlation_id": "` + corrID + `", "note": ` + noteJSON + `}`)
+}
+
+// TestCallbackRefusedValueFailsOnlyItsSender: concurrent callbacks are decided in shared
+// transactions. A value PostgreSQL refuses that no check here foresaw (a trigger stands
+// for it) fails the transaction it is in; only its sender gets the error (400, since
+// sending it again fails again), and the callbacks batched with it are recorded.
+func TestCallbackRefusedValueFailsOnlyItsSender(t *testing.T) {
+	t.Parallel()
+	e := setup(t, callbacks.Config{})
+	_, err := e.svc.Pool().Exec(t.Context(), `
+		CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.api_response_data->>'refuse' = 'yes' THEN
+				RAISE EXCEPTION 'value refused for the test' USING ERRCODE = '22023';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_marked BEFORE UPDATE ON execution_wait_states
+			FOR EACH ROW EXECUTE FUNCTION refuse_marked();`)
+	require.NoError(t, err)
+
+	const good, bad = 24, 8
+	type target struct{ exec, corr string }
+	waits := make([]target, good+bad)
+	for i := range waits {
+		waits[i].exec, waits[i].corr = e.newWait(t, wfAPI)
+	}
+	answers := make([]response, len(waits))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, w := range waits {
+		wg.Go(func() {
+			<-start
+			refuse := "no"
+			if i >= good {
+				refuse = "yes"
+			}
+			answers[i] = e.callback(t, idBody(t, w.exec, w.corr, map[string]any{"refuse": refuse}), nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, r := range answers {
+		if i < good {
+			requireAccepted(t, r, http.StatusAccepted, "completed", "completed")
+		} else {
+			requireProblem(t, r, http.StatusBadRequest, "unstorable-payload", "value refused for the test (SQLSTATE 22023)")
+		}
+	}
+	var completed, waiting int
+	require.NoError(t, e.svc.Pool().QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE status = 'completed'),
+		count(*) FILTER (WHERE status = 'waiting') FROM execution_wait_states`).Scan(&completed, &waiting))
+	require.Equal(t, good, completed)
+	require.Equal(t, bad, waiting)
 }
 
 // TestCallbackBodyLimit checks MaxBodyBytes with and without a Content-Length.

@@ -522,7 +522,13 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		// transactions of their own. They never share a partition (the events topic holds
 		// only the latter), so a failure of one stops only its own partitions.
 		touched, applyErr := c.apply(ctx, items)
+		if db.IsRefusedData(applyErr) {
+			touched, applyErr = c.isolate(ctx, items, applyErr, c.apply)
+		}
 		sendTouched, sendErr := c.send(ctx, items)
+		if db.IsRefusedData(sendErr) {
+			sendTouched, sendErr = c.isolate(ctx, items, sendErr, c.send)
+		}
 		for _, err := range []error{applyErr, sendErr} {
 			if err != nil {
 				c.databaseError(ctx)
@@ -572,6 +578,35 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 	return failed, done
 }
 
+// isolate runs fn on each of items alone, after the database refused the data of the
+// batch they were in (cause): a value that CheckStorable lets through but PostgreSQL
+// refuses, or one past a limit of its own. Every retry of the batch would fail alike
+// and hold its partitions back for good, so the record that carries it is found and
+// becomes poison (dead-lettered with the database's reason), and the others are applied
+// each in a transaction of its own. Any other failure stops there, as a batch's does:
+// the records applied meanwhile come back as duplicates, which the aggregator absorbs.
+func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
+	fn func(context.Context, []item) (bool, error)) (touched bool, err error) {
+	c.logger.WarnContext(ctx, "the database refused a batch's data; applying its records one by one", "err", cause,
+		"records", len(items), "instance_id", c.cfg.ClientID)
+	for i := range items {
+		it := &items[i]
+		if it.poison != "" {
+			continue
+		}
+		t, err := fn(ctx, items[i:i+1])
+		touched = touched || t
+		if db.IsRefusedData(err) {
+			it.poison, it.poisonCategory = "PostgreSQL refused the value: "+db.Reason(err), poisonUnstorable
+			continue
+		}
+		if err != nil {
+			return touched, err
+		}
+	}
+	return touched, nil
+}
+
 // decode validates a record and extracts its ids and match keys, or, on the events
 // topic, the event it sends. It is pure.
 func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
@@ -594,8 +629,8 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	if err := json.Unmarshal(r.Value, &payload); err != nil {
 		return poison(poisonNotJSON, "value is not JSON: "+err.Error(), nil)
 	}
-	if !aggregator.Storable(r.Value) {
-		return poison(poisonUnstorable, "value contains \\u0000, which PostgreSQL cannot store", payload)
+	if err := aggregator.CheckStorable(r.Value); err != nil {
+		return poison(poisonUnstorable, unstorableReason(err), payload)
 	}
 	events, reason := extract(payload, r, fields)
 	if keys := aggregator.MatchKeys(r.Topic, payload, c.matchSpecsFor(r.Topic)); len(keys) > 0 {
@@ -612,6 +647,15 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	}
 	it.events = events
 	return it
+}
+
+// unstorableReason is the dead-letter reason of a value PostgreSQL cannot store.
+func unstorableReason(err error) string {
+	var ue *aggregator.UnstorableError
+	if errors.As(err, &ue) {
+		return "value cannot be stored in PostgreSQL: " + ue.Reason
+	}
+	return err.Error()
 }
 
 // sourceOf is where an event read from r came from.
@@ -678,11 +722,17 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		return false, nil
 	}
 	var results []aggregator.Result
-	err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		results, err = c.agg.ApplyBatch(ctx, tx, batch)
-		return err
-	})
+	for attempt := 1; ; attempt++ {
+		err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			results, err = c.agg.ApplyBatch(ctx, tx, batch)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) || attempt == sendAttempts {
+			break
+		}
+		c.logger.DebugContext(ctx, "apply transaction conflicted; retrying", "err", err, "attempt", attempt, "instance_id", c.cfg.ClientID)
+	}
 	if err != nil {
 		return true, err
 	}

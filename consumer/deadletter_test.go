@@ -40,8 +40,9 @@ func requireDeadLetter(t *testing.T, dl *kgoRecord, topic string, partition int3
 	return at
 }
 
-// TestPoisonRecords sends records that can never be applied: not JSON, too large, and a
-// JSON string holding \u0000 (which jsonb rejects). Each goes to <topic>.dlq with the
+// TestPoisonRecords sends records that can never be applied: not JSON, too large, and
+// JSON that jsonb rejects though Go reads it (\u0000, bytes that are not UTF-8, half a
+// surrogate pair, a number beyond numeric). Each goes to <topic>.dlq with the
 // reason and its origin, its offset is committed, and a valid record after them on the
 // same partition applies.
 func TestPoisonRecords(t *testing.T) {
@@ -60,6 +61,10 @@ func TestPoisonRecords(t *testing.T) {
 		{record("psn", 0, `{"execution_id": "`+execID+`", oops`, header("trace", "t-1")), "not JSON"},
 		{record("psn", 0, ids(execID, corrID, obj{"pad": strings.Repeat("x", 400)})), "exceeds 300"},
 		{record("psn", 0, `{"execution_id": "`+execID+`", "correlation_id": "`+corrID+`", "note": "a\u0000b"}`), `\u0000`},
+		// What Go reads without complaint and jsonb refuses.
+		{record("psn", 0, `{"execution_id": "`+execID+`", "correlation_id": "`+corrID+`", "note": "caf`+"\xc3"+`"}`), "not valid UTF-8"},
+		{record("psn", 0, `{"execution_id": "`+execID+`", "correlation_id": "`+corrID+`", "note": "\ud83d"}`), "surrogate pair"},
+		{record("psn", 0, `{"execution_id": "`+execID+`", "correlation_id": "`+corrID+`", "n": 1e-20000}`), "numeric range"},
 	}
 	valid := ids(execID, corrID, obj{"status": "fine"})
 	for _, p := range poison {
@@ -80,7 +85,7 @@ func TestPoisonRecords(t *testing.T) {
 	require.True(t, ok, "the source record's headers are kept")
 	require.Equal(t, "t-1", trace)
 
-	require.Eventually(t, func() bool { return e.committed(t, "psn")[0] == 4 }, waitTimeout, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return e.committed(t, "psn")[0] == int64(len(poison)+1) }, waitTimeout, 20*time.Millisecond)
 	counts := s.Consumer.Counts()
 	require.Equal(t, int64(len(poison)), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
@@ -129,4 +134,48 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
 	t.Logf("dead-letter write refused %d times; counts %v", fault.Hits(), counts)
+}
+
+// TestRefusedByDatabase: a value PostgreSQL refuses that no check here foresaw (a trigger
+// stands for it, raising a data exception for one record's payload) fails the batch it
+// is in. Retrying the batch would fail alike forever, holding back its partition; instead
+// its records are applied one by one, the refused one is dead-lettered with the
+// database's reason, and the records around it on the same partition apply.
+func TestRefusedByDatabase(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	s := e.start(t, "pod-a")
+	e.put(t, s, e.definition("rfs", kafkaOnly("rfs")))
+	_, err := e.direct.Exec(t.Context(), `
+		CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.kafka_event_data->>'refuse' = 'yes' THEN
+				RAISE EXCEPTION 'value refused for the test' USING ERRCODE = '22023';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_marked BEFORE UPDATE ON execution_wait_states
+			FOR EACH ROW EXECUTE FUNCTION refuse_marked();`)
+	require.NoError(t, err)
+	execs := make([]string, 3)
+	corrs := make([]string, 3)
+	for i := range execs {
+		execs[i] = e.startExecution(t, s, "rfs", nil)
+		corrs[i] = e.correlationID(t, s, execs[i])
+	}
+	refused := record("rfs", 0, ids(execs[1], corrs[1], obj{"refuse": "yes"}))
+	e.produce(t, record("rfs", 0, ids(execs[0], corrs[0], obj{"n": 0})), refused, record("rfs", 0, ids(execs[2], corrs[2], obj{"n": 2})))
+
+	e.waitStatus(t, s, execs[0], "completed")
+	e.waitStatus(t, s, execs[2], "completed")
+	dls := e.deadLetters(t, "rfs.dlq", 1)
+	require.Len(t, dls, 1)
+	requireDeadLetter(t, dls[0], "rfs", 0, 1, refused.Value, "PostgreSQL refused the value: value refused for the test (SQLSTATE 22023)")
+	require.Eventually(t, func() bool { return e.committed(t, "rfs")[0] == 3 }, waitTimeout, 20*time.Millisecond)
+	v := e.execution(t, s, execs[1])
+	require.Equal(t, "waiting", v.Waits[0].Status, "the refused record changed nothing")
+	counts := s.Consumer.Counts()
+	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(2), counts["completed"], "%v", counts)
 }

@@ -35,8 +35,8 @@ import (
 // be a sent event (not a JSON object, no type, no valid execution id, …) goes to the
 // dead-letter topic with the reason.
 
-// sendAttempts bounds retries of a send transaction that hit a deadlock or serialization
-// failure (other transactions locking the same executions).
+// sendAttempts bounds retries of an apply or send transaction that hit a deadlock or
+// serialization failure (other transactions locking the same executions or waits).
 const sendAttempts = 3
 
 // maxEventTextLen bounds a sent event's type and id, in characters, as the HTTP API does
@@ -67,8 +67,8 @@ func (c *Consumer) decodeSent(r *kgo.Record) item {
 	if members == nil {
 		return invalid(poisonInvalidEvent, "value is null, not a JSON object: "+sentShape)
 	}
-	if !aggregator.Storable(r.Value) {
-		return invalid(poisonUnstorable, "value contains \\u0000, which PostgreSQL cannot store")
+	if err := aggregator.CheckStorable(r.Value); err != nil {
+		return invalid(poisonUnstorable, unstorableReason(err))
 	}
 	for _, k := range slices.Sorted(maps.Keys(members)) {
 		switch k {

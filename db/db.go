@@ -99,6 +99,26 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
+// IsRefusedData reports whether a statement failed because of the values it was given:
+// SQLSTATE class 22 (data exception, such as text that is not valid in the server's
+// encoding) or 54 (a limit exceeded, such as an index row too large). Running it again
+// with the same values fails again, so a caller holding many events' values finds the
+// one that carries them instead of retrying.
+func IsRefusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54"))
+}
+
+// Reason is PostgreSQL's message for err with its SQLSTATE, or err's text when it did
+// not come from the server.
+func Reason(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	return err.Error()
+}
+
 // Connect opens a pool. A URL without an explicit pool size gets maxConns (when > 0).
 func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)

@@ -166,9 +166,12 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	s.Link = telemetry.SpanContextOf(hr.Context(), nil, propagation.HeaderCarrier(hr.Header))
 
 	res, err := h.agg.Send(hr.Context(), s)
+	var unstorable *aggregator.UnstorableError
 	switch {
-	case errors.Is(err, aggregator.ErrUnstorablePayload):
-		return invalidField("unstorable-payload", "payload", `contains \u0000, which cannot be stored`)
+	case errors.As(err, &unstorable):
+		return invalidField("unstorable-payload", "payload", "cannot be stored: "+unstorable.Reason)
+	case db.IsRefusedData(err):
+		return invalidField("unstorable-payload", "payload", "cannot be stored: PostgreSQL refused it: "+db.Reason(err))
 	case db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries):
 		c.Response().Header().Set("Retry-After", "1")
 		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")

@@ -297,7 +297,9 @@ func TestSendEvent(t *testing.T) {
 			{"id empty", id, `{"type": "approved", "id": ""}`, 400, "invalid-request", "id", "id: must be 1 to 200 characters"},
 			{"id not a string", id, `{"type": "approved", "id": 7}`, 400, "malformed-json", "id", "id: must be a string"},
 			{"id too long", id, `{"type": "approved", "id": "` + long + `"}`, 400, "invalid-request", "id", "id: must be 1 to 200 characters"},
-			{"payload holding NUL", id, `{"type": "approved", "payload": {"note": "a\u0000b"}}`, 400, "unstorable-payload", "payload", `payload: contains \u0000`},
+			{"payload holding NUL", id, `{"type": "approved", "payload": {"note": "a\u0000b"}}`, 400, "unstorable-payload", "payload", `payload: cannot be stored: \u0000`},
+			{"payload with half a surrogate pair", id, `{"type": "approved", "payload": {"note": "\ud83d"}}`, 400, "unstorable-payload", "payload", `payload: cannot be stored: the escape \ud83d`},
+			{"payload with a number beyond numeric", id, `{"type": "approved", "payload": 1e131072}`, 400, "unstorable-payload", "payload", `numeric range`},
 			{"too large", id, `{"type": "approved", "payload": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "body-too-large", "", "body too large"},
 		}
 		for _, tt := range tests {

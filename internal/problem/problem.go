@@ -154,7 +154,8 @@ func Write(c echo.Context, p *Problem) error {
 	}
 	out := *p
 	if out.Instance == "" {
-		out.Instance = c.Request().URL.Path
+		// Escaped: a URI reference, as RFC 7807 has it, whatever the path held.
+		out.Instance = c.Request().URL.EscapedPath()
 	}
 	// net/http panics on status codes outside 100-999; an unset or bogus
 	// status is a programming error best reported as a plain 500.
