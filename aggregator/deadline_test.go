@@ -634,6 +634,29 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, false, out["timeout"])
 	})
 
+	t.Run("a record fitting an optional event past its deadline and one still awaited", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		// Both Kafka events fit any record of the topic; the first, optional, has a
+		// short deadline of its own.
+		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+			{Name: "early", Source: "kafka", Topic: "orders", TimeoutMS: 100},
+			{Name: "final", Source: "kafka", Topic: "orders", Required: true},
+		})
+		w := f.newWait(t, reg)
+		ws := f.waitState(t, w.ID)
+		sleepUntil(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
+
+		ev := w.event(kafka, kafkaPayload)
+		ev.Name = "" // correlated by ids: the wait decides which of its Kafka events it is
+		res := f.apply(t, ev)
+		require.Equal(t, aggregator.Completed, res.Outcome, "counted as the event still awaited, not as the one timed out")
+		require.Equal(t, "final", res.Event)
+		ws = f.waitState(t, w.ID)
+		require.Equal(t, []string{"final"}, receivedNames(t, ws))
+		require.Equal(t, []string{"early"}, timedOutOf(t, ws))
+	})
+
 	t.Run("own deadline under all", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

@@ -45,7 +45,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 	if name == "" {
 		var outcome Outcome
 		var err error
-		if name, outcome, err = w.resolveKafka(ev, key); err != nil || outcome != "" {
+		if name, outcome, err = w.resolveKafka(ev, key, now); err != nil || outcome != "" {
 			return outcome, name, err
 		}
 	}
@@ -107,9 +107,9 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 
 // resolveKafka names the expected event a Kafka record correlated by the two ids is:
 // among the wait's Kafka events not correlated by payload match, those whose topic, type
-// and filter the record satisfies, the first not yet received. A non-empty outcome ends
-// the decision there.
-func (w *wait) resolveKafka(ev Event, key string) (string, Outcome, error) {
+// and filter the record satisfies, the first still open — neither received nor past its
+// own deadline. A non-empty outcome ends the decision there.
+func (w *wait) resolveKafka(ev Event, key string, now time.Time) (string, Outcome, error) {
 	if err := w.decodeExpected(); err != nil {
 		return "", "", err
 	}
@@ -128,12 +128,31 @@ func (w *wait) resolveKafka(ev Event, key string) (string, Outcome, error) {
 	if len(fits) == 0 {
 		return "", FilterMismatch, nil
 	}
-	for _, name := range fits {
-		if !slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == name }) {
-			return name, "", nil
-		}
+	if name, ok := w.firstOpen(fits, now); ok {
+		return name, "", nil
 	}
 	return fits[0], "", nil // all received: decided as the first, which reports why not
+}
+
+// firstOpen picks, among names, the event an arrival fitting them all counts as: the
+// first neither received nor past its own deadline (an optional event that timed out
+// must not take the arrival from one still awaited); failing that, the first not
+// received, whose decision then reports it late. ok is false when all were received.
+func (w *wait) firstOpen(names []string, now time.Time) (name string, ok bool) {
+	received := func(n string) bool {
+		return slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == n })
+	}
+	for _, n := range names {
+		if !received(n) && !w.eventPastDeadline(n, now) {
+			return n, true
+		}
+	}
+	for _, n := range names {
+		if !received(n) {
+			return n, true
+		}
+	}
+	return "", false
 }
 
 // sourceFits says whether an arrival of kind may be an expected event of source. An

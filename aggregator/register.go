@@ -119,7 +119,9 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
 	}
-	a.deadlineRegistered(next)
+	// The sweeper is told once the wait can be seen: told earlier, it could wake, find
+	// nothing, and sleep past the deadline.
+	db.AfterCommit(tx, func() { a.deadlineRegistered(next) })
 	if r.APICall {
 		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
 			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("queue api call: %w", err)
@@ -145,9 +147,11 @@ func (e *TooManyWaitersError) Error() string {
 }
 
 // admit checks the admission limit of each match type, under a per-type transaction
-// lock so that concurrent registrations cannot pass it together.
+// lock so that concurrent registrations cannot pass it together. The locks are taken in
+// one order whatever the node's order of events, so that two registrations of the same
+// types cannot each hold one and wait for the other.
 func (a *Aggregator) admit(ctx context.Context, tx pgx.Tx, typeKeys []string) error {
-	for _, k := range typeKeys {
+	for _, k := range slices.Sorted(slices.Values(typeKeys)) {
 		if err := a.q.WaitStateLockMatchType(ctx, tx, k); err != nil {
 			return fmt.Errorf("lock match type: %w", err)
 		}

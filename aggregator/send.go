@@ -146,6 +146,7 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		return SendResult{}, fmt.Errorf("load open waits: %w", err)
 	}
 	var events []Event
+	now := time.Now().UTC()
 	for _, row := range rows {
 		w, err := decodeWait(row)
 		if err != nil {
@@ -154,14 +155,16 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		if err := w.decodeExpected(); err != nil {
 			return SendResult{}, err
 		}
-		// One event per wait: to the first of its events of this type not yet received.
+		// One event per wait: to the first of its events of this type still open.
+		var names []string
 		for _, e := range w.expected {
-			if e.Source == SourceSend && e.Type == s.Type &&
-				!slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == e.Name }) {
-				events = append(events, Event{ExecutionID: s.ExecutionID, CorrelationID: row.CorrelationID, Name: e.Name,
-					Payload: s.Payload, Source: s.Source, IdempotencyKey: s.ID, Link: s.Link})
-				break
+			if e.Source == SourceSend && e.Type == s.Type {
+				names = append(names, e.Name)
 			}
+		}
+		if name, ok := w.firstOpen(names, now); ok {
+			events = append(events, Event{ExecutionID: s.ExecutionID, CorrelationID: row.CorrelationID, Name: name,
+				Payload: s.Payload, Source: s.Source, IdempotencyKey: s.ID, Link: s.Link})
 		}
 	}
 	res := SendResult{ExecutionStatus: exec.Status}

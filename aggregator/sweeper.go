@@ -92,8 +92,9 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 	}
 }
 
-// deadlineRegistered tells this process's sweeper about a new deadline. It is a hint:
-// the registering transaction may still roll back, which costs one empty sweep.
+// deadlineRegistered tells this process's sweeper about a new deadline, once the
+// registering transaction committed (db.AfterCommit; in a transaction begun elsewhere,
+// at once). It is a hint: the sweeper still claims only what it finds due.
 func (a *Aggregator) deadlineRegistered(at time.Time) {
 	a.hintMu.Lock()
 	if a.hint.IsZero() || at.Before(a.hint) {

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -135,6 +137,38 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 	}
 	require.Equal(t, 1, sf.firedCount())
 	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+}
+
+// TestSweeperToldAfterCommit: a wait whose deadline passes before its registering
+// transaction commits (a short timeout, a slow node run) is fired right after the commit.
+// Told at registration, the sweeper woke at the deadline, found nothing it could see yet,
+// and slept for SweepMaxSleep.
+func TestSweeperToldAfterCommit(t *testing.T) {
+	t.Parallel()
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	sf.run(t)
+	time.Sleep(200 * time.Millisecond) // asleep: nothing is registered
+	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg.Timeout = 100 * time.Millisecond
+	reg.ExecutionID, reg.CorrelationID, reg.NodeID = uuid.New(), uuid.New(), waitNode
+	var id uuid.UUID
+	require.NoError(t, db.Tx(t.Context(), sf.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `INSERT INTO executions (id, workflow_name, workflow_version, status, input) VALUES ($1, 'orders', 1, 'waiting', '{}')`, reg.ExecutionID); err != nil {
+			return err
+		}
+		ws, err := sf.agg.Register(t.Context(), tx, reg)
+		id = ws.ID
+		time.Sleep(500 * time.Millisecond) // the deadline passes before the commit
+		return err
+	}))
+	committed := time.Now()
+	select {
+	case <-sf.firedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline did not fire after the commit")
+	}
+	require.Less(t, time.Since(committed), 2*time.Second)
+	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, id).Status)
 }
 
 // TestSweeperFindsOtherReplicasDeadlines: a wait registered elsewhere (no hint reaches

@@ -65,7 +65,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert timer wait: %w", db.Interpret(err))
 	}
 	if status == StatusScheduled {
-		a.deadlineRegistered(at)
+		db.AfterCommit(tx, func() { a.deadlineRegistered(at) })
 	}
 	return ws, nil
 }

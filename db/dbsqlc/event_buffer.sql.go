@@ -119,6 +119,7 @@ const eventBufferList = `-- name: EventBufferList :many
 SELECT id, execution_id, event_type, event_id, payload, source, created_at, expires_at FROM event_buffer
 WHERE execution_id = $1::uuid AND event_type = $2::text AND expires_at > $3::timestamptz
 ORDER BY id
+FOR UPDATE
 `
 
 type EventBufferListParams struct {
@@ -128,7 +129,9 @@ type EventBufferListParams struct {
 }
 
 // The unexpired events of one type buffered for an execution, oldest first. Callers hold
-// the execution's row lock, so no send to it races what they take.
+// the execution's row lock, so no send to it races what they take; the rows are locked
+// too, because the janitor's expiry (EventBufferExpire, on any pod's clock) does not take
+// the execution's lock: it skips rows locked here, and rows it moved first are not seen.
 func (q *Queries) EventBufferList(ctx context.Context, db DBTX, arg EventBufferListParams) ([]EventBuffer, error) {
 	rows, err := db.Query(ctx, eventBufferList, arg.ExecutionID, arg.EventType, arg.Now)
 	if err != nil {

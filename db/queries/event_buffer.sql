@@ -6,10 +6,13 @@ RETURNING id;
 
 -- name: EventBufferList :many
 -- The unexpired events of one type buffered for an execution, oldest first. Callers hold
--- the execution's row lock, so no send to it races what they take.
+-- the execution's row lock, so no send to it races what they take; the rows are locked
+-- too, because the janitor's expiry (EventBufferExpire, on any pod's clock) does not take
+-- the execution's lock: it skips rows locked here, and rows it moved first are not seen.
 SELECT * FROM event_buffer
 WHERE execution_id = @execution_id::uuid AND event_type = @event_type::text AND expires_at > @now::timestamptz
-ORDER BY id;
+ORDER BY id
+FOR UPDATE;
 
 -- name: EventBufferDelete :exec
 -- A wait took these events.
