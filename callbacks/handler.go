@@ -199,6 +199,9 @@ func (h *Handler) handle(c echo.Context) error {
 		}
 		return problem.New(http.StatusUnprocessableEntity, fmt.Sprintf("the wait does not expect a callback for event %s (%s)", ev.Name, why)).
 			WithType("not-expected").With("event", ev.Name)
+	case aggregator.FilterMismatch:
+		return problem.New(http.StatusUnprocessableEntity, fmt.Sprintf("the body does not pass the filter of event %s; the event was not applied", ev.Name)).
+			WithType("filter-mismatch").With("event", ev.Name)
 	default: // NotFound, IDMismatch: indistinguishable to the caller, ids are capabilities
 		return problem.New(http.StatusNotFound, "no wait matches this execution_id and correlation_id").WithType("wait-not-found")
 	}

@@ -43,6 +43,7 @@ const (
 	wfNamed = "named"
 	// wfNamedPair waits for two named callback events, approval and review (strategy all).
 	wfNamedPair = "named-pair"
+	wfFiltered  = "filtered" // one callback event "approval" whose filter wants decision yes
 )
 
 // waitTimeout bounds how long a test waits for the executor (correlated call, resume).
@@ -129,6 +130,9 @@ func setup(t *testing.T, cfg callbacks.Config) *env {
 		wfBoth:  wait(map[string]any{"apiCall": apiCall, "kafkaEvent": kafka}),
 		wfKafka: wait(map[string]any{"kafkaEvent": kafka}),
 		wfNamed: wait(map[string]any{"events": []any{map[string]any{"name": "approval", "source": "callback"}}}),
+		wfFiltered: wait(map[string]any{"events": []any{
+			map[string]any{"name": "approval", "source": "callback", "filter": map[string]any{"decision": "yes"}},
+		}}),
 		wfNamedPair: wait(map[string]any{"events": []any{
 			map[string]any{"name": "approval", "source": "callback"}, map[string]any{"name": "review", "source": "callback"},
 		}}),
@@ -432,6 +436,17 @@ func TestCallbackNamedEvents(t *testing.T) {
 		ev := events[0].(map[string]any)
 		require.Equal(t, "approval", ev["name"])
 		require.Equal(t, map[string]any{"kind": "callback", "service": "acme"}, ev["source"])
+	})
+
+	t.Run("a body failing the event's filter is refused, not unknown", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfFiltered)
+		corrID := e.waitCorrelationID(t, execID)
+		r := named(t, "?event=approval", idBody(t, execID, corrID, map[string]any{"decision": "no"}), nil)
+		requireProblem(t, r, http.StatusUnprocessableEntity, "filter-mismatch", "does not pass the filter of event approval")
+		require.Equal(t, "approval", r.JSON["event"])
+		requireAccepted(t, named(t, "?event=approval", idBody(t, execID, corrID, map[string]any{"decision": "yes"}), nil),
+			http.StatusAccepted, "completed", "completed")
 	})
 
 	t.Run("the header names it too", func(t *testing.T) {

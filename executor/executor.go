@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -244,13 +245,26 @@ type StoredWorkflow struct {
 // problems are a *workflow.ValidationError listing all of them.
 func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (StoredWorkflow, error) {
 	wf, err := workflow.Compile(raw, e.reg)
-	if err != nil {
+	var verr *workflow.ValidationError
+	if err != nil && !errors.As(err, &verr) {
 		return StoredWorkflow{}, err
 	}
-	if wf.Definition().Name != name {
-		return StoredWorkflow{}, &workflow.ValidationError{Errors: []workflow.FieldError{{
-			Path: "name", Message: fmt.Sprintf("%q does not match the name in the URL %q", wf.Definition().Name, name),
-		}}}
+	// The name is checked even when the definition has other errors, so that one answer
+	// lists them all.
+	var head struct {
+		Name *string `json:"name"`
+	}
+	if json.Unmarshal(raw, &head) == nil && head.Name != nil && *head.Name != name {
+		nameErr := workflow.FieldError{Path: "name", Message: fmt.Sprintf("%q does not match the name in the URL %q", *head.Name, name)}
+		if verr == nil {
+			verr = &workflow.ValidationError{}
+		}
+		if !slices.ContainsFunc(verr.Errors, func(fe workflow.FieldError) bool { return fe.Path == "name" }) {
+			verr.Errors = append([]workflow.FieldError{nameErr}, verr.Errors...)
+		}
+	}
+	if verr != nil {
+		return StoredWorkflow{}, verr
 	}
 	for attempt := 0; ; attempt++ {
 		latest, err := e.q.WorkflowGetLatest(ctx, e.pool, name)

@@ -272,6 +272,15 @@ func TestPutWorkflow(t *testing.T) {
 		{"kafka topic missing", "no-topic", []byte(`{"name": "no-topic", "nodes": [{"id": "w", "type": "wait_events", "data": {"kafkaEvent": {}}}]}`),
 			"nodes[0].data.kafkaEvent.topic", "required when enabled"},
 	}
+	t.Run("a name differing from the URL is listed with the other errors", func(t *testing.T) {
+		t.Parallel()
+		body := []byte(`{"name": "body-name", "nodes": [{"id": "w", "type": "wait_events", "data": {"kafkaEvent": {}}}]}`)
+		errs := requireInvalid(t, e.put(t, "url-name-2", body), "url-name-2")
+		require.Len(t, errs, 2, "errors: %+v", errs)
+		require.Equal(t, "name", errs[0].Path)
+		require.Contains(t, errs[0].Message, `"body-name" does not match the name in the URL "url-name-2"`)
+		require.Equal(t, "nodes[0].data.kafkaEvent.topic", errs[1].Path)
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
