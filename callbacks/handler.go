@@ -142,7 +142,7 @@ func (h *Handler) handle(c echo.Context) error {
 		}
 	}
 
-	ev, perr := parse(req.Header, body)
+	ev, perr := parse(req.Header, body, h.verifier != nil)
 	if perr == nil {
 		perr = checkService(c.Param("service"))
 	}
@@ -243,7 +243,7 @@ func eventName(req *http.Request) (string, *problem.Problem) {
 
 // parse extracts the ids (headers first, then body fields) and the payload. It is a pure
 // function so that it can be fuzzed.
-func parse(h http.Header, body []byte) (aggregator.Event, *problem.Problem) {
+func parse(h http.Header, body []byte, signed bool) (aggregator.Event, *problem.Problem) {
 	var ev aggregator.Event
 	var obj map[string]any
 	trimmed := strings.TrimSpace(string(body))
@@ -287,6 +287,21 @@ func parse(h http.Header, body []byte) (aggregator.Event, *problem.Problem) {
 	}
 	if ev.CorrelationID, err = uuid.Parse(corrRaw); err != nil {
 		return ev, problem.New(http.StatusBadRequest, "correlation_id is not a UUID").WithType("malformed-id")
+	}
+	if signed {
+		// A signature covers the body, not the headers: header ids that differ from the
+		// signed body's would let a captured callback be replayed against another wait.
+		for _, pair := range []struct {
+			field string
+			used  uuid.UUID
+		}{{FieldExecutionID, ev.ExecutionID}, {FieldCorrelationID, ev.CorrelationID}} {
+			if inBody, err := uuid.Parse(field(pair.field)); err == nil && inBody != pair.used {
+				return ev, problem.New(http.StatusBadRequest, fmt.Sprintf(
+					"the %s header differs from the signed body's %s: with signatures, header ids must agree with the body's",
+					map[string]string{FieldExecutionID: HeaderExecutionID, FieldCorrelationID: HeaderCorrelationID}[pair.field], pair.field)).
+					WithType("unsigned-ids")
+			}
+		}
 	}
 	ev.Name = aggregator.EventAPIResponse
 	ev.Payload = json.RawMessage(body)

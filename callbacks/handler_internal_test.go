@@ -45,7 +45,7 @@ func FuzzParse(f *testing.F) {
 		if hdrCorr != "" {
 			h.Set(HeaderCorrelationID, hdrCorr)
 		}
-		ev, p := parse(h, body)
+		ev, p := parse(h, body, false)
 		if p != nil {
 			require.Equal(t, http.StatusBadRequest, p.Status, "parse only rejects with 400")
 			require.NotEmpty(t, p.Detail)

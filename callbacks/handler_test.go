@@ -787,6 +787,35 @@ func TestSignedCallbacks(t *testing.T) {
 		requireProblem(t, r, http.StatusBadRequest, "missing-id", "missing execution_id and correlation_id")
 	})
 
+	t.Run("header ids must agree with the signed body's", func(t *testing.T) {
+		t.Parallel()
+		// A captured signed callback replayed with another wait's ids in the headers.
+		execA, corrA := e.newWait(t, wfAPI)
+		execB, corrB := e.newWait(t, wfAPI)
+		body := idBody(t, execA, corrA, map[string]any{"result": "ok"})
+		hdr := signed(t, secretA, msgID(), time.Now(), body)
+		for k, v := range idHeaders(execB, corrB) {
+			hdr[k] = v
+		}
+		requireProblem(t, e.callback(t, body, hdr), http.StatusBadRequest, "unsigned-ids", "differs from the signed body's execution_id")
+		hdr = signed(t, secretA, msgID(), time.Now(), body)
+		hdr.Set(callbacks.HeaderCorrelationID, corrB)
+		requireProblem(t, e.callback(t, body, hdr), http.StatusBadRequest, "unsigned-ids", "differs from the signed body's correlation_id")
+
+		// Agreeing headers, or ids in the headers only, are accepted.
+		hdr = signed(t, secretA, msgID(), time.Now(), body)
+		for k, v := range idHeaders(execA, corrA) {
+			hdr[k] = v
+		}
+		requireAccepted(t, e.callback(t, body, hdr), http.StatusAccepted, "completed", "completed")
+		only := []byte(`{"result": "ok"}`)
+		hdr = signed(t, secretA, msgID(), time.Now(), only)
+		for k, v := range idHeaders(execB, corrB) {
+			hdr[k] = v
+		}
+		requireAccepted(t, e.callback(t, only, hdr), http.StatusAccepted, "completed", "completed")
+	})
+
 	t.Run("webhook-id is the idempotency key", func(t *testing.T) {
 		t.Parallel()
 		execID, corrID := e.newWait(t, wfAPI)
