@@ -327,7 +327,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go c.refreshLoop(ctx)
 
 	paused := map[tp]time.Time{} // resume after
-	failures := 0
+	// failures counts, per partition, the polls in a row that could not handle it: its
+	// backoff grows with them, whatever the other partitions do meanwhile.
+	failures := map[tp]int{}
 	for ctx.Err() == nil {
 		now := time.Now()
 		var wake time.Time
@@ -369,14 +371,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 		workCtx, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		failed := c.process(workCtx, recs)
 		cancelWork()
+		for _, r := range recs {
+			if _, ok := failed[tp{r.Topic, r.Partition}]; !ok {
+				delete(failures, tp{r.Topic, r.Partition})
+			}
+		}
 		if len(failed) > 0 {
-			failures++
-			delay := min(c.cfg.BackoffMin<<min(failures-1, 16), c.cfg.BackoffMax)
 			// Rewind to the first record not handled and pause: the records come back
 			// after the backoff, and nothing after them is committed meanwhile.
 			rewind := map[string]map[int32]kgo.EpochOffset{}
 			pause := map[string][]int32{}
+			var longest time.Duration
 			for p, off := range failed {
+				failures[p]++
+				delay := min(c.cfg.BackoffMin<<min(failures[p]-1, 16), c.cfg.BackoffMax)
+				longest = max(longest, delay)
 				if rewind[p.topic] == nil {
 					rewind[p.topic] = map[int32]kgo.EpochOffset{}
 				}
@@ -386,9 +395,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			c.cl.PauseFetchPartitions(pause)
 			c.cl.SetOffsets(rewind)
-			c.logger.WarnContext(ctx, "records not applied; partitions rewound and paused", "partitions", pause, "retry_in", delay, "instance_id", c.cfg.ClientID)
-		} else {
-			failures = 0
+			c.logger.WarnContext(ctx, "records not applied; partitions rewound and paused", "partitions", pause, "retry_in", longest, "instance_id", c.cfg.ClientID)
 		}
 		c.cl.AllowRebalance()
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -226,4 +227,64 @@ func TestDatabaseOutage(t *testing.T) {
 	require.LessOrEqual(t, counts["completed"], int64(before+during), "%v", counts)
 	require.Equal(t, int64(before+during), counts["completed"]+counts["duplicate"], "%v", counts)
 	require.Equal(t, int64(1), counts["missing_id"], "counted once, not once per retry: %v", counts)
+}
+
+// TestBackoffPerPartition: a partition whose records keep failing backs off further on
+// each failure, even while another partition's records apply on every poll. One shared
+// count, reset by any poll that failed nothing, retried it at the minimum backoff
+// forever, rebuilding and rolling back its batch every few milliseconds.
+func TestBackoffPerPartition(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(2))
+	s := e.start(t, "pod-a")
+	e.put(t, s, e.definition("bop", kafkaOnly("bop")))
+	execID := e.startExecution(t, s, "bop", nil)
+	corrID := e.correlationID(t, s, execID)
+	// The stuck record's update fails with an error that is neither an outage nor about
+	// its data (lock_not_available), counting each attempt in a sequence, which a
+	// rollback does not undo.
+	_, err := e.direct.Exec(t.Context(), `
+		CREATE SEQUENCE stuck_attempts;
+		CREATE FUNCTION stuck() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.kafka_event_data->>'stuck' = 'yes' THEN
+				PERFORM nextval('stuck_attempts');
+				RAISE EXCEPTION 'stuck for the test' USING ERRCODE = '55P03';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER stuck BEFORE UPDATE ON execution_wait_states FOR EACH ROW EXECUTE FUNCTION stuck();`)
+	require.NoError(t, err)
+	attempts := func() int {
+		var n int
+		require.NoError(t, e.direct.QueryRow(t.Context(), `SELECT coalesce((SELECT last_value FROM stuck_attempts WHERE is_called), 0)`).Scan(&n))
+		return n
+	}
+
+	e.produce(t, record("bop", 0, ids(execID, corrID, obj{"stuck": "yes"})))
+	require.Eventually(t, func() bool { return attempts() > 0 }, waitTimeout, 10*time.Millisecond)
+	// Partition 1 meanwhile applies a record every 25 ms (ids of no wait: recorded as
+	// unmatched, a database write that succeeds).
+	from, start := attempts(), time.Now()
+	for range 80 {
+		e.produce(t, record("bop", 1, ids(uuid.NewString(), uuid.NewString(), nil)))
+		time.Sleep(25 * time.Millisecond)
+	}
+	tried, took := attempts()-from, time.Since(start)
+	// Backoff 20 ms doubling to 200 ms (the tests' configuration): a few attempts to
+	// reach the ceiling, then one per 200 ms. At the minimum backoff it was about one
+	// per 40 ms (58 in 2.3 s).
+	bound := int(took/(200*time.Millisecond)) + 8
+	t.Logf("the stuck partition was tried %d times in %s (bound %d)", tried, took.Round(time.Millisecond), bound)
+	require.LessOrEqual(t, tried, bound)
+	require.Eventually(t, func() bool { return e.committed(t, "bop")[1] == 80 }, waitTimeout, 20*time.Millisecond,
+		"the other partition kept moving")
+	_, ok := e.committed(t, "bop")[0]
+	require.False(t, ok, "nothing committed on the stuck partition")
+
+	_, err = e.direct.Exec(t.Context(), `DROP TRIGGER stuck ON execution_wait_states`)
+	require.NoError(t, err)
+	e.waitStatus(t, s, execID, "completed")
+	require.Eventually(t, func() bool { return e.committed(t, "bop")[0] == 1 }, waitTimeout, 20*time.Millisecond)
 }
