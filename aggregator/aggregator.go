@@ -461,7 +461,9 @@ func (a *Aggregator) commitGroup(group []*pending) {
 	if len(group) > 1 && db.IsRefusedData(err) {
 		// The database refused a value that CheckStorable let through (or one past a
 		// limit of its own). It belongs to one caller, and should fail only that one:
-		// each is decided again alone.
+		// each is decided again alone. The one refused gets the error as it is (a 500 to
+		// a callback's sender, who retries): nothing tells a value apart from a fault of
+		// ours that every statement would meet, so it is not called permanent.
 		a.logger.WarnContext(ctx, "the database refused a group's data; deciding its events one by one", "err", err,
 			"events", len(group), "instance_id", a.cfg.InstanceID)
 		for _, p := range group {

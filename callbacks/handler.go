@@ -165,12 +165,6 @@ func (h *Handler) handle(c echo.Context) error {
 		h.agg.RecordRejected(req.Context(), "callback", "poison")
 		return problem.New(http.StatusBadRequest, "the body cannot be stored: "+ue.Reason).WithType("unstorable-payload")
 	}
-	if db.IsRefusedData(err) {
-		// A value of this body that PostgreSQL refuses and CheckStorable did not foresee:
-		// sending it again fails again.
-		h.agg.RecordRejected(req.Context(), "callback", "poison")
-		return problem.New(http.StatusBadRequest, "the body cannot be stored: PostgreSQL refused it: "+db.Reason(err)).WithType("unstorable-payload")
-	}
 	if err != nil {
 		if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
 			c.Response().Header().Set("Retry-After", "1")

@@ -592,10 +592,16 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 // becomes poison (dead-lettered with the database's reason), and the others are applied
 // each in a transaction of its own. Any other failure stops there, as a batch's does:
 // the records applied meanwhile come back as duplicates, which the aggregator absorbs.
+//
+// When several records were tried and none applied alone, the refusal is not one
+// record's value but something every statement meets (a broken schema, say): nothing
+// is dead-lettered and the batch fails as it did, to be retried.
 func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 	fn func(context.Context, []item) (bool, error)) (touched bool, err error) {
 	c.logger.WarnContext(ctx, "the database refused a batch's data; applying its records one by one", "err", cause,
 		"records", len(items), "instance_id", c.cfg.ClientID)
+	var refused []int
+	tried := 0
 	for i := range items {
 		it := &items[i]
 		if it.poison != "" {
@@ -603,13 +609,23 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 		}
 		t, err := fn(ctx, items[i:i+1])
 		touched = touched || t
+		if t {
+			tried++
+		}
 		if db.IsRefusedData(err) {
 			it.poison, it.poisonCategory = "PostgreSQL refused the value: "+db.Reason(err), poisonUnstorable
+			refused = append(refused, i)
 			continue
 		}
 		if err != nil {
 			return touched, err
 		}
+	}
+	if len(refused) > 1 && len(refused) == tried {
+		for _, i := range refused {
+			items[i].poison, items[i].poisonCategory = "", ""
+		}
+		return touched, cause
 	}
 	return touched, nil
 }

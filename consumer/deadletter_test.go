@@ -140,7 +140,8 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 // stands for it, raising a data exception for one record's payload) fails the batch it
 // is in. Retrying the batch would fail alike forever, holding back its partition; instead
 // its records are applied one by one, the refused one is dead-lettered with the
-// database's reason, and the records around it on the same partition apply.
+// database's reason, and the records around it on the same partition apply. Records that
+// all fail alone are not dead-lettered.
 func TestRefusedByDatabase(t *testing.T) {
 	t.Parallel()
 	limit(t)
@@ -178,4 +179,24 @@ func TestRefusedByDatabase(t *testing.T) {
 	counts := s.Consumer.Counts()
 	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(2), counts["completed"], "%v", counts)
+
+	// When no record of a batch applies alone, the refusal is not one record's value but
+	// something every statement meets: nothing is dead-lettered, the partition waits.
+	more := make([]string, 2)
+	var recs []*kgoRecord
+	for i := range more {
+		more[i] = e.startExecution(t, s, "rfs", nil)
+		recs = append(recs, record("rfs", 0, ids(more[i], e.correlationID(t, s, more[i]), obj{"refuse": "yes"})))
+	}
+	e.produce(t, recs...) // one produce request: one batch
+	time.Sleep(time.Second)
+	require.Equal(t, int64(3), e.committed(t, "rfs")[0], "nothing committed past records that were not applied")
+	require.Equal(t, int64(1), s.Consumer.Counts()[consumer.ReasonPoison], "nothing more dead-lettered")
+	_, err = e.direct.Exec(t.Context(), `DROP TRIGGER refuse_marked ON execution_wait_states`)
+	require.NoError(t, err)
+	for _, id := range more {
+		e.waitStatus(t, s, id, "completed")
+	}
+	require.Eventually(t, func() bool { return e.committed(t, "rfs")[0] == 5 }, waitTimeout, 20*time.Millisecond)
+	require.Equal(t, int64(1), s.Consumer.Counts()[consumer.ReasonPoison])
 }

@@ -170,8 +170,6 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	switch {
 	case errors.As(err, &unstorable):
 		return invalidField("unstorable-payload", "payload", "cannot be stored: "+unstorable.Reason)
-	case db.IsRefusedData(err):
-		return invalidField("unstorable-payload", "payload", "cannot be stored: PostgreSQL refused it: "+db.Reason(err))
 	case db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries):
 		c.Response().Header().Set("Retry-After", "1")
 		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
