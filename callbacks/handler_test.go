@@ -563,17 +563,8 @@ func rawIDBody(execID, corrID, noteJSON string) []byte {
 func TestCallbackRefusedValueFailsOnlyItsSender(t *testing.T) {
 	t.Parallel()
 	e := setup(t, callbacks.Config{})
-	_, err := e.svc.Pool().Exec(t.Context(), `
-		CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.api_response_data->>'refuse' = 'yes' THEN
-				RAISE EXCEPTION 'value refused for the test' USING ERRCODE = '22023';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_marked BEFORE UPDATE ON execution_wait_states
-			FOR EACH ROW EXECUTE FUNCTION refuse_marked();`)
-	require.NoError(t, err)
+	dbtest.FailUpdates(t, e.svc.Pool(), "refuse_marked", "execution_wait_states",
+		`NEW.api_response_data->>'refuse' = 'yes'`, "22023", "value refused for the test")
 
 	const good, bad = 24, 8
 	type target struct{ exec, corr string }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -148,17 +149,8 @@ func TestRefusedByDatabase(t *testing.T) {
 	e := setup(t, kfake.DefaultNumPartitions(1))
 	s := e.start(t, "pod-a")
 	e.put(t, s, e.definition("rfs", kafkaOnly("rfs")))
-	_, err := e.direct.Exec(t.Context(), `
-		CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.kafka_event_data->>'refuse' = 'yes' THEN
-				RAISE EXCEPTION 'value refused for the test' USING ERRCODE = '22023';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_marked BEFORE UPDATE ON execution_wait_states
-			FOR EACH ROW EXECUTE FUNCTION refuse_marked();`)
-	require.NoError(t, err)
+	fault := dbtest.FailUpdates(t, e.direct, "refuse_marked", "execution_wait_states",
+		`NEW.kafka_event_data->>'refuse' = 'yes'`, "22023", "value refused for the test")
 	execs := make([]string, 3)
 	corrs := make([]string, 3)
 	for i := range execs {
@@ -192,8 +184,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	time.Sleep(time.Second)
 	require.Equal(t, int64(3), e.committed(t, "rfs")[0], "nothing committed past records that were not applied")
 	require.Equal(t, int64(1), s.Consumer.Counts()[consumer.ReasonPoison], "nothing more dead-lettered")
-	_, err = e.direct.Exec(t.Context(), `DROP TRIGGER refuse_marked ON execution_wait_states`)
-	require.NoError(t, err)
+	fault.Remove(t)
 	for _, id := range more {
 		e.waitStatus(t, s, id, "completed")
 	}

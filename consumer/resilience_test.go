@@ -242,25 +242,10 @@ func TestBackoffPerPartition(t *testing.T) {
 	execID := e.startExecution(t, s, "bop", nil)
 	corrID := e.correlationID(t, s, execID)
 	// The stuck record's update fails with an error that is neither an outage nor about
-	// its data (lock_not_available), counting each attempt in a sequence, which a
-	// rollback does not undo.
-	_, err := e.direct.Exec(t.Context(), `
-		CREATE SEQUENCE stuck_attempts;
-		CREATE FUNCTION stuck() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.kafka_event_data->>'stuck' = 'yes' THEN
-				PERFORM nextval('stuck_attempts');
-				RAISE EXCEPTION 'stuck for the test' USING ERRCODE = '55P03';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER stuck BEFORE UPDATE ON execution_wait_states FOR EACH ROW EXECUTE FUNCTION stuck();`)
-	require.NoError(t, err)
-	attempts := func() int {
-		var n int
-		require.NoError(t, e.direct.QueryRow(t.Context(), `SELECT coalesce((SELECT last_value FROM stuck_attempts WHERE is_called), 0)`).Scan(&n))
-		return n
-	}
+	// its data (lock_not_available).
+	fault := dbtest.FailUpdates(t, e.direct, "stuck", "execution_wait_states",
+		`NEW.kafka_event_data->>'stuck' = 'yes'`, "55P03", "stuck for the test")
+	attempts := func() int { return fault.Failures(t) }
 
 	e.produce(t, record("bop", 0, ids(execID, corrID, obj{"stuck": "yes"})))
 	require.Eventually(t, func() bool { return attempts() > 0 }, waitTimeout, 10*time.Millisecond)
@@ -283,8 +268,7 @@ func TestBackoffPerPartition(t *testing.T) {
 	_, ok := e.committed(t, "bop")[0]
 	require.False(t, ok, "nothing committed on the stuck partition")
 
-	_, err = e.direct.Exec(t.Context(), `DROP TRIGGER stuck ON execution_wait_states`)
-	require.NoError(t, err)
+	fault.Remove(t)
 	e.waitStatus(t, s, execID, "completed")
 	require.Eventually(t, func() bool { return e.committed(t, "bop")[0] == 1 }, waitTimeout, 20*time.Millisecond)
 }
