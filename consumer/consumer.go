@@ -92,6 +92,11 @@ type Consumer struct {
 	dbFailing atomic.Bool
 	// firstSeen remembers when a poison record was first seen, across retries.
 	firstSeen sync.Map // "topic/partition/offset" -> time.Time
+	// lettered holds the offsets of records dead-lettered but not yet handled (their
+	// batch failed after the write): a retry does not write them again. An offset
+	// leaves once its record is handled, or when its partition goes to another member.
+	letteredMu sync.Mutex
+	lettered   map[tp]map[int64]bool
 
 	ins instruments
 }
@@ -105,6 +110,7 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	c := &Consumer{
 		cfg: cfg, pool: pool, agg: agg, q: dbsqlc.New(), logger: cfg.Logger,
 		fields: map[string][]idFields{}, topics: map[string]bool{cfg.EventsTopic: true}, refresh: make(chan struct{}, 1),
+		lettered: map[tp]map[int64]bool{},
 	}
 	if err := c.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("consumer telemetry: %w", err)
@@ -125,11 +131,13 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 			c.forgetLag(revoked)
+			c.forgetPartitions(revoked)
 		}),
 		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 			// Another member may own these now: commit nothing for them.
 			c.logger.WarnContext(ctx, "kafka partitions lost", "partitions", lost, "instance_id", cfg.ClientID)
 			c.forgetLag(lost)
+			c.forgetPartitions(lost)
 		}),
 		// The dead letters this client produces are traced too, under their record's
 		// receive span (see deadLetter).
@@ -510,18 +518,38 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 // processLane applies one lane's records in batches. It returns, per partition, the
 // offset to resume from when not everything could be handled, and the last record
 // handled.
+//
+// A batch's poison records are dead-lettered before anything is applied: when a
+// dead-letter write fails, the records after it on its partition have not been applied
+// either, and come back with it, applied once. Dead letters written for a batch that
+// then fails are remembered (c.lettered), so its retry does not write them again.
 func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]int64, map[tp]*kgo.Record) {
 	failed := map[tp]int64{}
 	done := map[tp]*kgo.Record{}
+	// stop holds back r's partition from r on; held reports whether r is held back.
+	stop := func(r *kgo.Record) {
+		p := tp{r.Topic, r.Partition}
+		if off, ok := failed[p]; !ok || r.Offset < off {
+			failed[p] = r.Offset
+		}
+	}
+	held := func(r *kgo.Record) bool {
+		off, ok := failed[tp{r.Topic, r.Partition}]
+		return ok && r.Offset >= off
+	}
 	for start := 0; start < len(recs); start += c.cfg.BatchSize {
 		batch := recs[start:min(start+c.cfg.BatchSize, len(recs))]
 		items := make([]item, 0, len(batch))
 		for _, r := range batch {
-			if _, bad := failed[tp{r.Topic, r.Partition}]; bad {
+			if held(r) {
 				continue // keep per-partition order: nothing after a failure
 			}
 			items = append(items, c.decode(ctx, r))
 		}
+		for r := range c.deadLetter(ctx, items) {
+			stop(r)
+		}
+		items = slices.DeleteFunc(items, func(it item) bool { return held(it.rec) })
 		if len(items) == 0 {
 			continue
 		}
@@ -551,27 +579,22 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			c.dbFailing.Store(false)
 		}
 		for _, it := range items {
-			p := tp{it.rec.Topic, it.rec.Partition}
-			if _, ok := failed[p]; ok {
-				continue
-			}
 			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
-				failed[p] = it.rec.Offset // its first record of the batch: all of them come back
+				stop(it.rec) // its partition's first record of the batch: all of them come back
 			}
 		}
-		handled := slices.DeleteFunc(items, func(it item) bool {
-			_, bad := failed[tp{it.rec.Topic, it.rec.Partition}]
-			return bad
-		})
-		dlqFailed := c.deadLetter(ctx, handled)
-		for _, it := range handled {
-			p := tp{it.rec.Topic, it.rec.Partition}
-			if _, ok := failed[p]; ok {
+		// Records the database refused became poison while being applied, after the
+		// records around them; they are dead-lettered now. Should that fail, what came
+		// after them is applied again with them, and absorbed as duplicates.
+		for r := range c.deadLetter(ctx, slices.DeleteFunc(slices.Clone(items), func(it item) bool { return held(it.rec) })) {
+			stop(r)
+		}
+		for _, it := range items {
+			if held(it.rec) {
 				continue
 			}
-			if dlqFailed[it.rec] {
-				failed[p] = it.rec.Offset
-				continue
+			if it.poison != "" {
+				c.forgetLettered(it.rec)
 			}
 			if it.skip != "" {
 				c.count(it.skip)
@@ -579,7 +602,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 				c.logger.WarnContext(recordCtx(ctx, it.rec), "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
 					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
 			}
-			done[p] = it.rec
+			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}
 	}
 	return failed, done
@@ -823,12 +846,13 @@ func (c *Consumer) logMatch(ctx context.Context, ev aggregator.Event, res aggreg
 }
 
 // deadLetter produces the batch's poison records to their dead-letter topics,
-// synchronously, and returns the records whose write failed.
+// synchronously, and returns the records whose write failed. Records it dead-lettered
+// already, for an earlier try of their batch, are not written again.
 func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record]bool {
 	var out []*kgo.Record
 	src := map[*kgo.Record]item{} // dead-letter record -> its source
 	for _, it := range items {
-		if it.poison == "" {
+		if it.poison == "" || c.isLettered(it.rec) {
 			continue
 		}
 		r := it.rec
@@ -868,12 +892,53 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			c.logger.ErrorContext(rctx, "dead-letter write failed; partition stops here", append(attrs, "err", res.Err)...)
 			continue
 		}
+		c.remember(r)
 		c.count(ReasonPoison)
 		c.deadLettered(ctx, r.Topic, it.poisonCategory)
 		c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
 		c.logger.WarnContext(rctx, "poison record dead-lettered", append(attrs, "dlq_topic", res.Record.Topic, "reason", it.poison)...)
 	}
 	return failed
+}
+
+func (c *Consumer) remember(r *kgo.Record) {
+	c.letteredMu.Lock()
+	defer c.letteredMu.Unlock()
+	p := tp{r.Topic, r.Partition}
+	if c.lettered[p] == nil {
+		c.lettered[p] = map[int64]bool{}
+	}
+	c.lettered[p][r.Offset] = true
+}
+
+func (c *Consumer) isLettered(r *kgo.Record) bool {
+	c.letteredMu.Lock()
+	defer c.letteredMu.Unlock()
+	return c.lettered[tp{r.Topic, r.Partition}][r.Offset]
+}
+
+// forgetLettered drops a handled record from lettered.
+func (c *Consumer) forgetLettered(r *kgo.Record) {
+	c.letteredMu.Lock()
+	defer c.letteredMu.Unlock()
+	p := tp{r.Topic, r.Partition}
+	delete(c.lettered[p], r.Offset)
+	if len(c.lettered[p]) == 0 {
+		delete(c.lettered, p)
+	}
+}
+
+// forgetPartitions drops what lettered holds of partitions another member may now own;
+// should they come back here uncommitted, their dead letters are written again (the
+// dead-letter topic is at-least-once across rebalances, like everything else).
+func (c *Consumer) forgetPartitions(parts map[string][]int32) {
+	c.letteredMu.Lock()
+	defer c.letteredMu.Unlock()
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(c.lettered, tp{t, p})
+		}
+	}
 }
 
 // waitAttrs name the wait an event is for in a log line; node_id only when known (a

@@ -93,8 +93,9 @@ func TestPoisonRecords(t *testing.T) {
 }
 
 // TestDeadLetterWriteFailure makes the dead-letter topic refuse writes: the partition
-// stops at the poison record (its offset, and that of a valid record after it, stay
-// uncommitted) until the dead-letter write succeeds; then it moves on.
+// stops at the first poison record until the dead-letter write succeeds. Nothing after
+// it is applied meanwhile (the valid record's wait keeps waiting) or committed; then the
+// partition moves on, each record applied once and each poison record dead-lettered once.
 func TestDeadLetterWriteFailure(t *testing.T) {
 	t.Parallel()
 	limit(t)
@@ -108,33 +109,67 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 	corrID := e.correlationID(t, s, execID)
 
 	bad := record("dlf", 0, "not json at all")
-	e.produce(t, bad, record("dlf", 0, ids(execID, corrID, obj{"status": "after the poison"})))
+	bad2 := record("dlf", 0, "[1, 2")
+	e.produce(t, bad, record("dlf", 0, ids(execID, corrID, obj{"status": "after the poison"})), bad2)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	require.NoError(t, fault.Wait(ctx, 3), "the dead-letter write is tried, and retried after a backoff")
-	// Meanwhile nothing on the partition is committed; the valid record may be applied
-	// (and is absorbed as a duplicate when it comes again).
 	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		at, ok := e.committed(t, "dlf")[0]
 		require.True(t, !ok || at == 0, "committed past the poison record: %d", at)
+		require.Equal(t, "waiting", e.execution(t, s, execID).Waits[0].Status, "applied a record after the poison one")
 	}
 	require.Zero(t, s.Consumer.Counts()[consumer.ReasonPoison])
 
 	fault.Remove()
 	removed := time.Now()
-	require.Eventually(t, func() bool { return e.committed(t, "dlf")[0] == 2 }, waitTimeout, 20*time.Millisecond,
-		"the partition moves on once the dead letter is written")
-	dls := e.deadLetters(t, "dlf.dlq", 1)
-	require.Len(t, dls, 1)
+	require.Eventually(t, func() bool { return e.committed(t, "dlf")[0] == 3 }, waitTimeout, 20*time.Millisecond,
+		"the partition moves on once the dead letters are written")
+	dls := e.deadLetters(t, "dlf.dlq", 2)
+	require.Len(t, dls, 2)
 	firstSeen := requireDeadLetter(t, dls[0], "dlf", 0, 0, bad.Value, "not JSON")
 	require.True(t, firstSeen.Before(removed), "first-seen (%s) is the first failed attempt, before the write could succeed (%s)",
 		firstSeen, removed)
-	e.waitStatus(t, s, execID, "completed")
+	requireDeadLetter(t, dls[1], "dlf", 0, 2, bad2.Value, "not JSON")
+	require.Equal(t, int64(2), e.endOffset(t, "dlf.dlq"), "each poison record dead-lettered once")
+	v := e.waitStatus(t, s, execID, "completed")
+	require.Equal(t, int64(2), v.Waits[0].Version)
 	counts := s.Consumer.Counts()
-	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(2), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
 	t.Logf("dead-letter write refused %d times; counts %v", fault.Hits(), counts)
+}
+
+// TestDeadLetterWrittenOnce: a poison record is dead-lettered before the records after it
+// are applied. When applying them then fails (the database refuses every wait update
+// for a while) and the batch is retried, the poison record is not dead-lettered again.
+func TestDeadLetterWrittenOnce(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	s := e.start(t, "pod-a")
+	e.put(t, s, e.definition("dwo", kafkaOnly("dwo")))
+	execID := e.startExecution(t, s, "dwo", nil)
+	corrID := e.correlationID(t, s, execID)
+	fault := dbtest.FailUpdates(t, e.direct, "fail_waits", "execution_wait_states", "true", "XX000", "wait updates fail for the test")
+
+	bad := record("dwo", 0, "not json")
+	e.produce(t, bad, record("dwo", 0, ids(execID, corrID, obj{"status": "after the poison"})))
+	require.Eventually(t, func() bool { return fault.Failures(t) >= 3 }, waitTimeout, 20*time.Millisecond,
+		"applying is tried, and retried after a backoff")
+	require.Equal(t, int64(1), e.endOffset(t, "dwo.dlq"), "dead-lettered before applying, once")
+	at, ok := e.committed(t, "dwo")[0]
+	require.True(t, !ok || at == 0, "committed past records not applied: %d", at)
+
+	fault.Remove(t)
+	e.waitStatus(t, s, execID, "completed")
+	require.Eventually(t, func() bool { return e.committed(t, "dwo")[0] == 2 }, waitTimeout, 20*time.Millisecond)
+	require.Equal(t, int64(1), e.endOffset(t, "dwo.dlq"), "the retries did not dead-letter it again")
+	requireDeadLetter(t, e.deadLetters(t, "dwo.dlq", 1)[0], "dwo", 0, 0, bad.Value, "not JSON")
+	counts := s.Consumer.Counts()
+	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	t.Logf("wait updates failed %d times; counts %v", fault.Failures(t), counts)
 }
 
 // TestRefusedByDatabase: a value PostgreSQL refuses that no check here foresaw (a trigger

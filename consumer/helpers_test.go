@@ -386,6 +386,17 @@ func (e *env) deadLetters(t *testing.T, topic string, want int) []*kgo.Record {
 	return out
 }
 
+// endOffset is how many records partition 0 of topic holds.
+func (e *env) endOffset(t *testing.T, topic string) int64 {
+	t.Helper()
+	ends, err := e.adm.ListEndOffsets(context.Background(), topic)
+	require.NoError(t, err)
+	o, ok := ends.Lookup(topic, 0)
+	require.True(t, ok, "no partition 0 of %s", topic)
+	require.NoError(t, o.Err)
+	return o.Offset
+}
+
 func headerValue(r *kgo.Record, key string) (string, bool) {
 	for _, h := range r.Headers {
 		if h.Key == key {
