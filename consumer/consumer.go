@@ -88,7 +88,8 @@ type Consumer struct {
 
 	refresh chan struct{}
 	counts  sync.Map // reason -> *atomic.Int64
-	// dbFailing is set while applying fails, for readiness.
+	// dbFailing is set while the database cannot be reached to apply records, for
+	// readiness (see setHealth).
 	dbFailing atomic.Bool
 	// firstSeen remembers when a poison record was first seen, across retries.
 	firstSeen sync.Map // "topic/partition/offset" -> time.Time
@@ -183,7 +184,7 @@ func (c *Consumer) count(reason string) {
 // Ready reports an error while records cannot be applied or no broker answers.
 func (c *Consumer) Ready(ctx context.Context) error {
 	if c.dbFailing.Load() {
-		return errors.New("applying records fails (database unavailable?)")
+		return errors.New("applying records fails: the database cannot be reached")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -482,6 +483,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 	type laneResult struct {
 		failed map[tp]int64
 		done   map[tp]*kgo.Record
+		health laneHealth
 	}
 	results := make([]laneResult, len(lanes))
 	var wg sync.WaitGroup
@@ -492,14 +494,17 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i].failed, results[i].done = c.processLane(ctx, lane)
+			results[i].failed, results[i].done, results[i].health = c.processLane(ctx, lane)
 		}()
 	}
 	wg.Wait()
 
 	failed := map[tp]int64{}
 	var commit []*kgo.Record
+	var health laneHealth
 	for _, r := range results {
+		health.unavailable = health.unavailable || r.health.unavailable
+		health.applied = health.applied || r.health.applied
 		maps.Copy(failed, r.failed)
 		for _, rec := range r.done {
 			commit = append(commit, rec)
@@ -512,7 +517,32 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
 		}
 	}
+	c.setHealth(health)
 	return failed
+}
+
+// laneHealth is what applying a lane's records said about the database.
+type laneHealth struct {
+	// unavailable: a transaction failed because the database could not be reached.
+	unavailable bool
+	// applied: a transaction committed.
+	applied bool
+}
+
+// setHealth updates readiness once per poll, from all its lanes together: lanes that
+// reported one by one made readiness flip within a poll. Readiness goes down only when
+// the database cannot be reached (db.IsUnavailable): that is when taking the pod out of
+// the Service helps. A fault of some records' own (a partition that keeps failing while
+// the others apply) holds back its partition and is logged and counted, but leaves
+// readiness alone; otherwise it would flip on every poll with or without that
+// partition, and take every pod out in turn as the partition moved.
+func (c *Consumer) setHealth(h laneHealth) {
+	switch {
+	case h.unavailable:
+		c.dbFailing.Store(true)
+	case h.applied:
+		c.dbFailing.Store(false)
+	}
 }
 
 // processLane applies one lane's records in batches. It returns, per partition, the
@@ -523,9 +553,10 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 // dead-letter write fails, the records after it on its partition have not been applied
 // either, and come back with it, applied once. Dead letters written for a batch that
 // then fails are remembered (c.lettered), so its retry does not write them again.
-func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]int64, map[tp]*kgo.Record) {
+func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]int64, map[tp]*kgo.Record, laneHealth) {
 	failed := map[tp]int64{}
 	done := map[tp]*kgo.Record{}
+	var health laneHealth
 	// stop holds back r's partition from r on; held reports whether r is held back.
 	stop := func(r *kgo.Record) {
 		p := tp{r.Topic, r.Partition}
@@ -568,16 +599,12 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			if err != nil {
 				c.databaseError(ctx)
 				c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
+				health.unavailable = health.unavailable || db.IsUnavailable(err)
 			}
 		}
-		switch {
-		case applyErr != nil || sendErr != nil:
-			c.dbFailing.Store(true)
-		case touched || sendTouched:
-			// Only a batch that reached the database says it is back; one of poison or
-			// id-less records alone says nothing.
-			c.dbFailing.Store(false)
-		}
+		// Only a batch that reached the database says it is back; one of poison or
+		// id-less records alone says nothing.
+		health.applied = health.applied || (applyErr == nil && touched) || (sendErr == nil && sendTouched)
 		for _, it := range items {
 			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
 				stop(it.rec) // its partition's first record of the batch: all of them come back
@@ -605,7 +632,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}
 	}
-	return failed, done
+	return failed, done, health
 }
 
 // isolate runs fn on each of items alone, after the database refused the data of the
