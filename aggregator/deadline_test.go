@@ -657,6 +657,31 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, []string{"early"}, timedOutOf(t, ws))
 	})
 
+	t.Run("a sent event fitting an optional event past its deadline and one still awaited", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		// Both send events take the type; the first, optional, has a short deadline of
+		// its own. The send path picks among them as the Kafka path does.
+		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+			{Name: "early", Source: aggregator.SourceSend, Type: "approved", TimeoutMS: 100},
+			{Name: "final", Source: aggregator.SourceSend, Type: "approved", Required: true},
+		})
+		w := f.newWait(t, reg)
+		ws := f.waitState(t, w.ID)
+		sleepUntil(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
+
+		res, err := f.agg.Send(t.Context(), aggregator.Sent{ExecutionID: w.ExecutionID, Type: "approved",
+			Payload: []byte(`{"ok": true}`), Source: aggregator.Source{Kind: aggregator.SourceSend}})
+		require.NoError(t, err)
+		require.Equal(t, aggregator.SendDelivered, res.Outcome)
+		require.Len(t, res.Deliveries, 1)
+		require.Equal(t, aggregator.Completed, res.Deliveries[0].Outcome, "counted as the event still awaited, not as the one timed out")
+		require.Equal(t, "final", res.Deliveries[0].Event)
+		ws = f.waitState(t, w.ID)
+		require.Equal(t, []string{"final"}, receivedNames(t, ws))
+		require.Equal(t, []string{"early"}, timedOutOf(t, ws))
+	})
+
 	t.Run("own deadline under all", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
