@@ -173,7 +173,7 @@ const JanitorIntervalDefault = time.Second
 const janitorBatch = 1000
 
 // RunJanitor moves expired buffered events to the dead letters and keeps
-// unmatched_events and event_dead_letters bounded, every JanitorInterval until ctx ends.
+// unmatched_events, event_dead_letters and callback_webhook_ids bounded, every JanitorInterval until ctx ends.
 // Every replica runs it: the statements take small batches and skip locked rows.
 func (a *Aggregator) RunJanitor(ctx context.Context) {
 	t := time.NewTicker(a.cfg.JanitorInterval)
@@ -223,6 +223,15 @@ func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
 	}
 	if _, err := a.q.EventDeadLetterDeleteBefore(ctx, a.pool, dbsqlc.EventDeadLetterDeleteBeforeParams{Cutoff: cutoff, Max: janitorBatch}); err != nil {
 		return expired, fmt.Errorf("prune dead letters: %w", err)
+	}
+	for {
+		n, err := a.q.WebhookIDPrune(ctx, a.pool, dbsqlc.WebhookIDPruneParams{Now: time.Now(), Max: janitorBatch})
+		if err != nil {
+			return expired, fmt.Errorf("prune webhook-id bindings: %w", err)
+		}
+		if n < janitorBatch {
+			break
+		}
 	}
 	return expired, nil
 }

@@ -154,6 +154,23 @@ func (h *Handler) handle(c echo.Context) error {
 		h.agg.RecordRejected(req.Context(), "callback", rejectReason(perr))
 		return perr
 	}
+	if webhookID != "" && (req.Header.Get(HeaderExecutionID) != "" || req.Header.Get(HeaderCorrelationID) != "") {
+		// Ids in headers are not covered by the signature: the delivery is bound to the
+		// wait it named first, for as long as its signature could be accepted (a
+		// timestamp up to the tolerance ahead, accepted up to the tolerance after).
+		same, err := h.agg.BindWebhookID(req.Context(), webhookID, ev.ExecutionID, ev.CorrelationID,
+			time.Now().Add(2*h.cfg.SignatureTolerance))
+		if err != nil {
+			return h.failed(c, ev, err)
+		}
+		if !same {
+			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: webhook-id replayed against another wait", "service", c.Param("service"),
+				"webhook_id", webhookID, "execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID)
+			h.agg.RecordRejected(req.Context(), "callback", "invalid_signature")
+			return problem.New(http.StatusConflict, "this webhook-id was delivered to another wait; a signed delivery names one wait").
+				WithType("webhook-id-reused")
+		}
+	}
 	ev.Source = aggregator.Source{Kind: "callback", Service: c.Param("service")}
 	ev.IdempotencyKey = webhookID
 	// The caller's trace, if it sent one, is linked from the event's span in the wait's
@@ -166,13 +183,7 @@ func (h *Handler) handle(c echo.Context) error {
 		return problem.New(http.StatusBadRequest, "the body cannot be stored: "+ue.Reason).WithType("unstorable-payload")
 	}
 	if err != nil {
-		if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
-			c.Response().Header().Set("Retry-After", "1")
-			h.cfg.Logger.ErrorContext(req.Context(), "callback not recorded: database unavailable", "execution_id", ev.ExecutionID,
-				"correlation_id", ev.CorrelationID, "err", err)
-			return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
-		}
-		return err
+		return h.failed(c, ev, err)
 	}
 	ok := Accepted{Status: string(res.Outcome), WaitStateID: res.WaitStateID, WaitStatus: res.Status, Version: res.Version}
 	switch res.Outcome {
@@ -199,6 +210,18 @@ func (h *Handler) handle(c echo.Context) error {
 	default: // NotFound, IDMismatch: indistinguishable to the caller, ids are capabilities
 		return problem.New(http.StatusNotFound, "no wait matches this execution_id and correlation_id").WithType("wait-not-found")
 	}
+}
+
+// failed answers a callback whose event could not be recorded: 503 with Retry-After
+// while the database is unavailable, else the error as is (500).
+func (h *Handler) failed(c echo.Context, ev aggregator.Event, err error) error {
+	if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
+		c.Response().Header().Set("Retry-After", "1")
+		h.cfg.Logger.ErrorContext(c.Request().Context(), "callback not recorded: database unavailable", "execution_id", ev.ExecutionID,
+			"correlation_id", ev.CorrelationID, "err", err)
+		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
+	}
+	return err
 }
 
 func tooLarge(limit int64) error {

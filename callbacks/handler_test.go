@@ -809,6 +809,35 @@ func TestSignedCallbacks(t *testing.T) {
 		requireAccepted(t, e.callback(t, only, hdr), http.StatusAccepted, "completed", "completed")
 	})
 
+	t.Run("a delivery with ids in headers is bound to its wait", func(t *testing.T) {
+		t.Parallel()
+		// The signature covers neither id header: a captured delivery replayed with
+		// another wait's ids in them is refused, the delivery's own retries are not.
+		execA, corrA := e.newWait(t, wfAPI)
+		execB, corrB := e.newWait(t, wfAPI)
+		body := []byte(`{"result": "ok"}`)
+		hdr := signed(t, secretA, msgID(), time.Now(), body)
+		to := func(execID, corrID string) http.Header {
+			h := hdr.Clone()
+			for k, v := range idHeaders(execID, corrID) {
+				h[k] = v
+			}
+			return h
+		}
+		requireAccepted(t, e.callback(t, body, to(execA, corrA)), http.StatusAccepted, "completed", "completed")
+		requireProblem(t, e.callback(t, body, to(execB, corrB)), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
+		requireProblem(t, e.callback(t, body, to(execA, corrB)), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
+		requireAccepted(t, e.callback(t, body, to(execA, corrA)), http.StatusOK, "duplicate", "completed")
+		// B was untouched: its own delivery completes it.
+		requireAccepted(t, e.callback(t, body, func() http.Header {
+			h := signed(t, secretA, msgID(), time.Now(), body)
+			for k, v := range idHeaders(execB, corrB) {
+				h[k] = v
+			}
+			return h
+		}()), http.StatusAccepted, "completed", "completed")
+	})
+
 	t.Run("webhook-id is the idempotency key", func(t *testing.T) {
 		t.Parallel()
 		execID, corrID := e.newWait(t, wfAPI)

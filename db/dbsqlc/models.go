@@ -11,6 +11,13 @@ import (
 	"github.com/google/uuid"
 )
 
+type CallbackWebhookID struct {
+	WebhookID     string
+	ExecutionID   uuid.UUID
+	CorrelationID uuid.UUID
+	ExpiresAt     time.Time
+}
+
 type EventBuffer struct {
 	ID          int64
 	ExecutionID uuid.UUID
