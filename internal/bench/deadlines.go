@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
@@ -24,6 +27,13 @@ type DeadlineResult struct {
 	PerSecond float64 `json:"per_second"`
 	// Lateness: from the deadline to the commit of the wait's timeout.
 	Lateness Latencies `json:"lateness"`
+	// FloorSeconds is how long the rows a timeout must change take to change alone: for
+	// each wait, its own status, its node's and its execution's (onTimeout fail fails
+	// both), by bare UPDATEs — one statement per sweeper transaction in flight, each over
+	// its share of the waits — and nothing else (no output, no continuation, no
+	// decision). No sweeper can record its decisions faster, so with FloorSeconds past a
+	// lateness target, the target is out of this machine's reach whatever the sweeper does.
+	FloorSeconds float64 `json:"floor_seconds"`
 }
 
 // Deadlines parks due waits (executions, nodes and wait states, written set-based as
@@ -125,8 +135,55 @@ FROM e`, n, far); err != nil {
 	mu.Lock()
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
+	floor, err := statusFloor(ctx, pool, workers)
+	if err != nil {
+		return DeadlineResult{}, fmt.Errorf("floor: %w", err)
+	}
 	return DeadlineResult{
 		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
-		Lateness: Summarise(lateness),
+		Lateness: Summarise(lateness), FloorSeconds: floor.Seconds(),
 	}, nil
+}
+
+// statusFloor puts the swept waits, their nodes and executions back as they were parked,
+// vacuumed as before the sweep, then times the bare status change of all of them, split
+// over workers statements in flight at once.
+func statusFloor(ctx context.Context, pool *pgxpool.Pool, workers int) (time.Duration, error) {
+	for _, q := range []string{
+		`UPDATE execution_wait_states
+		 SET status = CASE wait_type WHEN 'timer' THEN 'scheduled' ELSE 'waiting' END, version = 1, error = NULL,
+		     next_deadline_at = now() - interval '1 second'`,
+		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL`,
+		`UPDATE executions SET status = 'waiting', finished_at = NULL`,
+		`VACUUM ANALYZE execution_wait_states, node_executions, executions`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A UUIDv7's last byte is random: shares of about equal size.
+			_, errs[i] = pool.Exec(ctx, `
+WITH w AS (
+    UPDATE execution_wait_states
+    SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'
+    WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= now()
+      AND get_byte(uuid_send(id), 15) % $1::integer = $2::integer
+    RETURNING execution_id, node_id
+), n AS (
+    UPDATE node_executions AS n SET status = 'failed', error = 'timed out', updated_at = now(), finished_at = now()
+    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
+)
+UPDATE executions AS x SET status = 'failed', updated_at = now(), finished_at = now()
+FROM w WHERE x.id = w.execution_id`, workers, i)
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
 }
