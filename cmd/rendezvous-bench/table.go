@@ -98,7 +98,7 @@ func figures(o options, r results) []figure {
 		f := latency("e", "deadline → timeout committed p99", d.Lateness.P99, 0.99)
 		target(f, "≤ 1000 ms", d.Lateness.P99 <= time.Second)
 		latency("", "deadline → timeout committed max", d.Lateness.Max, 0.99)
-		plain("", fmt.Sprintf("floor: bare status change of wait, node, execution ×%d, %d at once", d.Due, d.Workers),
+		plain("", fmt.Sprintf("floor: bare writes of %d decisions (wait, node, queue), %d at once", d.Due, d.Workers),
 			d.FloorSeconds*1000, "ms")
 	}
 	if t := r.Timers; t.Due > 0 {

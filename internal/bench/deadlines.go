@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -27,12 +29,12 @@ type DeadlineResult struct {
 	PerSecond float64 `json:"per_second"`
 	// Lateness: from the deadline to the commit of the wait's timeout.
 	Lateness Latencies `json:"lateness"`
-	// FloorSeconds is how long the rows a timeout must change take to change alone: for
-	// each wait, its own status, its node's and its execution's (onTimeout fail fails
-	// both), by bare UPDATEs — one statement per sweeper transaction in flight, each over
-	// its share of the waits — and nothing else (no output, no continuation, no
-	// decision). No sweeper can record its decisions faster, so with FloorSeconds past a
-	// lateness target, the target is out of this machine's reach whatever the sweeper does.
+	// FloorSeconds is how long the rows the sweeper's decisions write take to write alone,
+	// with nothing decided: each wait's status, its node's status, and its continuation
+	// queued (the execution itself is failed later, by the executor), by bare statements
+	// — one per sweeper transaction in flight, each over its own range of the waits. With
+	// FloorSeconds past a lateness target, no sweeper writing these rows meets the target
+	// on this machine. Measured for event waits only (zero for timers).
 	FloorSeconds float64 `json:"floor_seconds"`
 }
 
@@ -135,9 +137,11 @@ FROM e`, n, far); err != nil {
 	mu.Lock()
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
-	floor, err := statusFloor(ctx, pool, workers)
-	if err != nil {
-		return DeadlineResult{}, fmt.Errorf("floor: %w", err)
+	var floor time.Duration
+	if !timers {
+		if floor, err = statusFloor(ctx, pool, workers); err != nil {
+			return DeadlineResult{}, fmt.Errorf("floor: %w", err)
+		}
 	}
 	return DeadlineResult{
 		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
@@ -145,43 +149,61 @@ FROM e`, n, far); err != nil {
 	}, nil
 }
 
-// statusFloor puts the swept waits, their nodes and executions back as they were parked,
-// vacuumed as before the sweep, then times the bare status change of all of them, split
-// over workers statements in flight at once.
+// statusFloor puts the swept waits and their nodes back as they were parked, empties the
+// run queue, vacuums all three as the sweep found them (fresh, without dead rows), then
+// times the bare writes of every decision, split into workers ranges of ids written at
+// once.
 func statusFloor(ctx context.Context, pool *pgxpool.Pool, workers int) (time.Duration, error) {
 	for _, q := range []string{
-		`UPDATE execution_wait_states
-		 SET status = CASE wait_type WHEN 'timer' THEN 'scheduled' ELSE 'waiting' END, version = 1, error = NULL,
+		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL,
 		     next_deadline_at = now() - interval '1 second'`,
-		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL`,
-		`UPDATE executions SET status = 'waiting', finished_at = NULL`,
-		`VACUUM ANALYZE execution_wait_states, node_executions, executions`,
+		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL`,
+		`DELETE FROM run_queue`,
+		`VACUUM ANALYZE execution_wait_states, node_executions, run_queue`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			return 0, err
 		}
 	}
+	// Range bounds: the ids at each worker's share of the ordered waits.
+	var bounds []uuid.UUID
+	rows, err := pool.Query(ctx, `SELECT id FROM (
+		SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total FROM execution_wait_states) AS t
+		WHERE (n - 1) % greatest(total / $1::integer, 1) = 0 AND n > 1 ORDER BY id LIMIT $1::integer - 1`, workers)
+	if err != nil {
+		return 0, err
+	}
+	if bounds, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for i := range workers {
+		var lo, hi *uuid.UUID // nil: open
+		if i > 0 && i-1 < len(bounds) {
+			lo = &bounds[i-1]
+		}
+		if i < len(bounds) {
+			hi = &bounds[i]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// A UUIDv7's last byte is random: shares of about equal size.
 			_, errs[i] = pool.Exec(ctx, `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'
-    WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= now()
-      AND get_byte(uuid_send(id), 15) % $1::integer = $2::integer
+    WHERE status = 'waiting' AND next_deadline_at <= now()
+      AND ($1::uuid IS NULL OR id >= $1::uuid) AND ($2::uuid IS NULL OR id < $2::uuid)
     RETURNING execution_id, node_id
 ), n AS (
     UPDATE node_executions AS n SET status = 'failed', error = 'timed out', updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
-UPDATE executions AS x SET status = 'failed', updated_at = now(), finished_at = now()
-FROM w WHERE x.id = w.execution_id`, workers, i)
+INSERT INTO run_queue (execution_id, node_id, kind)
+SELECT execution_id, node_id, 'resume' FROM w
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING`, lo, hi)
 		}()
 	}
 	wg.Wait()
