@@ -225,7 +225,7 @@ func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
 		return expired, fmt.Errorf("prune dead letters: %w", err)
 	}
 	for {
-		n, err := a.q.WebhookIDPrune(ctx, a.pool, dbsqlc.WebhookIDPruneParams{Now: time.Now(), Max: janitorBatch})
+		n, err := a.q.WebhookIDPrune(ctx, a.pool, dbsqlc.WebhookIDPruneParams{Cutoff: cutoff, Max: janitorBatch})
 		if err != nil {
 			return expired, fmt.Errorf("prune webhook-id bindings: %w", err)
 		}

@@ -3,20 +3,18 @@ package aggregator_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
-// TestBindWebhookID: a webhook-id binds to the first wait it names, also when many
-// deliveries of it race; a binding past its expiry is replaced, and the janitor deletes
-// expired ones only.
+// TestBindWebhookID: a webhook-id binds to the first wait and event it names, also when
+// many deliveries of it race, and never moves; the janitor deletes bindings older than
+// UnmatchedMaxAge only.
 func TestBindWebhookID(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
-	later := time.Now().Add(time.Hour)
 
 	// 16 goroutines deliver one webhook-id, each naming a wait of its own: exactly one
 	// wins it, and every one of them agrees on which.
@@ -32,7 +30,7 @@ func TestBindWebhookID(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			same[i], errs[i] = f.agg.BindWebhookID(ctx, "msg_race", execs[i], corrs[i], later)
+			same[i], errs[i] = f.agg.BindWebhookID(ctx, "msg_race", execs[i], corrs[i], "api_response")
 		}()
 	}
 	close(start)
@@ -42,29 +40,34 @@ func TestBindWebhookID(t *testing.T) {
 		require.NoError(t, errs[i])
 		if same[i] {
 			winners++
-			again, err := f.agg.BindWebhookID(ctx, "msg_race", execs[i], corrs[i], later)
+			again, err := f.agg.BindWebhookID(ctx, "msg_race", execs[i], corrs[i], "api_response")
 			require.NoError(t, err)
-			require.True(t, again, "a redelivery to the same wait agrees")
+			require.True(t, again, "a redelivery to the same wait and event agrees")
 		}
 	}
 	require.Equal(t, 1, winners)
 
-	// Same execution, another correlation id: another wait.
 	exec, corr := uuid.New(), uuid.New()
-	ok, err := f.agg.BindWebhookID(ctx, "msg_pair", exec, corr, later)
-	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = f.agg.BindWebhookID(ctx, "msg_pair", exec, uuid.New(), later)
-	require.NoError(t, err)
-	require.False(t, ok)
+	for _, c := range []struct {
+		corr uuid.UUID
+		name string
+		same bool
+	}{
+		{corr, "approval", true},
+		{uuid.New(), "approval", false}, // same execution, another wait
+		{corr, "review", false},         // same wait, another event
+		{corr, "approval", true},
+	} {
+		ok, err := f.agg.BindWebhookID(ctx, "msg_pair", exec, c.corr, c.name)
+		require.NoError(t, err)
+		require.Equal(t, c.same, ok, "%s %s", c.corr, c.name)
+	}
 
-	// Expired bindings are replaced, and pruned; live ones stay.
-	ok, err = f.agg.BindWebhookID(ctx, "msg_old", exec, corr, time.Now().Add(-time.Second))
+	// Bindings past UnmatchedMaxAge (7 days by default) go; younger ones stay, and hold.
+	_, err := f.pool.Exec(ctx, `INSERT INTO callback_webhook_ids (webhook_id, execution_id, correlation_id, event_name, created_at)
+		VALUES ('msg_old', $1, $2, 'api_response', now() - interval '8 days'),
+		       ('msg_week', $1, $2, 'api_response', now() - interval '6 days')`, exec, corr)
 	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = f.agg.BindWebhookID(ctx, "msg_old", uuid.New(), uuid.New(), time.Now().Add(-time.Second))
-	require.NoError(t, err)
-	require.True(t, ok, "a binding whose tolerance has passed does not hold")
 	_, err = f.agg.Janitor(ctx)
 	require.NoError(t, err)
 	var ids []string
@@ -77,5 +80,8 @@ func TestBindWebhookID(t *testing.T) {
 		ids = append(ids, id)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"msg_pair", "msg_race"}, ids)
+	require.Equal(t, []string{"msg_pair", "msg_race", "msg_week"}, ids)
+	ok, err := f.agg.BindWebhookID(ctx, "msg_week", exec, uuid.New(), "api_response")
+	require.NoError(t, err)
+	require.False(t, ok, "a binding does not expire before the janitor deletes it")
 }

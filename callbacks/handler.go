@@ -154,20 +154,18 @@ func (h *Handler) handle(c echo.Context) error {
 		h.agg.RecordRejected(req.Context(), "callback", rejectReason(perr))
 		return perr
 	}
-	if webhookID != "" && (req.Header.Get(HeaderExecutionID) != "" || req.Header.Get(HeaderCorrelationID) != "") {
-		// Ids in headers are not covered by the signature: the delivery is bound to the
-		// wait it named first, for as long as its signature could be accepted (a
-		// timestamp up to the tolerance ahead, accepted up to the tolerance after).
-		same, err := h.agg.BindWebhookID(req.Context(), webhookID, ev.ExecutionID, ev.CorrelationID,
-			time.Now().Add(2*h.cfg.SignatureTolerance))
+	if webhookID != "" {
+		// Neither id headers nor the event's name are covered by the signature: the
+		// delivery is bound to the wait and event it named first.
+		same, err := h.agg.BindWebhookID(req.Context(), webhookID, ev.ExecutionID, ev.CorrelationID, ev.Name)
 		if err != nil {
 			return h.failed(c, ev, err)
 		}
 		if !same {
-			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: webhook-id replayed against another wait", "service", c.Param("service"),
-				"webhook_id", webhookID, "execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID)
+			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: webhook-id replayed against another wait or event", "service", c.Param("service"),
+				"webhook_id", webhookID, "execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "event", ev.Name)
 			h.agg.RecordRejected(req.Context(), "callback", "invalid_signature")
-			return problem.New(http.StatusConflict, "this webhook-id was delivered to another wait; a signed delivery names one wait").
+			return problem.New(http.StatusConflict, "this webhook-id was delivered to another wait or as another event; a signed delivery names one").
 				WithType("webhook-id-reused")
 		}
 	}

@@ -809,25 +809,29 @@ func TestSignedCallbacks(t *testing.T) {
 		requireAccepted(t, e.callback(t, only, hdr), http.StatusAccepted, "completed", "completed")
 	})
 
-	t.Run("a delivery with ids in headers is bound to its wait", func(t *testing.T) {
+	t.Run("a delivery is bound to its wait and event", func(t *testing.T) {
 		t.Parallel()
-		// The signature covers neither id header: a captured delivery replayed with
-		// another wait's ids in them is refused, the delivery's own retries are not.
+		// The signature covers neither the id headers nor the event's name: a captured
+		// delivery replayed with another wait's ids in them, or under another event name,
+		// is refused; the delivery's own retries are not.
 		execA, corrA := e.newWait(t, wfAPI)
 		execB, corrB := e.newWait(t, wfAPI)
 		body := []byte(`{"result": "ok"}`)
 		hdr := signed(t, secretA, msgID(), time.Now(), body)
-		to := func(execID, corrID string) http.Header {
+		to := func(execID, corrID, event string) http.Header {
 			h := hdr.Clone()
 			for k, v := range idHeaders(execID, corrID) {
 				h[k] = v
 			}
+			if event != "" {
+				h.Set(callbacks.HeaderEvent, event)
+			}
 			return h
 		}
-		requireAccepted(t, e.callback(t, body, to(execA, corrA)), http.StatusAccepted, "completed", "completed")
-		requireProblem(t, e.callback(t, body, to(execB, corrB)), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
-		requireProblem(t, e.callback(t, body, to(execA, corrB)), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
-		requireAccepted(t, e.callback(t, body, to(execA, corrA)), http.StatusOK, "duplicate", "completed")
+		requireAccepted(t, e.callback(t, body, to(execA, corrA, "")), http.StatusAccepted, "completed", "completed")
+		requireProblem(t, e.callback(t, body, to(execB, corrB, "")), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
+		requireProblem(t, e.callback(t, body, to(execA, corrB, "")), http.StatusConflict, "webhook-id-reused", "delivered to another wait")
+		requireAccepted(t, e.callback(t, body, to(execA, corrA, "")), http.StatusOK, "duplicate", "completed")
 		// B was untouched: its own delivery completes it.
 		requireAccepted(t, e.callback(t, body, func() http.Header {
 			h := signed(t, secretA, msgID(), time.Now(), body)
@@ -836,6 +840,18 @@ func TestSignedCallbacks(t *testing.T) {
 			}
 			return h
 		}()), http.StatusAccepted, "completed", "completed")
+
+		// Ids in the signed body: the event's name is still unsigned.
+		execC := e.start(t, wfNamedPair)
+		corrC := e.waitCorrelationID(t, execC)
+		signedBody := idBody(t, execC, corrC, map[string]any{"ok": true})
+		hdr = signed(t, secretA, msgID(), time.Now(), signedBody)
+		hdr.Set(callbacks.HeaderEvent, "approval")
+		requireAccepted(t, e.callback(t, signedBody, hdr), http.StatusAccepted, "recorded", "waiting")
+		hdr.Set(callbacks.HeaderEvent, "review")
+		requireProblem(t, e.callback(t, signedBody, hdr), http.StatusConflict, "webhook-id-reused", "as another event")
+		hdr.Set(callbacks.HeaderEvent, "approval")
+		requireAccepted(t, e.callback(t, signedBody, hdr), http.StatusOK, "duplicate", "waiting")
 	})
 
 	t.Run("webhook-id is the idempotency key", func(t *testing.T) {

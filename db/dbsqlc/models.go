@@ -15,7 +15,8 @@ type CallbackWebhookID struct {
 	WebhookID     string
 	ExecutionID   uuid.UUID
 	CorrelationID uuid.UUID
-	ExpiresAt     time.Time
+	EventName     string
+	CreatedAt     time.Time
 }
 
 type EventBuffer struct {

@@ -12,82 +12,59 @@ import (
 	"github.com/google/uuid"
 )
 
-const webhookIDBind = `-- name: WebhookIDBind :many
-WITH bound AS (
-    INSERT INTO callback_webhook_ids (webhook_id, execution_id, correlation_id, expires_at)
-    VALUES ($1::text, $2::uuid, $3::uuid, $4::timestamptz)
-    ON CONFLICT (webhook_id) DO UPDATE
-    SET execution_id = EXCLUDED.execution_id,
-        correlation_id = EXCLUDED.correlation_id,
-        expires_at = EXCLUDED.expires_at
-    WHERE callback_webhook_ids.expires_at < now()
-    RETURNING execution_id, correlation_id
-)
-SELECT b.execution_id, b.correlation_id FROM bound AS b
-UNION ALL
-SELECT w.execution_id, w.correlation_id FROM callback_webhook_ids AS w
-WHERE w.webhook_id = $1::text AND NOT EXISTS (SELECT 1 FROM bound)
+const webhookIDBind = `-- name: WebhookIDBind :one
+INSERT INTO callback_webhook_ids AS c (webhook_id, execution_id, correlation_id, event_name)
+VALUES ($1::text, $2::uuid, $3::uuid, $4::text)
+ON CONFLICT (webhook_id) DO UPDATE SET webhook_id = c.webhook_id
+RETURNING c.execution_id, c.correlation_id, c.event_name
 `
 
 type WebhookIDBindParams struct {
 	WebhookID     string
 	ExecutionID   uuid.UUID
 	CorrelationID uuid.UUID
-	ExpiresAt     time.Time
+	EventName     string
 }
 
 type WebhookIDBindRow struct {
 	ExecutionID   uuid.UUID
 	CorrelationID uuid.UUID
+	EventName     string
 }
 
-// Binds a webhook-id to the wait its callback named, or returns the wait it is bound
-// to already. A binding whose tolerance has passed is replaced: a message that old is
-// refused by its signature's timestamp, so such a row only waits for the janitor. No
-// row comes back when a concurrent binding of the same id committed after this
-// statement began; the caller then asks again.
-func (q *Queries) WebhookIDBind(ctx context.Context, db DBTX, arg WebhookIDBindParams) ([]WebhookIDBindRow, error) {
-	rows, err := db.Query(ctx, webhookIDBind,
+// Binds a webhook-id to the wait and event its delivery names, or returns the binding it
+// has. The no-op update makes the row come back, locked, in either case, also when a
+// concurrent first delivery of the same id committed it after this statement began.
+func (q *Queries) WebhookIDBind(ctx context.Context, db DBTX, arg WebhookIDBindParams) (WebhookIDBindRow, error) {
+	row := db.QueryRow(ctx, webhookIDBind,
 		arg.WebhookID,
 		arg.ExecutionID,
 		arg.CorrelationID,
-		arg.ExpiresAt,
+		arg.EventName,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []WebhookIDBindRow
-	for rows.Next() {
-		var i WebhookIDBindRow
-		if err := rows.Scan(&i.ExecutionID, &i.CorrelationID); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	var i WebhookIDBindRow
+	err := row.Scan(&i.ExecutionID, &i.CorrelationID, &i.EventName)
+	return i, err
 }
 
 const webhookIDPrune = `-- name: WebhookIDPrune :execrows
 DELETE FROM callback_webhook_ids
 WHERE webhook_id IN (
     SELECT webhook_id FROM callback_webhook_ids
-    WHERE expires_at < $1::timestamptz
-    ORDER BY expires_at
+    WHERE created_at < $1::timestamptz
+    ORDER BY created_at
     LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
 )
 `
 
 type WebhookIDPruneParams struct {
-	Now time.Time
-	Max int32
+	Cutoff time.Time
+	Max    int32
 }
 
 func (q *Queries) WebhookIDPrune(ctx context.Context, db DBTX, arg WebhookIDPruneParams) (int64, error) {
-	result, err := db.Exec(ctx, webhookIDPrune, arg.Now, arg.Max)
+	result, err := db.Exec(ctx, webhookIDPrune, arg.Cutoff, arg.Max)
 	if err != nil {
 		return 0, err
 	}
