@@ -32,6 +32,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -425,9 +426,15 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 		case <-t.C:
 		case <-c.refresh:
 		}
-		if err := c.loadTopics(ctx); err != nil && ctx.Err() == nil {
-			c.databaseError(ctx)
-			c.logger.WarnContext(ctx, "could not refresh topics", "err", err, "instance_id", c.cfg.ClientID)
+		if err := c.loadTopics(ctx); err != nil {
+			if ctx.Err() == nil {
+				c.databaseError(ctx)
+				c.logger.WarnContext(ctx, "could not refresh topics", "err", err, "instance_id", c.cfg.ClientID)
+			}
+		} else {
+			// The database answered: a member left without records to apply (its
+			// partitions went to others during an outage) must not stay unready.
+			c.dbFailing.Store(false)
 		}
 	}
 }
@@ -481,9 +488,9 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 		lanes[l] = append(lanes[l], r)
 	}
 	type laneResult struct {
-		failed map[tp]int64
-		done   map[tp]*kgo.Record
-		health laneHealth
+		failed      map[tp]int64
+		done        map[tp]*kgo.Record
+		unavailable bool
 	}
 	results := make([]laneResult, len(lanes))
 	var wg sync.WaitGroup
@@ -494,17 +501,16 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i].failed, results[i].done, results[i].health = c.processLane(ctx, lane)
+			results[i].failed, results[i].done, results[i].unavailable = c.processLane(ctx, lane)
 		}()
 	}
 	wg.Wait()
 
 	failed := map[tp]int64{}
 	var commit []*kgo.Record
-	var health laneHealth
+	unavailable := false
 	for _, r := range results {
-		health.unavailable = health.unavailable || r.health.unavailable
-		health.applied = health.applied || r.health.applied
+		unavailable = unavailable || r.unavailable
 		maps.Copy(failed, r.failed)
 		for _, rec := range r.done {
 			commit = append(commit, rec)
@@ -517,32 +523,29 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
 		}
 	}
-	c.setHealth(health)
+	c.setHealth(ctx, unavailable)
 	return failed
 }
 
-// laneHealth is what applying a lane's records said about the database.
-type laneHealth struct {
-	// unavailable: a transaction failed because the database could not be reached.
-	unavailable bool
-	// applied: a transaction committed.
-	applied bool
-}
-
-// setHealth updates readiness once per poll, from all its lanes together: lanes that
-// reported one by one made readiness flip within a poll. Readiness goes down only when
-// the database cannot be reached (db.IsUnavailable): that is when taking the pod out of
-// the Service helps. A fault of some records' own (a partition that keeps failing while
-// the others apply) holds back its partition and is logged and counted, but leaves
-// readiness alone; otherwise it would flip on every poll with or without that
-// partition, and take every pod out in turn as the partition moved.
-func (c *Consumer) setHealth(h laneHealth) {
-	switch {
-	case h.unavailable:
-		c.dbFailing.Store(true)
-	case h.applied:
-		c.dbFailing.Store(false)
+// setHealth updates readiness once per poll, from all its lanes together (lanes that
+// reported one by one made it flip within a poll). Readiness goes down only while the
+// database cannot be reached, which is when taking the pod out of the Service helps. A
+// fault of some records' own (a partition that keeps failing while the others apply)
+// holds back its partition and is logged and counted, but leaves readiness alone;
+// otherwise it would flip on every poll with or without that partition, and take every
+// pod out in turn as the partition moved.
+//
+// The poll got here by reading the definitions (catchUp), so the database answered it:
+// readiness is up unless a lane met an error that says otherwise. Such an error can also
+// be one statement's timeout or cancellation (db.IsUnavailable cannot tell), so a ping
+// decides.
+func (c *Consumer) setHealth(ctx context.Context, unavailable bool) {
+	if unavailable {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		unavailable = c.pool.Ping(ctx) != nil
 	}
+	c.dbFailing.Store(unavailable)
 }
 
 // processLane applies one lane's records in batches. It returns, per partition, the
@@ -553,10 +556,12 @@ func (c *Consumer) setHealth(h laneHealth) {
 // dead-letter write fails, the records after it on its partition have not been applied
 // either, and come back with it, applied once. Dead letters written for a batch that
 // then fails are remembered (c.lettered), so its retry does not write them again.
-func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]int64, map[tp]*kgo.Record, laneHealth) {
-	failed := map[tp]int64{}
-	done := map[tp]*kgo.Record{}
-	var health laneHealth
+//
+// unavailable reports that applying met an error saying the database could not be
+// reached (see setHealth).
+func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed map[tp]int64, done map[tp]*kgo.Record, unavailable bool) {
+	failed = map[tp]int64{}
+	done = map[tp]*kgo.Record{}
 	// stop holds back r's partition from r on; held reports whether r is held back.
 	stop := func(r *kgo.Record) {
 		p := tp{r.Topic, r.Partition}
@@ -587,24 +592,21 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 		// Records correlated to waits and events sent to executions are applied in
 		// transactions of their own. They never share a partition (the events topic holds
 		// only the latter), so a failure of one stops only its own partitions.
-		touched, applyErr := c.apply(ctx, items)
+		_, applyErr := c.apply(ctx, items)
 		if db.IsRefusedData(applyErr) {
-			touched, applyErr = c.isolate(ctx, items, applyErr, c.apply)
+			applyErr = c.isolate(ctx, items, applyErr, c.apply)
 		}
-		sendTouched, sendErr := c.send(ctx, items)
+		_, sendErr := c.send(ctx, items)
 		if db.IsRefusedData(sendErr) {
-			sendTouched, sendErr = c.isolate(ctx, items, sendErr, c.send)
+			sendErr = c.isolate(ctx, items, sendErr, c.send)
 		}
 		for _, err := range []error{applyErr, sendErr} {
 			if err != nil {
 				c.databaseError(ctx)
 				c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
-				health.unavailable = health.unavailable || db.IsUnavailable(err)
+				unavailable = unavailable || db.IsUnavailable(err)
 			}
 		}
-		// Only a batch that reached the database says it is back; one of poison or
-		// id-less records alone says nothing.
-		health.applied = health.applied || (applyErr == nil && touched) || (sendErr == nil && sendTouched)
 		for _, it := range items {
 			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
 				stop(it.rec) // its partition's first record of the batch: all of them come back
@@ -620,9 +622,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			if held(it.rec) {
 				continue
 			}
-			if it.poison != "" {
-				c.forgetLettered(it.rec)
-			}
+			c.forgetLettered(it.rec)
 			if it.skip != "" {
 				c.count(it.skip)
 				c.agg.RecordRejected(ctx, sourceKind, it.skip)
@@ -632,7 +632,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}
 	}
-	return failed, done, health
+	return failed, done, unavailable
 }
 
 // isolate runs fn on each of items alone, after the database refused the data of the
@@ -647,7 +647,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (map[tp]
 // record's value but something every statement meets (a broken schema, say): nothing
 // is dead-lettered and the batch fails as it did, to be retried.
 func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
-	fn func(context.Context, []item) (bool, error)) (touched bool, err error) {
+	fn func(context.Context, []item) (bool, error)) error {
 	c.logger.WarnContext(ctx, "the database refused a batch's data; applying its records one by one", "err", cause,
 		"records", len(items), "instance_id", c.cfg.ClientID)
 	var refused []int
@@ -658,7 +658,6 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 			continue
 		}
 		t, err := fn(ctx, items[i:i+1])
-		touched = touched || t
 		if t {
 			tried++
 		}
@@ -668,16 +667,16 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 			continue
 		}
 		if err != nil {
-			return touched, err
+			return err
 		}
 	}
 	if len(refused) > 1 && len(refused) == tried {
 		for _, i := range refused {
 			items[i].poison, items[i].poisonCategory = "", ""
 		}
-		return touched, cause
+		return cause
 	}
-	return touched, nil
+	return nil
 }
 
 // decode validates a record and extracts its ids and match keys, or, on the events
@@ -964,6 +963,13 @@ func (c *Consumer) forgetPartitions(parts map[string][]int32) {
 	for t, ps := range parts {
 		for _, p := range ps {
 			delete(c.lettered, tp{t, p})
+			prefix := fmt.Sprintf("%s/%d/", t, p)
+			c.firstSeen.Range(func(k, _ any) bool {
+				if strings.HasPrefix(k.(string), prefix) {
+					c.firstSeen.Delete(k)
+				}
+				return true
+			})
 		}
 	}
 }

@@ -283,3 +283,43 @@ func TestBackoffPerPartition(t *testing.T) {
 	e.waitStatus(t, s, execID, "completed")
 	require.Eventually(t, func() bool { return e.committed(t, "bop")[0] == 1 }, waitTimeout, 20*time.Millisecond)
 }
+
+// TestReadinessAfterOutage: readiness goes down while the database cannot be reached and
+// comes back once it answers, even when the only record this replica has keeps failing
+// for its own sake (its wait's updates fail) and so never applies. Readiness waited for
+// a batch to apply, and stayed down for as long as that partition was stuck.
+func TestReadinessAfterOutage(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(1))
+	target, err := dbtest.HostPort(e.schema.URL)
+	require.NoError(t, err)
+	proxy := dbtest.StartProxy(t, target)
+	s := e.start(t, "pod-a", func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) })
+	e.put(t, s, e.definition("rao", kafkaOnly("rao")))
+	execID := e.startExecution(t, s, "rao", nil)
+	corrID := e.correlationID(t, s, execID)
+	require.Eventually(t, func() bool {
+		return e.count(t, "SELECT count(*) FROM run_queue WHERE execution_id = $1", execID) == 0
+	}, waitTimeout, 20*time.Millisecond)
+	fault := dbtest.FailUpdates(t, e.direct, "stuck_rao", "execution_wait_states", "true", "XX000", "stuck for the test")
+
+	proxy.Cut()
+	e.produce(t, record("rao", 0, ids(execID, corrID, nil)))
+	require.Eventually(t, func() bool { return s.Consumer.Ready(t.Context()) != nil }, waitTimeout, 20*time.Millisecond,
+		"readiness reports the unreachable database")
+
+	proxy.Restore()
+	require.Eventually(t, func() bool { return s.Consumer.Ready(t.Context()) == nil }, waitTimeout, 20*time.Millisecond,
+		"readiness comes back with the database")
+	before := fault.Failures(t)
+	require.Eventually(t, func() bool { return fault.Failures(t) >= before+2 }, waitTimeout, 20*time.Millisecond,
+		"the record is retried and still fails")
+	require.NoError(t, s.Consumer.Ready(t.Context()), "a record failing for its own sake leaves readiness up")
+	_, ok := e.committed(t, "rao")[0]
+	require.False(t, ok, "nothing committed past the stuck record")
+
+	fault.Remove(t)
+	e.waitStatus(t, s, execID, "completed")
+	require.Eventually(t, func() bool { return e.committed(t, "rao")[0] == 1 }, waitTimeout, 20*time.Millisecond)
+}
