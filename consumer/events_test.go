@@ -11,8 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 // eventsTopic is where the tests send events to executions by type.
@@ -339,10 +337,7 @@ func TestEventsTopicDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t, kfake.DefaultNumPartitions(1))
-	target, err := dbtest.HostPort(e.schema.URL)
-	require.NoError(t, err)
-	proxy := dbtest.StartProxy(t, target)
-	s := e.start(t, "pod-a", func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) })
+	s, proxy := e.startProxied(t, "pod-a")
 	e.put(t, s, e.definition("votes", votes()))
 	execID := e.startExecution(t, s, "votes", nil)
 	e.correlationID(t, s, execID)

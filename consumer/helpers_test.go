@@ -167,6 +167,16 @@ func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc
 	return &svc{Service: s, stop: stop}
 }
 
+// startProxied starts a replica as start does, reaching PostgreSQL through a proxy the
+// test can cut.
+func (e *env) startProxied(t *testing.T, id string) (*svc, *dbtest.Proxy) {
+	t.Helper()
+	target, err := dbtest.HostPort(e.schema.URL)
+	require.NoError(t, err)
+	proxy := dbtest.StartProxy(t, target)
+	return e.start(t, id, func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) }), proxy
+}
+
 // noKafka runs a replica without a consumer.
 func noKafka(c *service.Config) { c.Kafka = consumer.Config{} }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 // startMany starts n executions of name concurrently and returns their ids.
@@ -157,10 +156,7 @@ func TestDatabaseOutage(t *testing.T) {
 	limit(t)
 	const before, during = 20, 40
 	e := setup(t)
-	target, err := dbtest.HostPort(e.schema.URL)
-	require.NoError(t, err)
-	proxy := dbtest.StartProxy(t, target)
-	s := e.start(t, "pod-a", func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) })
+	s, proxy := e.startProxied(t, "pod-a")
 
 	e.put(t, s, e.definition("outage", kafkaOnly("outage")))
 	execIDs := e.startMany(t, s, "outage", before+during)
@@ -206,7 +202,7 @@ func TestDatabaseOutage(t *testing.T) {
 		return s.Consumer.Ready(context.Background()) != nil
 	}, waitTimeout, 20*time.Millisecond, "readiness reports the failing database")
 	require.False(t, t.Failed())
-	err = s.Consumer.Ready(context.Background())
+	err := s.Consumer.Ready(context.Background())
 	t.Logf("ready during the outage: %v", err)
 	// Let the consumer retry a few times with backoff.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -292,10 +288,7 @@ func TestReadinessAfterOutage(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t, kfake.DefaultNumPartitions(1))
-	target, err := dbtest.HostPort(e.schema.URL)
-	require.NoError(t, err)
-	proxy := dbtest.StartProxy(t, target)
-	s := e.start(t, "pod-a", func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) })
+	s, proxy := e.startProxied(t, "pod-a")
 	e.put(t, s, e.definition("rao", kafkaOnly("rao")))
 	execID := e.startExecution(t, s, "rao", nil)
 	corrID := e.correlationID(t, s, execID)
