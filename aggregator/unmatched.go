@@ -173,7 +173,8 @@ const JanitorIntervalDefault = time.Second
 const janitorBatch = 1000
 
 // RunJanitor moves expired buffered events to the dead letters and keeps
-// unmatched_events, event_dead_letters and callback_webhook_ids bounded, every JanitorInterval until ctx ends.
+// unmatched_events, event_dead_letters and callback_webhook_ids bounded, every
+// JanitorInterval until ctx ends.
 // Every replica runs it: the statements take small batches and skip locked rows.
 func (a *Aggregator) RunJanitor(ctx context.Context) {
 	t := time.NewTicker(a.cfg.JanitorInterval)

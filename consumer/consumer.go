@@ -954,9 +954,10 @@ func (c *Consumer) forgetLettered(r *kgo.Record) {
 	}
 }
 
-// forgetPartitions drops what lettered holds of partitions another member may now own;
-// should they come back here uncommitted, their dead letters are written again (the
-// dead-letter topic is at-least-once across rebalances, like everything else).
+// forgetPartitions drops what lettered and firstSeen hold of partitions another member
+// may now own; should they come back here uncommitted, their dead letters are written
+// again (the dead-letter topic is at-least-once across rebalances, like everything
+// else), and first seen anew.
 func (c *Consumer) forgetPartitions(parts map[string][]int32) {
 	c.letteredMu.Lock()
 	defer c.letteredMu.Unlock()
