@@ -622,7 +622,6 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			if held(it.rec) {
 				continue
 			}
-			c.forgetLettered(it.rec)
 			if it.skip != "" {
 				c.count(it.skip)
 				c.agg.RecordRejected(ctx, sourceKind, it.skip)
@@ -632,6 +631,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}
 	}
+	c.forgetLettered(done)
 	return failed, done, unavailable
 }
 
@@ -943,14 +943,23 @@ func (c *Consumer) isLettered(r *kgo.Record) bool {
 	return c.lettered[tp{r.Topic, r.Partition}][r.Offset]
 }
 
-// forgetLettered drops a handled record from lettered.
-func (c *Consumer) forgetLettered(r *kgo.Record) {
+// forgetLettered drops from lettered, per partition, the offsets up to its last handled
+// record: once per lane and poll, not per record.
+func (c *Consumer) forgetLettered(done map[tp]*kgo.Record) {
 	c.letteredMu.Lock()
 	defer c.letteredMu.Unlock()
-	p := tp{r.Topic, r.Partition}
-	delete(c.lettered[p], r.Offset)
-	if len(c.lettered[p]) == 0 {
-		delete(c.lettered, p)
+	if len(c.lettered) == 0 {
+		return
+	}
+	for p, r := range done {
+		for off := range c.lettered[p] {
+			if off <= r.Offset {
+				delete(c.lettered[p], off)
+			}
+		}
+		if len(c.lettered[p]) == 0 {
+			delete(c.lettered, p)
+		}
 	}
 }
 
