@@ -33,6 +33,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -591,8 +592,8 @@ func (e *Expected) accepts(ev Event) bool {
 	if len(e.Filter) == 0 && (e.Type == "" || e.Source != SourceKafka) {
 		return true
 	}
-	var payload any
-	if err := json.Unmarshal(ev.Payload, &payload); err != nil {
+	payload, err := jsonnum.Decode(ev.Payload)
+	if err != nil {
 		return false
 	}
 	if e.Type != "" && e.Source == SourceKafka {
@@ -602,35 +603,11 @@ func (e *Expected) accepts(ev Event) bool {
 	}
 	for path, want := range e.Filter {
 		got, ok := dotpath.Get(payload, path)
-		if !ok || !jsonEqual(got, want) {
+		if !ok || !jsonnum.Equal(got, want) {
 			return false
 		}
 	}
 	return true
-}
-
-// jsonEqual compares decoded JSON scalars; numbers compare by value.
-func jsonEqual(a, b any) bool {
-	if fa, ok := toFloat(a); ok {
-		fb, ok := toFloat(b)
-		return ok && fa == fb
-	}
-	return a == b
-}
-
-func toFloat(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	}
-	return 0, false
 }
 
 // complete writes the node's output and enqueues the continuation, in the transaction
@@ -671,8 +648,9 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		if len(raw) == 0 {
 			continue
 		}
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
+		// Numbers stay exact: an id mapped into the output is the id that arrived.
+		v, err := jsonnum.Decode(raw)
+		if err != nil {
 			return nil, fmt.Errorf("decode %s data: %w", name, err)
 		}
 		payloads[name] = v

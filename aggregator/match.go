@@ -12,6 +12,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // Payload match (seed 002): a Kafka event may be correlated by a value in its payload
@@ -32,9 +33,14 @@ type MatchSpec struct {
 	Left string
 }
 
-// MatchValue is the canonical form of a scalar for matching: its JSON, with numbers in
-// the shortest form of their float64 value, so 42, 42.0 and 4.2e1 are one value. Objects,
-// arrays and null do not match anything.
+// MatchValue is the canonical form of a scalar for matching: its JSON for strings and
+// booleans; for numbers, one form per exact value (jsonnum), so 42, 42.0 and 4.2e1 are
+// one value while 9007199254740992 and 9007199254740993 stay two, and a record never
+// reaches the wait of another execution through a rounded id. A number written the way
+// its float64 is (most numbers) keeps the form keys always had, the shortest JSON of
+// that float64, so waits registered before stay matched; any other number (beyond 2^53,
+// more digits than a float64 holds, beyond its range) is "#" and its exact digits and
+// exponent, a form no other value produces. Objects, arrays and null match nothing.
 func MatchValue(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
@@ -42,24 +48,19 @@ func MatchValue(v any) (string, bool) {
 		return string(b), true
 	case bool:
 		return strconv.FormatBool(x), true
-	case json.Number:
-		f, err := x.Float64()
-		if err != nil {
-			return "", false
-		}
-		return MatchValue(f)
-	case float64:
-		b, err := json.Marshal(x)
+	}
+	n, ok := jsonnum.Of(v)
+	if !ok {
+		return "", false
+	}
+	if f, exact := n.Float64(); exact {
+		b, err := json.Marshal(f) // zero comes back as 0, never -0
 		if err != nil {
 			return "", false
 		}
 		return string(b), true
-	case int:
-		return MatchValue(float64(x))
-	case int64:
-		return MatchValue(float64(x))
 	}
-	return "", false
+	return "#" + n.String(), true
 }
 
 // matchKey is the lookup key of one (topic, type, path, value).

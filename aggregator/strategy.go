@@ -1,9 +1,12 @@
 package aggregator
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // Aggregation strategies of the design note.
@@ -28,7 +31,7 @@ type Expected struct {
 	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
 	// Filter lists payload fields (dot paths) that must equal the given values for an
 	// event to count as this one.
-	Filter map[string]any `json:"filter,omitempty"`
+	Filter Filter `json:"filter,omitempty"`
 	// Type is a send event's type, or the top-level type field a Kafka record must carry.
 	Type string `json:"type,omitempty"`
 	// Match, for a Kafka event correlated by its payload: the dot path and the value
@@ -37,6 +40,30 @@ type Expected struct {
 	// Buffer is a send event's buffer policy: fifo (default) or last_write_wins.
 	Buffer string `json:"buffer,omitempty"`
 }
+
+// Filter maps dot paths to the scalars a payload must hold there. It reads its numbers
+// exact (see jsonnum): stored with the wait as written in the definition, a filter on
+// 9007199254740993 must not be read back as 9007199254740992 and accept that id too.
+type Filter map[string]any
+
+// UnmarshalJSON reads a filter with its numbers as json.Number.
+func (f *Filter) UnmarshalJSON(b []byte) error {
+	v, err := jsonnum.Decode(b)
+	if err != nil {
+		return err
+	}
+	switch m := v.(type) {
+	case nil:
+		*f = nil
+	case map[string]any:
+		*f = m
+	default:
+		return fmt.Errorf("filter is %T, not an object", v)
+	}
+	return nil
+}
+
+var _ json.Unmarshaler = (*Filter)(nil)
 
 // ExpectedMatch is a payload match resolved at registration.
 type ExpectedMatch struct {

@@ -449,6 +449,18 @@ func TestCallbackNamedEvents(t *testing.T) {
 			http.StatusAccepted, "completed", "completed")
 	})
 
+	t.Run("numbers beyond a float64 are taken as they are", func(t *testing.T) {
+		t.Parallel()
+		execID := e.start(t, wfNamed)
+		corrID := e.waitCorrelationID(t, execID)
+		body := idBody(t, execID, corrID, map[string]any{"amount": json.Number("1e400"), "ref": json.Number("9007199254740993")})
+		requireAccepted(t, named(t, "?event=approval", body, nil), http.StatusAccepted, "completed", "completed")
+		var same bool
+		require.NoError(t, e.svc.Pool().QueryRow(t.Context(), `SELECT output -> 'approval' -> 'ref' = '9007199254740993'::jsonb
+			AND output -> 'approval' -> 'amount' = '1e400'::jsonb FROM node_executions WHERE execution_id = $1`, execID).Scan(&same))
+		require.True(t, same, "the node output holds the numbers as sent")
+	})
+
 	t.Run("the header names it too", func(t *testing.T) {
 		t.Parallel()
 		execID := e.start(t, wfNamed)

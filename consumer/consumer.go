@@ -46,6 +46,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -697,8 +698,10 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	if len(r.Value) > c.cfg.MaxRecordBytes {
 		return poison(poisonTooLarge, fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes), nil)
 	}
-	var payload any
-	if err := json.Unmarshal(r.Value, &payload); err != nil {
+	// Numbers stay exact (jsonnum): 1e400 is JSON, and an id beyond 2^53 is not rounded
+	// into its neighbour's.
+	payload, err := jsonnum.Decode(r.Value)
+	if err != nil {
 		return poison(poisonNotJSON, "value is not JSON: "+err.Error(), nil)
 	}
 	if err := aggregator.CheckStorable(r.Value); err != nil {

@@ -478,10 +478,12 @@ type fakeService struct {
 	mu    sync.Mutex
 	calls map[string]obj   // execution id -> the correlated call's body
 	done  map[string][]obj // execution id -> bodies of continuation calls
+	// doneRaw is done as sent, for numbers that a float64 would not keep.
+	doneRaw map[string][]string
 }
 
 func newFakeService(t *testing.T) *fakeService {
-	f := &fakeService{calls: map[string]obj{}, done: map[string][]obj{}}
+	f := &fakeService{calls: map[string]obj{}, done: map[string][]obj{}, doneRaw: map[string][]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
 		var body obj
@@ -492,11 +494,17 @@ func newFakeService(t *testing.T) *fakeService {
 		w.WriteHeader(http.StatusAccepted)
 	})
 	mux.HandleFunc("POST /done", func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
 		var body obj
-		_ = json.NewDecoder(r.Body).Decode(&body)
+		_ = json.Unmarshal(raw, &body)
+		var ids struct {
+			ExecutionID string `json:"execution_id"`
+		}
+		_ = json.Unmarshal(raw, &ids) // also where body is not a float64's
 		f.mu.Lock()
-		id := fmt.Sprint(body["execution_id"])
+		id := ids.ExecutionID
 		f.done[id] = append(f.done[id], body)
+		f.doneRaw[id] = append(f.doneRaw[id], string(raw))
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"ok":true}`)

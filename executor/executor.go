@@ -34,6 +34,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -294,12 +295,13 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 	}
 }
 
+// sameJSON reports whether two definitions are the same JSON, numbers compared as
+// written: a definition that changes only 9007199254740993 to 9007199254740992 is a new
+// version (and so is one that writes 1 as 1.0, which costs nothing).
 func sameJSON(a, b []byte) bool {
-	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
-		return false
-	}
-	return reflect.DeepEqual(va, vb)
+	va, erra := jsonnum.Decode(a)
+	vb, errb := jsonnum.Decode(b)
+	return erra == nil && errb == nil && reflect.DeepEqual(va, vb)
 }
 
 // definition returns a compiled definition; versions are immutable, so compiled ones

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -72,12 +72,14 @@ func (e *Executor) loadState(ctx context.Context, q dbsqlc.DBTX, id uuid.UUID, f
 	return st, nil
 }
 
+// decodeJSON reads stored JSON for templates and conditions, with its numbers exact: an
+// input id beyond 2^53 is sent on in API calls as the id it is, not a float64's rounding.
 func decodeJSON(raw []byte) any {
 	if len(raw) == 0 {
 		return nil
 	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	v, err := jsonnum.Decode(raw)
+	if err != nil {
 		return nil
 	}
 	return v

@@ -1,12 +1,16 @@
 package executor_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // TestHTTPNode covers how an http node ends.
@@ -114,6 +118,32 @@ func TestHTTPNode(t *testing.T) {
 		})
 	}
 
+}
+
+// TestHTTPNodeExactNumbers: an id beyond 2^53 in the input is sent as it is, and the
+// response's numbers, 1e400 included, are the node's output as they were sent — not a
+// float64's rounding, and not a response that cannot be read.
+func TestHTTPNodeExactNumbers(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.fake.on("/call", func(int, recorded) reply {
+		return reply{status: 200, body: `{"big": 1e400, "id": 9007199254740993}`}
+	})
+	name := h.put(t, h.workflow("http", []obj{node("n", "http", obj{
+		"url": "@{_vars.svc}/call", "method": "POST", "body": obj{"id": "@{_trigger.id}", "text": "id @{_trigger.id}"},
+	})}, nil))
+	h.run(t)
+	id := h.start(t, name, obj{"id": json.Number("9007199254740993")})
+	n := nodeOf(t, h.waitStatus(t, id, "completed"), "n")
+	var sent bytes.Buffer
+	require.NoError(t, json.Compact(&sent, h.fake.requests("/call")[0].Raw))
+	require.Equal(t, `{"id":9007199254740993,"text":"id 9007199254740993"}`, sent.String())
+
+	out, err := jsonnum.Decode(n.Output)
+	require.NoError(t, err)
+	body := out.(map[string]any)["body"].(map[string]any)
+	require.True(t, jsonnum.Equal(json.Number("1e400"), body["big"]), "big: %v", body["big"])
+	require.True(t, jsonnum.Equal(json.Number("9007199254740993"), body["id"]), "id: %v", body["id"])
 }
 
 // TestHTTPNodeUnreachable: a network error is an attempt that could not be made; it is

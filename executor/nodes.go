@@ -17,6 +17,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -360,7 +361,8 @@ func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
 	}
 	var parsed any
 	if len(resp.Body) > 0 {
-		if err := json.Unmarshal(resp.Body, &parsed); err != nil {
+		var err error
+		if parsed, err = jsonnum.Decode(resp.Body); err != nil { // numbers exact, as in the body
 			parsed = string(resp.Body)
 		}
 	}
