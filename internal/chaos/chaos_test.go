@@ -65,6 +65,7 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.Deliveries.Answers[200], "second sends answered as duplicates")
 	require.Positive(t, rep.Deliveries.Answers[409], "late callbacks refused")
 	require.Positive(t, rep.Deliveries.Records)
+	require.Positive(t, rep.Deliveries.MatchRecorded, "records matched by payload recorded")
 	crossed := 0
 	for _, e := range plan.Executions {
 		if e.Cross != nil {

@@ -94,9 +94,12 @@ type Deliveries struct {
 	Records          int         `json:"records"`
 	Reproduced       int         `json:"reproduced"`
 	Noise            int         `json:"noise"`
-	Crossed          int         `json:"crossed"`
-	Calls            int         `json:"calls"`
-	CallRetries      int         `json:"call_retries"`
+	// MatchRecorded counts EventMatch events recorded by their own wait: records
+	// correlated by payload alone, by values a float64 cannot tell apart.
+	MatchRecorded int `json:"match_recorded"`
+	Crossed       int `json:"crossed"`
+	Calls         int `json:"calls"`
+	CallRetries   int `json:"call_retries"`
 	// CallsHeld counts waits whose call never left because a fault held its outbox
 	// claim past the wait's deadline.
 	CallsHeld int `json:"calls_held"`
@@ -303,7 +306,7 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 			if recorded != nil {
 				answered[ev.Name] = *recorded
 			}
-		case EventKafka:
+		case EventKafka, EventMatch:
 			win, ok, disturbed := kafkaWindow(ev, c.cfg.KafkaLatency, c.disturbed)
 			if ok {
 				windows[ev.Name] = win
@@ -373,22 +376,25 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		case o.exec != p.Index || o.name != r.Name:
 			c.violate(InvForeign, p.Index, e.ID, "%s recorded with the payload of execution %d's %s", r.Name, o.exec, o.name)
 		}
-		if r.Name == EventKafka && known && !o.crossed && o.exec == p.Index {
-			ev := eventLog(e, EventKafka)
+		if r.Name == EventMatch && known && !o.crossed && o.exec == p.Index {
+			c.report.Deliveries.MatchRecorded++
+		}
+		if kafkaSourced(r.Name) && known && !o.crossed && o.exec == p.Index {
+			ev := eventLog(e, r.Name)
 			if r.Source.Partition == nil || r.Source.Offset == nil || !slices.ContainsFunc(ev.Records, func(x Produced) bool {
 				return x.Err == "" && x.Partition == *r.Source.Partition && x.Offset == *r.Source.Offset
 			}) {
-				c.violate(InvForeign, p.Index, e.ID, "kafka_event recorded from a record (%v/%v) not produced for it", deref(r.Source.Partition), deref(r.Source.Offset))
+				c.violate(InvForeign, p.Index, e.ID, "%s recorded from a record (%v/%v) not produced for it", r.Name, deref(r.Source.Partition), deref(r.Source.Offset))
 			} else if len(ev.Records) > 0 {
 				ms := float64(r.ReceivedAt.Sub(ev.Records[0].Start).Microseconds()) / 1000
 				latencies = append(latencies, ms)
-				if w, ok := windows[EventKafka]; ok && !w.Open {
+				if w, ok := windows[r.Name]; ok && !w.Open {
 					calm = append(calm, ms)
 				}
 			}
 		}
 	}
-	for name, data := range map[string]json.RawMessage{EventAPI: w.APIData, EventKafka: w.KafkaData} {
+	for name, data := range map[string]json.RawMessage{EventAPI: w.APIData, EventKafka: w.KafkaData, EventMatch: w.MatchData} {
 		if len(data) == 0 || string(data) == "null" {
 			continue
 		}

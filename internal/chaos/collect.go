@@ -49,6 +49,7 @@ type ObservedWait struct {
 	TimedOut      []string
 	APIData       json.RawMessage
 	KafkaData     json.RawMessage
+	MatchData     json.RawMessage // event_data of EventMatch
 	ResumedAt     *time.Time
 	ResumedBy     string
 	Strategy      string
@@ -102,7 +103,7 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	}
 
 	rows, err = pool.Query(ctx, `SELECT execution_id, correlation_id, status, version, received_events, timed_out_events,
-		api_response_data, kafka_event_data, resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
+		api_response_data, kafka_event_data, event_data -> 'paid', resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
 		required_events, enabled_events
 		FROM execution_wait_states WHERE node_id = 'wait'`)
 	if err != nil {
@@ -112,7 +113,7 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		var w ObservedWait
 		var received, timedOut, required, enabled []byte
 		if err := rows.Scan(&w.ExecutionID, &w.CorrelationID, &w.Status, &w.Version, &received, &timedOut,
-			&w.APIData, &w.KafkaData, &w.ResumedAt, &w.ResumedBy, &w.Strategy, &w.OnTimeout, &required, &enabled); err != nil {
+			&w.APIData, &w.KafkaData, &w.MatchData, &w.ResumedAt, &w.ResumedBy, &w.Strategy, &w.OnTimeout, &required, &enabled); err != nil {
 			rows.Close()
 			return obs, fmt.Errorf("read wait states: %w", err)
 		}

@@ -3,14 +3,31 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
-// Event names, as the service stores them.
+// Event names, as the service stores them. EventMatch is a named Kafka event correlated
+// by payload rather than by ids: its record carries the execution's match value at
+// MatchPath, and no ids.
 const (
 	EventAPI   = "api_response"
 	EventKafka = "kafka_event"
+	EventMatch = "paid"
 )
+
+// MatchPath is where a match record carries its value.
+const MatchPath = "chaos.match"
+
+// MatchValue is the payload-match value of plan index i: 2^53 + i. A float64 holds
+// only every other one of them, so an execution's record is also a test that numbers are
+// compared exactly: rounded, it would reach a neighbour's wait too.
+func MatchValue(i int) json.Number {
+	return json.Number(strconv.FormatUint(1<<53+uint64(i), 10))
+}
+
+// kafkaSourced reports whether the named event arrives as a Kafka record.
+func kafkaSourced(name string) bool { return name == EventKafka || name == EventMatch }
 
 // Topic is the one Kafka topic every definition waits on; several id layouts share it,
 // so the consumer must try each configured layout per record.
@@ -127,6 +144,10 @@ var variants = []variant{
 		events: []eventVariant{{EventKafka, true, 0}}},
 	{key: "kafka-only-any", strategy: "any", timeout: 1.5, ids: IDsHeaders,
 		events: []eventVariant{{EventKafka, false, 0}}},
+	{key: "all-match", strategy: "all", timeout: 1,
+		events: []eventVariant{{EventAPI, true, 0}, {EventMatch, true, 0.5}}},
+	{key: "any-match", strategy: "any", timeout: 1,
+		events: []eventVariant{{EventMatch, false, 0}}},
 }
 
 var onTimeouts = []string{"fail", "continue", "continue_with_partial"}
@@ -198,6 +219,15 @@ func (d *Definition) JSON(fakeURL string) ([]byte, error) {
 				ke["timeout"] = e.Timeout.String()
 			}
 			wait["kafkaEvent"] = ke
+		case EventMatch:
+			ev := map[string]any{
+				"name": EventMatch, "source": "kafka", "topic": Topic, "required": e.Required,
+				"match": map[string]any{"left": MatchPath, "op": "eq", "right": "input.chaos_match"},
+			}
+			if e.Timeout > 0 {
+				ev["timeout"] = e.Timeout.String()
+			}
+			wait["events"] = []any{ev}
 		}
 	}
 	continuation := func(kind string) map[string]any {

@@ -276,7 +276,8 @@ func (r *runner) setDown(i int, down bool) {
 // may have created it: the database is asked before trying again, by the plan index
 // stored in the input.
 func (r *runner) start(e *execRun) {
-	body, _ := json.Marshal(map[string]any{"input": map[string]any{"chaos_plan": e.plan.Index, "seed": strconv.FormatUint(r.plan.Seed, 10)}})
+	body, _ := json.Marshal(map[string]any{"input": map[string]any{"chaos_plan": e.plan.Index, "chaos_match": MatchValue(e.plan.Index),
+		"seed": strconv.FormatUint(r.plan.Seed, 10)}})
 	for attempt := 0; r.ctx.Err() == nil; attempt++ {
 		rep := r.liveReplica(e.plan.Replica + attempt)
 		url := "http://" + r.cl.replicas[rep].addr + "/api/v1/workflows/" + e.def.Name + "/executions"
@@ -454,7 +455,7 @@ func (r *runner) schedule(e *execRun, w WaitInfo) {
 		switch ep.Name {
 		case EventAPI:
 			r.at(at, func() { r.callback(e, i, w) })
-		case EventKafka:
+		case EventKafka, EventMatch:
 			r.at(at, func() { r.record(e, i, w) })
 		}
 	}
@@ -565,10 +566,16 @@ func (r *runner) send(s, replica int, payload []byte, headers http.Header) []Att
 func (r *runner) record(e *execRun, i int, w WaitInfo) {
 	ep := e.plan.Events[i]
 	e.mu.Lock()
-	block := chaosBlock(e, w.CorrelationID, EventKafka)
+	block := chaosBlock(e, w.CorrelationID, ep.Name)
 	execID := e.log.ID
 	e.mu.Unlock()
 	value, headers := kafkaValue(e.def.KafkaIDs, execID, w.CorrelationID, "chaos.done", block)
+	if ep.Name == EventMatch {
+		// Correlated by the value alone: no ids in the value or the headers.
+		block["match"] = MatchValue(e.plan.Index)
+		value, _ = json.Marshal(map[string]any{"type": "chaos.done", "chaos": block})
+		headers = nil
+	}
 	if ep.Noise {
 		nv, nh := kafkaValue(e.def.KafkaIDs, execID, w.CorrelationID, "chaos.progress", block)
 		p := r.produce(execID, nv, nh, false)

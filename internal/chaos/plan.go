@@ -137,7 +137,7 @@ func NewPlan(cfg Config) Plan {
 				ep.Replicas = [2]int{rng.IntN(cfg.Replicas), rng.IntN(cfg.Replicas)}
 				ep.SecondAfter = uniform(0, 400*time.Millisecond)
 				ep.IDsInHeaders = rng.IntN(2) == 0
-			case EventKafka:
+			case EventKafka, EventMatch:
 				ep.Reproduce = rng.Float64() < 0.01
 				ep.ReproduceAfter = uniform(50*time.Millisecond, time.Second)
 				ep.Noise = def.Filter && rng.Float64() < 0.1

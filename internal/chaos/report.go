@@ -52,8 +52,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "callbacks  %d events sent twice: %d requests, answers %s, %d connection errors\n",
 		d.Callbacks, d.CallbackRequests, strings.Join(answers, " "), d.ConnectionErrors)
-	fmt.Fprintf(w, "kafka      %d records (%d re-produced, %d filtered noise); produce→recorded %s; undisturbed by faults %s\n",
-		d.Records, d.Reproduced, d.Noise, r.Kafka, r.KafkaCalm)
+	fmt.Fprintf(w, "kafka      %d records (%d re-produced, %d filtered noise, %d matched by payload); produce→recorded %s; undisturbed by faults %s\n",
+		d.Records, d.Reproduced, d.Noise, d.MatchRecorded, r.Kafka, r.KafkaCalm)
 	fmt.Fprintf(w, "calls      %d correlated calls (%d answered 503 on purpose and retried, %d held past their wait by a fault); %d crossed deliveries; %d continuations redelivered after a fault\n",
 		d.Calls, d.CallRetries, d.CallsHeld, d.Crossed, d.Redelivered)
 	g := r.Group
