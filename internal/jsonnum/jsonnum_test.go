@@ -159,3 +159,25 @@ func rat(s string) (*big.Rat, bool) {
 	r, ok := new(big.Rat).SetString(s)
 	return r, ok
 }
+
+// BenchmarkDecode prices exact numbers against encoding/json's float64 decoding of the
+// same record, in one run: go test ./internal/jsonnum -bench Decode -benchmem.
+func BenchmarkDecode(b *testing.B) {
+	record := []byte(`{"execution_id":"01a2026e-a3a9-7f38-90c7-dc02931e4b62","correlation_id":"01a2026e-a3b0-73e3-b058-038ce0d4056e",` +
+		`"type":"payment.settled","data":{"order_id":9007199254740993,"amount":42.5,"currency":"EUR","lines":[1,2,3]}}`)
+	b.Run("float64", func(b *testing.B) {
+		for b.Loop() {
+			var v any
+			if err := json.Unmarshal(record, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("jsonnum", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Decode(record); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
