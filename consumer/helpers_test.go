@@ -528,17 +528,24 @@ func (f *fakeService) doneBy() map[string]int {
 // it.
 func (f *fakeService) continuation(t *testing.T, execID string) obj {
 	t.Helper()
-	var body obj
+	body, _ := f.firstDone(t, execID)
+	return body
+}
+
+// firstDone waits for the execution's first continuation call and returns its body,
+// decoded and as sent.
+func (f *fakeService) firstDone(t *testing.T, execID string) (body obj, raw []byte) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if len(f.done[execID]) == 0 {
 			return false
 		}
-		body = f.done[execID][0]
+		body, raw = f.done[execID][0], []byte(f.doneRaw[execID][0])
 		return true
 	}, waitTimeout, 20*time.Millisecond, "no continuation for %s", execID)
-	return body
+	return body, raw
 }
 
 // sumCounts adds the consumers' counts.

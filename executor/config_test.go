@@ -80,6 +80,26 @@ func TestPutWorkflowAndStart(t *testing.T) {
 	require.Equal(t, "running", nodeOf(t, v, "n").Status, "a queued root shows as running")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND node_id = 'n' AND kind = 'run'`, st.ID))
 
+	// Numbers compare by exact value: 3e1 comes back from jsonb as 30 and is unchanged;
+	// an id a float64 cannot tell from the stored one is a new version.
+	nums := func(id string) []byte {
+		raw, err := json.Marshal(obj{"name": "nums", "nodes": []obj{node("n", "http", obj{
+			"url": "http://a.example/x", "timeout": json.Number("3e1"), "body": obj{"id": json.Number(id)},
+		})}})
+		require.NoError(t, err)
+		return raw
+	}
+	s, err = h.ex.PutWorkflow(ctx, "nums", nums("9007199254740993"))
+	require.NoError(t, err)
+	require.True(t, s.Created)
+	s, err = h.ex.PutWorkflow(ctx, "nums", nums("9007199254740993"))
+	require.NoError(t, err)
+	require.True(t, s.Unchanged, "the same definition, with 3e1 stored as 30")
+	s, err = h.ex.PutWorkflow(ctx, "nums", nums("9007199254740992"))
+	require.NoError(t, err)
+	require.False(t, s.Unchanged)
+	require.EqualValues(t, 2, s.Version)
+
 	_, err = h.ex.StartExecution(ctx, "missing", nil)
 	require.ErrorIs(t, err, executor.ErrWorkflowNotFound)
 	_, err = h.ex.Execution(ctx, uuid.New())

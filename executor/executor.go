@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -295,13 +294,13 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 	}
 }
 
-// sameJSON reports whether two definitions are the same JSON, numbers compared as
-// written: a definition that changes only 9007199254740993 to 9007199254740992 is a new
-// version (and so is one that writes 1 as 1.0, which costs nothing).
+// sameJSON reports whether two definitions are the same JSON, numbers compared by exact
+// value: the stored one has been through jsonb (1e2 comes back as 100), and a definition
+// that changes only 9007199254740993 to 9007199254740992 is a new version.
 func sameJSON(a, b []byte) bool {
 	va, erra := jsonnum.Decode(a)
 	vb, errb := jsonnum.Decode(b)
-	return erra == nil && errb == nil && reflect.DeepEqual(va, vb)
+	return erra == nil && errb == nil && jsonnum.DeepEqual(va, vb)
 }
 
 // definition returns a compiled definition; versions are immutable, so compiled ones

@@ -180,3 +180,34 @@ func Equal(a, b any) bool {
 	}
 	return false
 }
+
+// DeepEqual compares two decoded JSON values: objects by their members, arrays element
+// by element, scalars as Equal does. It is how JSON that PostgreSQL's jsonb has
+// rewritten (1e2 as 100, -0 as 0) is recognised as the JSON that was sent.
+func DeepEqual(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			if w, ok := y[k]; !ok || !DeepEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !DeepEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return Equal(a, b)
+}

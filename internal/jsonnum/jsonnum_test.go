@@ -181,3 +181,32 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+func TestDeepEqual(t *testing.T) {
+	t.Parallel()
+
+	decode := func(s string) any {
+		v, err := Decode([]byte(s))
+		require.NoError(t, err, s)
+		return v
+	}
+	for _, pair := range [][2]string{
+		{`{"a": 1e2, "b": [-0, 1.50], "c": {"d": null, "e": "x"}}`, `{"c": {"e": "x", "d": null}, "b": [0, 1.5], "a": 100}`},
+		{`[]`, `[]`},
+		{`{}`, `{}`},
+	} {
+		require.True(t, DeepEqual(decode(pair[0]), decode(pair[1])), "%s and %s", pair[0], pair[1])
+	}
+	for _, pair := range [][2]string{
+		{`{"id": 9007199254740993}`, `{"id": 9007199254740992}`},
+		{`{"a": 1}`, `{"a": 1, "b": 1}`},
+		{`{"a": 1}`, `{"b": 1}`},
+		{`[1, 2]`, `[2, 1]`},
+		{`[1]`, `[1, 1]`},
+		{`{"a": []}`, `{"a": {}}`},
+		{`{"a": "1"}`, `{"a": 1}`},
+	} {
+		require.False(t, DeepEqual(decode(pair[0]), decode(pair[1])), "%s and %s", pair[0], pair[1])
+		require.False(t, DeepEqual(decode(pair[1]), decode(pair[0])), "%s and %s", pair[1], pair[0])
+	}
+}
