@@ -103,9 +103,9 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	}
 
 	rows, err = pool.Query(ctx, `SELECT execution_id, correlation_id, status, version, received_events, timed_out_events,
-		api_response_data, kafka_event_data, event_data -> 'paid', resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
+		api_response_data, kafka_event_data, event_data -> $1::text, resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
 		required_events, enabled_events
-		FROM execution_wait_states WHERE node_id = 'wait'`)
+		FROM execution_wait_states WHERE node_id = 'wait'`, EventMatch)
 	if err != nil {
 		return obs, fmt.Errorf("read wait states: %w", err)
 	}
