@@ -260,7 +260,9 @@ func eventName(req *http.Request) (string, *problem.Problem) {
 // function so that it can be fuzzed.
 func parse(h http.Header, body []byte, signed bool) (aggregator.Event, *problem.Problem) {
 	var ev aggregator.Event
-	var obj map[string]any
+	// Members stay raw: only the two string ids are read, and no number elsewhere in the
+	// body is converted (1e400 would not fit a float64).
+	var obj map[string]json.RawMessage
 	trimmed := strings.TrimSpace(string(body))
 	switch {
 	case trimmed == "":
@@ -271,7 +273,8 @@ func parse(h http.Header, body []byte, signed bool) (aggregator.Event, *problem.
 		_ = json.Unmarshal(body, &obj) // not an object: ids must then come from headers
 	}
 	field := func(name string) string {
-		if s, ok := obj[name].(string); ok {
+		var s string
+		if raw, ok := obj[name]; ok && json.Unmarshal(raw, &s) == nil {
 			return s
 		}
 		return ""

@@ -33,6 +33,7 @@ func FuzzParse(f *testing.F) {
 		{"", "", "\xff\xfe"},
 		{"", "", `{"execution_id":1,"correlation_id":{"a":"b"}}`},
 		{"{" + exec + "}", "urn:uuid:" + corr, `"text"`},
+		{"", "", `{"amount":1e400,"execution_id":"` + exec + `","correlation_id":"` + corr + `"}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.hdrExec, s.hdrCorr, []byte(s.body))
