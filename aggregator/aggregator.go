@@ -171,13 +171,17 @@ type Result struct {
 	// Continued, for a Completed wait, says its continuation was handed over inside the
 	// transaction (ContinueWith), so the commit needs no Continued call for it.
 	Continued bool
+	// Expired is set when a Late event found its wait past a deadline no sweeper had
+	// written yet and wrote it itself, ending the wait (see ApplyTx); Observe announces
+	// it after the commit as a sweeper would.
+	Expired *Expired
 }
 
-// Queued reports whether any of results completed a wait whose continuation went to the
-// run queue: the caller announces those with Continued after its commit.
+// Queued reports whether any of results completed or ended a wait whose continuation
+// went to the run queue: the caller announces those with Continued after its commit.
 func Queued(results []Result) bool {
 	for _, r := range results {
-		if (r.Outcome == Completed && !r.Continued) || Queued(r.Deliveries) {
+		if (r.Outcome == Completed && !r.Continued) || r.Expired != nil || Queued(r.Deliveries) {
 			return true
 		}
 	}
@@ -521,18 +525,33 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 			return Result{}, err
 		}
 		loaded := row.Version
-		outcome, name, err := w.decide(ev, key, time.Now().UTC())
+		now := time.Now().UTC()
+		outcome, name, err := w.decide(ev, key, now)
 		if err != nil {
 			return Result{}, err
 		}
 		res := Result{Outcome: outcome, Event: name, WaitStateID: row.ID, NodeID: row.NodeID, Status: w.row.Status, Version: loaded,
 			Conflicts: attempt, TraceParent: deref(row.TraceParent), FirstEvent: w.firstEvent(outcome)}
-		if outcome != Recorded && outcome != Completed {
+		var won bool
+		switch {
+		case outcome == Late && w.due:
+			// Late by the clock only: the deadline is written first, as the sweeper would
+			// have, so this answer holds against a replica committing the same event
+			// decided just before the deadline — one of the two writes misses its fence.
+			// The deadline always changes the row here (the event, not received, times
+			// out, or the wait ends), so the version moves.
+			var d dueWrite
+			if d, won, err = a.expireNow(ctx, tx, row, now); err != nil {
+				return Result{}, err
+			}
+			res.Status, res.Version, res.Expired = d.status, loaded+d.bump, d.fired
+		case outcome == Recorded || outcome == Completed:
+			if won, err = a.write(ctx, tx, w, loaded); err != nil {
+				return Result{}, err
+			}
+			res.Version = loaded + int64(w.applied)
+		default:
 			return res, nil
-		}
-		won, err := a.write(ctx, tx, w, loaded)
-		if err != nil {
-			return Result{}, err
 		}
 		if !won {
 			// Lost the race: someone changed the row since we read it.
@@ -544,7 +563,6 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 				"instance_id", a.cfg.InstanceID, "version", loaded)
 			continue
 		}
-		res.Version = loaded + int64(w.applied)
 		return res, nil
 	}
 }

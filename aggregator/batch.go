@@ -17,8 +17,9 @@ import (
 // round trips: one query loads every wait the batch names, each event is decided in
 // memory in input order (events of one wait see each other), and one statement writes
 // every changed wait — its node output and continuation included — behind the version
-// fence of what was loaded. Waits whose fence missed, and events whose ids do not match a
-// wait, go through ApplyTx one by one. Results are in input order; the caller calls
+// fence of what was loaded. Waits whose fence missed, waits an event found past a
+// deadline their row does not show yet, and events whose ids do not match a wait, go
+// through ApplyTx one by one. Results are in input order; the caller calls
 // Continued after its commit when Queued(results).
 //
 // With a ContinueFunc set (ContinueWith), the executions of the waits the batch
@@ -93,7 +94,17 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 	}
 
 	var dirty []*wait
-	for w := range touched {
+	for w, idx := range touched {
+		if w.due {
+			// An event found the wait past a deadline its row does not show yet: its
+			// answer needs that deadline written first (ApplyTx does), so every event of
+			// this wait is decided there instead, in order, and nothing of it here.
+			for _, i := range idx {
+				results[i] = Result{}
+			}
+			slow = append(slow, idx...)
+			continue
+		}
 		if w.applied > 0 {
 			dirty = append(dirty, w)
 		}

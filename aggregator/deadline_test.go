@@ -588,20 +588,26 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		ws := f.waitState(t, w.ID)
 		sleepUntil(ws.ExpiresAt.Add(20 * time.Millisecond))
 
-		snap := f.snapshot(t, w.ExecutionID)
+		// The late event writes the passed deadline itself, exactly as the sweeper would
+		// have: answering late from a row still showing the wait open could contradict
+		// a replica committing the same event decided just before the deadline.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, aggregator.StatusWaiting, res.Status, "no sweeper ran")
-		require.Equal(t, int64(1), res.Version)
-		require.Equal(t, snap, f.snapshot(t, w.ExecutionID), "nothing changed")
-
-		require.Equal(t, 1, f.sweep(t, sw, time.Now()))
+		require.Equal(t, aggregator.StatusTimeout, res.Status)
+		require.Equal(t, int64(2), res.Version, "registration and the timeout")
+		require.NotNil(t, res.Expired)
+		require.Equal(t, w.ID.String(), res.Expired.WaitStateID)
+		require.False(t, res.Expired.Continue)
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, int64(2), ws.Version)
 		require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 		require.Equal(t, []string{api}, timedOutOf(t, ws))
 		require.Equal(t, "failed", f.node(t, w).Status)
-		require.Len(t, expired.all(), 1)
+		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
+
+		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		require.Empty(t, expired.all())
 	})
 
 	t.Run("own deadline of an optional event", func(t *testing.T) {
@@ -615,19 +621,24 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		ws := f.waitState(t, w.ID)
 		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
-		snap := f.snapshot(t, w.ExecutionID)
 		res := f.apply(t, w.event(kafka, kafkaPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, int64(1), res.Version)
-		require.Equal(t, snap, f.snapshot(t, w.ExecutionID), "nothing changed")
+		// The late record wrote kafka_event's timeout, as the sweeper would have; the
+		// wait goes on, its next deadline the overall one.
+		require.Equal(t, aggregator.StatusWaiting, res.Status)
+		require.Equal(t, int64(2), res.Version)
+		require.Nil(t, res.Expired, "the wait did not end")
+		ws = f.waitState(t, w.ID)
+		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
+		require.Equal(t, ws.ExpiresAt, ws.NextDeadlineAt)
+		require.Nil(t, ws.KafkaEventData)
 
 		res = f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Completed, res.Outcome)
+		require.Equal(t, int64(3), res.Version)
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, []string{api}, receivedNames(t, ws))
 		require.Nil(t, ws.KafkaEventData)
-		// No sweeper ran, yet kafka_event's passed deadline is recorded at completion:
-		// the output does not depend on when (or whether) the sweeper ran.
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		out := decode(t, f.node(t, w).Output).(map[string]any)
 		require.Equal(t, []any{kafka}, out["timed_out_events"])
@@ -694,22 +705,29 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		ws := f.waitState(t, w.ID)
 		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
-		require.Equal(t, aggregator.Late, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
 		// kafka_event timing out ended the wait (all needs every event), so api_response
-		// is late too although its own deadline is ahead and no sweeper has run: what is
-		// recorded must not depend on when the sweeper gets to the wait.
-		snap := f.snapshot(t, w.ExecutionID)
+		// is late although its own deadline is ahead and no sweeper has run: what is
+		// recorded must not depend on when the sweeper gets to the wait. The late event
+		// writes that ending itself.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, aggregator.StatusWaiting, res.Status, "no sweeper ran")
-		require.Equal(t, snap, f.snapshot(t, w.ExecutionID), "nothing changed")
-		require.Equal(t, 1, f.sweep(t, sw, time.Now()))
+		require.Equal(t, aggregator.StatusTimeout, res.Status)
+		require.NotNil(t, res.Expired)
+		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
 		require.Empty(t, receivedNames(t, ws))
 		require.Nil(t, ws.ApiResponseData)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		require.Equal(t, "failed", f.node(t, w).Status)
+
+		// Once the row shows the wait ended, a late arrival changes nothing.
+		snap := f.snapshot(t, w.ExecutionID)
+		res = f.apply(t, w.event(kafka, kafkaPayload))
+		require.Equal(t, aggregator.Late, res.Outcome)
+		require.Nil(t, res.Expired)
+		require.Equal(t, snap, f.snapshot(t, w.ExecutionID), "nothing changed")
 	})
 
 	t.Run("required event's own deadline under required_only", func(t *testing.T) {
@@ -727,8 +745,12 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 		// The optional api_response arrives after the required event's deadline ended
 		// the wait: late, so the partial output holds only what arrived in time.
-		require.Equal(t, aggregator.Late, f.apply(t, w.event(api, apiPayload)).Outcome)
-		require.Equal(t, 1, f.sweep(t, sw, time.Now()))
+		res := f.apply(t, w.event(api, apiPayload))
+		require.Equal(t, aggregator.Late, res.Outcome)
+		require.NotNil(t, res.Expired)
+		require.True(t, res.Expired.Continue)
+		require.True(t, res.Expired.Partial)
+		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
 		require.Empty(t, receivedNames(t, ws))
@@ -750,6 +772,15 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 		// A passed deadline that does not end the wait leaves the others counting.
 		require.Equal(t, aggregator.Completed, f.apply(t, w.event(api, apiPayload)).Outcome)
+		// No sweeper ran and nothing arrived late, yet kafka_event's passed deadline is
+		// recorded at completion: the output does not depend on when (or whether) the
+		// sweeper ran.
+		ws = f.waitState(t, w.ID)
+		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
+		require.Equal(t, int64(2), ws.Version, "registration and the completing event")
+		out := outputOf(t, f.node(t, w))
+		require.Equal(t, []any{kafka}, out["timed_out_events"])
+		require.Equal(t, false, out["timeout"])
 	})
 }
 
@@ -884,7 +915,7 @@ func TestDeadlineRacesEvents(t *testing.T) {
 		}
 	}
 	rows := f.deadlineRows(t, waits)
-	completed, timedOut, lateBeforeSweep, lateAfterDeadline := 0, 0, 0, 0
+	completed, timedOut, endedByEvent, lateAfterDeadline := 0, 0, 0, 0
 	for i, w := range waits {
 		d, row := deliveries[i], rows[w.ID]
 		require.NoError(t, d.err, "wait %d", i)
@@ -918,8 +949,9 @@ func TestDeadlineRacesEvents(t *testing.T) {
 			require.Equal(t, []string{api}, row.OutputTimedOut, "wait %d", i)
 			require.Equal(t, 1, reported[w.ID.String()], "wait %d: reported expired exactly once", i)
 			require.False(t, d.end.Before(expires[w.ID]), "wait %d: an event that returned before the deadline was late", i)
-			if d.res.Status == aggregator.StatusWaiting {
-				lateBeforeSweep++
+			require.Equal(t, aggregator.StatusTimeout, d.res.Status, "wait %d: a late answer stands on the deadline written", i)
+			if d.res.Expired != nil {
+				endedByEvent++ // the late event found the deadline unwritten and wrote it
 			}
 			if !d.start.Before(expires[w.ID]) {
 				lateAfterDeadline++
@@ -930,8 +962,8 @@ func TestDeadlineRacesEvents(t *testing.T) {
 	}
 	require.Equal(t, waitCount, completed+timedOut)
 	require.Len(t, reported, timedOut)
-	t.Logf("%d waits raced their deadline: %d completed, %d timed out (%d of those judged late before a sweeper fired; %d delivered after the deadline); pods fired %d and %d",
-		waitCount, completed, timedOut, lateBeforeSweep, lateAfterDeadline, byPod[0], byPod[1])
+	t.Logf("%d waits raced their deadline: %d completed, %d timed out (%d of those ended by the late event before a sweeper got to them; %d delivered after the deadline); pods fired %d and %d",
+		waitCount, completed, timedOut, endedByEvent, lateAfterDeadline, byPod[0], byPod[1])
 }
 
 // TestSweepersDecideOnce runs sweepers of two pods over many due waits at once: SKIP

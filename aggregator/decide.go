@@ -20,6 +20,10 @@ type wait struct {
 	expected []Expected // decoded on demand (Kafka filters, deadlines)
 	// applied counts events recorded in memory and not yet written.
 	applied int
+	// due is set when an event was judged late by the clock alone: a deadline has passed
+	// that the stored row does not show yet. The caller must write that deadline (as the
+	// sweeper would) before answering late; see ApplyTx.
+	due bool
 }
 
 func decodeWait(row dbsqlc.ExecutionWaitState) (*wait, error) {
@@ -76,7 +80,14 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 			return FilterMismatch, name, nil
 		}
 	}
-	if w.row.Status != StatusWaiting || w.eventPastDeadline(name, now) || w.endedByDeadline(now) {
+	if w.row.Status != StatusWaiting || slices.Contains(w.timedOut, name) {
+		return Late, name, nil // as the stored row says: every replica sees the same
+	}
+	if w.eventPastDeadline(name, now) || w.endedByDeadline(now) {
+		// Late by the clock, while the row still shows the event open. Another replica
+		// may be committing this very event, decided before the deadline, with the row
+		// locked: answering late from this snapshot alone would contradict it.
+		w.due = true
 		return Late, name, nil
 	}
 	w.received = append(w.received, Received{Name: name, ReceivedAt: now, Source: ev.Source, Key: key})

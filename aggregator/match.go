@@ -193,6 +193,7 @@ func foldMatches(events []Event, origin []int, expanded []Result) []Result {
 			deliveries := r.Deliveries
 			*r = res
 			r.Deliveries = deliveries
+			r.Expired = nil // each deadline written stays with its delivery, announced once
 		}
 		reached[i] = true
 	}

@@ -68,10 +68,9 @@ type SendResult struct {
 	Unmatched string
 }
 
-// Completed reports whether a delivery satisfied a wait (its continuation is enqueued).
-func (r SendResult) Completed() bool {
-	return slices.ContainsFunc(r.Deliveries, func(d Result) bool { return d.Outcome == Completed })
-}
+// Queued reports whether a delivery completed a wait, or ended one by writing its passed
+// deadline: its continuation is enqueued, for Continued to announce after the commit.
+func (r SendResult) Queued() bool { return Queued(r.Deliveries) }
 
 // Send delivers a sent event in a transaction of its own and announces continuations.
 func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
@@ -88,14 +87,14 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 		return SendResult{}, err
 	}
 	a.ObserveSent(ctx, s, res)
-	if res.Completed() {
+	if res.Queued() {
 		a.Continued()
 	}
 	return res, nil
 }
 
 // SendTx delivers a sent event inside the caller's transaction; the caller calls
-// ObserveSent, and Continued when res.Completed(), after its commit.
+// ObserveSent, and Continued when res.Queued(), after its commit.
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
 	if err := CheckStorable(s.Payload); err != nil {
 		return SendResult{}, err
@@ -227,6 +226,7 @@ func (a *Aggregator) ObserveSent(ctx context.Context, s Sent, res SendResult) {
 		}
 	}
 	a.Observe(ctx, evs, applied)
+	a.announceExpired(ctx, expiredOf(res.Deliveries))
 }
 
 // finished reports whether an execution status is final.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/db"
@@ -26,8 +27,10 @@ const sweepRecheck = 25 * time.Millisecond
 
 // Expired reports one wait that a deadline ended.
 type Expired struct {
-	WaitStateID string
-	NodeID      string
+	WaitStateID   string
+	ExecutionID   uuid.UUID
+	CorrelationID uuid.UUID
+	NodeID        string
 	// Deadline is the deadline that fired; Lateness how long after it the decision
 	// committed.
 	Deadline time.Time
@@ -150,9 +153,8 @@ func (a *Aggregator) drainDue(ctx context.Context) error {
 func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 	var claimed int
 	var fired []Expired
-	var partial []dbsqlc.ExecutionWaitState
 	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
-		claimed, fired, partial = 0, nil, nil
+		claimed, fired = 0, nil
 		rows, err := a.q.WaitStateClaimDue(ctx, tx, dbsqlc.WaitStateClaimDueParams{Now: now, Max: int32(a.cfg.SweepBatch)})
 		if err != nil {
 			return fmt.Errorf("claim due waits: %w", err)
@@ -176,18 +178,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 			if d.fired != nil {
 				fired = append(fired, *d.fired)
 			}
-			if d.partial {
-				partial = append(partial, row)
-			}
-			p.Ids = append(p.Ids, row.ID)
-			p.Versions = append(p.Versions, row.Version)
-			p.Bumps = append(p.Bumps, d.bump)
-			p.Statuses = append(p.Statuses, d.status)
-			p.TimedOutEvents = append(p.TimedOutEvents, d.timedOut)
-			p.NextDeadlines = append(p.NextDeadlines, d.next)
-			p.Errors = append(p.Errors, d.reason)
-			p.NodeStatuses = append(p.NodeStatuses, d.nodeStatus)
-			p.Outputs = append(p.Outputs, d.output)
+			d.addTo(&p, row)
 		}
 		written, err := a.q.WaitStateExpire(ctx, tx, p)
 		if err != nil {
@@ -206,21 +197,50 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 	if len(fired) == 0 {
 		return claimed, nil
 	}
+	a.logger.InfoContext(ctx, "deadlines fired", "count", len(fired), "instance_id", a.cfg.InstanceID)
+	a.announceExpired(ctx, fired)
+	a.Continued()
+	return claimed, nil
+}
+
+// announceExpired reports waits whose deadline ended them, once their decision has
+// committed — by a sweeper, or by an event that found its wait past the deadline
+// (ApplyTx): lateness, the partial-data warning, metrics and spans, OnExpired.
+func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
+	if len(fired) == 0 {
+		return
+	}
 	committed := time.Now()
 	for i := range fired {
 		fired[i].Lateness = committed.Sub(fired[i].Deadline)
+		if fired[i].Partial {
+			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", fired[i].ExecutionID,
+				"correlation_id", fired[i].CorrelationID, "node_id", fired[i].NodeID, "instance_id", a.cfg.InstanceID)
+		}
 	}
-	for _, row := range partial {
-		a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", row.ExecutionID,
-			"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID)
-	}
-	a.logger.InfoContext(ctx, "deadlines fired", "count", len(fired), "instance_id", a.cfg.InstanceID)
 	a.observeExpired(ctx, fired)
 	if a.cfg.OnExpired != nil {
 		a.cfg.OnExpired(fired)
 	}
-	a.Continued()
-	return claimed, nil
+}
+
+// expireNow writes the deadlines passed at now of one event wait, as the sweeper would,
+// behind the version fence of the row as loaded. ApplyTx calls it before answering an
+// event late by the clock: the version moves, so a replica committing the same event
+// decided before the deadline and this answer cannot both stand — whichever writes second
+// misses its fence and decides again against the other's row. written is false when the
+// fence missed.
+func (a *Aggregator) expireNow(ctx context.Context, tx pgx.Tx, row dbsqlc.ExecutionWaitState, now time.Time) (d dueWrite, written bool, err error) {
+	if d, err = a.eventDue(ctx, row, now); err != nil {
+		return d, false, err
+	}
+	var p dbsqlc.WaitStateExpireParams
+	d.addTo(&p, row)
+	ids, err := a.q.WaitStateExpire(ctx, tx, p)
+	if err != nil {
+		return d, false, fmt.Errorf("write deadline decision: %w", err)
+	}
+	return d, len(ids) == 1, nil
 }
 
 // dueWrite is the sweeper's decision for one due wait, as WaitStateExpire writes it.
@@ -232,9 +252,21 @@ type dueWrite struct {
 	reason     string
 	nodeStatus string
 	output     []byte
-	// fired is set when the wait ended; partial when it continued with events missing.
-	fired   *Expired
-	partial bool
+	// fired is set when the wait ended.
+	fired *Expired
+}
+
+// addTo appends the decision for row to the statement writing a sweep's decisions.
+func (d dueWrite) addTo(p *dbsqlc.WaitStateExpireParams, row dbsqlc.ExecutionWaitState) {
+	p.Ids = append(p.Ids, row.ID)
+	p.Versions = append(p.Versions, row.Version)
+	p.Bumps = append(p.Bumps, d.bump)
+	p.Statuses = append(p.Statuses, d.status)
+	p.TimedOutEvents = append(p.TimedOutEvents, d.timedOut)
+	p.NextDeadlines = append(p.NextDeadlines, d.next)
+	p.Errors = append(p.Errors, d.reason)
+	p.NodeStatuses = append(p.NodeStatuses, d.nodeStatus)
+	p.Outputs = append(p.Outputs, d.output)
 }
 
 // timerDue resumes a due timer: node completed with its output, continuation enqueued.
@@ -245,8 +277,8 @@ func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
 	}
 	return dueWrite{
 		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: "completed", output: output,
-		fired: &Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
-			Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
+		fired: &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
+			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
 	}, nil
 }
 
@@ -279,9 +311,9 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 		if out.output, err = json.Marshal(o); err != nil {
 			return dueWrite{}, err
 		}
-		out.fired = &Expired{WaitStateID: row.ID.String(), NodeID: row.NodeID, Deadline: row.NextDeadlineAt,
-			Continue: d.Continue, Partial: d.Continue && d.Partial, OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)}
-		out.partial = d.Partial
+		out.fired = &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
+			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: d.Continue, Partial: d.Continue && d.Partial,
+			OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)}
 		if !d.Continue {
 			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", row.ExecutionID,
 				"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "reason", d.Reason)

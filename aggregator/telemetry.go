@@ -174,6 +174,19 @@ func (a *Aggregator) Observe(ctx context.Context, events []Event, results []Resu
 			a.observe(ctx, events[i], d, false)
 		}
 	}
+	a.announceExpired(ctx, expiredOf(results))
+}
+
+// expiredOf collects the deadlines that late events wrote (Result.Expired).
+func expiredOf(results []Result) []Expired {
+	var fired []Expired
+	for _, r := range results {
+		if r.Expired != nil {
+			fired = append(fired, *r.Expired)
+		}
+		fired = append(fired, expiredOf(r.Deliveries)...)
+	}
+	return fired
 }
 
 // observe records one decision; unmatched says whether a decision that applied nothing

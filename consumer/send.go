@@ -183,7 +183,7 @@ func (c *Consumer) send(ctx context.Context, items []item) (touchedDB bool, err 
 		res := results[i]
 		c.agg.ObserveSent(ctx, *it.sent, res)
 		c.count("send_" + string(res.Outcome))
-		completed = completed || res.Completed()
+		completed = completed || res.Queued()
 		c.logSent(recordCtx(ctx, it.rec), *it.sent, res)
 	}
 	if completed {
