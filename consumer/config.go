@@ -33,6 +33,7 @@ const (
 	BackoffMinDefault     = 100 * time.Millisecond
 	BackoffMaxDefault     = 10 * time.Second
 	EventsTopicDefault    = "rendezvous.events"
+	SessionTimeoutDefault = 45 * time.Second
 )
 
 // Config configures a Consumer.
@@ -64,6 +65,13 @@ type Config struct {
 	// Lanes is how many groups of partitions are applied side by side, each in its own
 	// transactions. Default LanesDefault.
 	Lanes int
+	// SessionTimeout is how long the broker keeps a member that stopped heartbeating (a
+	// replica killed without leaving the group) before handing its partitions to the
+	// others. Their records wait that long, and, once a rebalance has begun, so does every
+	// partition of the group: the broker waits for each member to rejoin. Brokers accept
+	// 6 s to 30 min unless configured otherwise. Default SessionTimeoutDefault, the Kafka
+	// client's.
+	SessionTimeout time.Duration
 	// TopicRefresh is how often stored definitions are re-read for new topics (a
 	// definition stored through this replica is picked up at once). Default
 	// TopicRefreshDefault.
@@ -120,6 +128,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Lanes <= 0 {
 		c.Lanes = LanesDefault
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = SessionTimeoutDefault
 	}
 	if c.TopicRefresh <= 0 {
 		c.TopicRefresh = TopicRefreshDefault

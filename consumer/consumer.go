@@ -124,6 +124,10 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		// Three heartbeats per session at least, as Kafka advises, and no more often than
+		// the client's default.
+		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
 		// The events topic is known without the database: consumed from the start.
 		kgo.ConsumeTopics(cfg.EventsTopic),
 		kgo.DisableAutoCommit(),

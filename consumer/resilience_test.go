@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 // startMany starts n executions of name concurrently and returns their ids.
@@ -315,4 +316,37 @@ func TestReadinessAfterOutage(t *testing.T) {
 	fault.Remove(t)
 	e.waitStatus(t, s, execID, "completed")
 	require.Eventually(t, func() bool { return e.committed(t, "rao")[0] == 1 }, waitTimeout, 20*time.Millisecond)
+}
+
+// TestSessionTimeout: the replica joins its group with the configured session timeout,
+// which bounds how long a replica killed without leaving holds its partitions (and, in a
+// rebalance begun meanwhile, the group's). Kafka brokers keep the client default, 45 s,
+// unless told otherwise.
+func TestSessionTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		set  time.Duration
+		want time.Duration
+	}{{"default", 0, 45 * time.Second}, {"configured", 7 * time.Second, 7 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			joined := make(chan int32, 1)
+			e.cluster.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				select {
+				case joined <- req.(*kmsg.JoinGroupRequest).SessionTimeoutMillis:
+				default:
+				}
+				return nil, nil, false // observed only: the broker handles the join
+			})
+			e.start(t, "pod-a", func(c *service.Config) { c.Kafka.SessionTimeout = tc.set })
+			select {
+			case ms := <-joined:
+				require.Equal(t, tc.want, time.Duration(ms)*time.Millisecond)
+			case <-time.After(waitTimeout):
+				require.FailNow(t, "the replica never joined its group")
+			}
+		})
+	}
 }

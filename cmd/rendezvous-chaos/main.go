@@ -40,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.WaitTimeout, "wait-timeout", chaos.WaitTimeoutDefault, "base overall timeout of the wait nodes")
 	fs.IntVar(&cfg.Kills, "kills", 0, "replica SIGKILLs (default: one per 90 s of starting executions, at least one)")
 	fs.IntVar(&cfg.Terms, "terms", 0, "replica SIGTERMs, each making its consumer leave the group (default 1; negative for none)")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", chaos.SessionTimeoutDefault, "the replicas' --kafka-session-timeout: how long the broker keeps a killed replica in the group")
 	fs.DurationVar(&cfg.KafkaLatency, "kafka-latency", chaos.KafkaLatencyDefault, "produce → applied bound for records while no fault disturbs the consumers")
 	fs.DurationVar(&cfg.MaxDuration, "max-duration", chaos.MaxDurationDefault, "stop and report after this long")
 	fs.DurationVar(&cfg.Quiesce, "quiesce", chaos.QuiesceDefault, "how long to wait after the last delivery for everything to finish")

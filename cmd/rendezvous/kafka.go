@@ -22,6 +22,7 @@ func bindKafka(o *options, cfg *consumer.Config) {
 	o.String(&cfg.Group, "kafka-group", "RENDEZVOUS_KAFKA_GROUP", consumer.GroupDefault, "consumer group shared by all replicas")
 	o.Strings(&cfg.Topics, "kafka-topics", "RENDEZVOUS_KAFKA_TOPICS", "topics consumed besides those of stored definitions")
 	o.String(&cfg.EventsTopic, "kafka-events-topic", "RENDEZVOUS_KAFKA_EVENTS_TOPIC", consumer.EventsTopicDefault, "topic of events sent to executions by type (the Kafka form of POST /api/v1/executions/{id}/events), always consumed")
+	o.Duration(&cfg.SessionTimeout, "kafka-session-timeout", "RENDEZVOUS_KAFKA_SESSION_TIMEOUT", consumer.SessionTimeoutDefault, "how long the broker keeps a replica that died without leaving the group before its partitions go to the others")
 	o.Int(&cfg.MaxRecordBytes, "kafka-max-record-bytes", "RENDEZVOUS_KAFKA_MAX_RECORD_BYTES", consumer.MaxRecordBytesDefault, "larger record values are dead-lettered")
 	o.String(&cfg.DLQSuffix, "kafka-dlq-suffix", "RENDEZVOUS_KAFKA_DLQ_SUFFIX", consumer.DLQSuffixDefault, "dead-letter topic of <topic> is <topic><suffix>")
 	o.String(&cfg.SASLMechanism, "kafka-sasl-mechanism", "RENDEZVOUS_KAFKA_SASL_MECHANISM", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")

@@ -314,6 +314,7 @@ func (c *cluster) startReplica(r *replica) error {
 		"--instance-id", instanceID(r.index),
 		"--kafka-brokers", c.kafkaAddr,
 		"--kafka-group", c.group,
+		"--kafka-session-timeout", c.cfg.SessionTimeout.String(),
 		"--db-max-conns", strconv.Itoa(replicaDBConns),
 		"--lease", replicaLease.String(),
 		"--poll-interval", "200ms",

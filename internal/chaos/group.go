@@ -114,10 +114,9 @@ func (s GroupSample) membersOf(clientID string) []string {
 	return out
 }
 
-// evictAfter is when a dead member still in the group is evicted by the driver: the
-// session timeout franz-go asks for (45 s), after which a broker must have dropped it,
-// plus a margin.
-const evictAfter = 45*time.Second + 10*time.Second
+// evictMargin is how long past the replicas' session timeout a dead member still in the
+// group is evicted by the driver: by then a broker must have dropped it.
+const evictMargin = 10 * time.Second
 
 // Eviction is a dead member the broker kept past its session timeout, which the driver
 // removed with a LeaveGroup naming it — as the session timeout should have.
@@ -141,7 +140,7 @@ func (r *runner) evictZombies(s GroupSample) {
 	r.mu.Lock()
 	var due []Eviction
 	for _, d := range r.dead {
-		if time.Since(d.At) < evictAfter || slices.ContainsFunc(r.evicted, func(e Eviction) bool { return e.MemberID == d.MemberID }) {
+		if time.Since(d.At) < r.cfg.SessionTimeout+evictMargin || slices.ContainsFunc(r.evicted, func(e Eviction) bool { return e.MemberID == d.MemberID }) {
 			continue
 		}
 		for _, m := range s.Members {

@@ -18,6 +18,9 @@ func ReplayCommand(cfg Config) string {
 	if cfg.KafkaLatency != KafkaLatencyDefault {
 		fmt.Fprintf(&b, " --kafka-latency %s", cfg.KafkaLatency)
 	}
+	if cfg.SessionTimeout != SessionTimeoutDefault {
+		fmt.Fprintf(&b, " --session-timeout %s", cfg.SessionTimeout)
+	}
 	return b.String()
 }
 
