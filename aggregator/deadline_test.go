@@ -693,6 +693,35 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, []string{"early"}, timedOutOf(t, ws))
 	})
 
+	t.Run("a sent event past the overall deadline", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		sw, _ := f.sweeper(t, "sweeper")
+		reg := registration(aggregator.StrategyAll, []aggregator.Expected{
+			{Name: "approval", Source: aggregator.SourceSend, Type: "approved", Required: true},
+		})
+		reg.Timeout = 100 * time.Millisecond
+		w := f.newWait(t, reg)
+		sleepUntil(f.waitState(t, w.ID).ExpiresAt.Add(20 * time.Millisecond))
+
+		// Offered to the wait, the event is late: it writes the deadline first, and,
+		// taken by no wait, is buffered for a later one.
+		res, err := f.agg.Send(t.Context(), aggregator.Sent{ExecutionID: w.ExecutionID, Type: "approved",
+			Payload: []byte(`{"ok": true}`), Source: aggregator.Source{Kind: aggregator.SourceSend}})
+		require.NoError(t, err)
+		require.Equal(t, aggregator.SendBuffered, res.Outcome)
+		require.Len(t, res.Deliveries, 1)
+		require.Equal(t, aggregator.Late, res.Deliveries[0].Outcome)
+		require.NotNil(t, res.Deliveries[0].Expired)
+		require.True(t, res.Queued(), "the timeout's continuation is announced")
+		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		ws := f.waitState(t, w.ID)
+		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, []string{"approval"}, timedOutOf(t, ws))
+		require.Equal(t, "failed", f.node(t, w).Status)
+		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
+	})
+
 	t.Run("own deadline under all", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
