@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,9 +92,14 @@ type Deliveries struct {
 	CallbackRequests int         `json:"callback_requests"`
 	Answers          map[int]int `json:"answers"`
 	ConnectionErrors int         `json:"connection_errors"`
-	Records          int         `json:"records"`
-	Reproduced       int         `json:"reproduced"`
-	Noise            int         `json:"noise"`
+	// Sends are events sent by type (EventSend), each twice; SendAnswers counts their
+	// answers by status and, for 202, outcome.
+	Sends        int            `json:"sends"`
+	SendRequests int            `json:"send_requests"`
+	SendAnswers  map[string]int `json:"send_answers"`
+	Records      int            `json:"records"`
+	Reproduced   int            `json:"reproduced"`
+	Noise        int            `json:"noise"`
 	// MatchRecorded counts EventMatch events recorded by their own wait: records
 	// correlated by payload alone, by values a float64 cannot tell apart.
 	MatchRecorded int `json:"match_recorded"`
@@ -196,7 +202,7 @@ func Verify(cfg Config, plan Plan, log RunLog, obs Observed) *Report {
 		Seed: plan.Seed, Replay: ReplayCommand(cfg), Executions: len(plan.Executions), Replicas: cfg.Replicas,
 		PGRestart: cfg.PGRestart, Duration: log.End.Sub(log.Start), Faults: log.Faults, Notes: log.Notes,
 		Outcomes:   Outcomes{Certain: map[string]int{}, Actual: map[string]int{}},
-		Deliveries: Deliveries{Answers: map[int]int{}},
+		Deliveries: Deliveries{Answers: map[int]int{}, SendAnswers: map[string]int{}},
 		Violations: []Violation{},
 	}
 	c := &checker{cfg: cfg, plan: plan, log: log, obs: obs, report: rep, counts: map[string]*Row{}, disturbed: disturbances(log)}
@@ -306,6 +312,17 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 			if recorded != nil {
 				answered[ev.Name] = *recorded
 			}
+		case EventSend:
+			win, recorded, ok, problems := sendWindow(ev)
+			for _, pr := range problems {
+				c.violate(InvAnswers, p.Index, e.ID, "sent event: %s", pr)
+			}
+			if ok {
+				windows[ev.Name] = win
+			}
+			if recorded != nil {
+				answered[ev.Name] = *recorded
+			}
 		case EventKafka, EventMatch:
 			win, ok, disturbed := kafkaWindow(ev, c.cfg.KafkaLatency, c.disturbed)
 			if ok {
@@ -353,11 +370,24 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		c.continuation(p, e, w, actual, nodes, byCorr[w.CorrelationID])
 	}
 
-	// Callback answers against the database.
+	// Answers to callbacks and sent events against the database.
 	for name, rec := range answered {
 		c.checked(InvAnswers, 1)
 		if rec != slices.Contains(recorded, name) {
-			c.violate(InvAnswers, p.Index, e.ID, "callback answers say recorded=%v, received_events say %v", rec, recorded)
+			c.violate(InvAnswers, p.Index, e.ID, "%s: answers say recorded=%v, received_events say %v", name, rec, recorded)
+		}
+	}
+	// A sent event no wait took is kept: buffered, then dead-lettered when the execution
+	// finished. One a wait took is not.
+	if ev := eventLog(e, EventSend); ev != nil && ev.Key != "" {
+		id := strings.TrimPrefix(ev.Key, "id:")
+		reason, lettered := c.obs.DeadLetters[id]
+		buffered := slices.ContainsFunc(ev.Attempts, func(a Attempt) bool { return a.Status == http.StatusAccepted && a.Outcome == "buffered" })
+		switch {
+		case slices.Contains(recorded, EventSend) && lettered:
+			c.violate(InvAnswers, p.Index, e.ID, "sent event recorded and dead-lettered (%s)", reason)
+		case buffered && reason != "execution_finished":
+			c.violate(InvAnswers, p.Index, e.ID, "sent event answered buffered, then not dead-lettered when the execution finished (dead letter: %q)", reason)
 		}
 	}
 	if _, ok := def.Event(EventAPI); ok {
@@ -394,7 +424,7 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 			}
 		}
 	}
-	for name, data := range map[string]json.RawMessage{EventAPI: w.APIData, EventKafka: w.KafkaData, EventMatch: w.MatchData} {
+	for name, data := range map[string]json.RawMessage{EventAPI: w.APIData, EventKafka: w.KafkaData, EventMatch: w.MatchData, EventSend: w.SendData} {
 		if len(data) == 0 || string(data) == "null" {
 			continue
 		}
@@ -609,6 +639,9 @@ func (c *checker) global(planned map[uuid.UUID]int, owners map[string]owner, byC
 	if c.obs.RunQueue != 0 || c.obs.Outbox != 0 {
 		c.violate(InvDrained, -1, uuid.Nil, "%d run-queue rows and %d outbox rows left", c.obs.RunQueue, c.obs.Outbox)
 	}
+	if c.obs.Buffered != 0 {
+		c.violate(InvDrained, -1, uuid.Nil, "%d events sent by type still buffered, though every execution finished", c.obs.Buffered)
+	}
 	for _, f := range c.log.Faults {
 		c.checked(InvInstructions, 1)
 		if f.Err != "" {
@@ -620,6 +653,23 @@ func (c *checker) global(planned map[uuid.UUID]int, owners map[string]owner, byC
 func (c *checker) countDeliveries(e *ExecLog) {
 	d := &c.report.Deliveries
 	count := func(ev *EventLog) {
+		if ev.Name == EventSend {
+			if len(ev.Attempts) > 0 {
+				d.Sends++
+			}
+			for _, a := range ev.Attempts {
+				d.SendRequests++
+				switch {
+				case a.Status == 0:
+					d.ConnectionErrors++
+				case a.Outcome != "":
+					d.SendAnswers[fmt.Sprintf("%d %s", a.Status, a.Outcome)]++
+				default:
+					d.SendAnswers[strconv.Itoa(a.Status)]++
+				}
+			}
+			return
+		}
 		if len(ev.Attempts) > 0 {
 			d.Callbacks++
 		}
@@ -729,6 +779,74 @@ func callbackWindow(ev EventLog) (w Window, recorded *bool, ok bool, problems []
 	}
 	if u := firstUnsure(time.Now().Add(time.Hour)); u != nil {
 		return Window{Lo: u.Start, Open: true}, nil, true, problems
+	}
+	return Window{}, nil, false, problems
+}
+
+// sendWindow derives, from the attempts of an event sent by type, when the service
+// decided it and whether a wait recorded it (nil when no answer says), and any answer
+// that is wrong by itself. Both sends carry one id. The first the service takes is
+// delivered (202 delivered, recorded) or, its wait having ended, buffered (202
+// buffered); either stores the id, so every later one is a duplicate (200). Once the
+// execution has finished, one it never took is refused (409), every time.
+func sendWindow(ev EventLog) (w Window, recorded *bool, ok bool, problems []string) {
+	atts := slices.Clone(ev.Attempts)
+	sort.SliceStable(atts, func(i, j int) bool { return atts[i].Start.Before(atts[j].Start) })
+	yes, no := true, false
+	var taken []*Attempt
+	var refused, dup *Attempt
+	for i := range atts {
+		a := &atts[i]
+		switch {
+		case a.Status == http.StatusAccepted && (a.Outcome == "delivered" || a.Outcome == "buffered"):
+			taken = append(taken, a)
+		case a.Status == http.StatusConflict:
+			if refused == nil {
+				refused = a
+			}
+		case a.Status == http.StatusOK:
+			if dup == nil || a.End.Before(dup.End) {
+				dup = a
+			}
+		case a.Status == 0 || a.Status >= 500:
+		default:
+			problems = append(problems, fmt.Sprintf("answered %d %s", a.Status, a.Outcome))
+		}
+	}
+	switch {
+	case len(taken) > 1:
+		problems = append(problems, fmt.Sprintf("one id taken twice: answered 202 %s and 202 %s", taken[0].Outcome, taken[1].Outcome))
+	case len(taken) == 1 && refused != nil:
+		problems = append(problems, fmt.Sprintf("one id answered 202 %s and 409", taken[0].Outcome))
+	case refused != nil && dup != nil:
+		problems = append(problems, "one id answered 409 and 200 duplicate")
+	}
+	if len(taken) > 0 {
+		a := taken[0]
+		if a.Outcome == "delivered" {
+			return Window{Lo: a.Start, Hi: a.End}, &yes, true, problems
+		}
+		return Window{Lo: a.Start, Hi: a.End}, &no, true, problems
+	}
+	if refused != nil {
+		return Window{Lo: refused.Start, Hi: refused.End}, &no, true, problems
+	}
+	var unsure *Attempt
+	for i := range atts {
+		if atts[i].Unsure && (dup == nil || atts[i].Start.Before(dup.End)) {
+			unsure = &atts[i]
+			break
+		}
+	}
+	switch {
+	case dup != nil && unsure == nil:
+		problems = append(problems, "answered 200 duplicate, but no earlier request could have sent it")
+		return Window{}, nil, false, problems
+	case dup != nil:
+		// The unanswered request took it, delivered or buffered: before the dup's end.
+		return Window{Lo: unsure.Start, Hi: dup.End}, nil, true, problems
+	case unsure != nil:
+		return Window{Lo: unsure.Start, Open: true}, nil, true, problems
 	}
 	return Window{}, nil, false, problems
 }

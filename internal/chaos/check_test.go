@@ -174,6 +174,7 @@ func TestVerifyFindsViolations(t *testing.T) {
 		{"a call without the correlation id as Idempotency-Key", InvCalls, func(s *scenario) { s.obs.Calls[0].IdempotencyKey = "x" }},
 		{"records left uncommitted", InvDrained, func(s *scenario) { s.obs.Lag[3] = 2 }},
 		{"queue rows left", InvDrained, func(s *scenario) { s.obs.RunQueue = 1 }},
+		{"sent events left buffered", InvDrained, func(s *scenario) { s.obs.Buffered = 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -236,4 +237,48 @@ func TestVerifyAllowsRaces(t *testing.T) {
 	require.Empty(t, rep.Violations)
 	require.Equal(t, 1, rep.Outcomes.EitherOr)
 	require.Equal(t, 1, rep.Outcomes.Racing)
+}
+
+// TestSendWindow reads the answers to an event sent twice with one id: what they say was
+// recorded, when it was decided, and which answers cannot all be true.
+func TestSendWindow(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	att := func(start float64, status int, outcome string) Attempt {
+		a := Attempt{Start: t0.Add(time.Duration(start * float64(time.Second))), Status: status, Outcome: outcome}
+		a.End = a.Start.Add(100 * time.Millisecond)
+		a.Unsure = status == 0 || status >= 500
+		return a
+	}
+	yes, no := true, false
+	for _, tc := range []struct {
+		name     string
+		attempts []Attempt
+		recorded *bool
+		lo       float64
+		open     bool
+		problem  bool
+	}{
+		{"delivered, then a duplicate", []Attempt{att(1, 202, "delivered"), att(1.2, 200, "")}, &yes, 1, false, false},
+		{"buffered, then a duplicate", []Attempt{att(1, 202, "buffered"), att(1.2, 200, "")}, &no, 1, false, false},
+		{"refused twice: the execution had finished", []Attempt{att(1, 409, ""), att(1.2, 409, "")}, &no, 1, false, false},
+		{"a duplicate of an unanswered request", []Attempt{att(1, 503, ""), att(1.5, 200, "")}, nil, 1, false, false},
+		{"no answer at all", []Attempt{att(1, 0, ""), att(1.5, 503, "")}, nil, 1, true, false},
+		{"taken twice", []Attempt{att(1, 202, "delivered"), att(1.2, 202, "buffered")}, &yes, 1, false, true},
+		{"taken, then refused", []Attempt{att(1, 202, "buffered"), att(1.2, 409, "")}, &no, 1, false, true},
+		{"refused, then a duplicate", []Attempt{att(1, 409, ""), att(1.2, 200, "")}, &no, 1, false, true},
+		{"a duplicate nothing could have stored", []Attempt{att(1, 200, ""), att(1.2, 200, "")}, nil, 0, false, true},
+		{"an answer no send gets", []Attempt{att(1, 202, "delivered"), att(1.2, 404, "")}, &yes, 1, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w, recorded, _, problems := sendWindow(EventLog{Name: EventSend, Attempts: tc.attempts})
+			require.Equal(t, tc.recorded, recorded)
+			require.Equal(t, tc.problem, len(problems) > 0, "problems: %v", problems)
+			if tc.lo > 0 {
+				require.Equal(t, t0.Add(time.Duration(tc.lo*float64(time.Second))), w.Lo)
+			}
+			require.Equal(t, tc.open, w.Open)
+		})
+	}
 }

@@ -27,6 +27,10 @@ type Observed struct {
 	LagErr   string `json:"lag_err,omitempty"`
 	RunQueue int    `json:"run_queue"`
 	Outbox   int    `json:"outbox"`
+	// Buffered counts events sent by type still held for a wait; DeadLetters maps the id
+	// of each event sent by type that no wait took to why it was moved out.
+	Buffered    int               `json:"buffered"`
+	DeadLetters map[string]string `json:"-"`
 }
 
 // ObservedExecution is a row of executions.
@@ -50,6 +54,7 @@ type ObservedWait struct {
 	APIData       json.RawMessage
 	KafkaData     json.RawMessage
 	MatchData     json.RawMessage // event_data of EventMatch
+	SendData      json.RawMessage // event_data of EventSend
 	ResumedAt     *time.Time
 	ResumedBy     string
 	Strategy      string
@@ -103,9 +108,9 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	}
 
 	rows, err = pool.Query(ctx, `SELECT execution_id, correlation_id, status, version, received_events, timed_out_events,
-		api_response_data, kafka_event_data, event_data -> $1::text, resumed_at, coalesce(resumed_by, ''), aggregation_strategy, on_timeout,
-		required_events, enabled_events
-		FROM execution_wait_states WHERE node_id = 'wait'`, EventMatch)
+		api_response_data, kafka_event_data, event_data -> $1::text, event_data -> $2::text, resumed_at, coalesce(resumed_by, ''),
+		aggregation_strategy, on_timeout, required_events, enabled_events
+		FROM execution_wait_states WHERE node_id = 'wait'`, EventMatch, EventSend)
 	if err != nil {
 		return obs, fmt.Errorf("read wait states: %w", err)
 	}
@@ -113,7 +118,7 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		var w ObservedWait
 		var received, timedOut, required, enabled []byte
 		if err := rows.Scan(&w.ExecutionID, &w.CorrelationID, &w.Status, &w.Version, &received, &timedOut,
-			&w.APIData, &w.KafkaData, &w.MatchData, &w.ResumedAt, &w.ResumedBy, &w.Strategy, &w.OnTimeout, &required, &enabled); err != nil {
+			&w.APIData, &w.KafkaData, &w.MatchData, &w.SendData, &w.ResumedAt, &w.ResumedBy, &w.Strategy, &w.OnTimeout, &required, &enabled); err != nil {
 			rows.Close()
 			return obs, fmt.Errorf("read wait states: %w", err)
 		}
@@ -158,8 +163,26 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		return obs, fmt.Errorf("read node executions: %w", err)
 	}
 
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox)`).Scan(&obs.RunQueue, &obs.Outbox); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox), (SELECT count(*) FROM event_buffer)`).
+		Scan(&obs.RunQueue, &obs.Outbox, &obs.Buffered); err != nil {
 		return obs, fmt.Errorf("read queues: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT coalesce(event_id, ''), reason FROM event_dead_letters`)
+	if err != nil {
+		return obs, fmt.Errorf("read event dead letters: %w", err)
+	}
+	obs.DeadLetters = map[string]string{}
+	for rows.Next() {
+		var id, reason string
+		if err := rows.Scan(&id, &reason); err != nil {
+			rows.Close()
+			return obs, fmt.Errorf("read event dead letters: %w", err)
+		}
+		obs.DeadLetters[id] = reason
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return obs, fmt.Errorf("read event dead letters: %w", err)
 	}
 	obs.Calls, obs.Continuations, obs.Malformed = fk.snapshot()
 	if obs.Lag, err = cl.lag(ctx); err != nil {

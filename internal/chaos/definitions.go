@@ -9,12 +9,18 @@ import (
 
 // Event names, as the service stores them. EventMatch is a named Kafka event correlated
 // by payload rather than by ids: its record carries the execution's match value at
-// MatchPath, and no ids.
+// MatchPath, and no ids. EventSend is a named event sent to the execution by type
+// (POST /api/v1/executions/{id}/events, type SendType) with an id of its own; sent after
+// its wait has ended it is buffered, never recorded.
 const (
 	EventAPI   = "api_response"
 	EventKafka = "kafka_event"
 	EventMatch = "paid"
+	EventSend  = "approval"
 )
+
+// SendType is the type EventSend is sent with.
+const SendType = "chaos.approved"
 
 // MatchPath is where a match record carries its value.
 const MatchPath = "chaos.match"
@@ -148,6 +154,10 @@ var variants = []variant{
 		events: []eventVariant{{EventAPI, true, 0}, {EventMatch, true, 0.5}}},
 	{key: "any-match", strategy: "any", timeout: 1,
 		events: []eventVariant{{EventMatch, false, 0}}},
+	{key: "all-send", strategy: "all", timeout: 1, ids: IDsFields,
+		events: []eventVariant{{EventKafka, true, 0}, {EventSend, true, 0.5}}},
+	{key: "any-send", strategy: "any", timeout: 1,
+		events: []eventVariant{{EventAPI, false, 0}, {EventSend, false, 0}}},
 }
 
 var onTimeouts = []string{"fail", "continue", "continue_with_partial"}
@@ -194,6 +204,7 @@ func (d *Definition) JSON(fakeURL string) ([]byte, error) {
 	if len(d.Custom) > 0 {
 		wait["requiredEvents"] = d.Custom
 	}
+	var named []any
 	for _, e := range d.Events {
 		switch e.Name {
 		case EventAPI:
@@ -227,8 +238,17 @@ func (d *Definition) JSON(fakeURL string) ([]byte, error) {
 			if e.Timeout > 0 {
 				ev["timeout"] = e.Timeout.String()
 			}
-			wait["events"] = []any{ev}
+			named = append(named, ev)
+		case EventSend:
+			ev := map[string]any{"name": EventSend, "source": "send", "type": SendType, "required": e.Required}
+			if e.Timeout > 0 {
+				ev["timeout"] = e.Timeout.String()
+			}
+			named = append(named, ev)
 		}
+	}
+	if len(named) > 0 {
+		wait["events"] = named
 	}
 	continuation := func(kind string) map[string]any {
 		return map[string]any{

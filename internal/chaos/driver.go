@@ -28,9 +28,11 @@ type Attempt struct {
 	Replica int       `json:"replica"`
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
-	// Status is the answer, 0 when none came.
-	Status int    `json:"status,omitempty"`
-	Err    string `json:"err,omitempty"`
+	// Status is the answer, 0 when none came. Outcome is the outcome a 202 body names;
+	// for a sent event, delivered or buffered.
+	Status  int    `json:"status,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	Err     string `json:"err,omitempty"`
 	// Unsure: the request may have reached the replica without an answer coming back
 	// (reset, timeout, 5xx), so it may or may not have been applied.
 	Unsure bool `json:"unsure,omitempty"`
@@ -455,6 +457,8 @@ func (r *runner) schedule(e *execRun, w WaitInfo) {
 		switch ep.Name {
 		case EventAPI:
 			r.at(at, func() { r.callback(e, i, w) })
+		case EventSend:
+			r.at(at, func() { r.sendEvent(e, i, w) })
 		case EventKafka, EventMatch:
 			r.at(at, func() { r.record(e, i, w) })
 		}
@@ -508,6 +512,29 @@ func (r *runner) callback(e *execRun, i int, w WaitInfo) {
 		headers.Set("X-Execution-Id", execID.String())
 		headers.Set("X-Correlation-Id", w.CorrelationID.String())
 	}
+	r.sendTwice(e, i, "/api/internal/callbacks/chaos", payload, headers)
+}
+
+// sendEvent sends the wait's event by type, with an id, through the API: the same body
+// twice, to the planned replicas, each retried until the service gives a definite
+// answer. The id makes the second a duplicate (200) whatever the first did; one sent
+// after its wait ended is buffered (202 buffered), or refused (409) once the execution
+// has finished.
+func (r *runner) sendEvent(e *execRun, i int, w WaitInfo) {
+	e.mu.Lock()
+	id := fmt.Sprintf("chaos-%s-%s", e.log.ID, EventSend)
+	payload, _ := json.Marshal(map[string]any{"type": SendType, "id": id,
+		"payload": map[string]any{"decision": "approved", "chaos": chaosBlock(e, w.CorrelationID, EventSend)}})
+	e.log.Events[i].Payload, e.log.Events[i].Key = payload, "id:"+id
+	execID := e.log.ID
+	e.mu.Unlock()
+	r.sendTwice(e, i, "/api/v1/executions/"+execID.String()+"/events", payload, http.Header{"Content-Type": {"application/json"}})
+}
+
+// sendTwice posts event i's body to path twice, the second SecondAfter the first, and
+// logs every attempt.
+func (r *runner) sendTwice(e *execRun, i int, path string, payload []byte, headers http.Header) {
+	ep := e.plan.Events[i]
 	var sends sync.WaitGroup
 	for s := range 2 {
 		sends.Add(1)
@@ -516,7 +543,7 @@ func (r *runner) callback(e *execRun, i int, w WaitInfo) {
 			if s == 1 && !r.sleep(ep.SecondAfter) {
 				return
 			}
-			attempts := r.send(s, ep.Replicas[s], payload, headers)
+			attempts := r.post(s, ep.Replicas[s], path, payload, headers)
 			e.mu.Lock()
 			e.log.Events[i].Attempts = append(e.log.Events[i].Attempts, attempts...)
 			e.mu.Unlock()
@@ -526,20 +553,26 @@ func (r *runner) callback(e *execRun, i int, w WaitInfo) {
 	r.delivered.Add(1)
 }
 
-// send posts one callback until a definite answer (anything but a network error or a
-// 5xx), moving to the next live replica after each failure.
-func (r *runner) send(s, replica int, payload []byte, headers http.Header) []Attempt {
+// post sends one body to path until a definite answer (anything but a network error or
+// a 5xx), moving to the next live replica after each failure.
+func (r *runner) post(s, replica int, path string, payload []byte, headers http.Header) []Attempt {
 	var out []Attempt
 	for attempt := 0; r.ctx.Err() == nil; attempt++ {
 		rep := r.liveReplica(replica + attempt)
-		req, _ := http.NewRequestWithContext(r.ctx, http.MethodPost, "http://"+r.cl.replicas[rep].addr+"/api/internal/callbacks/chaos", bytes.NewReader(payload))
+		req, _ := http.NewRequestWithContext(r.ctx, http.MethodPost, "http://"+r.cl.replicas[rep].addr+path, bytes.NewReader(payload))
 		req.Header = headers.Clone()
 		a := Attempt{Send: s, Replica: rep, Start: time.Now()}
 		resp, err := r.http.Do(req)
 		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
+			var answer struct {
+				Outcome string `json:"outcome"`
+			}
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			a.Status = resp.StatusCode
+			if a.Status == http.StatusAccepted && json.Unmarshal(body, &answer) == nil {
+				a.Outcome = answer.Outcome
+			}
 		}
 		a.End = time.Now()
 		switch {
@@ -660,7 +693,7 @@ func (r *runner) cross(e *execRun, w WaitInfo) {
 	if c.Name == EventAPI {
 		body := map[string]any{"execution_id": execID.String(), "correlation_id": pw.CorrelationID.String(), "chaos": block}
 		lg.Payload, _ = json.Marshal(body)
-		lg.Attempts = r.send(0, c.Replica, lg.Payload, http.Header{"Content-Type": {"application/json"}})
+		lg.Attempts = r.post(0, c.Replica, "/api/internal/callbacks/chaos", lg.Payload, http.Header{"Content-Type": {"application/json"}})
 	} else {
 		value, headers := kafkaValue(IDsFields, execID, pw.CorrelationID, "chaos.done", block)
 		lg.Payload = value

@@ -66,8 +66,9 @@ type EventPlan struct {
 	// Offset places a late or racing event relative to its deadline.
 	Offset time.Duration
 
-	// Callback (api_response): two identical sends, the second SecondAfter the first,
-	// to Replicas[0] and Replicas[1]; ids in headers or in the body.
+	// Callback (api_response) and sent event (EventSend): two identical sends, the
+	// second SecondAfter the first, to Replicas[0] and Replicas[1]; a callback's ids in
+	// headers or in the body.
 	Replicas     [2]int
 	SecondAfter  time.Duration
 	IDsInHeaders bool
@@ -133,10 +134,10 @@ func NewPlan(cfg Config) Plan {
 				ep.Mode = ModeNone
 			}
 			switch ev.Name {
-			case EventAPI:
+			case EventAPI, EventSend:
 				ep.Replicas = [2]int{rng.IntN(cfg.Replicas), rng.IntN(cfg.Replicas)}
 				ep.SecondAfter = uniform(0, 400*time.Millisecond)
-				ep.IDsInHeaders = rng.IntN(2) == 0
+				ep.IDsInHeaders = ev.Name == EventAPI && rng.IntN(2) == 0
 			case EventKafka, EventMatch:
 				ep.Reproduce = rng.Float64() < 0.01
 				ep.ReproduceAfter = uniform(50*time.Millisecond, time.Second)
