@@ -301,21 +301,14 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 	faulted, answered := false, map[string]bool{}
 	for _, ev := range e.Events {
 		switch ev.Name {
-		case EventAPI:
-			win, recorded, ok, problems := callbackWindow(ev)
+		case EventAPI, EventSend:
+			read, what := callbackWindow, "callback"
+			if ev.Name == EventSend {
+				read, what = sendWindow, "sent event"
+			}
+			win, recorded, ok, problems := read(ev)
 			for _, pr := range problems {
-				c.violate(InvAnswers, p.Index, e.ID, "callback: %s", pr)
-			}
-			if ok {
-				windows[ev.Name] = win
-			}
-			if recorded != nil {
-				answered[ev.Name] = *recorded
-			}
-		case EventSend:
-			win, recorded, ok, problems := sendWindow(ev)
-			for _, pr := range problems {
-				c.violate(InvAnswers, p.Index, e.ID, "sent event: %s", pr)
+				c.violate(InvAnswers, p.Index, e.ID, "%s: %s", what, pr)
 			}
 			if ok {
 				windows[ev.Name] = win
