@@ -172,8 +172,8 @@ type Result struct {
 	// transaction (ContinueWith), so the commit needs no Continued call for it.
 	Continued bool
 	// Expired is set when a Late event found its wait past a deadline no sweeper had
-	// written yet and wrote it itself, ending the wait (see ApplyTx); Observe announces
-	// it after the commit as a sweeper would.
+	// written yet, wrote it itself (see ApplyTx), and that ended the wait; Observe
+	// announces it after the commit as a sweeper would.
 	Expired *Expired
 }
 
