@@ -125,8 +125,8 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.SessionTimeout(cfg.SessionTimeout),
-		// Three heartbeats per session at least, as Kafka advises, and no more often than
-		// the client's default.
+		// At least three heartbeats per session, as Kafka advises, and never fewer than
+		// the client's default of one every 3 s.
 		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
 		// The events topic is known without the database: consumed from the start.
 		kgo.ConsumeTopics(cfg.EventsTopic),
