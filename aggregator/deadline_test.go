@@ -323,7 +323,7 @@ func TestDeadlineMatrix(t *testing.T) {
 
 			require.Equal(t, []string{"resume"}, f.runQueue(t, w), "exactly one continuation")
 
-			failLogs := f.logs.find(slog.LevelWarn, "wait timed out; failing the node", "correlation_id", w.CorrelationID)
+			failLogs := f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID)
 			partialLogs := f.logs.find(slog.LevelWarn, "wait timed out; continuing with partial data", "correlation_id", w.CorrelationID)
 			e, wasReported := reported[w.ID]
 			if c.status == completed {
@@ -1223,7 +1223,7 @@ func TestDeadlineFence(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			ctx := t.Context()
-			g := newGate("wait timed out; failing the node")
+			g := newGate("wait deadline decided")
 			var releaseOnce sync.Once
 			release := func() { releaseOnce.Do(func() { close(g.release) }) }
 			defer release()

@@ -2,6 +2,7 @@ package aggregator_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,9 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 )
+
+// failingMsg is the warning of a wait that timed out and failed its node.
+const failingMsg = "wait timed out; failing the node"
 
 // TestLateAnswerFence interleaves two deliveries of one event around its deadline, the
 // first decided before it and committing after it, in both paths: the late answer never
@@ -63,6 +67,10 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, aggregator.Duplicate, copied.Outcome)
 			require.Equal(t, 1, copied.Conflicts, "the deadline write missed its fence once")
 			require.Nil(t, copied.Expired)
+			// The copy decided to fail the node, but its write missed the fence: nothing
+			// timed out, so nothing may say so, before or after the commit.
+			f.agg.Observe(t.Context(), []aggregator.Event{ev, ev}, []aggregator.Result{first, copied})
+			require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID))
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
 			require.Equal(t, aggregator.StatusCompleted, row.Status)
@@ -104,6 +112,9 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, aggregator.StatusTimeout, second.Status)
 			require.Equal(t, 1, second.Conflicts)
 			require.Nil(t, second.Expired, "the deadline is the first's")
+			require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), "warned before any commit")
+			f.agg.Observe(t.Context(), []aggregator.Event{ev, ev}, []aggregator.Result{first, second})
+			require.Len(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), 1, "warned once, by the write that stood")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
 			require.Equal(t, aggregator.StatusTimeout, row.Status)

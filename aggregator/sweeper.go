@@ -40,8 +40,10 @@ type Expired struct {
 	Partial bool
 	// Timer: a wait node's timer resumed; otherwise an event wait timed out under
 	// OnTimeout.
-	Timer       bool
-	OnTimeout   string
+	Timer     bool
+	OnTimeout string
+	// Reason names the events that did not arrive when the node failed (not Continue).
+	Reason      string
 	TraceParent string
 }
 
@@ -213,9 +215,13 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 	committed := time.Now()
 	for i := range fired {
 		fired[i].Lateness = committed.Sub(fired[i].Deadline)
-		if fired[i].Partial {
-			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", fired[i].ExecutionID,
-				"correlation_id", fired[i].CorrelationID, "node_id", fired[i].NodeID, "instance_id", a.cfg.InstanceID)
+		switch e := fired[i]; {
+		case e.Partial:
+			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", e.ExecutionID,
+				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID)
+		case !e.Continue && !e.Timer:
+			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", e.ExecutionID,
+				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "reason", e.Reason)
 		}
 	}
 	a.observeExpired(ctx, fired)
@@ -313,11 +319,11 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 		}
 		out.fired = &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: d.Continue, Partial: d.Continue && d.Partial,
-			OnTimeout: row.OnTimeout, TraceParent: deref(row.TraceParent)}
-		if !d.Continue {
-			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", row.ExecutionID,
-				"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "reason", d.Reason)
-		}
+			OnTimeout: row.OnTimeout, Reason: d.Reason, TraceParent: deref(row.TraceParent)}
+		// Decided, not yet written: the warning waits for the commit (announceExpired),
+		// since a fence missed or a rollback leaves the wait as it was.
+		a.logger.DebugContext(ctx, "wait deadline decided", "execution_id", row.ExecutionID,
+			"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "continue", d.Continue)
 	case len(d.TimedOut) == len(w.timedOut):
 		out.bump = 0 // the due deadline was an event's that arrived: only move on
 	}
