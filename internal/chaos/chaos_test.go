@@ -68,6 +68,7 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.Deliveries.MatchRecorded, "records matched by payload recorded")
 	require.Positive(t, rep.Deliveries.SendAnswers["202 delivered"], "events sent by type delivered")
 	require.Positive(t, rep.Deliveries.SendAnswers["200"], "second sends of one id answered as duplicates")
+	require.Positive(t, rep.Deliveries.SentRecorded, "events sent by type as records of %s recorded", SentTopic)
 	crossed := 0
 	for _, e := range plan.Executions {
 		if e.Cross != nil {

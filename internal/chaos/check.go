@@ -92,14 +92,19 @@ type Deliveries struct {
 	CallbackRequests int         `json:"callback_requests"`
 	Answers          map[int]int `json:"answers"`
 	ConnectionErrors int         `json:"connection_errors"`
-	// Sends are events sent by type (EventSend), each twice; SendAnswers counts their
-	// answers by status and, for 202, outcome.
-	Sends        int            `json:"sends"`
-	SendRequests int            `json:"send_requests"`
-	SendAnswers  map[string]int `json:"send_answers"`
-	Records      int            `json:"records"`
-	Reproduced   int            `json:"reproduced"`
-	Noise        int            `json:"noise"`
+	// Sends are events sent by type (EventSend) through the API, each twice; SendAnswers
+	// counts their answers by status and, for 202, outcome. SentAsRecords are those sent
+	// as records of SentTopic instead: SentRecords records, SentRecorded of them taken
+	// by their wait.
+	Sends         int            `json:"sends"`
+	SendRequests  int            `json:"send_requests"`
+	SendAnswers   map[string]int `json:"send_answers"`
+	SentAsRecords int            `json:"sent_as_records"`
+	SentRecords   int            `json:"sent_records"`
+	SentRecorded  int            `json:"sent_recorded"`
+	Records       int            `json:"records"`
+	Reproduced    int            `json:"reproduced"`
+	Noise         int            `json:"noise"`
 	// MatchRecorded counts EventMatch events recorded by their own wait: records
 	// correlated by payload alone, by values a float64 cannot tell apart.
 	MatchRecorded int `json:"match_recorded"`
@@ -300,8 +305,8 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 	windows := map[string]Window{}
 	faulted, answered := false, map[string]bool{}
 	for _, ev := range e.Events {
-		switch ev.Name {
-		case EventAPI, EventSend:
+		switch {
+		case ev.Name == EventAPI || ev.Name == EventSend && !sentAsRecords(ev):
 			read, what := callbackWindow, "callback"
 			if ev.Name == EventSend {
 				read, what = sendWindow, "sent event"
@@ -316,7 +321,7 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 			if recorded != nil {
 				answered[ev.Name] = *recorded
 			}
-		case EventKafka, EventMatch:
+		case kafkaSourced(ev.Name) || sentAsRecords(ev):
 			win, ok, disturbed := kafkaWindow(ev, c.cfg.KafkaLatency, c.disturbed)
 			if ok {
 				windows[ev.Name] = win
@@ -376,11 +381,14 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		id := strings.TrimPrefix(ev.Key, "id:")
 		reason, lettered := c.obs.DeadLetters[id]
 		buffered := slices.ContainsFunc(ev.Attempts, func(a Attempt) bool { return a.Status == http.StatusAccepted && a.Outcome == "buffered" })
+		if sentAsRecords(*ev) {
+			buffered = c.sentRecords(p, e, w, ev)
+		}
 		switch {
 		case slices.Contains(recorded, EventSend) && lettered:
 			c.violate(InvAnswers, p.Index, e.ID, "sent event recorded and dead-lettered (%s)", reason)
 		case buffered && reason != "execution_finished":
-			c.violate(InvAnswers, p.Index, e.ID, "sent event answered buffered, then not dead-lettered when the execution finished (dead letter: %q)", reason)
+			c.violate(InvAnswers, p.Index, e.ID, "sent event buffered, then not dead-lettered when the execution finished (dead letter: %q)", reason)
 		}
 	}
 	if _, ok := def.Event(EventAPI); ok {
@@ -402,13 +410,15 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		if r.Name == EventMatch && known && !o.crossed && o.exec == p.Index {
 			c.report.Deliveries.MatchRecorded++
 		}
-		if kafkaSourced(r.Name) && known && !o.crossed && o.exec == p.Index {
-			ev := eventLog(e, r.Name)
+		if ev := eventLog(e, r.Name); ev != nil && (kafkaSourced(r.Name) || sentAsRecords(*ev)) && known && !o.crossed && o.exec == p.Index {
 			if r.Source.Partition == nil || r.Source.Offset == nil || !slices.ContainsFunc(ev.Records, func(x Produced) bool {
-				return x.Err == "" && x.Partition == *r.Source.Partition && x.Offset == *r.Source.Offset
+				return x.Err == "" && x.Topic == r.Source.Topic && x.Partition == *r.Source.Partition && x.Offset == *r.Source.Offset
 			}) {
-				c.violate(InvForeign, p.Index, e.ID, "%s recorded from a record (%v/%v) not produced for it", r.Name, deref(r.Source.Partition), deref(r.Source.Offset))
+				c.violate(InvForeign, p.Index, e.ID, "%s recorded from a record (%s/%v/%v) not produced for it", r.Name, r.Source.Topic, deref(r.Source.Partition), deref(r.Source.Offset))
 			} else if len(ev.Records) > 0 {
+				if r.Name == EventSend {
+					c.report.Deliveries.SentRecorded++
+				}
 				ms := float64(r.ReceivedAt.Sub(ev.Records[0].Start).Microseconds()) / 1000
 				latencies = append(latencies, ms)
 				if w, ok := windows[r.Name]; ok && !w.Open {
@@ -619,7 +629,7 @@ func (c *checker) global(planned map[uuid.UUID]int, owners map[string]owner, byC
 	var lagging []string
 	for p, l := range c.obs.Lag {
 		if l != 0 {
-			lagging = append(lagging, fmt.Sprintf("partition %d: %d", p, l))
+			lagging = append(lagging, fmt.Sprintf("%s: %d", p, l))
 		}
 	}
 	slices.Sort(lagging)
@@ -649,6 +659,14 @@ func (c *checker) countDeliveries(e *ExecLog) {
 		if ev.Name == EventSend {
 			if len(ev.Attempts) > 0 {
 				d.Sends++
+			}
+			if sentAsRecords(*ev) {
+				d.SentAsRecords++
+			}
+			for _, r := range ev.Records {
+				if r.Err == "" {
+					d.SentRecords++
+				}
 			}
 			for _, a := range ev.Attempts {
 				d.SendRequests++
@@ -855,7 +873,11 @@ func kafkaWindow(ev EventLog, latency time.Duration, disturbed []Interval) (w Wi
 	first := ev.Records[i]
 	w = Window{Lo: first.Start, Hi: first.Ack.Add(latency)}
 	for _, d := range disturbed {
-		if d.Partitions != nil && !slices.Contains(d.Partitions, first.Partition) {
+		partitions := d.Partitions
+		if first.Topic == SentTopic {
+			partitions = d.Sent
+		}
+		if d.Partitions != nil && !slices.Contains(partitions, first.Partition) {
 			continue
 		}
 		if d.From.Before(w.Hi) && d.To.After(w.Lo) {
@@ -864,6 +886,34 @@ func kafkaWindow(ev EventLog, latency time.Duration, disturbed []Interval) (w Wi
 		}
 	}
 	return w, true, false
+}
+
+// sentAsRecords reports whether ev is an event sent by type as records of SentTopic.
+func sentAsRecords(ev EventLog) bool { return ev.Name == EventSend && len(ev.Records) > 0 }
+
+// sentRecords checks that every record of an event sent as records left a trace: the
+// wait recorded it, or unmatched_events says why not (the service answers a record
+// with nothing else). It reports whether one was buffered: a reason other than the
+// refusals of a finished execution or a duplicate id.
+func (c *checker) sentRecords(p *ExecPlan, e *ExecLog, w ObservedWait, ev *EventLog) (buffered bool) {
+	for _, r := range ev.Records {
+		if r.Err != "" {
+			continue
+		}
+		c.checked(InvRecorded, 1)
+		took := slices.ContainsFunc(w.Received, func(x ReceivedEvent) bool {
+			return x.Name == EventSend && x.Source.Topic == r.Topic && x.Source.Partition != nil && *x.Source.Partition == r.Partition &&
+				x.Source.Offset != nil && *x.Source.Offset == r.Offset
+		})
+		reasons := c.obs.SentUnmatched[position(r.Partition, r.Offset)]
+		if !took && len(reasons) == 0 {
+			c.violate(InvRecorded, p.Index, e.ID, "sent record %s/%d/%d left no trace: not recorded, not in unmatched_events", r.Topic, r.Partition, r.Offset)
+		}
+		buffered = buffered || slices.ContainsFunc(reasons, func(reason string) bool {
+			return reason != "execution_finished" && reason != "duplicate"
+		})
+	}
+	return buffered
 }
 
 // actualClass reads the outcome class from the wait and its node, or says why it has none.

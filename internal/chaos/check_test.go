@@ -51,7 +51,7 @@ func newScenario(t *testing.T) *scenario {
 					{Send: 1, Start: at(1.2), End: at(1.25), Status: http.StatusOK},
 				}},
 				{Name: EventKafka, Mode: ModeOnTime, Payload: kafkaPayload, Key: Key(kafkaPayload), Records: []Produced{
-					{Start: at(2), Ack: at(2.01), Partition: 3, Offset: 7},
+					{Start: at(2), Ack: at(2.01), Topic: Topic, Partition: 3, Offset: 7},
 				}},
 			},
 		}},
@@ -59,7 +59,7 @@ func newScenario(t *testing.T) *scenario {
 	}
 	part, off := int32(3), int64(7)
 	kafkaReceived := ReceivedEvent{Name: EventKafka, ReceivedAt: at(2.02), Key: Key(kafkaPayload)}
-	kafkaReceived.Source.Kind, kafkaReceived.Source.Partition, kafkaReceived.Source.Offset = "kafka", &part, &off
+	kafkaReceived.Source.Kind, kafkaReceived.Source.Topic, kafkaReceived.Source.Partition, kafkaReceived.Source.Offset = "kafka", Topic, &part, &off
 	resumed := at(2.1)
 	s.obs = Observed{
 		Executions: []ObservedExecution{{ID: execID, Workflow: defs[def].Name, Status: "completed", Plan: 0}},
@@ -75,7 +75,7 @@ func newScenario(t *testing.T) *scenario {
 		Calls: []Call{{ExecutionID: execID, CorrelationID: corr, IdempotencyKey: corr.String(), At: at(0.1), Status: http.StatusOK}},
 		Continuations: []Continuation{{Kind: KindSatisfied, ExecutionID: execID, CorrelationID: corr,
 			IdempotencyKey: execID.String() + ":" + NodeSatisfied, Sender: "r0.1", At: at(2.2)}},
-		Lag: map[int32]int64{0: 0, 3: 0},
+		Lag: map[string]int64{Topic + "/0": 0, Topic + "/3": 0},
 	}
 	return s
 }
@@ -172,7 +172,7 @@ func TestVerifyFindsViolations(t *testing.T) {
 		}},
 		{"no correlated call", InvCalls, func(s *scenario) { s.obs.Calls = nil }},
 		{"a call without the correlation id as Idempotency-Key", InvCalls, func(s *scenario) { s.obs.Calls[0].IdempotencyKey = "x" }},
-		{"records left uncommitted", InvDrained, func(s *scenario) { s.obs.Lag[3] = 2 }},
+		{"records left uncommitted", InvDrained, func(s *scenario) { s.obs.Lag[Topic+"/3"] = 2 }},
 		{"queue rows left", InvDrained, func(s *scenario) { s.obs.RunQueue = 1 }},
 		{"sent events left buffered", InvDrained, func(s *scenario) { s.obs.Buffered = 1 }},
 	} {
@@ -279,6 +279,87 @@ func TestSendWindow(t *testing.T) {
 				require.Equal(t, t0.Add(time.Duration(tc.lo*float64(time.Second))), w.Lo)
 			}
 			require.Equal(t, tc.open, w.Open)
+		})
+	}
+}
+
+// sentScenario is newScenario on chaos-all-send-fail: the Kafka record, and the event
+// sent by type as two records of SentTopic, the first recorded and the copy refused as
+// a duplicate.
+func sentScenario(t *testing.T) *scenario {
+	t.Helper()
+	s := newScenario(t)
+	def := slices.IndexFunc(s.plan.Definitions, func(d Definition) bool { return d.Name == "chaos-all-send-fail" })
+	require.GreaterOrEqual(t, def, 0)
+	e := &s.log.Execs[0]
+	corr := e.Wait.CorrelationID
+	at := func(sec float64) time.Time { return s.log.Start.Add(time.Duration(sec * float64(time.Second))) }
+	data, _ := json.Marshal(map[string]any{"decision": "approved", "chaos": map[string]any{"execution_id": e.ID.String(), "correlation_id": corr.String(), "event": EventSend}})
+	id := "chaos-" + e.ID.String() + "-" + EventSend
+	value, _ := json.Marshal(map[string]any{"execution_id": e.ID.String(), "type": SendType, "id": id, "payload": json.RawMessage(data)})
+
+	s.plan.Executions[0].Def = def
+	s.plan.Executions[0].Events = []EventPlan{s.plan.Executions[0].Events[1], {Name: EventSend, Mode: ModeOnTime, AsRecord: true}}
+	d := s.plan.Definitions[def]
+	own, ok := d.Event(EventSend)
+	require.True(t, ok)
+	require.Positive(t, own.Timeout)
+	e.Wait.Deadlines = map[string]time.Time{EventKafka: e.Wait.Expires, EventSend: e.Wait.Expires.Add(own.Timeout - d.Timeout)}
+	e.Events = []EventLog{e.Events[1], {Name: EventSend, Mode: ModeOnTime, Payload: value, Key: "id:" + id, Records: []Produced{
+		{Start: at(1), Ack: at(1.01), Topic: SentTopic, Partition: 2, Offset: 5},
+		{Start: at(1.3), Ack: at(1.31), Topic: SentTopic, Partition: 2, Offset: 6, Copy: true},
+	}}}
+	part, off := int32(2), int64(5)
+	sent := ReceivedEvent{Name: EventSend, ReceivedAt: at(1.02), Key: "id:" + id}
+	sent.Source.Kind, sent.Source.Topic, sent.Source.Partition, sent.Source.Offset = "send", SentTopic, &part, &off
+	s.setWait(func(w *ObservedWait) {
+		w.Received = []ReceivedEvent{sent, w.Received[1]}
+		w.APIData, w.SendData = nil, data
+		w.Required, w.Enabled = []string{EventKafka, EventSend}, []string{EventKafka, EventSend}
+	})
+	s.obs.Executions[0].Workflow = s.plan.Definitions[def].Name
+	s.obs.Calls = nil
+	s.obs.SentUnmatched = map[string][]string{position(2, 6): {"duplicate"}}
+	return s
+}
+
+// TestVerifySentRecords: an event sent by type as records is checked like a Kafka event
+// (its window, the record it was recorded from) and every record must leave a trace.
+func TestVerifySentRecords(t *testing.T) {
+	t.Parallel()
+	s := sentScenario(t)
+	rep := Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, 1, rep.Outcomes.Certain[ClassCompleted])
+	require.Equal(t, 2, rep.Deliveries.SentRecords)
+	require.Equal(t, 1, rep.Deliveries.SentRecorded)
+
+	for _, tc := range []struct {
+		name      string
+		invariant string
+		breakIt   func(s *scenario)
+	}{
+		{"the copy left no trace", InvRecorded, func(s *scenario) { s.obs.SentUnmatched = nil }},
+		{"recorded from a position of the other topic", InvForeign, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Received[0].Source.Topic = Topic })
+		}},
+		{"completed by records produced after the deadline", InvOutcome, func(s *scenario) {
+			for i := range s.log.Execs[0].Events[1].Records {
+				r := &s.log.Execs[0].Events[1].Records[i]
+				r.Start, r.Ack = s.log.Execs[0].Wait.Expires.Add(time.Second), s.log.Execs[0].Wait.Expires.Add(time.Second)
+			}
+		}},
+		{"buffered and never dead-lettered", InvAnswers, func(s *scenario) {
+			s.obs.SentUnmatched[position(2, 5)] = []string{"buffered"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := sentScenario(t)
+			tc.breakIt(s)
+			rep := Verify(s.cfg, s.plan, s.log, s.obs)
+			require.True(t, slices.ContainsFunc(rep.Violations, func(v Violation) bool { return v.Invariant == tc.invariant }),
+				"want a violation of %q, got %v", tc.invariant, rep.Violations)
 		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
@@ -286,12 +287,20 @@ func (c *cluster) startKafka(ctx context.Context) error {
 	c.adm = kadm.NewClient(c.admCl)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := c.adm.CreateTopic(ctx, TopicPartitions, 1, nil, Topic)
-		if err == nil && resp.Err == nil {
+		resps, err := c.adm.CreateTopics(ctx, TopicPartitions, 1, nil, Topic, SentTopic)
+		if err == nil {
+			// A retry finds the topics an earlier attempt created.
+			for _, t := range resps.Sorted() {
+				if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
+					err = errors.Join(err, fmt.Errorf("%s: %w", t.Topic, t.Err))
+				}
+			}
+		}
+		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("create topic %s on %s: %v", Topic, c.kafkaAddr, errors.Join(err, resp.Err))
+			return fmt.Errorf("create topics %s and %s on %s: %w", Topic, SentTopic, c.kafkaAddr, err)
 		}
 		if c.kafka.exited() {
 			return fmt.Errorf("dev-kafka exited: %v (see %s)", c.kafka.err, log.Name())
@@ -324,6 +333,8 @@ func (c *cluster) startReplica(r *replica) error {
 		"--shutdown-timeout", "5s",
 		"--outbox-max-attempts", "20",
 		"--log-format", "json",
+		// The checks find every sent record's trace in unmatched_events: keep them all.
+		"--unmatched-retention", "1000000",
 	}
 	fmt.Fprintf(r.log, "\n=== chaos: starting incarnation %d of replica %d at %s\n", r.incarnation, r.index, time.Now().Format(time.RFC3339Nano))
 	p, err := startProcess(fmt.Sprintf("replica %d", r.index), c.bin, args, []string{"RENDEZVOUS_VAR_SENDER=" + r.sender()}, r.log)
@@ -365,7 +376,7 @@ func (c *cluster) waitReady(ctx context.Context, r *replica, timeout time.Durati
 func instanceID(i int) string { return fmt.Sprintf("chaos-r%d", i) }
 
 // waitGroupStable waits until the consumer group is stable with members members and
-// every partition of the topic assigned, so the run starts on a settled group.
+// every partition of both topics assigned, so the run starts on a settled group.
 func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "not described yet"
@@ -377,8 +388,8 @@ func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time
 				for _, ps := range g.AssignedPartitions() {
 					assigned += len(ps)
 				}
-				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, TopicPartitions)
-				if g.State == "Stable" && len(g.Members) == members && assigned == TopicPartitions {
+				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, 2*TopicPartitions)
+				if g.State == "Stable" && len(g.Members) == members && assigned == 2*TopicPartitions {
 					return nil
 				}
 			}
@@ -390,10 +401,10 @@ func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time
 	}
 }
 
-// lag returns, per partition of the topic, end offset minus the group's committed
-// offset (the whole end offset when nothing is committed).
-func (c *cluster) lag(ctx context.Context) (map[int32]int64, error) {
-	ends, err := c.adm.ListEndOffsets(ctx, Topic)
+// lag returns, per partition ("topic/partition") of both topics, end offset minus the
+// group's committed offset (the whole end offset when nothing is committed).
+func (c *cluster) lag(ctx context.Context) (map[string]int64, error) {
+	ends, err := c.adm.ListEndOffsets(ctx, Topic, SentTopic)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +412,7 @@ func (c *cluster) lag(ctx context.Context) (map[int32]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[int32]int64{}
+	out := map[string]int64{}
 	var errs []error
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
@@ -409,10 +420,10 @@ func (c *cluster) lag(ctx context.Context) (map[int32]int64, error) {
 			return
 		}
 		at := int64(0)
-		if cm, ok := committed.Lookup(Topic, o.Partition); ok && cm.Err == nil {
+		if cm, ok := committed.Lookup(o.Topic, o.Partition); ok && cm.Err == nil {
 			at = cm.At
 		}
-		out[o.Partition] = o.Offset - at
+		out[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o.Offset - at
 	})
 	return out, errors.Join(errs...)
 }

@@ -21,8 +21,8 @@ type Observed struct {
 	Calls         []Call                                `json:"-"`
 	Continuations []Continuation                        `json:"-"`
 	Malformed     []string                              `json:"malformed,omitempty"`
-	// Lag is end offset minus committed offset per partition.
-	Lag map[int32]int64 `json:"lag"`
+	// Lag is end offset minus committed offset per partition ("topic/partition").
+	Lag map[string]int64 `json:"lag"`
 	// LagErr says why Lag could not be read.
 	LagErr   string `json:"lag_err,omitempty"`
 	RunQueue int    `json:"run_queue"`
@@ -31,7 +31,13 @@ type Observed struct {
 	// of each event sent by type that no wait took to why it was moved out.
 	Buffered    int               `json:"buffered"`
 	DeadLetters map[string]string `json:"-"`
+	// SentUnmatched maps the position ("partition/offset") of each record of SentTopic
+	// that no wait took to the reasons unmatched_events gives, one per application.
+	SentUnmatched map[string][]string `json:"-"`
 }
+
+// position names a record of one topic.
+func position(partition int32, offset int64) string { return fmt.Sprintf("%d/%d", partition, offset) }
 
 // ObservedExecution is a row of executions.
 type ObservedExecution struct {
@@ -183,6 +189,27 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return obs, fmt.Errorf("read event dead letters: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT (source->>'partition')::int, (source->>'offset')::bigint, reason
+		FROM unmatched_events WHERE source->>'topic' = $1 ORDER BY id`, SentTopic)
+	if err != nil {
+		return obs, fmt.Errorf("read unmatched sent records: %w", err)
+	}
+	obs.SentUnmatched = map[string][]string{}
+	for rows.Next() {
+		var partition int32
+		var offset int64
+		var reason string
+		if err := rows.Scan(&partition, &offset, &reason); err != nil {
+			rows.Close()
+			return obs, fmt.Errorf("read unmatched sent records: %w", err)
+		}
+		at := position(partition, offset)
+		obs.SentUnmatched[at] = append(obs.SentUnmatched[at], reason)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return obs, fmt.Errorf("read unmatched sent records: %w", err)
 	}
 	obs.Calls, obs.Continuations, obs.Malformed = fk.snapshot()
 	if obs.Lag, err = cl.lag(ctx); err != nil {

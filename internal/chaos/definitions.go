@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/consumer"
 )
 
 // Event names, as the service stores them. EventMatch is a named Kafka event correlated
 // by payload rather than by ids: its record carries the execution's match value at
 // MatchPath, and no ids. EventSend is a named event sent to the execution by type
-// (POST /api/v1/executions/{id}/events, type SendType) with an id of its own; sent after
-// its wait has ended it is buffered, never recorded.
+// (POST /api/v1/executions/{id}/events, or a record of SentTopic: type SendType) with an
+// id of its own; sent after its wait has ended it is buffered, never recorded.
 const (
 	EventAPI   = "api_response"
 	EventKafka = "kafka_event"
@@ -40,7 +42,12 @@ func kafkaSourced(name string) bool { return name == EventKafka || name == Event
 const Topic = "chaos.events"
 
 // TopicPartitions is more than the replicas, so every consumer owns some partitions.
+// SentTopic has as many.
 const TopicPartitions = 6
+
+// SentTopic is the events topic the replicas consume (the service's default): the Kafka
+// form of sending an event by type.
+const SentTopic = consumer.EventsTopicDefault
 
 // How a definition's Kafka records carry their ids.
 const (

@@ -42,6 +42,7 @@ type Attempt struct {
 type Produced struct {
 	Start     time.Time `json:"start"`
 	Ack       time.Time `json:"ack"`
+	Topic     string    `json:"topic"`
 	Partition int32     `json:"partition"`
 	Offset    int64     `json:"offset"`
 	// Copy is the re-produced duplicate of the event's record.
@@ -109,8 +110,10 @@ type FaultLog struct {
 type Interval struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
-	// Partitions are the partitions disturbed; nil means all.
+	// Partitions are the partitions of Topic disturbed, Sent those of SentTopic; nil
+	// Partitions means every partition of both.
 	Partitions []int32 `json:"partitions,omitempty"`
+	Sent       []int32 `json:"sent_partitions,omitempty"`
 	Reason     string  `json:"reason"`
 }
 
@@ -515,20 +518,38 @@ func (r *runner) callback(e *execRun, i int, w WaitInfo) {
 	r.sendTwice(e, i, "/api/internal/callbacks/chaos", payload, headers)
 }
 
-// sendEvent sends the wait's event by type, with an id, through the API: the same body
+// sendEvent sends the wait's event by type, with an id: through the API, the same body
 // twice, to the planned replicas, each retried until the service gives a definite
-// answer. The id makes the second a duplicate (200) whatever the first did; one sent
-// after its wait ended is buffered (202 buffered), or refused (409) once the execution
-// has finished.
+// answer; or, AsRecord, as two records of SentTopic. The id makes the second a duplicate
+// (200) whatever the first did; one sent after its wait ended is buffered (202
+// buffered), or refused (409) once the execution has finished.
 func (r *runner) sendEvent(e *execRun, i int, w WaitInfo) {
+	ep := e.plan.Events[i]
 	e.mu.Lock()
 	id := fmt.Sprintf("chaos-%s-%s", e.log.ID, EventSend)
-	payload, _ := json.Marshal(map[string]any{"type": SendType, "id": id,
-		"payload": map[string]any{"decision": "approved", "chaos": chaosBlock(e, w.CorrelationID, EventSend)}})
-	e.log.Events[i].Payload, e.log.Events[i].Key = payload, "id:"+id
+	event := map[string]any{"type": SendType, "id": id,
+		"payload": map[string]any{"decision": "approved", "chaos": chaosBlock(e, w.CorrelationID, EventSend)}}
 	execID := e.log.ID
+	if ep.AsRecord {
+		event["execution_id"] = execID.String()
+	}
+	payload, _ := json.Marshal(event)
+	e.log.Events[i].Payload, e.log.Events[i].Key = payload, "id:"+id
 	e.mu.Unlock()
-	r.sendTwice(e, i, "/api/v1/executions/"+execID.String()+"/events", payload, http.Header{"Content-Type": {"application/json"}})
+	if !ep.AsRecord {
+		r.sendTwice(e, i, "/api/v1/executions/"+execID.String()+"/events", payload, http.Header{"Content-Type": {"application/json"}})
+		return
+	}
+	for s := range 2 {
+		if s == 1 && !r.sleep(ep.SecondAfter) {
+			break
+		}
+		p := r.produce(SentTopic, execID, payload, nil, s == 1)
+		e.mu.Lock()
+		e.log.Events[i].Records = append(e.log.Events[i].Records, p)
+		e.mu.Unlock()
+	}
+	r.delivered.Add(1)
 }
 
 // sendTwice posts event i's body to path twice, the second SecondAfter the first, and
@@ -611,7 +632,7 @@ func (r *runner) record(e *execRun, i int, w WaitInfo) {
 	}
 	if ep.Noise {
 		nv, nh := kafkaValue(e.def.KafkaIDs, execID, w.CorrelationID, "chaos.progress", block)
-		p := r.produce(execID, nv, nh, false)
+		p := r.produce(Topic, execID, nv, nh, false)
 		e.mu.Lock()
 		e.log.Events[i].Noise = append(e.log.Events[i].Noise, p)
 		e.mu.Unlock()
@@ -619,12 +640,12 @@ func (r *runner) record(e *execRun, i int, w WaitInfo) {
 	e.mu.Lock()
 	e.log.Events[i].Payload, e.log.Events[i].Key = value, Key(value)
 	e.mu.Unlock()
-	p := r.produce(execID, value, headers, false)
+	p := r.produce(Topic, execID, value, headers, false)
 	e.mu.Lock()
 	e.log.Events[i].Records = append(e.log.Events[i].Records, p)
 	e.mu.Unlock()
 	if ep.Reproduce && r.sleep(ep.ReproduceAfter) {
-		p := r.produce(execID, value, headers, true)
+		p := r.produce(Topic, execID, value, headers, true)
 		e.mu.Lock()
 		e.log.Events[i].Records = append(e.log.Events[i].Records, p)
 		e.mu.Unlock()
@@ -648,12 +669,13 @@ func kafkaValue(layout string, execID, corrID uuid.UUID, typ string, block map[s
 	return raw, headers
 }
 
-// produce sends one record synchronously, retrying until the broker acknowledges it.
-func (r *runner) produce(key uuid.UUID, value []byte, headers []kgo.RecordHeader, isCopy bool) Produced {
-	p := Produced{Copy: isCopy, Start: time.Now()}
+// produce sends one record to topic synchronously, retrying until the broker
+// acknowledges it.
+func (r *runner) produce(topic string, key uuid.UUID, value []byte, headers []kgo.RecordHeader, isCopy bool) Produced {
+	p := Produced{Topic: topic, Copy: isCopy, Start: time.Now()}
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
-		rec := &kgo.Record{Topic: Topic, Key: []byte(key.String()), Value: value, Headers: headers}
+		rec := &kgo.Record{Topic: topic, Key: []byte(key.String()), Value: value, Headers: headers}
 		err := r.prod.ProduceSync(ctx, rec).FirstErr()
 		cancel()
 		if err == nil {
@@ -697,7 +719,7 @@ func (r *runner) cross(e *execRun, w WaitInfo) {
 	} else {
 		value, headers := kafkaValue(IDsFields, execID, pw.CorrelationID, "chaos.done", block)
 		lg.Payload = value
-		lg.Records = append(lg.Records, r.produce(execID, value, headers, false))
+		lg.Records = append(lg.Records, r.produce(Topic, execID, value, headers, false))
 	}
 	lg.Key = Key(lg.Payload)
 	e.mu.Lock()
@@ -765,7 +787,7 @@ func (r *runner) fault(f Fault) {
 		}
 		for _, m := range before.Members {
 			if m.ClientID == instanceID(f.Replica) {
-				owning = fmt.Sprintf("partitions %v of a %s group", m.Partitions, before.State)
+				owning = fmt.Sprintf("partitions %v of %s and %v of %s in a %s group", m.Partitions, Topic, m.Sent, SentTopic, before.State)
 			}
 		}
 		r.note("%s replica %d (%s) at %.1fs, owning %s; down for %s", f.Kind, f.Replica, sender,
@@ -874,7 +896,7 @@ func (r *runner) quiesce() error {
 			(SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox)`).Scan(&open, &queued, &outbox)
 		var lagTotal int64
 		if err == nil {
-			var lag map[int32]int64
+			var lag map[string]int64
 			lag, err = r.cl.lag(ctx)
 			for _, l := range lag {
 				lagTotal += l

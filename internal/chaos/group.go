@@ -19,17 +19,19 @@ type GroupSample struct {
 }
 
 // GroupMember is one member of the consumer group; ClientID is the replica's instance id.
+// Partitions are its partitions of Topic, Sent those of SentTopic.
 type GroupMember struct {
 	ClientID   string  `json:"client_id"`
 	MemberID   string  `json:"member_id"`
 	Partitions []int32 `json:"partitions"`
+	Sent       []int32 `json:"sent_partitions"`
 }
 
 func (s GroupSample) key() string {
 	var b strings.Builder
 	b.WriteString(s.State)
 	for _, m := range s.Members {
-		fmt.Fprintf(&b, "|%s/%s:%v", m.ClientID, m.MemberID, m.Partitions)
+		fmt.Fprintf(&b, "|%s/%s:%v%v", m.ClientID, m.MemberID, m.Partitions, m.Sent)
 	}
 	return b.String()
 }
@@ -88,15 +90,19 @@ func (c *cluster) sampleGroup(ctx context.Context) (GroupSample, error) {
 	}
 	s := GroupSample{At: time.Now(), State: g.State}
 	for _, m := range g.Members {
-		gm := GroupMember{ClientID: m.ClientID, MemberID: m.MemberID, Partitions: []int32{}}
+		gm := GroupMember{ClientID: m.ClientID, MemberID: m.MemberID, Partitions: []int32{}, Sent: []int32{}}
 		if a, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range a.Topics {
-				if t.Topic == Topic {
+				switch t.Topic {
+				case Topic:
 					gm.Partitions = append(gm.Partitions, t.Partitions...)
+				case SentTopic:
+					gm.Sent = append(gm.Sent, t.Partitions...)
 				}
 			}
 		}
 		slices.Sort(gm.Partitions)
+		slices.Sort(gm.Sent)
 		s.Members = append(s.Members, gm)
 	}
 	slices.SortFunc(s.Members, func(a, b GroupMember) int { return strings.Compare(a.ClientID+a.MemberID, b.ClientID+b.MemberID) })
@@ -229,7 +235,7 @@ func disturbances(log RunLog) []Interval {
 			for _, m := range s.Members {
 				if m.MemberID == d.MemberID && next.After(d.At) {
 					out = append(out, Interval{From: maxTime(d.At, s.At), To: next.Add(sampleInterval + settle), Partitions: m.Partitions,
-						Reason: "partitions of a dead member " + m.ClientID})
+						Sent: m.Sent, Reason: "partitions of a dead member " + m.ClientID})
 				}
 			}
 		}

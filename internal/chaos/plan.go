@@ -68,10 +68,12 @@ type EventPlan struct {
 
 	// Callback (api_response) and sent event (EventSend): two identical sends, the
 	// second SecondAfter the first, to Replicas[0] and Replicas[1]; a callback's ids in
-	// headers or in the body.
+	// headers or in the body. A sent event AsRecord is instead produced to SentTopic
+	// twice, the copy SecondAfter the first.
 	Replicas     [2]int
 	SecondAfter  time.Duration
 	IDsInHeaders bool
+	AsRecord     bool
 
 	// Kafka (kafka_event): Reproduce sends the same record again ReproduceAfter later
 	// (1% of records); Noise first sends a record for the same wait that fails the
@@ -138,6 +140,7 @@ func NewPlan(cfg Config) Plan {
 				ep.Replicas = [2]int{rng.IntN(cfg.Replicas), rng.IntN(cfg.Replicas)}
 				ep.SecondAfter = uniform(0, 400*time.Millisecond)
 				ep.IDsInHeaders = ev.Name == EventAPI && rng.IntN(2) == 0
+				ep.AsRecord = ev.Name == EventSend && rng.IntN(2) == 0
 			case EventKafka, EventMatch:
 				ep.Reproduce = rng.Float64() < 0.01
 				ep.ReproduceAfter = uniform(50*time.Millisecond, time.Second)

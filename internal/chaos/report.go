@@ -60,8 +60,8 @@ func (r *Report) Print(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(d.SendAnswers)) {
 		sendAnswers = append(sendAnswers, fmt.Sprintf("%d×%s", d.SendAnswers[k], k))
 	}
-	fmt.Fprintf(w, "sends      %d events sent by type twice (one id): %d requests, answers %s\n",
-		d.Sends, d.SendRequests, strings.Join(sendAnswers, ", "))
+	fmt.Fprintf(w, "sends      %d events sent by type twice (one id): %d requests, answers %s; %d sent as %d records of %s, %d recorded\n",
+		d.Sends, d.SendRequests, strings.Join(sendAnswers, ", "), d.SentAsRecords, d.SentRecords, SentTopic, d.SentRecorded)
 	fmt.Fprintf(w, "kafka      %d records (%d re-produced, %d filtered noise, %d matched by payload); produce→recorded %s; undisturbed by faults %s\n",
 		d.Records, d.Reproduced, d.Noise, d.MatchRecorded, r.Kafka, r.KafkaCalm)
 	fmt.Fprintf(w, "calls      %d correlated calls (%d answered 503 on purpose and retried, %d held past their wait by a fault); %d crossed deliveries; %d continuations redelivered after a fault\n",
