@@ -860,13 +860,14 @@ func (r *runner) endLifetime(sender string, at time.Time, killed bool) {
 	}
 }
 
-// onCall tells an execution that its wait's correlated call arrived.
+// onCall tells an execution that its wait's correlated call arrived. It finds the
+// execution by the plan index the call names: the call may arrive before the driver
+// read the execution's id from the start request's answer.
 func (r *runner) onCall(c Call) {
-	v, ok := r.byID.Load(c.ExecutionID)
-	if !ok {
+	if c.Plan < 0 || c.Plan >= len(r.execs) {
 		return
 	}
-	e := v.(*execRun)
+	e := r.execs[c.Plan]
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.log.FirstCall.IsZero() {
@@ -875,10 +876,10 @@ func (r *runner) onCall(c Call) {
 	}
 }
 
-// failFirst says whether the fake answers an execution's first call with 503.
-func (r *runner) failFirst(execID uuid.UUID) bool {
-	v, ok := r.byID.Load(execID)
-	return ok && v.(*execRun).plan.FailFirstCall
+// failFirst says whether the fake answers the first call of plan index plan's execution
+// with 503.
+func (r *runner) failFirst(plan int) bool {
+	return plan >= 0 && plan < len(r.plan.Executions) && r.plan.Executions[plan].FailFirstCall
 }
 
 // quiesce waits, after everything was sent, until every execution has finished, the

@@ -19,7 +19,9 @@ type Call struct {
 	ExecutionID    uuid.UUID `json:"execution_id"`
 	CorrelationID  uuid.UUID `json:"correlation_id"`
 	IdempotencyKey string    `json:"idempotency_key"`
-	At             time.Time `json:"at"`
+	// Plan is the plan index the call's body names.
+	Plan int       `json:"plan"`
+	At   time.Time `json:"at"`
 	// Status is what the fake answered.
 	Status int `json:"status"`
 }
@@ -42,8 +44,10 @@ type fake struct {
 	srv *http.Server
 	ln  net.Listener
 
-	// failFirst says whether the first call of an execution is answered 503.
-	failFirst func(uuid.UUID) bool
+	// failFirst says whether the first call of the execution of a plan index is answered
+	// 503. The call names its plan index in its body: the driver may learn the
+	// execution's id only after its call arrived.
+	failFirst func(plan int) bool
 	// onCall is told about every call answered 2xx.
 	onCall func(Call)
 
@@ -53,7 +57,7 @@ type fake struct {
 	malformed     []string
 }
 
-func startFake(failFirst func(uuid.UUID) bool, onCall func(Call)) (*fake, error) {
+func startFake(failFirst func(plan int) bool, onCall func(Call)) (*fake, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fake service: %w", err)
@@ -81,12 +85,14 @@ func (f *fake) call(w http.ResponseWriter, r *http.Request) {
 	execID, err1 := uuid.Parse(r.Header.Get("X-Execution-Id"))
 	corrID, err2 := uuid.Parse(r.Header.Get("X-Correlation-Id"))
 	var body struct {
-		ExecutionID   string `json:"execution_id"`
-		CorrelationID string `json:"correlation_id"`
+		ExecutionID   string      `json:"execution_id"`
+		CorrelationID string      `json:"correlation_id"`
+		Plan          json.Number `json:"plan"`
 	}
 	raw, _ := io.ReadAll(r.Body)
 	err3 := json.Unmarshal(raw, &body)
-	if err := errors.Join(err1, err2, err3); err != nil || body.ExecutionID != execID.String() || body.CorrelationID != corrID.String() {
+	plan, err4 := body.Plan.Int64()
+	if err := errors.Join(err1, err2, err3, err4); err != nil || body.ExecutionID != execID.String() || body.CorrelationID != corrID.String() {
 		f.mu.Lock()
 		f.malformed = append(f.malformed, fmt.Sprintf("call with headers %s/%s and body %s: %v",
 			r.Header.Get("X-Execution-Id"), r.Header.Get("X-Correlation-Id"), raw, err))
@@ -94,7 +100,7 @@ func (f *fake) call(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed", http.StatusBadRequest)
 		return
 	}
-	c := Call{ExecutionID: execID, CorrelationID: corrID, IdempotencyKey: r.Header.Get("Idempotency-Key"), At: at, Status: http.StatusOK}
+	c := Call{ExecutionID: execID, CorrelationID: corrID, IdempotencyKey: r.Header.Get("Idempotency-Key"), Plan: int(plan), At: at, Status: http.StatusOK}
 	f.mu.Lock()
 	first := true
 	for _, prev := range f.calls {
@@ -103,7 +109,7 @@ func (f *fake) call(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	if first && f.failFirst(execID) {
+	if first && f.failFirst(c.Plan) {
 		c.Status = http.StatusServiceUnavailable
 	}
 	f.calls = append(f.calls, c)
