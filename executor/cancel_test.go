@@ -42,10 +42,14 @@ func TestCancelExecution(t *testing.T) {
 	h.run(t)
 	id := h.start(t, name, nil)
 
-	// The call failed once (503) and waits for its retry; side timed out once and waits
-	// for its next attempt.
+	// The call failed once (503) and waits for its retry; side's first attempt reached
+	// the service and, timed out or about to, holds its row for a lease or a backoff.
+	// A claim alone also pushes visible_at out, before its request is sent: hence the
+	// request counts, without which a request sent after the cancel could be one of
+	// these.
 	eventually(t, func() bool {
-		return h.count(t, `SELECT count(*) FROM outbox WHERE execution_id = $1 AND attempt = 1
+		return h.fake.count("/process") == 1 && h.fake.count("/side") == 1 &&
+			h.count(t, `SELECT count(*) FROM outbox WHERE execution_id = $1 AND attempt = 1
 			AND visible_at > now() + interval '10 seconds'`, id) == 1 &&
 			h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND node_id = 'side'
 			AND visible_at > now() + interval '10 seconds'`, id) == 1
