@@ -31,8 +31,8 @@ type Observed struct {
 	// of each event sent by type that no wait took to why it was moved out.
 	Buffered    int               `json:"buffered"`
 	DeadLetters map[string]string `json:"-"`
-	// SentUnmatched maps the position ("partition/offset") of each record of SentTopic
-	// that no wait took to the reasons unmatched_events gives, one per application.
+	// SentUnmatched maps the position ("partition/offset") of a record of SentTopic to
+	// the reasons unmatched_events gives for it: one per application no wait took.
 	SentUnmatched map[string][]string `json:"-"`
 }
 
