@@ -1,0 +1,338 @@
+package consumer
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
+)
+
+// item is one record on its way through a batch.
+type item struct {
+	rec *kgo.Record
+	// poison is the dead-letter reason (free text, for the header); poisonCategory is
+	// its category (poisonTooLarge…, for the metric).
+	poison         string
+	poisonCategory string
+	// skip is why a record without usable ids is not applied; it is counted once the
+	// record is handled, not on every retry of its batch.
+	skip string
+	// events are the record's candidate events: one per pair of ids it carries, and one
+	// correlated by payload match when it holds a value of a match. A poison record's are
+	// not applied, they only name the wait in log lines.
+	events []aggregator.Event
+	// sent is the event a valid record of the events topic sends to its execution.
+	sent *aggregator.Sent
+}
+
+// process applies a poll's records in batches and commits what was handled. It returns,
+// per partition that could not be fully handled, the offset to resume from.
+func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64 {
+	if err := c.catchUp(ctx); err != nil {
+		// Decoding with definitions that may be stale could skip a record: the whole
+		// poll comes back instead.
+		c.databaseError(ctx)
+		c.dbFailing.Store(true)
+		c.logger.ErrorContext(ctx, "reading definitions failed", "err", err, "records", len(recs), "instance_id", c.cfg.ClientID)
+		failed := map[tp]int64{}
+		for _, r := range recs {
+			if _, ok := failed[tp{r.Topic, r.Partition}]; !ok {
+				failed[tp{r.Topic, r.Partition}] = r.Offset // a partition's records come in order
+			}
+		}
+		return failed
+	}
+	// Partitions are spread over lanes applied side by side, each on its own
+	// connection; a partition stays in one lane, so its order is kept.
+	lanes := make([][]*kgo.Record, c.cfg.Lanes)
+	laneOf := map[tp]int{}
+	for _, r := range recs {
+		p := tp{r.Topic, r.Partition}
+		l, ok := laneOf[p]
+		if !ok {
+			l = len(laneOf) % c.cfg.Lanes
+			laneOf[p] = l
+		}
+		lanes[l] = append(lanes[l], r)
+	}
+	type laneResult struct {
+		failed      map[tp]int64
+		done        map[tp]*kgo.Record
+		unavailable bool
+	}
+	results := make([]laneResult, len(lanes))
+	var wg sync.WaitGroup
+	for i, lane := range lanes {
+		if len(lane) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].failed, results[i].done, results[i].unavailable = c.processLane(ctx, lane)
+		}()
+	}
+	wg.Wait()
+
+	failed := map[tp]int64{}
+	var commit []*kgo.Record
+	unavailable := false
+	for _, r := range results {
+		unavailable = unavailable || r.unavailable
+		maps.Copy(failed, r.failed)
+		for _, rec := range r.done {
+			commit = append(commit, rec)
+		}
+	}
+	if len(commit) > 0 {
+		if err := c.cl.CommitRecords(ctx, commit...); err != nil {
+			// The records are applied; redelivery after a rebalance or restart is absorbed
+			// as duplicates.
+			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
+		}
+	}
+	c.setHealth(ctx, unavailable)
+	return failed
+}
+
+// processLane applies one lane's records in batches. It returns, per partition, the
+// offset to resume from when not everything could be handled, and the last record
+// handled.
+//
+// A batch's poison records are dead-lettered before anything is applied: when a
+// dead-letter write fails, the records after it on its partition have not been applied
+// either, and come back with it, applied once. Dead letters written for a batch that
+// then fails are remembered (c.lettered), so its retry does not write them again.
+//
+// unavailable reports that applying met an error saying the database could not be
+// reached (see setHealth).
+func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed map[tp]int64, done map[tp]*kgo.Record, unavailable bool) {
+	failed = map[tp]int64{}
+	done = map[tp]*kgo.Record{}
+	// stop holds back r's partition from r on; held reports whether r is held back.
+	stop := func(r *kgo.Record) {
+		p := tp{r.Topic, r.Partition}
+		if off, ok := failed[p]; !ok || r.Offset < off {
+			failed[p] = r.Offset
+		}
+	}
+	held := func(r *kgo.Record) bool {
+		off, ok := failed[tp{r.Topic, r.Partition}]
+		return ok && r.Offset >= off
+	}
+	for start := 0; start < len(recs); start += c.cfg.BatchSize {
+		batch := recs[start:min(start+c.cfg.BatchSize, len(recs))]
+		items := make([]item, 0, len(batch))
+		for _, r := range batch {
+			if held(r) {
+				continue // keep per-partition order: nothing after a failure
+			}
+			items = append(items, c.decode(ctx, r))
+		}
+		for r := range c.deadLetter(ctx, items) {
+			stop(r)
+		}
+		items = slices.DeleteFunc(items, func(it item) bool { return held(it.rec) })
+		if len(items) == 0 {
+			continue
+		}
+		// Records correlated to waits and events sent to executions are applied in
+		// transactions of their own. They never share a partition (the events topic holds
+		// only the latter), so a failure of one stops only its own partitions.
+		_, applyErr := c.apply(ctx, items)
+		if db.IsRefusedData(applyErr) {
+			applyErr = c.isolate(ctx, items, applyErr, c.apply)
+		}
+		_, sendErr := c.send(ctx, items)
+		if db.IsRefusedData(sendErr) {
+			sendErr = c.isolate(ctx, items, sendErr, c.send)
+		}
+		for _, err := range []error{applyErr, sendErr} {
+			if err != nil {
+				c.databaseError(ctx)
+				c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
+				unavailable = unavailable || db.IsUnavailable(err)
+			}
+		}
+		for _, it := range items {
+			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
+				stop(it.rec) // its partition's first record of the batch: all of them come back
+			}
+		}
+		// Records the database refused became poison while being applied, after the
+		// records around them; they are dead-lettered now. Should that fail, what came
+		// after them is applied again with them, and absorbed as duplicates.
+		for r := range c.deadLetter(ctx, slices.DeleteFunc(slices.Clone(items), func(it item) bool { return held(it.rec) })) {
+			stop(r)
+		}
+		for _, it := range items {
+			if held(it.rec) {
+				continue
+			}
+			if it.skip != "" {
+				c.count(it.skip)
+				c.agg.RecordRejected(ctx, sourceKind, it.skip)
+				c.logger.WarnContext(recordCtx(ctx, it.rec), "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
+			}
+			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
+		}
+	}
+	c.forgetLettered(done)
+	return failed, done, unavailable
+}
+
+// isolate runs fn on each of items alone, after the database refused the data of the
+// batch they were in (cause): a value that CheckStorable lets through but PostgreSQL
+// refuses, or one past a limit of its own. Every retry of the batch would fail alike
+// and hold its partitions back for good, so the record that carries it is found and
+// becomes poison (dead-lettered with the database's reason), and the others are applied
+// each in a transaction of its own. Any other failure stops there, as a batch's does:
+// the records applied meanwhile come back as duplicates, which the aggregator absorbs.
+//
+// When several records were tried and none applied alone, the refusal is not one
+// record's value but something every statement meets (a broken schema, say): nothing
+// is dead-lettered and the batch fails as it did, to be retried.
+func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
+	fn func(context.Context, []item) (bool, error)) error {
+	c.logger.WarnContext(ctx, "the database refused a batch's data; applying its records one by one", "err", cause,
+		"records", len(items), "instance_id", c.cfg.ClientID)
+	var refused []int
+	tried := 0
+	for i := range items {
+		it := &items[i]
+		if it.poison != "" {
+			continue
+		}
+		t, err := fn(ctx, items[i:i+1])
+		if t {
+			tried++
+		}
+		if db.IsRefusedData(err) {
+			it.poison, it.poisonCategory = "PostgreSQL refused the value: "+db.Reason(err), poisonUnstorable
+			refused = append(refused, i)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(refused) > 1 && len(refused) == tried {
+		for _, i := range refused {
+			items[i].poison, items[i].poisonCategory = "", ""
+		}
+		return cause
+	}
+	return nil
+}
+
+// apply records a batch's events in one transaction, in record order (so events of one
+// wait keep their order; ApplyBatch locks the rows in a stable order itself).
+func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
+	var batch []aggregator.Event
+	var recs []*kgo.Record // batch[i] came from recs[i]
+	for _, it := range items {
+		if it.poison != "" {
+			continue
+		}
+		batch = append(batch, it.events...)
+		for range it.events {
+			recs = append(recs, it.rec)
+		}
+	}
+	if len(batch) == 0 {
+		return false, nil
+	}
+	var results []aggregator.Result
+	for attempt := 1; ; attempt++ {
+		err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
+			var err error
+			results, err = c.agg.ApplyBatch(ctx, tx, batch)
+			return err
+		})
+		if err == nil || !db.IsRetryable(err) || attempt == sendAttempts {
+			break
+		}
+		c.logger.DebugContext(ctx, "apply transaction conflicted; retrying", "err", err, "attempt", attempt, "instance_id", c.cfg.ClientID)
+	}
+	if err != nil {
+		return true, err
+	}
+	c.agg.Observe(ctx, batch, results)
+	for i, res := range results {
+		c.count(string(res.Outcome))
+		ev := batch[i]
+		rctx := recordCtx(ctx, recs[i])
+		if len(ev.MatchKeys) > 0 {
+			c.logMatch(rctx, ev, res)
+			continue
+		}
+		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
+			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
+		switch res.Outcome {
+		case aggregator.Completed:
+			c.logger.InfoContext(rctx, "kafka event completed a wait", attrs...)
+		case aggregator.Recorded:
+			c.logger.InfoContext(rctx, "kafka event recorded", attrs...)
+		case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
+			c.logger.DebugContext(rctx, "kafka event not applied", attrs...)
+		case aggregator.IDMismatch:
+			c.logger.ErrorContext(rctx, "kafka event not applied: id mismatch", attrs...)
+		default:
+			c.logger.WarnContext(rctx, "kafka event not applied", attrs...)
+		}
+	}
+	if aggregator.Queued(results) {
+		c.agg.Continued()
+	}
+	return true, nil
+}
+
+// logMatch reports a record correlated by payload match: how many waits it reached
+// and what it did at each. A record whose value no wait expects is routine on a shared
+// topic, hence debug; the aggregator records it in unmatched_events.
+func (c *Consumer) logMatch(ctx context.Context, ev aggregator.Event, res aggregator.Result) {
+	attrs := []any{"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
+		"offset", *ev.Source.Offset, "outcome", res.Outcome, "deliveries", len(res.Deliveries)}
+	if res.Outcome == aggregator.NoMatch {
+		c.logger.DebugContext(ctx, "kafka record matched no wait by payload", attrs...)
+		return
+	}
+	applied, completed := 0, 0
+	for _, d := range res.Deliveries {
+		switch d.Outcome {
+		case aggregator.Completed:
+			completed++
+			applied++
+		case aggregator.Recorded:
+			applied++
+		}
+	}
+	attrs = append(attrs, "applied", applied, "completed", completed)
+	if applied > 0 {
+		c.logger.InfoContext(ctx, "kafka record matched waits by payload", attrs...)
+	} else {
+		c.logger.DebugContext(ctx, "kafka record matched waits by payload; none took it", attrs...)
+	}
+	for _, d := range res.Deliveries {
+		c.logger.DebugContext(ctx, "payload match delivery", "wait_state_id", d.WaitStateID, "node_id", d.NodeID,
+			"event", d.Event, "outcome", d.Outcome, "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
+			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset)
+	}
+}
+
+// waitAttrs name the wait an event is for in a log line; node_id only when known (a
+// decided event found its wait).
+func waitAttrs(ev aggregator.Event, nodeID string) []any {
+	attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID}
+	if nodeID != "" {
+		attrs = append(attrs, "node_id", nodeID)
+	}
+	return attrs
+}
