@@ -27,13 +27,17 @@ verify:
 vet:
 	go vet ./...
 
-## deps: system packages the tests need that Go cannot fetch: Chromium, which drives the
-## web view's end-to-end test. Installed from Debian once; a no-op when present.
+## deps: system packages the tests need that Go cannot fetch, from Debian, once (a no-op
+## when present): Chromium, which drives the web view's end-to-end test, and kcat (a
+## Kafka client that is not franz-go) and jq, which the multi-replica recipe test runs.
 deps:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing chromium (web view browser test)"; \
+	@missing=""; \
+	for pkg in chromium kcat jq; do command -v $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (browser and Kafka client tests)"; \
 	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 ## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector
 test: deps vet verify

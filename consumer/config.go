@@ -34,6 +34,11 @@ const (
 	BackoffMaxDefault     = 10 * time.Second
 	EventsTopicDefault    = "rendezvous.events"
 	SessionTimeoutDefault = 45 * time.Second
+	// DLQWriteTimeoutDefault bounds one dead-letter write; see Config.DLQWriteTimeout.
+	DLQWriteTimeoutDefault = 5 * time.Second
+	// DLQReplicationFactorMax caps the replication factor chosen for a dead-letter topic
+	// when none is configured: min(3, brokers), Kafka's usual production setting.
+	DLQReplicationFactorMax = 3
 )
 
 // Config configures a Consumer.
@@ -55,6 +60,20 @@ type Config struct {
 	// DLQSuffix names a topic's dead-letter topic: <topic><suffix>. Default
 	// DLQSuffixDefault.
 	DLQSuffix string
+	// SkipDLQTopicCreation turns off the creation of dead-letter topics, for clusters
+	// where topics are provisioned by other means. By default (false) the consumer makes
+	// sure <topic><suffix> exists for every topic it consumes, creating it through the
+	// admin API with the source topic's partition count, before a poison record needs
+	// it: a missing dead-letter topic stops its partition at the first poison record.
+	SkipDLQTopicCreation bool
+	// DLQReplicationFactor is the replication factor of the dead-letter topics the
+	// consumer creates. Default 0: min(DLQReplicationFactorMax, brokers in the cluster).
+	DLQReplicationFactor int
+	// DLQWriteTimeout bounds one attempt to write a batch's dead letters. A write that has
+	// not succeeded by then fails: its partition is rewound and retried after a backoff,
+	// like a database failure, instead of holding its lane (and every partition in it)
+	// for as long as the Kafka client keeps retrying. Default DLQWriteTimeoutDefault.
+	DLQWriteTimeout time.Duration
 	// MaxRecordBytes: a larger record value is poison. Default MaxRecordBytesDefault.
 	MaxRecordBytes int
 	// MaxPollRecords bounds one poll. Default MaxPollRecordsDefault.
@@ -117,6 +136,9 @@ func (c Config) WithDefaults() Config {
 	if c.DLQSuffix == "" {
 		c.DLQSuffix = DLQSuffixDefault
 	}
+	if c.DLQWriteTimeout <= 0 {
+		c.DLQWriteTimeout = DLQWriteTimeoutDefault
+	}
 	if c.MaxRecordBytes <= 0 {
 		c.MaxRecordBytes = MaxRecordBytesDefault
 	}
@@ -168,6 +190,9 @@ func (c Config) validate() error {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
 		errs = append(errs, fmt.Errorf("kafka.sasl_mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASLMechanism))
+	}
+	if c.DLQReplicationFactor < 0 || c.DLQReplicationFactor > 32767 {
+		errs = append(errs, fmt.Errorf("kafka.dlq_replication_factor: %d is not between 1 and 32767 (0: min(3, brokers))", c.DLQReplicationFactor))
 	}
 	if c.SASLMechanism != "" && c.SASLUser == "" {
 		errs = append(errs, errors.New("kafka.sasl_user: required with a SASL mechanism"))

@@ -77,6 +77,14 @@ type Consumer struct {
 	// leaves once its record is handled, or when its partition goes to another member.
 	letteredMu sync.Mutex
 	lettered   map[tp]map[int64]bool
+	// progress is how far each owned partition is applied, and which are stalled.
+	progress *progress
+	// dlqTopics provisions the dead-letter topics (see topics.go).
+	dlqTopics *dlqProvisioner
+	// stopping is closed when Run's context ends: a dead-letter write in progress is
+	// given up then (its partition is not committed past it), where the rest of the batch
+	// in hand is finished and committed.
+	stopping <-chan struct{}
 
 	ins instruments
 }
@@ -90,7 +98,7 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	c := &Consumer{
 		cfg: cfg, pool: pool, agg: agg, q: dbsqlc.New(), logger: cfg.Logger,
 		fields: map[string][]idFields{}, topics: map[string]bool{cfg.EventsTopic: true}, refresh: make(chan struct{}, 1),
-		lettered: map[tp]map[int64]bool{},
+		lettered: map[tp]map[int64]bool{}, progress: newProgress(), dlqTopics: newDLQProvisioner(),
 	}
 	if err := c.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("consumer telemetry: %w", err)
@@ -114,13 +122,13 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-			c.forgetLag(revoked)
+			c.progress.forget(revoked)
 			c.forgetPartitions(revoked)
 		}),
 		kgo.OnPartitionsLost(func(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 			// Another member may own these now: commit nothing for them.
 			c.logger.WarnContext(ctx, "kafka partitions lost", "partitions", lost, "instance_id", cfg.ClientID)
-			c.forgetLag(lost)
+			c.progress.forget(lost)
 			c.forgetPartitions(lost)
 		}),
 		// The dead letters this client produces are traced too, under their record's
@@ -128,6 +136,17 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 		kgo.WithHooks(c.kotelHooks()...),
 		kgo.ProducerLinger(0),
 		kgo.RecordRetries(5),
+		// A dead-letter topic that does not exist fails the write at once (after one
+		// metadata refresh, for a topic just created) instead of after the client's
+		// default four: the partition backs off and retries, and provisioning is asked to
+		// look at the topic again.
+		kgo.UnknownTopicRetries(1),
+		// A dead letter keeps its record's partition (dead-letter topics are created with
+		// the source's partition count), so a partition's poison records stay in order;
+		// a dead-letter topic made smaller by hand still takes them, wrapped around.
+		kgo.RecordPartitioner(kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
+			return func(r *kgo.Record, n int) int { return int(r.Partition) % n }
+		})),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -155,6 +174,12 @@ func (c *Consumer) count(reason string) {
 	v.(*atomic.Int64).Add(1)
 }
 
+// Stalled lists the partitions this member owns that cannot advance, with the reason
+// and since when. A stalled partition leaves readiness alone (another replica would do
+// no better with the same record or the same broken dead-letter topic); /readyz names
+// it, and rendezvous_kafka_partition_stalled reads 1 for it.
+func (c *Consumer) Stalled() []Stall { return c.progress.stalls() }
+
 // Ready reports an error while records cannot be applied or no broker answers.
 func (c *Consumer) Ready(ctx context.Context) error {
 	if c.dbFailing.Load() {
@@ -177,10 +202,11 @@ type tp struct {
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cl.Close()
 	defer func() {
-		// A stopped member reports no lag: its partitions are someone else's.
-		_ = c.ins.lagReg.Unregister()
-		c.forgetLag(nil)
+		// A stopped member reports no lag or stall: its partitions are someone else's.
+		_ = c.ins.partitionsReg.Unregister()
+		c.progress.forget(nil)
 	}()
+	c.stopping = ctx.Done()
 	if err := c.loadTopics(ctx); err != nil {
 		c.databaseError(ctx)
 		c.logger.WarnContext(ctx, "could not read topics; retrying", "err", err, "instance_id", c.cfg.ClientID)
@@ -221,7 +247,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.logger.WarnContext(ctx, "kafka fetch error", "topic", t, "partition", p, "err", err, "instance_id", c.cfg.ClientID)
 			}
 		})
-		c.observeLag(fetches)
+		c.progress.fetched(fetches)
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			c.cl.AllowRebalance()
@@ -230,8 +256,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// A polled batch is finished even if shutdown begins meanwhile, within a bound,
 		// so that what was applied is also committed.
 		workCtx, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		failed := c.process(workCtx, recs)
+		failed, done := c.process(workCtx, recs)
 		cancelWork()
+		c.progress.settled(done, failed, time.Now())
 		for _, r := range recs {
 			if _, ok := failed[tp{r.Topic, r.Partition}]; !ok {
 				delete(failures, tp{r.Topic, r.Partition})
@@ -243,14 +270,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			rewind := map[string]map[int32]kgo.EpochOffset{}
 			pause := map[string][]int32{}
 			var longest time.Duration
-			for p, off := range failed {
+			for p, h := range failed {
 				failures[p]++
 				delay := min(c.cfg.BackoffMin<<min(failures[p]-1, 16), c.cfg.BackoffMax)
 				longest = max(longest, delay)
 				if rewind[p.topic] == nil {
 					rewind[p.topic] = map[int32]kgo.EpochOffset{}
 				}
-				rewind[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+				rewind[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: h.offset}
 				pause[p.topic] = append(pause[p.topic], p.partition)
 				paused[p] = time.Now().Add(delay)
 			}

@@ -2,11 +2,14 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -19,17 +22,32 @@ const (
 	HeaderFirstSeen = "rendezvous-dlq-first-seen"
 )
 
-// deadLetter produces the batch's poison records to their dead-letter topics,
-// synchronously, and returns the records whose write failed. Records it dead-lettered
+// deadLetter produces the batch's poison records to their dead-letter topics and
+// returns the records whose write failed, with the error. Records it dead-lettered
 // already, for an earlier try of their batch, are not written again.
-func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record]bool {
+//
+// The write is bounded by Config.DLQWriteTimeout, and given up at once when the consumer
+// stops: a dead letter that has not been acknowledged by then counts as failed, so its
+// partition is rewound to it and nothing after it is committed. The Kafka client may
+// still deliver an abandoned write later; the retry then writes the record again, so a
+// dead-letter topic holds each poison record at least once, as everything else.
+func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record]error {
 	var out []*kgo.Record
 	src := map[*kgo.Record]item{} // dead-letter record -> its source
+	writeCtx, cancel := context.WithTimeout(ctx, c.cfg.DLQWriteTimeout)
+	defer cancel()
+	failed := map[*kgo.Record]error{}
 	for _, it := range items {
 		if it.poison == "" || c.isLettered(it.rec) {
 			continue
 		}
 		r := it.rec
+		if c.dlqTopics.knownMissing(r.Topic) {
+			c.firstSeen.LoadOrStore(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), time.Now().UTC())
+			c.dlqWriteFailed(ctx, it, fmt.Errorf("dead-letter topic %s%s does not exist: %w", r.Topic, c.cfg.DLQSuffix, kerr.UnknownTopicOrPartition), dlqFailUnknownTopic)
+			failed[r] = kerr.UnknownTopicOrPartition
+			continue
+		}
 		key := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
 		seen, _ := c.firstSeen.LoadOrStore(key, time.Now().UTC())
 		headers := append([]kgo.RecordHeader{}, r.Headers...)
@@ -41,38 +59,94 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			kgo.RecordHeader{Key: HeaderFirstSeen, Value: []byte(seen.(time.Time).Format(time.RFC3339Nano))},
 		)
 		// Produced under the source record's span: the publish span (and the traceparent
-		// kotel writes over the copied one) continue the record's trace.
-		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Key: r.Key, Value: r.Value, Headers: headers,
-			Context: recordCtx(ctx, r)}
+		// kotel writes over the copied one) continue the record's trace. The record's
+		// context carries the write's deadline, which also ends the client's own wait for
+		// a topic it does not know.
+		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Partition: r.Partition, Key: r.Key, Value: r.Value,
+			Headers: headers, Context: recordCtx(writeCtx, r)}
 		out = append(out, dl)
 		src[dl] = it
 	}
 	if len(out) == 0 {
-		return nil
+		return failed
 	}
-	failed := map[*kgo.Record]bool{}
+	results := make(chan kgo.ProduceResult, len(out))
+	for _, dl := range out {
+		c.cl.Produce(dl.Context, dl, func(r *kgo.Record, err error) { results <- kgo.ProduceResult{Record: r, Err: err} })
+	}
+	pending := maps.Clone(src)
+	fail := func(it item, err error, category string) {
+		failed[it.rec] = err
+		c.dlqWriteFailed(ctx, it, err, category)
+	}
 	// Results arrive in completion order, not input order: match them by record.
-	for _, res := range c.cl.ProduceSync(ctx, out...) {
-		it := src[res.Record]
-		r := it.rec
-		var attrs []any
-		if len(it.events) > 0 {
-			attrs = waitAttrs(it.events[0], "")
+	for len(pending) > 0 {
+		select {
+		case res := <-results:
+			it := src[res.Record]
+			delete(pending, res.Record)
+			if res.Err != nil {
+				fail(it, res.Err, dlqFailureCategory(res.Err))
+				continue
+			}
+			r := it.rec
+			c.remember(r)
+			c.count(ReasonPoison)
+			c.deadLettered(ctx, r.Topic, it.poisonCategory)
+			c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
+			c.logger.WarnContext(recordCtx(ctx, r), "poison record dead-lettered",
+				append(c.deadLetterAttrs(it), "dlq_topic", res.Record.Topic, "reason", it.poison)...)
+		case <-writeCtx.Done():
+			for _, it := range pending {
+				fail(it, fmt.Errorf("no acknowledgement within %s", c.cfg.DLQWriteTimeout), dlqFailTimeout)
+			}
+			return failed
+		case <-c.stopping:
+			for _, it := range pending {
+				fail(it, errors.New("the consumer is stopping"), dlqFailShutdown)
+			}
+			return failed
 		}
-		attrs = append(attrs, "instance_id", c.cfg.ClientID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-		rctx := recordCtx(ctx, r)
-		if res.Err != nil {
-			failed[r] = true
-			c.logger.ErrorContext(rctx, "dead-letter write failed; partition stops here", append(attrs, "err", res.Err)...)
-			continue
-		}
-		c.remember(r)
-		c.count(ReasonPoison)
-		c.deadLettered(ctx, r.Topic, it.poisonCategory)
-		c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
-		c.logger.WarnContext(rctx, "poison record dead-lettered", append(attrs, "dlq_topic", res.Record.Topic, "reason", it.poison)...)
 	}
 	return failed
+}
+
+// dlqWriteFailed reports a failed dead-letter write of it's record: counted, logged, and
+// when its topic was missing, provisioning asked to look at it again.
+func (c *Consumer) dlqWriteFailed(ctx context.Context, it item, err error, category string) {
+	c.deadLetterFailed(ctx, it.rec.Topic, category)
+	if category == dlqFailUnknownTopic {
+		// Provisioned once, then deleted, or never: look again now.
+		c.dlqTopics.missing(it.rec.Topic)
+		c.Refresh()
+	}
+	c.logger.ErrorContext(recordCtx(ctx, it.rec), "dead-letter write failed; partition stops here until it succeeds",
+		append(c.deadLetterAttrs(it), "dlq_topic", it.rec.Topic+c.cfg.DLQSuffix, "reason", category, "err", err)...)
+}
+
+// deadLetterAttrs name a poison record (and the wait it named, when known) in a log line.
+func (c *Consumer) deadLetterAttrs(it item) []any {
+	var attrs []any
+	if len(it.events) > 0 {
+		attrs = waitAttrs(it.events[0], "")
+	}
+	r := it.rec
+	return append(attrs, "instance_id", c.cfg.ClientID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+}
+
+// dlqFailureCategory is the metric reason of a failed dead-letter write.
+func dlqFailureCategory(err error) string {
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return dlqFailUnknownTopic
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return dlqFailAuthorization
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kgo.ErrRecordTimeout):
+		return dlqFailTimeout
+	case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrClientClosed):
+		return dlqFailShutdown
+	}
+	return dlqFailOther
 }
 
 func (c *Consumer) remember(r *kgo.Record) {

@@ -32,21 +32,23 @@ type item struct {
 }
 
 // process applies a poll's records in batches and commits what was handled. It returns,
-// per partition that could not be fully handled, the offset to resume from.
-func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64 {
+// per partition that could not be fully handled, the offset to resume from and why, and
+// per partition the last record handled.
+func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (map[tp]hold, map[tp]*kgo.Record) {
 	if err := c.catchUp(ctx); err != nil {
 		// Decoding with definitions that may be stale could skip a record: the whole
 		// poll comes back instead.
 		c.databaseError(ctx)
 		c.dbFailing.Store(true)
 		c.logger.ErrorContext(ctx, "reading definitions failed", "err", err, "records", len(recs), "instance_id", c.cfg.ClientID)
-		failed := map[tp]int64{}
+		failed := map[tp]hold{}
 		for _, r := range recs {
 			if _, ok := failed[tp{r.Topic, r.Partition}]; !ok {
-				failed[tp{r.Topic, r.Partition}] = r.Offset // a partition's records come in order
+				// A partition's records come in order.
+				failed[tp{r.Topic, r.Partition}] = hold{offset: r.Offset, reason: StallDatabase, err: err}
 			}
 		}
-		return failed
+		return failed, nil
 	}
 	// Partitions are spread over lanes applied side by side, each on its own
 	// connection; a partition stays in one lane, so its order is kept.
@@ -62,7 +64,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 		lanes[l] = append(lanes[l], r)
 	}
 	type laneResult struct {
-		failed      map[tp]int64
+		failed      map[tp]hold
 		done        map[tp]*kgo.Record
 		unavailable bool
 	}
@@ -80,12 +82,14 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 	}
 	wg.Wait()
 
-	failed := map[tp]int64{}
+	failed := map[tp]hold{}
+	done := map[tp]*kgo.Record{}
 	var commit []*kgo.Record
 	unavailable := false
 	for _, r := range results {
 		unavailable = unavailable || r.unavailable
 		maps.Copy(failed, r.failed)
+		maps.Copy(done, r.done)
 		for _, rec := range r.done {
 			commit = append(commit, rec)
 		}
@@ -98,12 +102,12 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 		}
 	}
 	c.setHealth(ctx, unavailable)
-	return failed
+	return failed, done
 }
 
 // processLane applies one lane's records in batches. It returns, per partition, the
-// offset to resume from when not everything could be handled, and the last record
-// handled.
+// offset to resume from (and why) when not everything could be handled, and the last
+// record handled.
 //
 // A batch's poison records are dead-lettered before anything is applied: when a
 // dead-letter write fails, the records after it on its partition have not been applied
@@ -112,19 +116,20 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) map[tp]int64
 //
 // unavailable reports that applying met an error saying the database could not be
 // reached (see setHealth).
-func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed map[tp]int64, done map[tp]*kgo.Record, unavailable bool) {
-	failed = map[tp]int64{}
+func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed map[tp]hold, done map[tp]*kgo.Record, unavailable bool) {
+	failed = map[tp]hold{}
 	done = map[tp]*kgo.Record{}
-	// stop holds back r's partition from r on; held reports whether r is held back.
-	stop := func(r *kgo.Record) {
+	// stop holds back r's partition from r on, for reason; held reports whether r is
+	// held back.
+	stop := func(r *kgo.Record, reason StallReason, err error) {
 		p := tp{r.Topic, r.Partition}
-		if off, ok := failed[p]; !ok || r.Offset < off {
-			failed[p] = r.Offset
+		if h, ok := failed[p]; !ok || r.Offset < h.offset {
+			failed[p] = hold{offset: r.Offset, reason: reason, err: err}
 		}
 	}
 	held := func(r *kgo.Record) bool {
-		off, ok := failed[tp{r.Topic, r.Partition}]
-		return ok && r.Offset >= off
+		h, ok := failed[tp{r.Topic, r.Partition}]
+		return ok && r.Offset >= h.offset
 	}
 	for start := 0; start < len(recs); start += c.cfg.BatchSize {
 		batch := recs[start:min(start+c.cfg.BatchSize, len(recs))]
@@ -135,8 +140,8 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			}
 			items = append(items, c.decode(ctx, r))
 		}
-		for r := range c.deadLetter(ctx, items) {
-			stop(r)
+		for r, err := range c.deadLetter(ctx, items) {
+			stop(r, StallDeadLetter, err)
 		}
 		items = slices.DeleteFunc(items, func(it item) bool { return held(it.rec) })
 		if len(items) == 0 {
@@ -161,15 +166,17 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			}
 		}
 		for _, it := range items {
-			if events := it.rec.Topic == c.cfg.EventsTopic; (events && sendErr != nil) || (!events && applyErr != nil) {
-				stop(it.rec) // its partition's first record of the batch: all of them come back
+			if it.rec.Topic == c.cfg.EventsTopic && sendErr != nil {
+				stop(it.rec, StallDatabase, sendErr) // its partition's first record of the batch: all of them come back
+			} else if it.rec.Topic != c.cfg.EventsTopic && applyErr != nil {
+				stop(it.rec, StallDatabase, applyErr)
 			}
 		}
 		// Records the database refused became poison while being applied, after the
 		// records around them; they are dead-lettered now. Should that fail, what came
 		// after them is applied again with them, and absorbed as duplicates.
-		for r := range c.deadLetter(ctx, slices.DeleteFunc(slices.Clone(items), func(it item) bool { return held(it.rec) })) {
-			stop(r)
+		for r, err := range c.deadLetter(ctx, slices.DeleteFunc(slices.Clone(items), func(it item) bool { return held(it.rec) })) {
+			stop(r, StallDeadLetter, err)
 		}
 		for _, it := range items {
 			if held(it.rec) {

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
@@ -33,43 +32,66 @@ const (
 // instruments are the consumer's own metrics; the Kafka client's (bytes, records,
 // connections) and its spans come from kotel.
 type instruments struct {
-	deadLetters metric.Int64Counter
-	dbErrors    metric.Int64Counter
-	lagReg      metric.Registration
-
-	lagMu sync.Mutex
-	lag   map[tp]int64 // owned partitions only
+	deadLetters        metric.Int64Counter
+	deadLetterFailures metric.Int64Counter
+	dbErrors           metric.Int64Counter
+	partitionsReg      metric.Registration
 }
 
-// initTelemetry creates the consumer's instruments. The lag is an observable gauge over
-// the partitions this member owns: a synchronous gauge would keep exporting the last lag
-// of a partition after a rebalance moved it away (cumulative last-value never forgets an
-// attribute set), and the replicas' lags would no longer add up.
+// Categories of failed dead-letter writes: the reason attribute of
+// rendezvous.dead_letter.write_failures.
+const (
+	dlqFailUnknownTopic  = "unknown_topic"
+	dlqFailAuthorization = "authorization"
+	dlqFailTimeout       = "timeout"
+	dlqFailShutdown      = "shutdown"
+	dlqFailOther         = "other"
+)
+
+// initTelemetry creates the consumer's instruments. The lag and stalled gauges are
+// observable over the partitions this member owns: a synchronous gauge would keep
+// exporting the last value of a partition after a rebalance moved it away (cumulative
+// last-value never forgets an attribute set), and the replicas' lags would no longer add
+// up.
 func (c *Consumer) initTelemetry() error {
 	m := c.cfg.MeterProvider.Meter(scope)
 	in := &c.ins
-	in.lag = map[tp]int64{}
 	var err error
 	if in.deadLetters, err = m.Int64Counter("rendezvous.dead_letter.records",
 		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable, invalid_event: an events-topic record that is no sent event).")); err != nil {
+		return err
+	}
+	if in.deadLetterFailures, err = m.Int64Counter("rendezvous.dead_letter.write_failures",
+		metric.WithDescription("Failed attempts to write a poison record to its dead-letter topic, by source topic and reason (unknown_topic, authorization, timeout, shutdown, other). The record's partition stops until a retry succeeds.")); err != nil {
 		return err
 	}
 	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {
 		return err
 	}
 	lag, err := m.Int64ObservableGauge("rendezvous.kafka.consumer.lag",
-		metric.WithDescription("Records of a partition not consumed yet (high watermark − next offset), as of this member's last fetch of it."))
+		metric.WithDescription("Records of a partition not applied yet: high watermark (as of this member's last fetch of it) − the first offset not yet applied. Records rewound after a failure count until applied."))
 	if err != nil {
 		return err
 	}
-	in.lagReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		in.lagMu.Lock()
-		defer in.lagMu.Unlock()
-		for p, n := range in.lag {
-			o.ObserveInt64(lag, n, metric.WithAttributes(attribute.String("topic", p.topic), attribute.Int("partition", int(p.partition))))
-		}
+	stalled, err := m.Int64ObservableGauge("rendezvous.kafka.partition.stalled",
+		metric.WithDescription("1 while a partition this member owns cannot advance, by reason (dead_letter_write_failed, database_error); 0 otherwise. /readyz lists stalled partitions with the reason and since when."))
+	if err != nil {
+		return err
+	}
+	in.partitionsReg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c.progress.each(func(p tp, n int64, reason StallReason) {
+			where := []attribute.KeyValue{attribute.String("topic", p.topic), attribute.Int("partition", int(p.partition))}
+			o.ObserveInt64(lag, n, metric.WithAttributes(where...))
+			for _, r := range stallReasons {
+				v := int64(0)
+				if r == reason {
+					v = 1
+				}
+				o.ObserveInt64(stalled, v, metric.WithAttributes(append(where, attribute.String("reason", string(r)))...))
+			}
+		})
 		return nil
-	}, lag)
+	}, lag, stalled)
 	return err
 }
 
@@ -88,38 +110,14 @@ func (c *Consumer) kotelHooks() []kgo.Hook {
 	).Hooks()
 }
 
-// observeLag records each fetched partition's lag: its high watermark less the offset
-// after the last record fetched.
-func (c *Consumer) observeLag(fetches kgo.Fetches) {
-	c.ins.lagMu.Lock()
-	defer c.ins.lagMu.Unlock()
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) == 0 {
-			return
-		}
-		last := p.Records[len(p.Records)-1]
-		c.ins.lag[tp{p.Topic, p.Partition}] = max(p.HighWatermark-(last.Offset+1), 0)
-	})
-}
-
-// forgetLag stops reporting partitions this member no longer owns (nil: all of them).
-func (c *Consumer) forgetLag(partitions map[string][]int32) {
-	c.ins.lagMu.Lock()
-	defer c.ins.lagMu.Unlock()
-	if partitions == nil {
-		clear(c.ins.lag)
-		return
-	}
-	for topic, ps := range partitions {
-		for _, p := range ps {
-			delete(c.ins.lag, tp{topic, p})
-		}
-	}
-}
-
 // databaseError counts a failed database operation of the consumer; the work is retried.
 func (c *Consumer) databaseError(ctx context.Context) {
 	c.ins.dbErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("component", "consumer")))
+}
+
+// deadLetterFailed counts a failed dead-letter write of a record of topic.
+func (c *Consumer) deadLetterFailed(ctx context.Context, topic, category string) {
+	c.ins.deadLetterFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", topic), attribute.String("reason", category)))
 }
 
 // deadLettered counts a record written to its dead-letter topic, here and as an event

@@ -3,13 +3,18 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // idFields is one way a topic's records carry their ids.
@@ -146,9 +151,14 @@ func (c *Consumer) matchSpecsFor(topic string) []aggregator.MatchSpec {
 	return c.matches[topic]
 }
 
+// refreshLoop re-reads the stored definitions for new topics every TopicRefresh (or at
+// once when asked), and makes sure the dead-letter topics of the topics consumed exist.
+// Provisioning runs here, not in the poll loop, so that a slow or refusing admin API
+// never delays applying records.
 func (c *Consumer) refreshLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.TopicRefresh)
 	defer t.Stop()
+	c.provisionTopics(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,5 +176,159 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 			// partitions went to others during an outage) must not stay unready.
 			c.dbFailing.Store(false)
 		}
+		c.provisionTopics(ctx)
 	}
+}
+
+// dlqProvisioner remembers, per consumed topic, whether its dead-letter topic is known to
+// exist, and what was last logged about it, so that a missing topic or a refused creation
+// is logged once, not on every refresh.
+type dlqProvisioner struct {
+	mu     sync.Mutex
+	ready  map[string]bool   // source topic -> its dead-letter topic exists
+	absent map[string]bool   // source topic -> its dead-letter topic was found missing
+	logged map[string]string // source topic -> the state last logged
+}
+
+func newDLQProvisioner() *dlqProvisioner {
+	return &dlqProvisioner{ready: map[string]bool{}, absent: map[string]bool{}, logged: map[string]string{}}
+}
+
+// missing marks topic's dead-letter topic as not known to exist (a write found it
+// missing): the next provisioning looks again.
+func (p *dlqProvisioner) missing(topic string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.ready, topic)
+}
+
+// knownMissing reports whether topic's dead-letter topic was found missing, and could not
+// be created, by the last provisioning: a write to it would only wait for the client's
+// next metadata refresh to fail.
+func (p *dlqProvisioner) knownMissing(topic string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.ready[topic] && p.absent[topic]
+}
+
+// pending lists the topics, among topics, whose dead-letter topic is not known to exist.
+func (p *dlqProvisioner) pending(topics []string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.DeleteFunc(topics, func(t string) bool { return p.ready[t] })
+}
+
+// note records topic's state — its dead-letter topic ready, or absent (found missing and
+// not created) — and reports whether the state is new, to be logged.
+func (p *dlqProvisioner) note(topic, state string, ready, absent bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ready {
+		p.ready[topic] = true
+	}
+	p.absent[topic] = absent
+	if p.logged[topic] == state {
+		return false
+	}
+	p.logged[topic] = state
+	return true
+}
+
+// provisionTimeout bounds one round of provisioning against the admin API.
+const provisionTimeout = 10 * time.Second
+
+// provisionTopics makes sure every consumed topic's dead-letter topic exists before a
+// poison record needs it, creating it with the source topic's partition count (so a
+// dead letter can keep its partition) and the configured replication factor, else
+// min(3, brokers). A consumed topic that does not exist yet is logged once: its records
+// are read from its beginning once it is created, and its dead-letter topic made then.
+// Where creation is refused (ACLs, creation disabled on the cluster), one ERROR per topic
+// names the reason and the fix; the partitions of that topic keep going until a poison
+// record meets the missing topic, and only that partition stops.
+func (c *Consumer) provisionTopics(ctx context.Context) {
+	c.mu.Lock()
+	sources := slices.Sorted(maps.Keys(c.topics))
+	c.mu.Unlock()
+	sources = c.dlqTopics.pending(sources)
+	if len(sources) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
+	defer cancel()
+	names := slices.Clone(sources)
+	for _, t := range sources {
+		names = append(names, t+c.cfg.DLQSuffix)
+	}
+	topics, brokers, err := c.describeTopics(ctx, names)
+	if err != nil {
+		c.logger.WarnContext(ctx, "could not read topic metadata to check dead-letter topics; retrying", "err", err, "instance_id", c.cfg.ClientID)
+		return
+	}
+	rf := int16(c.cfg.DLQReplicationFactor)
+	if rf == 0 {
+		rf = int16(max(1, min(DLQReplicationFactorMax, brokers)))
+	}
+	adm := kadm.NewClient(c.cl)
+	for _, src := range sources {
+		dlq := src + c.cfg.DLQSuffix
+		partitions := topics[src]
+		if partitions == 0 {
+			if c.dlqTopics.note(src, "source missing", false, false) {
+				c.logger.InfoContext(ctx, "waiting for kafka topic to be created; its records are read from its beginning once it exists",
+					"topic", src, "instance_id", c.cfg.ClientID)
+			}
+			continue
+		}
+		if topics[dlq] > 0 {
+			c.dlqTopics.note(src, "ready", true, false)
+			continue
+		}
+		if c.cfg.SkipDLQTopicCreation {
+			if c.dlqTopics.note(src, "dlq missing", false, true) {
+				c.logger.ErrorContext(ctx, "dead-letter topic does not exist and topic creation is off: the first poison record of a partition will stop it until the topic is created",
+					"topic", src, "dlq_topic", dlq, "instance_id", c.cfg.ClientID,
+					"fix", fmt.Sprintf("create %s with %d partitions, or run with --kafka-create-dlq-topics=true and the right to create it", dlq, partitions))
+			}
+			continue
+		}
+		_, err := adm.CreateTopic(ctx, partitions, rf, nil, dlq)
+		switch {
+		case err == nil:
+			c.dlqTopics.note(src, "ready", true, false)
+			c.logger.InfoContext(ctx, "created dead-letter topic", "topic", src, "dlq_topic", dlq,
+				"partitions", partitions, "replication_factor", rf, "instance_id", c.cfg.ClientID)
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			c.dlqTopics.note(src, "ready", true, false) // another replica made it first
+		default:
+			if c.dlqTopics.note(src, "refused: "+err.Error(), false, true) {
+				c.logger.ErrorContext(ctx, "could not create dead-letter topic: the first poison record of a partition will stop it until the topic exists",
+					"topic", src, "dlq_topic", dlq, "err", err, "instance_id", c.cfg.ClientID,
+					"fix", fmt.Sprintf("create %s with %d partitions (replication factor %d), or grant this client CREATE on it; --kafka-dlq-replication-factor sets the factor", dlq, partitions, rf))
+			}
+		}
+	}
+}
+
+// describeTopics returns the partition count of each of names that exists, and how many
+// brokers the cluster has. It asks the cluster, not the client's metadata cache, which
+// keeps answering "unknown topic" for a while after a topic is created, and never
+// creates a topic.
+func (c *Consumer) describeTopics(ctx context.Context, names []string) (map[string]int32, int, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string]int32{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && t.ErrorCode == 0 && len(t.Partitions) > 0 {
+			out[*t.Topic] = int32(len(t.Partitions))
+		}
+	}
+	return out, len(resp.Brokers), nil
 }

@@ -10,14 +10,16 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/examples"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
-// bindKafka binds the Kafka options onto cfg.
-func bindKafka(o *options, cfg *consumer.Config) {
+// bindKafka binds the Kafka options onto cfg; the function it returns finishes the
+// conversions after parsing.
+func bindKafka(o *options, cfg *consumer.Config) (after func()) {
 	o.Strings(&cfg.Brokers, "kafka-brokers", "KAFKA_BROKERS", "Kafka seed brokers; empty disables the consumer")
 	o.String(&cfg.Group, "kafka-group", "RENDEZVOUS_KAFKA_GROUP", consumer.GroupDefault, "consumer group shared by all replicas")
 	o.Strings(&cfg.Topics, "kafka-topics", "RENDEZVOUS_KAFKA_TOPICS", "topics consumed besides those of stored definitions")
@@ -25,11 +27,16 @@ func bindKafka(o *options, cfg *consumer.Config) {
 	o.Duration(&cfg.SessionTimeout, "kafka-session-timeout", "RENDEZVOUS_KAFKA_SESSION_TIMEOUT", consumer.SessionTimeoutDefault, "how long the broker keeps a replica that died without leaving the group before its partitions go to the others")
 	o.Int(&cfg.MaxRecordBytes, "kafka-max-record-bytes", "RENDEZVOUS_KAFKA_MAX_RECORD_BYTES", consumer.MaxRecordBytesDefault, "larger record values are dead-lettered")
 	o.String(&cfg.DLQSuffix, "kafka-dlq-suffix", "RENDEZVOUS_KAFKA_DLQ_SUFFIX", consumer.DLQSuffixDefault, "dead-letter topic of <topic> is <topic><suffix>")
+	var createDLQ bool
+	o.Bool(&createDLQ, "kafka-create-dlq-topics", "RENDEZVOUS_KAFKA_CREATE_DLQ_TOPICS", true, "create each consumed topic's dead-letter topic (source topic's partition count) when it is missing; false where topics are provisioned by other means")
+	o.Int(&cfg.DLQReplicationFactor, "kafka-dlq-replication-factor", "RENDEZVOUS_KAFKA_DLQ_REPLICATION_FACTOR", 0, "replication factor of the dead-letter topics created (0: min(3, brokers))")
+	o.Duration(&cfg.DLQWriteTimeout, "kafka-dlq-write-timeout", "RENDEZVOUS_KAFKA_DLQ_WRITE_TIMEOUT", consumer.DLQWriteTimeoutDefault, "a dead-letter write not acknowledged by then fails, and its partition retries after a backoff")
 	o.String(&cfg.SASLMechanism, "kafka-sasl-mechanism", "RENDEZVOUS_KAFKA_SASL_MECHANISM", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	o.String(&cfg.SASLUser, "kafka-sasl-user", "RENDEZVOUS_KAFKA_SASL_USER", "", "SASL user")
 	o.String(&cfg.SASLPassword, "kafka-sasl-password", "RENDEZVOUS_KAFKA_SASL_PASSWORD", "", "SASL password")
 	o.Bool(&cfg.TLS, "kafka-tls", "RENDEZVOUS_KAFKA_TLS", false, "connect to the brokers with TLS")
 	o.String(&cfg.TLSCAFile, "kafka-tls-ca-file", "RENDEZVOUS_KAFKA_TLS_CA_FILE", "", "PEM CA bundle for the brokers' certificates")
+	return func() { cfg.SkipDLQTopicCreation = !createDLQ }
 }
 
 // startBroker starts the embedded Kafka-protocol broker (kfake) on 127.0.0.1:port.
@@ -45,6 +52,13 @@ func startBroker(port int) (*kfake.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded broker on 127.0.0.1:%d: %w", port, err)
 	}
+	// A topic is created on first use whoever asks: the dev command's own client allows
+	// it, but serve processes (dev-kafka's replicas) do not, nor do most producers by
+	// default, and a topic nobody created would leave a definition's waits unanswered.
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		req.(*kmsg.MetadataRequest).AllowAutoTopicCreation = true
+		return nil, nil, false
+	})
 	return c, nil
 }
 

@@ -167,8 +167,9 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Duration(&cfg.Aggregator.SweepMaxSleep, "sweep-max-sleep", "RENDEZVOUS_SWEEP_MAX_SLEEP", aggregator.SweepMaxSleepDefault, "longest the deadline sweeper sleeps without looking (waits registered by other replicas)")
 	o.Int(&cfg.Aggregator.MaxWaitersPerType, "max-waiters-per-type", "RENDEZVOUS_MAX_WAITERS_PER_TYPE", aggregator.MaxWaitersPerTypeDefault, "open waits one payload-match type (Kafka topic and event type) may have; registering one more fails its node")
 	o.Int(&cfg.Aggregator.UnmatchedRetention, "unmatched-retention", "RENDEZVOUS_UNMATCHED_RETENTION", aggregator.UnmatchedRetentionDefault, "unmatched events kept for GET /api/v1/events/unmatched (the newest)")
-	bindKafka(o, &cfg.Kafka)
+	kafkaAfter := bindKafka(o, &cfg.Kafka)
 	o.after = func() {
+		kafkaAfter()
 		cfg.Callbacks.MaxBodyBytes = int64(maxBody)
 		cfg.DBMaxConns = int32(conns)
 	}

@@ -1,18 +1,26 @@
 package service_test
 
 import (
+	"context"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 // series is what one metric family exports: its label names and the values seen.
@@ -83,6 +91,10 @@ func TestAlertRules(t *testing.T) {
 
 	s := startServices(t, dbtest.NewSchema(t).URL, 1)[0]
 	exported := scrape(t, s.Addr())
+	// The Kafka alerts watch metrics only a consumer exports, and a failed dead-letter
+	// write only once one failed: a second replica consumes a topic whose dead-letter
+	// topic refuses writes, and meets a poison record.
+	maps.Copy(exported, scrapeStalledConsumer(t))
 
 	matcher := regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}`)
 	labelMatch := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
@@ -123,7 +135,30 @@ func TestAlertRules(t *testing.T) {
 			require.Positive(t, metrics, "%s watches no metric", r.Alert)
 		}
 	}
-	// The design note's alerts, each present.
+	// The monitoring alerts of the design, and the Kafka intake's, each present.
 	require.ElementsMatch(t, []string{"RendezvousHighTimeoutRate", "RendezvousStaleWaits",
-		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors"}, alerts)
+		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors",
+		"RendezvousKafkaPartitionStalled", "RendezvousDeadLetterWriteFailures"}, alerts)
+}
+
+// scrapeStalledConsumer runs a replica whose one partition is stalled by a failing
+// dead-letter write, and scrapes it once the failure is counted.
+func scrapeStalledConsumer(t *testing.T) map[string]series {
+	t.Helper()
+	const topic = "alerts.events"
+	cluster, prod := startKafka(t)
+	cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic + ".dlq", Err: kerr.InvalidRecord, Count: -1})
+	cfg := kafkaConfig(cluster)
+	cfg.Topics = []string{topic}
+	svc := runService(t, service.Config{DatabaseURL: dbtest.NewSchema(t).URL, InstanceID: "alerts", AutoMigrate: true, Kafka: cfg})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("not json")}).FirstErr())
+	var got map[string]series
+	require.Eventually(t, func() bool {
+		got = scrape(t, svc.Addr())
+		return got["rendezvous_dead_letter_write_failures_total"] != nil &&
+			got["rendezvous_kafka_partition_stalled"]["reason"]["dead_letter_write_failed"]
+	}, 20*time.Second, 50*time.Millisecond, "the failed dead-letter write is counted and the partition reported stalled")
+	return got
 }
