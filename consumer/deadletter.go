@@ -44,8 +44,9 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 		r := it.rec
 		if c.dlqTopics.knownMissing(r.Topic) {
 			c.firstSeen.LoadOrStore(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), time.Now().UTC())
-			c.dlqWriteFailed(ctx, it, fmt.Errorf("dead-letter topic %s%s does not exist: %w", r.Topic, c.cfg.DLQSuffix, kerr.UnknownTopicOrPartition), dlqFailUnknownTopic)
-			failed[r] = kerr.UnknownTopicOrPartition
+			err := fmt.Errorf("dead-letter topic %s%s does not exist and could not be created: %w", r.Topic, c.cfg.DLQSuffix, kerr.UnknownTopicOrPartition)
+			c.dlqWriteFailed(ctx, it, err, dlqFailUnknownTopic)
+			failed[r] = err
 			continue
 		}
 		key := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)

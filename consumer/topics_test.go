@@ -127,6 +127,24 @@ func getReadyz(t *testing.T, s *svc) (int, readyz) {
 	return resp.StatusCode, r
 }
 
+// logOperatorView writes what an operator sees of the replica's Kafka intake into the
+// test's output (-v): the /readyz body and the lag, stall and dead-letter failure series.
+func logOperatorView(t *testing.T, s *svc) {
+	t.Helper()
+	for _, path := range []string{"/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + s.Addr() + path)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(raw), "\n") {
+			if path == "/readyz" || regexp.MustCompile(`^rendezvous_(kafka_consumer_lag|kafka_partition_stalled|dead_letter_write_failures_total)\{`).MatchString(l) {
+				t.Logf("GET %s: %s", path, l)
+			}
+		}
+	}
+}
+
 // TestDeadLetterTopicsProvisioned: a replica whose client creates no topic by itself (as
 // against a real cluster) creates the dead-letter topic of every topic it consumes, with
 // the source topic's partition count, as soon as it consumes it — the events topic at
@@ -207,6 +225,7 @@ func TestDeadLetterTopicRefused(t *testing.T) {
 	require.True(t, ok, "lag of partition 0")
 	require.Equal(t, float64(behind+1), v, "lag counts the poison record and every record behind it")
 
+	logOperatorView(t, s)
 	code, rz := getReadyz(t, s)
 	require.Equal(t, http.StatusOK, code, "a stalled partition leaves the replica ready")
 	require.Equal(t, "ready", rz.Status)
