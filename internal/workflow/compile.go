@@ -88,6 +88,7 @@ func (c *compiler) compile(raw []byte) *Workflow {
 	def.Vars, _ = fields["vars"].(map[string]any)
 	top0 := &object{m: fields, errs: &c.errs, rejected: c.rejected}
 	def.EventBufferTTL = top0.duration("eventBufferTtl", 0)
+	def.Triggers = parseTriggers(top0)
 	nodeRaws, _ := asArray(top["nodes"])
 	nodes, configs := c.nodes(nodeRaws)
 	def.Nodes = nodes

@@ -32,6 +32,8 @@ type Definition struct {
 	EventBufferTTL time.Duration `json:"-"`
 	Nodes          []Node        `json:"nodes"`
 	Edges          []Edge        `json:"edges,omitempty"`
+	// Triggers are the Kafka records that start executions of the workflow.
+	Triggers []Trigger `json:"-"`
 }
 
 // Node is one step of a definition; Data is interpreted by the parser
@@ -139,6 +141,7 @@ func (w *Workflow) Definition() Definition {
 	d.Vars = maps.Clone(w.def.Vars)
 	d.Nodes = slices.Clone(w.def.Nodes)
 	d.Edges = slices.Clone(w.def.Edges)
+	d.Triggers = slices.Clone(w.def.Triggers)
 	return d
 }
 
