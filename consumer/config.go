@@ -112,6 +112,9 @@ type Config struct {
 	// AllowAutoTopicCreation lets the client create missing topics (the embedded dev
 	// broker); production clusters should create topics deliberately.
 	AllowAutoTopicCreation bool
+	// Starter starts the executions of stored definitions' triggers (the executor).
+	// Without it, triggers are not consumed.
+	Starter Starter
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider receives the Kafka client's spans (a receive span per fetched

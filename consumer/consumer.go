@@ -61,7 +61,9 @@ type Consumer struct {
 	mu      sync.Mutex
 	fields  map[string][]idFields             // topic -> id extraction configs
 	matches map[string][]aggregator.MatchSpec // topic -> payload-match specs
-	topics  map[string]bool
+	// triggers are the triggers of the latest version of each workflow, by topic.
+	triggers map[string][]triggerSpec
+	topics   map[string]bool
 	// loaded is how many definitions were stored when fields and matches were read.
 	loaded int64
 

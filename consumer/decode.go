@@ -46,8 +46,16 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 		// Besides its ids, if any: a record may answer waits of both kinds.
 		events = append(events, aggregator.Event{MatchKeys: keys, Payload: r.Value, Source: sourceOf(r)})
 	}
+	// A record may also start executions, whether or not it answers waits.
+	starts, err := c.starts(r, payload)
+	if err != nil {
+		return poison(poisonUnstorable, "the trigger's input cannot be built: "+err.Error(), payload)
+	}
+	it.starts = starts
 	if len(events) == 0 {
-		it.skip = reason
+		if len(starts) == 0 {
+			it.skip = reason
+		}
 		return it
 	}
 	link := c.linkOf(r)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -29,6 +30,8 @@ type item struct {
 	events []aggregator.Event
 	// sent is the event a valid record of the events topic sends to its execution.
 	sent *aggregator.Sent
+	// starts are the executions the record's triggers start.
+	starts []start
 }
 
 // process applies a poll's records in batches and commits what was handled. It returns,
@@ -158,7 +161,15 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 		if db.IsRefusedData(sendErr) {
 			sendErr = c.isolate(ctx, items, sendErr, c.send)
 		}
-		for _, err := range []error{applyErr, sendErr} {
+		// Triggers start executions after the record's events were applied to waits;
+		// should starting fail, both come back and the applied events are duplicates.
+		var triggerErr error
+		if applyErr == nil {
+			if _, triggerErr = c.trigger(ctx, items); db.IsRefusedData(triggerErr) {
+				triggerErr = c.isolate(ctx, items, triggerErr, c.trigger)
+			}
+		}
+		for _, err := range []error{applyErr, sendErr, triggerErr} {
 			if err != nil {
 				c.databaseError(ctx)
 				c.logger.ErrorContext(ctx, "applying records failed", "err", err, "records", len(items), "instance_id", c.cfg.ClientID)
@@ -170,6 +181,8 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 				stop(it.rec, StallDatabase, sendErr) // its partition's first record of the batch: all of them come back
 			} else if it.rec.Topic != c.cfg.EventsTopic && applyErr != nil {
 				stop(it.rec, StallDatabase, applyErr)
+			} else if it.rec.Topic != c.cfg.EventsTopic && triggerErr != nil {
+				stop(it.rec, StallDatabase, triggerErr)
 			}
 		}
 		// Records the database refused became poison while being applied, after the
@@ -185,7 +198,11 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			if it.skip != "" {
 				c.count(it.skip)
 				c.agg.RecordRejected(ctx, sourceKind, it.skip)
-				c.logger.WarnContext(recordCtx(ctx, it.rec), "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+				level := slog.LevelWarn
+				if len(c.triggersFor(it.rec.Topic)) > 0 {
+					level = slog.LevelDebug // a trigger's topic carries records of other types too
+				}
+				c.logger.Log(recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
 					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
 			}
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec

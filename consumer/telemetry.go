@@ -34,6 +34,7 @@ const (
 type instruments struct {
 	deadLetters        metric.Int64Counter
 	deadLetterFailures metric.Int64Counter
+	triggered          metric.Int64Counter
 	dbErrors           metric.Int64Counter
 	partitionsReg      metric.Registration
 }
@@ -63,6 +64,10 @@ func (c *Consumer) initTelemetry() error {
 	}
 	if in.deadLetterFailures, err = m.Int64Counter("rendezvous.dead_letter.write_failures",
 		metric.WithDescription("Failed attempts to write a poison record to its dead-letter topic, by source topic and reason (unknown_topic, authorization, timeout, shutdown, other). The record's partition stops until a retry succeeds.")); err != nil {
+		return err
+	}
+	if in.triggered, err = m.Int64Counter("rendezvous.kafka.triggered",
+		metric.WithDescription("Kafka records a workflow's trigger accepted, by workflow and outcome (started: an execution started; trigger_duplicate: its dedupe key had started one already).")); err != nil {
 		return err
 	}
 	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -43,6 +44,10 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	}
 	if err == nil {
 		named, err = c.q.WorkflowKafkaNamedEvents(ctx, c.pool)
+	}
+	var triggerRows []dbsqlc.WorkflowTriggersRow
+	if err == nil && c.cfg.Starter != nil {
+		triggerRows, err = c.q.WorkflowTriggers(ctx, c.pool)
 	}
 	if err != nil {
 		return fmt.Errorf("load kafka topics: %w", err)
@@ -94,9 +99,17 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	// Set before subscribing: the first record of a new topic is read with its configs.
-	c.fields, c.matches, c.loaded = fields, matches, count
+	triggers := map[string][]triggerSpec{}
+	for _, row := range triggerRows {
+		t, errs := workflow.ParseTrigger(row.Trigger, "triggers")
+		if len(errs) > 0 {
+			continue // stored definitions were validated; a trigger this build cannot read is skipped
+		}
+		triggers[t.Topic] = append(triggers[t.Topic], triggerSpec{workflow: row.Name, trigger: t})
+	}
+	c.fields, c.matches, c.triggers, c.loaded = fields, matches, triggers, count
 	var added []string
-	for _, t := range slices.Concat(slices.Collect(maps.Keys(fields)), slices.Collect(maps.Keys(matches))) {
+	for _, t := range slices.Concat(slices.Collect(maps.Keys(fields)), slices.Collect(maps.Keys(matches)), slices.Collect(maps.Keys(triggers))) {
 		if !c.topics[t] {
 			c.topics[t] = true
 			added = append(added, t)

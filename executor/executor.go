@@ -340,19 +340,33 @@ type Started struct {
 }
 
 // StartExecution starts the latest version of a workflow with input (a JSON value;
-// empty means {}). Its root nodes are queued in the same transaction.
+// empty means {}), in a transaction of its own.
 func (e *Executor) StartExecution(ctx context.Context, name string, input json.RawMessage) (Started, error) {
+	var st Started
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		st, err = e.StartTx(ctx, tx, db.NewID(), name, input)
+		return err
+	})
+	return st, err
+}
+
+// StartTx starts the latest version of a workflow in tx, as execution id, with input (a
+// JSON value; empty means {}): the execution, its nodes, and its root nodes queued. The
+// run queue is woken and the start logged once tx commits. A Kafka trigger starts its
+// execution this way, in the transaction that records the record's dedupe key.
+func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name string, input json.RawMessage) (Started, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	latest, err := e.q.WorkflowGetLatest(ctx, e.pool, name)
+	latest, err := e.q.WorkflowGetLatest(ctx, tx, name)
 	if err != nil {
 		if errors.Is(db.Interpret(err), db.ErrNotFound) {
 			return Started{}, fmt.Errorf("%w: %s", ErrWorkflowNotFound, name)
 		}
 		return Started{}, fmt.Errorf("load workflow: %w", err)
 	}
-	wf, err := e.definition(ctx, e.pool, name, latest.Version)
+	wf, err := e.definition(ctx, tx, name, latest.Version)
 	if err != nil {
 		return Started{}, err
 	}
@@ -360,30 +374,25 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 	for _, n := range wf.Nodes() {
 		ids = append(ids, n.ID)
 	}
-	var exec dbsqlc.Execution
-	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		exec, err = e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-			ID: db.NewID(), WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
-		})
-		if err != nil {
-			return fmt.Errorf("insert execution: %w", err)
-		}
-		if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
-			return fmt.Errorf("insert node executions: %w", err)
-		}
-		for _, root := range wf.Roots() {
-			if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
-				return err
-			}
-		}
-		return nil
+	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
+		ID: id, WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
 	})
 	if err != nil {
-		return Started{}, err
+		return Started{}, fmt.Errorf("insert execution: %w", err)
 	}
-	e.WakeRunQueue()
-	e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
-		"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
+	if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
+		return Started{}, fmt.Errorf("insert node executions: %w", err)
+	}
+	for _, root := range wf.Roots() {
+		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
+			return Started{}, err
+		}
+	}
+	db.AfterCommit(tx, func() {
+		e.WakeRunQueue()
+		e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
+			"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
+	})
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
 }
 

@@ -60,6 +60,16 @@ type ExecutionEventID struct {
 	CreatedAt   time.Time
 }
 
+type ExecutionTrigger struct {
+	WorkflowName   string
+	DedupeKey      string
+	ExecutionID    uuid.UUID
+	Topic          string
+	KafkaPartition int32
+	KafkaOffset    int64
+	CreatedAt      time.Time
+}
+
 type ExecutionWaitState struct {
 	ID                  uuid.UUID
 	ExecutionID         uuid.UUID

@@ -171,3 +171,38 @@ func (q *Queries) WorkflowKafkaNamedEvents(ctx context.Context, db DBTX) ([]json
 	}
 	return items, nil
 }
+
+const workflowTriggers = `-- name: WorkflowTriggers :many
+SELECT w.name, w.version, t.trigger::jsonb AS trigger
+FROM (SELECT DISTINCT ON (name) name, version, definition FROM workflows ORDER BY name, version DESC) AS w,
+     jsonb_array_elements(CASE WHEN jsonb_typeof(w.definition -> 'triggers') = 'array'
+                               THEN w.definition -> 'triggers' ELSE '[]'::jsonb END) AS t(trigger)
+`
+
+type WorkflowTriggersRow struct {
+	Name    string
+	Version int32
+	Trigger json.RawMessage
+}
+
+// The triggers of the latest version of every workflow: a record starts an execution of
+// the latest version, so older versions' triggers no longer apply.
+func (q *Queries) WorkflowTriggers(ctx context.Context, db DBTX) ([]WorkflowTriggersRow, error) {
+	rows, err := db.Query(ctx, workflowTriggers)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WorkflowTriggersRow
+	for rows.Next() {
+		var i WorkflowTriggersRow
+		if err := rows.Scan(&i.Name, &i.Version, &i.Trigger); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

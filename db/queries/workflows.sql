@@ -47,3 +47,11 @@ WHERE n.node ->> 'type' = 'wait_events' AND e.event ->> 'source' = 'kafka';
 SELECT (definition -> 'eventBufferTtl')::jsonb AS ttl
 FROM workflows
 WHERE name = @name::text AND version = @version::integer;
+
+-- name: WorkflowTriggers :many
+-- The triggers of the latest version of every workflow: a record starts an execution of
+-- the latest version, so older versions' triggers no longer apply.
+SELECT w.name, w.version, t.trigger::jsonb AS trigger
+FROM (SELECT DISTINCT ON (name) name, version, definition FROM workflows ORDER BY name, version DESC) AS w,
+     jsonb_array_elements(CASE WHEN jsonb_typeof(w.definition -> 'triggers') = 'array'
+                               THEN w.definition -> 'triggers' ELSE '[]'::jsonb END) AS t(trigger);

@@ -179,26 +179,30 @@ func (s *Service) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The executor is built first: the consumer starts the executions of triggers
+	// through it. A definition stored through this replica has the consumer read its
+	// topics at once.
 	var cons *consumer.Consumer
+	ecfg := cfg.Executor
+	ecfg.InstanceID = cfg.InstanceID
+	ecfg.Logger = s.logger
+	ecfg.TracerProvider, ecfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
+	if len(cfg.Kafka.Brokers) > 0 {
+		ecfg.OnWorkflowStored = func() { cons.Refresh() }
+	}
+	ex, err = executor.New(s.pool, agg, ecfg)
+	if err != nil {
+		return err
+	}
 	if len(cfg.Kafka.Brokers) > 0 {
 		kcfg := cfg.Kafka
 		kcfg.ClientID = cfg.InstanceID
 		kcfg.Logger = s.logger
 		kcfg.TracerProvider, kcfg.MeterProvider, kcfg.Propagator = s.tel.TracerProvider, s.tel.MeterProvider, s.tel.Propagator
+		kcfg.Starter = ex
 		if cons, err = consumer.New(s.pool, agg, kcfg); err != nil {
 			return err
 		}
-	}
-	ecfg := cfg.Executor
-	ecfg.InstanceID = cfg.InstanceID
-	ecfg.Logger = s.logger
-	ecfg.TracerProvider, ecfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
-	if cons != nil {
-		ecfg.OnWorkflowStored = cons.Refresh
-	}
-	ex, err = executor.New(s.pool, agg, ecfg)
-	if err != nil {
-		return err
 	}
 	ccfg := cfg.Callbacks
 	ccfg.Logger = s.logger.With("instance_id", cfg.InstanceID) // callbacks do not add it themselves
