@@ -223,11 +223,21 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 	}))
 	h.run(t)
 	id := h.start(t, name, nil)
-	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	waiting := h.waitStatus(t, id, "waiting")
+	ws := waitOf(t, waiting, "wait")
+	// The waiting node's output names its wait and the events it waits for.
+	wo := output(t, nodeOf(t, waiting, "wait"))
+	require.Equal(t, ws.ID.String(), wo["waitStateId"])
+	require.Equal(t, ws.ID.String(), wo["wait_state_id"])
+	require.Equal(t, []any{"api_response", "kafka_event"}, wo["enabledEvents"])
+	require.Equal(t, "waiting", wo["status"])
 
 	v := h.waitStatus(t, id, "completed")
 	n := nodeOf(t, v, "wait")
 	require.Equal(t, "completed", n.Status)
+	require.NotNil(t, n.Warning, "continuing with partial data leaves a warning on the node")
+	require.Equal(t, "timed out; continued with partial data, without api_response, kafka_event", *n.Warning)
+	require.Nil(t, n.Error)
 	require.False(t, n.FinishedAt.Before(ws.ExpiresAt), "the deadline fired early")
 	require.Equal(t, obj{
 		"result":           nil,
@@ -236,10 +246,13 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 		"events":           []any{},
 		"arrival_order":    []any{},
 		"timed_out_events": []any{"api_response", "kafka_event"},
-		"timeout":          true,
-		"strategy":         "all",
-		"correlation_id":   ws.CorrelationID.String(),
+		// Both are required: true by default, so continue would have needed them.
+		"missing_required_events": []any{"api_response", "kafka_event"},
+		"timeout":                 true,
+		"strategy":                "all",
+		"correlation_id":          ws.CorrelationID.String(),
 	}, output(t, n))
+	require.Nil(t, nodeOf(t, v, "fallback").Warning)
 	require.Equal(t, "completed", nodeOf(t, v, "fallback").Status)
 	require.Equal(t, "skipped", nodeOf(t, v, "normal").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/fallback") == 1 && h.fake.count("/normal") == 0 })
