@@ -99,23 +99,7 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 	}
 	d.Next = expiresAt
 
-	var mustHave []string
-	switch strategy {
-	case StrategyAll, StrategyAny:
-		for _, e := range expected {
-			if e.Required {
-				mustHave = append(mustHave, e.Name)
-			}
-		}
-	default:
-		mustHave = required
-	}
-	var missing []string
-	for _, name := range mustHave {
-		if !slices.Contains(received, name) {
-			missing = append(missing, name)
-		}
-	}
+	missing := missingRequired(strategy, expected, required, received)
 	d.Missing = missing
 	switch onTimeout {
 	case OnTimeoutContinueWithPartial:
@@ -142,6 +126,30 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 		}
 	}
 	return d
+}
+
+// missingRequired lists the events onTimeout continue needs that are not among
+// received, in order: for all and any those marked required: true (the schema's "must
+// receive to continue"), for required_only and custom the strategy's required set.
+func missingRequired(strategy string, expected []Expected, required, received []string) []string {
+	var mustHave []string
+	switch strategy {
+	case StrategyAll, StrategyAny:
+		for _, e := range expected {
+			if e.Required {
+				mustHave = append(mustHave, e.Name)
+			}
+		}
+	default:
+		mustHave = required
+	}
+	var missing []string
+	for _, name := range mustHave {
+		if !slices.Contains(received, name) {
+			missing = append(missing, name)
+		}
+	}
+	return missing
 }
 
 // eventPastDeadline reports whether an event of this name arriving at now no longer
