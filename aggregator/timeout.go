@@ -33,7 +33,7 @@ type timeoutDecision struct {
 	// carries Warning.
 	Partial bool
 	Warning string
-	// Missing lists the events continue needs that did not arrive, in expected order:
+	// Missing lists the events continue needs that did not arrive (missingRequired);
 	// under required_only it is what the node continued without.
 	Missing []string
 	Reason  string
