@@ -706,6 +706,9 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		timedOutEvents = []string{}
 	}
 	out["timed_out_events"] = timedOutEvents
+	// The events onTimeout continue needs that did not arrive; a wait that ended by its
+	// deadline replaces this with its own list (decideTimeout's Missing).
+	out["missing_required_events"] = []string{}
 	return out, nil
 }
 

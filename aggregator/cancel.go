@@ -71,6 +71,13 @@ func cancelledOutput(row dbsqlc.ExecutionWaitState) (map[string]any, error) {
 		if out, err = Output(row, w.received, w.timedOut, false); err != nil {
 			return nil, err
 		}
+		if err := w.decodeExpected(); err != nil {
+			return nil, err
+		}
+		// Cut short like a deadline, so it says the same about what is missing.
+		if missing := missingRequired(row.AggregationStrategy, w.expected, w.required, w.receivedNames()); missing != nil {
+			out["missing_required_events"] = missing
+		}
 	}
 	out["cancelled"] = true
 	return out, nil

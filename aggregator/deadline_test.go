@@ -211,17 +211,19 @@ func TestDeadlineMatrix(t *testing.T) {
 		{aggregator.StrategyAny, fail, onlyAPI, done, completed, "completed", none, "", 2},
 		{aggregator.StrategyAny, cont, onlyAPI, done, completed, "completed", none, "", 2},
 		{aggregator.StrategyAny, partial, onlyAPI, done, completed, "completed", none, "", 2},
-		// required_only: api_response completes it; continue needs the required set (api).
+		// required_only: api_response completes it; continue goes on with the required
+		// events that arrived (here none), its output naming the missing ones.
 		{aggregator.StrategyRequiredOnly, fail, none, nil, timeout, "failed", both, errBoth, 2},
-		{aggregator.StrategyRequiredOnly, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
+		{aggregator.StrategyRequiredOnly, cont, none, nil, timeout, "completed", both, "", 2},
 		{aggregator.StrategyRequiredOnly, partial, none, nil, timeout, "completed", both, "", 2},
 		{aggregator.StrategyRequiredOnly, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
-		{aggregator.StrategyRequiredOnly, cont, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI + needsAPI, 3},
+		{aggregator.StrategyRequiredOnly, cont, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
 		{aggregator.StrategyRequiredOnly, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
 		{aggregator.StrategyRequiredOnly, fail, onlyAPI, done, completed, "completed", none, "", 2},
 		{aggregator.StrategyRequiredOnly, cont, onlyAPI, done, completed, "completed", none, "", 2},
 		{aggregator.StrategyRequiredOnly, partial, onlyAPI, done, completed, "completed", none, "", 2},
-		// custom [api_response]: as required_only.
+		// custom [api_response]: as required_only, except that continue needs every event
+		// of requiredEvents.
 		{aggregator.StrategyCustom, fail, none, nil, timeout, "failed", both, errBoth, 2},
 		{aggregator.StrategyCustom, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
 		{aggregator.StrategyCustom, partial, none, nil, timeout, "completed", both, "", 2},
@@ -320,6 +322,19 @@ func TestDeadlineMatrix(t *testing.T) {
 			require.Equal(t, w.CorrelationID.String(), out["correlation_id"])
 			checkEvents(t, w, ws, out, c.arrive)
 			checkMapping(t, out, c.arrive)
+			// What continue needs and did not get: api_response (required: true, and
+			// the required set of required_only and custom), when the deadline ended it.
+			missing := []any{}
+			if c.status == timeout && !slices.Contains(c.arrive, api) {
+				missing = []any{api}
+			}
+			require.Equal(t, missing, out["missing_required_events"])
+			if c.status == timeout && c.onTimeout == partial {
+				require.NotNil(t, n.Warning, "continue_with_partial leaves a warning on the node")
+				require.Equal(t, "timed out; continued with partial data, without "+strings.Join(c.timedOut, ", "), *n.Warning)
+			} else {
+				require.Nil(t, n.Warning)
+			}
 
 			require.Equal(t, []string{"resume"}, f.runQueue(t, w), "exactly one continuation")
 

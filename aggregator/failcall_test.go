@@ -187,3 +187,65 @@ func TestFailCallVersionFence(t *testing.T) {
 		require.Equal(t, aggregator.StatusWaiting, f.waitState(t, w.ID).Status)
 	})
 }
+
+// TestFailCallByStrategy: a required call that failed ends its wait only when the
+// strategy cannot be satisfied without the reply. Otherwise the reply is given up —
+// recorded as timed out, so that one arriving after all is late — and the wait goes on
+// for the events that can still satisfy it.
+func TestFailCallByStrategy(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	kafkaShort := []aggregator.Expected{
+		{Name: api, Source: "callback", Required: true},
+		{Name: kafka, Source: "kafka", Topic: "orders", Required: true, TimeoutMS: 60_000},
+	}
+	tests := []struct {
+		name string
+		reg  aggregator.Registration
+		// kafkaLate passes kafka_event's own deadline before the call fails.
+		kafkaLate bool
+		fail      bool
+	}{
+		{name: "any: kafka_event can still come", reg: registration(aggregator.StrategyAny, expectBoth(true, true))},
+		{name: "any: kafka_event's own deadline passed", reg: registration(aggregator.StrategyAny, kafkaShort), kafkaLate: true, fail: true},
+		{name: "custom without api_response", reg: registration(aggregator.StrategyCustom, expectBoth(true, true), kafka)},
+		{name: "custom with api_response", reg: registration(aggregator.StrategyCustom, expectBoth(true, true), api), fail: true},
+		{name: "required_only", reg: registration(aggregator.StrategyRequiredOnly, expectBoth(true, false)), fail: true},
+		{name: "all", reg: registration(aggregator.StrategyAll, expectBoth(true, false)), fail: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := f.newWait(t, tt.reg)
+			if tt.kafkaLate {
+				_, err := f.pool.Exec(t.Context(), `UPDATE execution_wait_states
+					SET expected_events = jsonb_set(expected_events, '{1,deadline_at}', to_jsonb(now() - interval '1 second'))
+					WHERE id = $1`, w.ID)
+				require.NoError(t, err)
+			}
+			before := f.waitState(t, w.ID)
+			require.Equal(t, tt.fail, f.failCall(t, w.ID, "call failed: 503 after 5 attempts"))
+			ws := f.waitState(t, w.ID)
+			require.Equal(t, before.Version+1, ws.Version)
+			if tt.fail {
+				require.Equal(t, aggregator.StatusFailed, ws.Status)
+				return
+			}
+			require.Equal(t, aggregator.StatusWaiting, ws.Status)
+			require.Nil(t, ws.Error)
+			require.Equal(t, []string{api}, timedOutOf(t, ws), "the reply is given up like an event past its deadline")
+			require.Len(t, f.logs.find(slog.LevelWarn,
+				"required correlated call failed; the strategy can still be satisfied, the wait goes on without its reply",
+				"correlation_id", w.CorrelationID), 1)
+
+			res := f.apply(t, w.event(api, apiPayload))
+			require.Equal(t, aggregator.Late, res.Outcome, "a reply after the call was given up")
+			res = f.apply(t, w.event(kafka, kafkaPayload))
+			require.Equal(t, aggregator.Completed, res.Outcome)
+			out := outputOf(t, f.node(t, w))
+			require.Equal(t, []any{api}, out["timed_out_events"])
+			require.Equal(t, []any{kafka}, out["arrival_order"])
+			require.False(t, f.failCall(t, w.ID, "again"), "a completed wait is not failed")
+		})
+	}
+}

@@ -163,9 +163,9 @@ func receivedNames(t *testing.T, ws dbsqlc.ExecutionWaitState) []string {
 func (f *fixture) node(t *testing.T, w wait) dbsqlc.NodeExecution {
 	t.Helper()
 	var n dbsqlc.NodeExecution
-	err := f.pool.QueryRow(t.Context(), `SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at
+	err := f.pool.QueryRow(t.Context(), `SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at, warning
 		FROM node_executions WHERE execution_id = $1 AND node_id = $2`, w.ExecutionID, w.NodeID).
-		Scan(&n.ExecutionID, &n.NodeID, &n.Status, &n.Output, &n.Error, &n.Attempts, &n.CreatedAt, &n.UpdatedAt, &n.StartedAt, &n.FinishedAt)
+		Scan(&n.ExecutionID, &n.NodeID, &n.Status, &n.Output, &n.Error, &n.Attempts, &n.CreatedAt, &n.UpdatedAt, &n.StartedAt, &n.FinishedAt, &n.Warning)
 	require.NoError(t, err)
 	return n
 }

@@ -169,10 +169,17 @@ func (a *Aggregator) admit(ctx context.Context, tx pgx.Tx, typeKeys []string) er
 	return nil
 }
 
-// FailCall fails a wait whose required outbound call finally failed, unless the reply
-// already arrived (a service may call back before answering the call itself) or the wait
-// is no longer waiting. It reports whether the wait was failed; the caller then fails the
-// node and the execution in the same transaction.
+// FailCall ends the wait of a required outbound call that finally failed, unless the
+// reply already arrived (a service may call back before answering the call itself) or
+// the wait is no longer waiting. It reports whether the wait was failed; the caller then
+// fails the node and the execution in the same transaction.
+//
+// The strategy decides, not the call alone: when the wait can still be satisfied without
+// the call's reply — under any, another enabled event is still open; under custom, the
+// reply is not among requiredEvents — the reply is given up instead, recorded among the
+// timed-out events exactly like an event whose own deadline passed (a reply arriving
+// after all is late), and the wait goes on. Under all and required_only the reply is
+// part of what the strategy needs, so the wait fails.
 func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.UUID, reason string) (bool, error) {
 	for attempt := 0; attempt < a.cfg.ConflictRetries; attempt++ {
 		ws, err := a.q.WaitStateGetByID(ctx, tx, waitStateID)
@@ -185,22 +192,61 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 		if ws.Status != StatusWaiting {
 			return false, nil
 		}
-		var received []Received
-		if err := json.Unmarshal(ws.ReceivedEvents, &received); err != nil {
+		w, err := decodeWait(ws)
+		if err != nil {
 			return false, err
 		}
-		if slices.ContainsFunc(received, func(r Received) bool { return r.Name == EventAPIResponse }) {
+		if slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == EventAPIResponse }) {
 			return false, nil
 		}
-		_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusFailed, Error: &reason, ID: ws.ID, Version: ws.Version})
-		if err == nil {
-			return true, nil
+		timedOut, goOn, err := w.withoutReply(time.Now())
+		if err != nil {
+			return false, err
+		}
+		if goOn {
+			_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
+				ReceivedEvents: ws.ReceivedEvents, TimedOutEvents: timedOut, EventData: w.eventData(),
+				Status: StatusWaiting, Applied: 1, ID: ws.ID, Version: ws.Version,
+			})
+			if err == nil {
+				a.logger.WarnContext(ctx, "required correlated call failed; the strategy can still be satisfied, the wait goes on without its reply",
+					"execution_id", ws.ExecutionID, "correlation_id", ws.CorrelationID, "node_id", ws.NodeID,
+					"instance_id", a.cfg.InstanceID, "strategy", ws.AggregationStrategy, "err", reason)
+				return false, nil
+			}
+		} else {
+			_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusFailed, Error: &reason, ID: ws.ID, Version: ws.Version})
+			if err == nil {
+				return true, nil
+			}
 		}
 		if !errors.Is(db.Interpret(err), db.ErrNotFound) {
-			return false, fmt.Errorf("fail wait state: %w", err)
+			return false, fmt.Errorf("record failed call: %w", err)
 		}
 	}
 	return false, fmt.Errorf("%w (wait %s)", ErrConflictRetries, waitStateID)
+}
+
+// withoutReply decides whether the wait can still be satisfied once the call's reply
+// will never come: it can when, with api_response counted as timed out (and every other
+// deadline passed at now applied, as the sweeper would), no deadline would end it. Then
+// ok is true and timedOut is the timed_out_events to write.
+func (w *wait) withoutReply(now time.Time) (timedOut []byte, ok bool, err error) {
+	switch w.row.AggregationStrategy {
+	case StrategyAny, StrategyCustom:
+	default:
+		return nil, false, nil
+	}
+	if err := w.decodeExpected(); err != nil {
+		return nil, false, err
+	}
+	given := append(slices.Clone(w.timedOut), EventAPIResponse)
+	d := decideTimeout(w.row.AggregationStrategy, w.row.OnTimeout, w.expected, w.required, w.receivedNames(), given, w.row.ExpiresAt, now)
+	if d.Fire {
+		return nil, false, nil
+	}
+	b, err := json.Marshal(d.TimedOut)
+	return b, err == nil, err
 }
 
 func nullable(s string) *string {

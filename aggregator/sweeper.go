@@ -36,8 +36,10 @@ type Expired struct {
 	Deadline time.Time
 	Lateness time.Duration
 	Continue bool
-	// Partial: continued with events missing (continue_with_partial).
+	// Partial: continued with events missing (continue_with_partial); Warning is what
+	// the node's record says about it.
 	Partial bool
+	Warning string
 	// Timer: a wait node's timer resumed; otherwise an event wait timed out under
 	// OnTimeout.
 	Timer     bool
@@ -218,7 +220,7 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 		switch e := fired[i]; {
 		case e.Partial:
 			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", e.ExecutionID,
-				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID)
+				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "warning", e.Warning)
 		case !e.Continue && !e.Timer:
 			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", e.ExecutionID,
 				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "reason", e.Reason)
@@ -258,6 +260,7 @@ type dueWrite struct {
 	reason     string
 	nodeStatus string
 	output     []byte
+	warning    string
 	// fired is set when the wait ended.
 	fired *Expired
 }
@@ -273,6 +276,7 @@ func (d dueWrite) addTo(p *dbsqlc.WaitStateExpireParams, row dbsqlc.ExecutionWai
 	p.Errors = append(p.Errors, d.reason)
 	p.NodeStatuses = append(p.NodeStatuses, d.nodeStatus)
 	p.Outputs = append(p.Outputs, d.output)
+	p.Warnings = append(p.Warnings, d.warning)
 }
 
 // timerDue resumes a due timer: node completed with its output, continuation enqueued.
@@ -309,16 +313,21 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 		out.status, out.nodeStatus = StatusTimeout, "failed"
 		if d.Continue {
 			out.nodeStatus = "completed"
+			out.warning = d.Warning
 		}
 		o, err := Output(row, w.received, d.TimedOut, true)
 		if err != nil {
 			return dueWrite{}, err
+		}
+		if d.Missing != nil {
+			o["missing_required_events"] = d.Missing
 		}
 		if out.output, err = json.Marshal(o); err != nil {
 			return dueWrite{}, err
 		}
 		out.fired = &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: d.Continue, Partial: d.Continue && d.Partial,
+			Warning:   out.warning,
 			OnTimeout: row.OnTimeout, Reason: d.Reason, TraceParent: deref(row.TraceParent)}
 		// Decided, not yet written: the warning waits for the commit (announceExpired),
 		// since a fence missed or a rollback leaves the wait as it was.

@@ -29,6 +29,7 @@ type instruments struct {
 	firstEvent  metric.Int64Counter
 	conflicts   metric.Int64Counter
 	timeouts    metric.Int64Counter
+	warnings    metric.Int64Counter
 	timersFired metric.Int64Counter
 	dbErrors    metric.Int64Counter
 	unmatched   metric.Int64Counter
@@ -59,6 +60,7 @@ func (a *Aggregator) initTelemetry() error {
 		{&in.firstEvent, "rendezvous.wait.first_event", "Satisfied waits by the event that arrived first."},
 		{&in.conflicts, "rendezvous.lock.conflicts", "Optimistic-lock races lost (the event was decided again)."},
 		{&in.timeouts, "rendezvous.timeouts", "Waits ended by a deadline, by on_timeout and outcome (continue, partial, fail)."},
+		{&in.warnings, "rendezvous.nodes.warnings", "Nodes that finished with a warning on their record, by reason (partial_data: a wait continued after events timed out)."},
 		{&in.timersFired, "rendezvous.timers.fired", "Wait-node timers that resumed their node."},
 		{&in.dbErrors, telemetry.DatabaseErrorsName, telemetry.DatabaseErrorsDescription},
 		{&in.unmatched, "rendezvous.events.unmatched", "Events that matched nothing, by reason (as listed by GET /api/v1/events/unmatched)."},
@@ -86,6 +88,7 @@ func (a *Aggregator) initTelemetry() error {
 	for _, reason := range UnmatchedReasons {
 		in.unmatched.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
+	in.warnings.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
 	in.conflicts.Add(ctx, 0)
 	in.timersFired.Add(ctx, 0)
 	in.dbErrors.Add(ctx, 0, metric.WithAttributes(attribute.String("component", "aggregator")))
@@ -253,6 +256,9 @@ func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
 				outcome = "continue"
 			}
 			a.ins.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String("on_timeout", e.OnTimeout), attribute.String("outcome", outcome)))
+			if e.Warning != "" {
+				a.ins.warnings.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
+			}
 		}
 		if e.TraceParent == "" {
 			continue

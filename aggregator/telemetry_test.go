@@ -174,6 +174,7 @@ func TestTelemetryDeadlines(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timeouts",
 		attribute.String("on_timeout", aggregator.OnTimeoutContinueWithPartial), attribute.String("outcome", "partial")))
+	require.EqualValues(t, 1, o.counter(t, "rendezvous.nodes.warnings", attribute.String("reason", aggregator.WarningPartialData)))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timers.fired"))
 	for _, name := range []string{"rendezvous.wait.timeout", "rendezvous.wait.timer"} {
 		s := o.span(t, name)

@@ -14,6 +14,11 @@ const (
 	OnTimeoutContinueWithPartial = "continue_with_partial"
 )
 
+// WarningPartialData is the reason the rendezvous.nodes.warnings metric counts a wait
+// that continued after events timed out (onTimeout continue_with_partial): its node
+// completed, and its record carries the warning.
+const WarningPartialData = "partial_data"
+
 // timeoutDecision is what a passed deadline does to a waiting state.
 type timeoutDecision struct {
 	// TimedOut lists every event that timed out so far, in expected order.
@@ -24,9 +29,13 @@ type timeoutDecision struct {
 	// Continue: the node completes (output timeout: true) and the workflow goes on;
 	// otherwise the node and the execution fail with Reason.
 	Continue bool
-	// Partial: continued although events the strategy needed are missing
-	// (continue_with_partial); worth a warning.
+	// Partial: continued although events timed out (continue_with_partial); the node
+	// carries Warning.
 	Partial bool
+	Warning string
+	// Missing lists the events continue needs that did not arrive (missingRequired);
+	// under required_only it is what the node continued without.
+	Missing []string
 	Reason  string
 }
 
@@ -44,9 +53,15 @@ type timeoutDecision struct {
 //   - fail: the node and the execution fail, naming every event that did not arrive.
 //   - continue: the node continues, with null data for what is missing, when every event
 //     it must have arrived — for all and any those marked required: true (the schema's
-//     "must receive to continue"), for required_only and custom the strategy's required
-//     set; otherwise it fails as with fail.
-//   - continue_with_partial: the node continues with whatever arrived.
+//     "must receive to continue"), for custom the strategy's required set; otherwise it
+//     fails as with fail. Under required_only it continues with the required events that
+//     arrived, whatever is missing: that strategy already names what matters, and
+//     requiring all of it at a timeout would make continue another name for fail.
+//   - continue_with_partial: the node continues with whatever arrived, and carries a
+//     warning naming the events that timed out.
+//
+// Missing always lists the events continue needs that did not arrive (under
+// required_only, its required set), so the node output can say what it went on without.
 func decideTimeout(strategy, onTimeout string, expected []Expected, required, received, timedOut []string,
 	expiresAt, now time.Time,
 ) timeoutDecision {
@@ -84,6 +99,39 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 	}
 	d.Next = expiresAt
 
+	missing := missingRequired(strategy, expected, required, received)
+	d.Missing = missing
+	switch onTimeout {
+	case OnTimeoutContinueWithPartial:
+		d.Continue = true
+		d.Partial = len(d.TimedOut) > 0
+		if d.Partial {
+			d.Warning = "timed out; continued with partial data, without " + strings.Join(d.TimedOut, ", ")
+		}
+	case OnTimeoutContinue:
+		d.Continue = len(missing) == 0 || strategy == StrategyRequiredOnly
+	}
+	if !d.Continue {
+		var absent []string
+		for _, e := range expected {
+			if !slices.Contains(received, e.Name) {
+				absent = append(absent, e.Name)
+			}
+		}
+		what := "timed out waiting for " + strings.Join(absent, ", ")
+		if onTimeout == OnTimeoutContinue {
+			d.Reason = fmt.Sprintf("%s (onTimeout continue needs %s, which did not arrive)", what, strings.Join(missing, ", "))
+		} else {
+			d.Reason = what
+		}
+	}
+	return d
+}
+
+// missingRequired lists the events onTimeout continue needs that are not among
+// received, in order: for all and any those marked required: true (the schema's "must
+// receive to continue"), for required_only and custom the strategy's required set.
+func missingRequired(strategy string, expected []Expected, required, received []string) []string {
 	var mustHave []string
 	switch strategy {
 	case StrategyAll, StrategyAny:
@@ -101,28 +149,7 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 			missing = append(missing, name)
 		}
 	}
-	switch onTimeout {
-	case OnTimeoutContinueWithPartial:
-		d.Continue = true
-		d.Partial = len(d.TimedOut) > 0
-	case OnTimeoutContinue:
-		d.Continue = len(missing) == 0
-	}
-	if !d.Continue {
-		var absent []string
-		for _, e := range expected {
-			if !slices.Contains(received, e.Name) {
-				absent = append(absent, e.Name)
-			}
-		}
-		what := "timed out waiting for " + strings.Join(absent, ", ")
-		if onTimeout == OnTimeoutContinue {
-			d.Reason = fmt.Sprintf("%s (onTimeout continue needs %s, which did not arrive)", what, strings.Join(missing, ", "))
-		} else {
-			d.Reason = what
-		}
-	}
-	return d
+	return missing
 }
 
 // eventPastDeadline reports whether an event of this name arriving at now no longer

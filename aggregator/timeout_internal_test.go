@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,9 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 			"optional only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 		},
-		StrategyRequiredOnly: {
-			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
+		StrategyRequiredOnly: { // continue goes on with the required events that arrived
+			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
+			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
 			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 		},
 		StrategyCustom: { // requiredEvents: [api_response]
@@ -87,6 +88,18 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 						require.Empty(t, d.Reason)
 					}
 					require.Equal(t, policy == OnTimeoutContinueWithPartial, d.Partial)
+					if d.Partial {
+						require.Equal(t, "timed out; continued with partial data, without "+strings.Join(missing, ", "), d.Warning)
+					} else {
+						require.Empty(t, d.Warning)
+					}
+					// api_response is what continue needs under every strategy here
+					// (required: true, and the required set of the other two).
+					var needed []string
+					if !slices.Contains(received, EventAPIResponse) {
+						needed = []string{EventAPIResponse}
+					}
+					require.Equal(t, needed, d.Missing)
 				})
 			}
 		}

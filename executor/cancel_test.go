@@ -213,6 +213,7 @@ func TestCancelWait(t *testing.T) {
 		require.Contains(t, out, "apiResponse")
 		require.Nil(t, out["apiResponse"])
 		require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
+		require.Equal(t, []any{"api_response"}, out["missing_required_events"], "cut short before the required reply came")
 		require.Equal(t, "completed", nodeOf(t, v, "after").Status)
 		require.Equal(t, "skipped", nodeOf(t, v, "normal").Status)
 		stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 && h.fake.count("/normal") == 0 })

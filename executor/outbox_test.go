@@ -238,3 +238,66 @@ func TestOutboxCallForFinishedWaitIsDropped(t *testing.T) {
 	require.Zero(t, h.fake.count("/process"))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM outbox`))
 }
+
+// TestRequiredCallFailedDecidedByStrategy: a required call that finally fails ends the
+// wait only when the strategy needs its reply. Under any with a Kafka event still open
+// the reply is given up and the Kafka record completes the wait; under custom listing
+// api_response the node and the execution fail.
+func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
+	t.Parallel()
+	def := func(h *harness, strategy string, custom []any) obj {
+		data := obj{
+			"apiCall":             obj{"url": "@{_vars.svc}/process", "required": true},
+			"kafkaEvent":          obj{"topic": "orders"},
+			"aggregationStrategy": strategy,
+		}
+		if custom != nil {
+			data["requiredEvents"] = custom
+		}
+		return h.workflow("callfails", []obj{node("wait", "wait_events", data), node("after", "http", obj{"url": "@{_vars.svc}/after"})},
+			[]obj{edge("wait", "after", "")})
+	}
+	settled := func(t *testing.T, h *harness) {
+		eventually(t, func() bool { return h.fake.count("/process") >= 2 && h.count(t, `SELECT count(*) FROM outbox`) == 0 })
+	}
+
+	t.Run("any: another event can still satisfy it", func(t *testing.T) {
+		t.Parallel()
+		h := setup(t, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
+		h.fake.on("/process", func(int, recorded) reply { return reply{status: 500, body: "down"} })
+		name := h.put(t, def(h, "any", nil))
+		h.run(t)
+		id := h.start(t, name, nil)
+		settled(t, h)
+		v := h.waitStatus(t, id, "waiting")
+		ws := waitOf(t, v, "wait")
+		require.Equal(t, aggregator.StatusWaiting, ws.Status)
+		require.Nil(t, ws.Error)
+		require.Equal(t, []string{"api_response"}, ws.TimedOutEvents, "the reply is given up")
+		require.Equal(t, []string{"kafka_event"}, ws.MissingEvents)
+		require.Equal(t, "waiting_for_events", nodeOf(t, v, "wait").Status)
+
+		require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"late": true}))
+		require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
+		v = h.waitStatus(t, id, "completed")
+		out := output(t, nodeOf(t, v, "wait"))
+		require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
+		require.Equal(t, []any{"api_response"}, out["timed_out_events"])
+		require.Equal(t, "completed", nodeOf(t, v, "after").Status)
+	})
+
+	t.Run("custom naming api_response fails", func(t *testing.T) {
+		t.Parallel()
+		h := setup(t, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
+		h.fake.on("/process", func(int, recorded) reply { return reply{status: 500, body: "down"} })
+		name := h.put(t, def(h, "custom", []any{"api_response"}))
+		h.run(t)
+		id := h.start(t, name, nil)
+		settled(t, h)
+		v := h.waitStatus(t, id, "failed")
+		require.Equal(t, "failed", nodeOf(t, v, "wait").Status)
+		require.Contains(t, errText(nodeOf(t, v, "wait").Error), "status 500")
+		require.Equal(t, aggregator.StatusFailed, waitOf(t, v, "wait").Status)
+		require.Zero(t, h.fake.count("/after"))
+	})
+}

@@ -200,6 +200,44 @@ func TestTimeoutContinue(t *testing.T) {
 	})
 }
 
+// TestTimeoutContinueRequiredOnly: under required_only, onTimeout continue goes on with
+// the required events that arrived — here none — and the output names the missing
+// ones; the node carries no warning (that is continue_with_partial's).
+func TestTimeoutContinueRequiredOnly(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("reqonly", []obj{
+		node("wait", "wait_events", obj{
+			"apiCall":             obj{"url": "@{_vars.svc}/process"},
+			"kafkaEvent":          obj{"topic": "orders", "required": false},
+			"aggregationStrategy": "required_only",
+			"timeout":             "1s",
+			"onTimeout":           "continue",
+		}),
+		node("after", "http", obj{"url": "@{_vars.svc}/after", "method": "POST", "body": obj{
+			"missing": "@{nodes.wait.output.missing_required_events}",
+		}}),
+	}, []obj{edge("wait", "after", "output.timeout == true")}))
+	h.run(t)
+	id := h.start(t, name, nil)
+	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	require.Equal(t, aggregator.Recorded, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
+
+	v := h.waitStatus(t, id, "completed")
+	n := nodeOf(t, v, "wait")
+	require.Equal(t, "completed", n.Status)
+	require.Nil(t, n.Error)
+	require.Nil(t, n.Warning)
+	out := output(t, n)
+	require.Equal(t, true, out["timeout"])
+	require.Equal(t, []any{"api_response"}, out["missing_required_events"])
+	require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
+	require.Equal(t, aggregator.StatusTimeout, waitOf(t, v, "wait").Status)
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 })
+	require.Equal(t, obj{"missing": []any{"api_response"}}, h.fake.requests("/after")[0].Body)
+	h.requireQueuesEmpty(t, id)
+}
+
 // TestTimeoutContinueWithPartialNothingArrived: continue_with_partial continues even
 // when nothing at all arrived; every outputMapping entry is null, and a condition can
 // test for that.
@@ -223,11 +261,21 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 	}))
 	h.run(t)
 	id := h.start(t, name, nil)
-	ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
+	waiting := h.waitStatus(t, id, "waiting")
+	ws := waitOf(t, waiting, "wait")
+	// The waiting node's output names its wait and the events it waits for.
+	wo := output(t, nodeOf(t, waiting, "wait"))
+	require.Equal(t, ws.ID.String(), wo["waitStateId"])
+	require.Equal(t, ws.ID.String(), wo["wait_state_id"])
+	require.Equal(t, []any{"api_response", "kafka_event"}, wo["enabledEvents"])
+	require.Equal(t, "waiting", wo["status"])
 
 	v := h.waitStatus(t, id, "completed")
 	n := nodeOf(t, v, "wait")
 	require.Equal(t, "completed", n.Status)
+	require.NotNil(t, n.Warning, "continuing with partial data leaves a warning on the node")
+	require.Equal(t, "timed out; continued with partial data, without api_response, kafka_event", *n.Warning)
+	require.Nil(t, n.Error)
 	require.False(t, n.FinishedAt.Before(ws.ExpiresAt), "the deadline fired early")
 	require.Equal(t, obj{
 		"result":           nil,
@@ -236,10 +284,13 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 		"events":           []any{},
 		"arrival_order":    []any{},
 		"timed_out_events": []any{"api_response", "kafka_event"},
-		"timeout":          true,
-		"strategy":         "all",
-		"correlation_id":   ws.CorrelationID.String(),
+		// Both are required: true by default, so continue would have needed them.
+		"missing_required_events": []any{"api_response", "kafka_event"},
+		"timeout":                 true,
+		"strategy":                "all",
+		"correlation_id":          ws.CorrelationID.String(),
 	}, output(t, n))
+	require.Nil(t, nodeOf(t, v, "fallback").Warning)
 	require.Equal(t, "completed", nodeOf(t, v, "fallback").Status)
 	require.Equal(t, "skipped", nodeOf(t, v, "normal").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/fallback") == 1 && h.fake.count("/normal") == 0 })

@@ -194,3 +194,53 @@ func TestTimerBadSettingFailsNode(t *testing.T) {
 	require.Contains(t, errText(w.Error), `"Europe/Atlantis"`)
 	require.Equal(t, 0, h.fake.count("/done"))
 }
+
+// TestTimerZoneCandidates: a time-of-day wait resolves its zone as contact → account →
+// UTC. The first candidate that renders to a valid zone is used and the timer's settings
+// (shown as the node output) say which and why the ones before it were skipped, with the
+// dates to skip as rendered; a list that yields no zone fails the node naming each.
+func TestTimerZoneCandidates(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.run(t)
+	name := h.put(t, h.timerFlow("zones", obj{
+		"untilTime": "09:00",
+		"timezone":  []any{"@{_trigger.contact.timezone}", "@{_trigger.account.timezone}", "UTC"},
+		"days":      []any{"mon", "tue", "wed", "thu", "fri"},
+		"skipDates": []any{"@{_trigger.holidays}"},
+	}))
+
+	id := h.start(t, name, obj{"contact": obj{"timezone": nil}, "account": obj{"timezone": "Europe/Berlin"}, "holidays": []any{"2026-12-25"}})
+	eventually(t, func() bool { return len(h.view(t, id).Waits) == 1 })
+	w := waitOf(t, h.view(t, id), "pause")
+	require.Equal(t, "scheduled", w.Status)
+	require.JSONEq(t, `{"untilTime": "09:00", "timezone": "Europe/Berlin", "timezone_candidate": 1,
+		"timezone_skipped": [{"index": 0, "candidate": "@{_trigger.contact.timezone}", "reason": "is null"}],
+		"days": ["mon", "tue", "wed", "thu", "fri"], "skipDates": ["2026-12-25"]}`, string(w.Timer))
+	berlin, err := waittime.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	local := w.ExpiresAt.In(berlin)
+	require.Equal(t, 9, local.Hour())
+	require.NotContains(t, []time.Weekday{time.Saturday, time.Sunday}, local.Weekday())
+
+	// Neither the contact's nor the account's zone is usable; UTC is.
+	id = h.start(t, name, obj{"contact": obj{"timezone": "Mars/Olympus"}, "account": obj{}, "holidays": []any{}})
+	eventually(t, func() bool { return len(h.view(t, id).Waits) == 1 })
+	out := map[string]any{}
+	require.NoError(t, json.Unmarshal(waitOf(t, h.view(t, id), "pause").Timer, &out))
+	require.Equal(t, "UTC", out["timezone"])
+	require.EqualValues(t, 2, out["timezone_candidate"])
+	require.Len(t, out["timezone_skipped"], 2)
+
+	strict := h.put(t, h.timerFlow("nozone", obj{
+		"untilTime": "09:00", "timezone": []any{"@{_trigger.contact.timezone}", "@{_trigger.account.timezone}"},
+	}))
+	id = h.start(t, strict, obj{"contact": obj{"timezone": "Mars/Olympus"}})
+	v := h.waitStatus(t, id, "failed")
+	n := nodeOf(t, v, "pause")
+	require.Equal(t, "failed", n.Status)
+	require.Equal(t, `timezone: no candidate is a valid IANA zone: [0] @{_trigger.contact.timezone}: invalid timezone "Mars/Olympus"; `+
+		`[1] @{_trigger.account.timezone}: @{_trigger.account.timezone}: _trigger has no field "account"`, errText(n.Error))
+	require.Equal(t, "error", waitOf(t, v, "pause").Status)
+	require.Equal(t, 0, h.fake.count("/done"))
+}

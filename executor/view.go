@@ -42,13 +42,16 @@ type ExecutionView struct {
 
 // NodeView is one node execution.
 type NodeView struct {
-	ID         string          `json:"id"`
-	Status     string          `json:"status"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	Error      *string         `json:"error,omitempty"`
-	Attempts   int32           `json:"attempts"`
-	StartedAt  *time.Time      `json:"started_at,omitempty"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	ID     string          `json:"id"`
+	Status string          `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  *string         `json:"error,omitempty"`
+	// Warning is set on a node that finished but not as asked: a wait that continued
+	// after events timed out (onTimeout continue_with_partial).
+	Warning    *string    `json:"warning,omitempty"`
+	Attempts   int32      `json:"attempts"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // WaitView is one wait state, as an execution's view lists it.
@@ -174,7 +177,7 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 		Input: exec.Input, Nodes: []NodeView{}, Waits: []WaitView{},
 	}
 	for _, n := range nodes {
-		v.Nodes = append(v.Nodes, NodeView{ID: n.NodeID, Status: n.Status, Output: n.Output, Error: n.Error,
+		v.Nodes = append(v.Nodes, NodeView{ID: n.NodeID, Status: n.Status, Output: n.Output, Error: n.Error, Warning: n.Warning,
 			Attempts: n.Attempts, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt})
 	}
 	for _, w := range waits {

@@ -313,7 +313,18 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			if err != nil {
 				return fmt.Errorf("register wait: %w", err)
 			}
+			// wait_state_id, spelled like every other key here; waitStateId and
+			// enabledEvents too, the names engines with this node give these fields, so a
+			// flow ported from one reads them unchanged.
 			out.Output["wait_state_id"] = ws.ID.String()
+			out.Output["waitStateId"] = ws.ID.String()
+			if ws.WaitType != aggregator.WaitTypeTimer {
+				var enabled []string
+				if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
+					return fmt.Errorf("decode enabled events: %w", err)
+				}
+				out.Output["enabledEvents"] = enabled
+			}
 			raw, err := json.Marshal(out.Output)
 			if err != nil {
 				return err

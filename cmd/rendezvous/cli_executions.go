@@ -206,7 +206,13 @@ func (cl *cli) showExecution(e *client.Execution) error {
 	fmt.Fprintln(cl.stdout)
 	nodes := newTable(cl.stdout, "NODE", "STATUS", "ATTEMPTS", "STARTED", "FINISHED", "ERROR")
 	for _, n := range e.Nodes {
-		nodes.row(n.ID, n.Status, strconv.Itoa(int(n.Attempts)), ago(n.StartedAt, now), ago(n.FinishedAt, now), n.Error)
+		problem := n.Error
+		if n.Warning != "" {
+			// One column for what went wrong: a warning sits on a completed node, which
+			// has no error.
+			problem = "warning: " + n.Warning
+		}
+		nodes.row(n.ID, n.Status, strconv.Itoa(int(n.Attempts)), ago(n.StartedAt, now), ago(n.FinishedAt, now), problem)
 	}
 	if err := nodes.flush(); err != nil {
 		return err

@@ -618,3 +618,34 @@ func TestRelative(t *testing.T) {
 		require.Equal(t, want, relative(now.Add(d), now), d.String())
 	}
 }
+
+// TestCLINodeWarning: a wait that timed out and continued with partial data shows its
+// warning where the node's error would be.
+func TestCLINodeWarning(t *testing.T) {
+	t.Parallel()
+	f := setupCLI(t)
+	def := `{"name": "partial", "nodes": [{"id": "wait", "type": "wait_events", "data": {
+		"apiCall": {"url": "http://127.0.0.1:1/unreachable", "required": false},
+		"timeout": 0.5, "onTimeout": "continue_with_partial"}}]}`
+	require.NoError(t, os.WriteFile(f.file("partial.json"), []byte(def), 0o600))
+	f.ok(t, "workflows", "apply", "-f", f.file("partial.json"))
+	id := uuidRE.FindString(f.ok(t, "executions", "start", "partial"))
+	require.NotEmpty(t, id)
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`(?m)^Status:\s+completed$`).MatchString(f.ok(t, "executions", "get", id))
+	}, 30*time.Second, 100*time.Millisecond)
+	out := f.ok(t, "executions", "get", id)
+	cells := row(t, section(t, out, "NODE"), "wait")
+	require.Equal(t, "completed", cells[1])
+	require.Equal(t, "warning: timed out; continued with partial data, without api_response", cells[len(cells)-1])
+
+	var view struct {
+		Nodes []struct {
+			ID      string `json:"id"`
+			Warning string `json:"warning"`
+		} `json:"nodes"`
+	}
+	f.jsonOut(t, &view, "executions", "get", id)
+	require.Len(t, view.Nodes, 1)
+	require.Equal(t, "timed out; continued with partial data, without api_response", view.Nodes[0].Warning)
+}

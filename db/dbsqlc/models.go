@@ -114,6 +114,7 @@ type NodeExecution struct {
 	UpdatedAt   time.Time
 	StartedAt   *time.Time
 	FinishedAt  *time.Time
+	Warning     *string
 }
 
 type Outbox struct {

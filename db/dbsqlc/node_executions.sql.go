@@ -81,7 +81,7 @@ func (q *Queries) NodeExecutionInsertPending(ctx context.Context, db DBTX, arg N
 }
 
 const nodeExecutionListByExecution = `-- name: NodeExecutionListByExecution :many
-SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at FROM node_executions
+SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at, warning FROM node_executions
 WHERE execution_id = $1::uuid
 ORDER BY created_at, node_id
 `
@@ -106,6 +106,7 @@ func (q *Queries) NodeExecutionListByExecution(ctx context.Context, db DBTX, exe
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.Warning,
 		); err != nil {
 			return nil, err
 		}
@@ -118,7 +119,7 @@ func (q *Queries) NodeExecutionListByExecution(ctx context.Context, db DBTX, exe
 }
 
 const nodeExecutionListByExecutions = `-- name: NodeExecutionListByExecutions :many
-SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at FROM node_executions WHERE execution_id = ANY($1::uuid[])
+SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at, started_at, finished_at, warning FROM node_executions WHERE execution_id = ANY($1::uuid[])
 `
 
 func (q *Queries) NodeExecutionListByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]NodeExecution, error) {
@@ -141,6 +142,7 @@ func (q *Queries) NodeExecutionListByExecutions(ctx context.Context, db DBTX, ex
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.Warning,
 		); err != nil {
 			return nil, err
 		}

@@ -250,6 +250,7 @@ WITH input AS (
            unnest($7::text[]) AS error,
            unnest($8::text[]) AS node_status,
            unnest($9::jsonb[]) AS output,
+           unnest($10::text[]) AS warning,
            -- The moment of the change (not the transaction's start: a batch's transaction
            -- may have begun before its record was even produced), once for both columns.
            clock_timestamp() AS at
@@ -264,13 +265,14 @@ w AS (
         updated_at = clock_timestamp()
     FROM input AS i
     WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error, i.warning
 ),
 n AS (
     UPDATE node_executions AS ne
     SET status = w.node_status,
         output = w.output,
         error = nullif(w.error, ''),
+        warning = nullif(w.warning, ''),
         updated_at = now(),
         finished_at = now()
     FROM w
@@ -295,13 +297,15 @@ type WaitStateExpireParams struct {
 	Errors         []string
 	NodeStatuses   []string
 	Outputs        []json.RawMessage
+	Warnings       []string
 }
 
 // Writes the sweeper's decisions in one statement, behind the same version fence as
 // events. A row either moves its next deadline (an optional event timed out, or the due
 // deadline belonged to an event that already arrived: bump 0), or ends — an event wait
 // times out, a timer is resumed: then the node is finished (completed to continue, failed
-// to fail) and a continuation enqueued, exactly as a completing event does.
+// to fail, with its warning when it continued with partial data) and a continuation
+// enqueued, exactly as a completing event does.
 func (q *Queries) WaitStateExpire(ctx context.Context, db DBTX, arg WaitStateExpireParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, waitStateExpire,
 		arg.Ids,
@@ -313,6 +317,7 @@ func (q *Queries) WaitStateExpire(ctx context.Context, db DBTX, arg WaitStateExp
 		arg.Errors,
 		arg.NodeStatuses,
 		arg.Outputs,
+		arg.Warnings,
 	)
 	if err != nil {
 		return nil, err

@@ -190,7 +190,8 @@ LIMIT 1;
 -- events. A row either moves its next deadline (an optional event timed out, or the due
 -- deadline belonged to an event that already arrived: bump 0), or ends — an event wait
 -- times out, a timer is resumed: then the node is finished (completed to continue, failed
--- to fail) and a continuation enqueued, exactly as a completing event does.
+-- to fail, with its warning when it continued with partial data) and a continuation
+-- enqueued, exactly as a completing event does.
 WITH input AS (
     SELECT unnest(@ids::uuid[]) AS id,
            unnest(@versions::bigint[]) AS version,
@@ -201,6 +202,7 @@ WITH input AS (
            unnest(@errors::text[]) AS error,
            unnest(@node_statuses::text[]) AS node_status,
            unnest(@outputs::jsonb[]) AS output,
+           unnest(@warnings::text[]) AS warning,
            -- The moment of the change (not the transaction's start: a batch's transaction
            -- may have begun before its record was even produced), once for both columns.
            clock_timestamp() AS at
@@ -215,13 +217,14 @@ w AS (
         updated_at = clock_timestamp()
     FROM input AS i
     WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error
+    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error, i.warning
 ),
 n AS (
     UPDATE node_executions AS ne
     SET status = w.node_status,
         output = w.output,
         error = nullif(w.error, ''),
+        warning = nullif(w.warning, ''),
         updated_at = now(),
         finished_at = now()
     FROM w

@@ -365,6 +365,13 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		if ex.Status != wantExec {
 			c.violate(InvOutcome, p.Index, e.ID, "wait ended %s but the execution is %s (%s)", actual, ex.Status, ex.Error)
 		}
+		// Continuing after a timeout with events missing under continue_with_partial
+		// leaves a warning on the node; nothing else does.
+		wantWarning := actual == ClassContinued && w.OnTimeout == "continue_with_partial" && len(w.TimedOut) > 0
+		if gotWarning := nodes["wait"].Warning != ""; gotWarning != wantWarning {
+			c.violate(InvOutcome, p.Index, e.ID, "wait ended %s under onTimeout %s with timed-out events %v; node warning %q",
+				actual, w.OnTimeout, w.TimedOut, nodes["wait"].Warning)
+		}
 		c.continuation(p, e, w, actual, nodes, byCorr[w.CorrelationID])
 	}
 

@@ -159,6 +159,9 @@ func TestVerifyFindsViolations(t *testing.T) {
 			s.failed()
 		}},
 		{"the execution status disagrees with the wait", InvOutcome, func(s *scenario) { s.obs.Executions[0].Status = "failed" }},
+		{"a warning on a node that completed", InvOutcome, func(s *scenario) {
+			s.obs.Nodes[s.log.Execs[0].ID]["wait"] = ObservedNode{Status: "completed", Warning: "timed out; continued with partial data"}
+		}},
 		{"one body answered 202 twice", InvAnswers, func(s *scenario) {
 			s.log.Execs[0].Events[0].Attempts[1].Status = http.StatusAccepted
 		}},

@@ -88,6 +88,7 @@ type ObservedNode struct {
 	Status   string
 	Attempts int
 	Error    string
+	Warning  string
 }
 
 // collect reads the run's database, the fake service and the consumer group's offsets.
@@ -147,7 +148,7 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		return obs, fmt.Errorf("read wait states: %w", err)
 	}
 
-	rows, err = pool.Query(ctx, `SELECT execution_id, node_id, status, attempts, coalesce(error, '') FROM node_executions`)
+	rows, err = pool.Query(ctx, `SELECT execution_id, node_id, status, attempts, coalesce(error, ''), coalesce(warning, '') FROM node_executions`)
 	if err != nil {
 		return obs, fmt.Errorf("read node executions: %w", err)
 	}
@@ -155,7 +156,7 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		var id uuid.UUID
 		var node string
 		var n ObservedNode
-		if err := rows.Scan(&id, &node, &n.Status, &n.Attempts, &n.Error); err != nil {
+		if err := rows.Scan(&id, &node, &n.Status, &n.Attempts, &n.Error, &n.Warning); err != nil {
 			rows.Close()
 			return obs, fmt.Errorf("read node executions: %w", err)
 		}

@@ -58,9 +58,10 @@ func (r Result) String() string {
 //   - a deadline passing without its event ends the wait when, for any, every enabled
 //     event has timed out; for the others, when an event of the required set has; the
 //     overall deadline always ends it;
-//   - an ended wait continues under continue_with_partial; under continue only when
-//     every event it must have arrived (for all and any those marked required: true,
-//     for required_only and custom the required set); otherwise it fails.
+//   - an ended wait continues under continue_with_partial; under continue, for
+//     required_only always (with the required events that arrived), for the others only
+//     when every event it must have arrived (for all and any those marked required:
+//     true, for custom the required set); otherwise it fails.
 //
 // The wait ends at the moment a deadline dooms it, not when a sweeper gets to it: an
 // event arriving after that moment is late.
@@ -142,6 +143,9 @@ func (spec WaitSpec) afterTimeout(received []string) string {
 	case "continue_with_partial":
 		return ClassContinued
 	case "continue":
+		if spec.Strategy == "required_only" {
+			return ClassContinued
+		}
 		var must []string
 		if spec.Strategy == "all" || spec.Strategy == "any" {
 			for _, e := range spec.Events {

@@ -127,13 +127,16 @@ func (e *Execution) UnmarshalJSON(b []byte) error {
 
 // Node is one node of an execution.
 type Node struct {
-	ID         string          `json:"id"`
-	Status     string          `json:"status"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	Attempts   int32           `json:"attempts"`
-	StartedAt  *time.Time      `json:"started_at,omitempty"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	ID     string          `json:"id"`
+	Status string          `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// Warning: the node finished, but not as asked (a wait that continued with
+	// partial data).
+	Warning    string     `json:"warning,omitempty"`
+	Attempts   int32      `json:"attempts"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // StartedExecution is the answer to starting an execution.

@@ -292,6 +292,8 @@ func TestMetricsScenario(t *testing.T) {
 		{"rendezvous_kafka_consumer_lag", lbl("topic", topic, "partition", "0"), 0},
 		{"rendezvous_sweeper_lag_seconds", nil, 0},
 		{"rendezvous_database_errors_total", lbl("component", "aggregator"), 0},
+		// The partial wait left its warning on the node.
+		{"rendezvous_nodes_warnings_total", lbl("reason", "partial_data"), 1},
 	}
 	for _, onTimeout := range []string{"fail", "continue", "continue_with_partial"} {
 		for _, outcome := range []string{"fail", "continue", "partial"} {

@@ -281,6 +281,7 @@ type row struct {
 	ExecutionStatus string            `json:"executionStatus"`
 	Events          map[string]chip   `json:"events"`
 	Nodes           map[string]string `json:"nodes"`
+	Warnings        map[string]string `json:"warnings"` // node id → its warning, as shown
 	Countdown       *countdown        `json:"countdown"`
 	Text            string            `json:"text"`
 }
@@ -313,10 +314,11 @@ const snapshotJS = `(() => {
     table: tr.closest('table').id, waitStatus: tr.dataset.waitStatus, executionId: tr.dataset.executionId,
     workflow: tr.dataset.workflow, node: tr.dataset.nodeId, version: tr.dataset.version,
     executionStatus: (tr.querySelector('[data-execution-status]') || {dataset: {}}).dataset.executionStatus || '',
-    events: {}, nodes: {}, countdown: null, text: tr.textContent.replace(/\s+/g, ' ').trim(),
+    events: {}, nodes: {}, warnings: {}, countdown: null, text: tr.textContent.replace(/\s+/g, ' ').trim(),
   };
   for (const c of tr.querySelectorAll('[data-event-name]')) r.events[c.dataset.eventName] = {state: c.dataset.eventState, text: c.textContent};
   for (const n of tr.querySelectorAll('[data-node-status]')) r.nodes[n.dataset.nodeId] = n.dataset.nodeStatus;
+  for (const w of tr.querySelectorAll('[data-node-id] [data-warning]')) r.warnings[w.closest('[data-node-id]').dataset.nodeId] = w.textContent;
   const cd = tr.querySelector('[data-countdown]');
   if (cd) r.countdown = {state: cd.dataset.countdown, text: cd.textContent, secondsLeft: Number(cd.dataset.secondsLeft)};
   out.row = r;
@@ -538,6 +540,66 @@ func TestWebViewFollowsAWaitToCompletion(t *testing.T) {
 	require.True(t, v.WaitingEmpty, "nothing else is waiting")
 	require.Zero(t, v.Rows)
 	p.screenshot(t, "completed")
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Empty(t, p.problems, "the page logged errors")
+	require.Empty(t, p.foreign, "the page loaded something from another origin")
+}
+
+// TestWebViewShowsANodeWarning: a wait that times out and continues with partial data
+// leaves the waiting list for the finished one with its node completed and the warning
+// shown beside it; a node without one shows none.
+func TestWebViewShowsANodeWarning(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	fake := newFakeService(t)
+	svc := startService(t, cluster)
+	base := "http://" + svc.Addr()
+
+	def := map[string]any{
+		"name": "ui-partial", "vars": map[string]any{"svc": fake.url},
+		"nodes": []any{
+			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 4, "onTimeout": "continue_with_partial",
+			}},
+			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+		},
+		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
+	}
+	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def)
+	require.Equal(t, http.StatusCreated, status, body)
+	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
+	require.Equal(t, http.StatusCreated, status, body)
+	execID := body["id"].(string)
+	fake.nextCall(t)
+	status, body = doJSON(t, http.MethodGet, base+"/api/v1/executions/"+execID, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	waitID := body["wait_states"].([]any)[0].(map[string]any)["id"].(string)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	p := openBrowser(t, ctx, chromium, base)
+	navCtx, navCancel := context.WithTimeout(p.ctx, stepTimeout)
+	_, err = chromedp.Run(navCtx, chromedp.Navigate(base+"/ui/"))
+	navCancel()
+	require.NoError(t, err)
+
+	v := p.await(t, "the wait listed as waiting, without a warning", waitID, func(v view) bool {
+		return v.Row != nil && v.Row.Table == "waiting" && v.Row.Nodes["wait"] == "waiting_for_events"
+	})
+	require.Empty(t, v.Row.Warnings)
+	v = p.await(t, "the wait timed out and its node completed with a warning", waitID, func(v view) bool {
+		r := v.Row
+		return r != nil && r.Table == "finished" && r.WaitStatus == "timeout" && r.Nodes["wait"] == "completed" &&
+			r.Nodes["notify"] == "completed" && r.Warnings["wait"] != ""
+	})
+	require.Equal(t, "warning: timed out; continued with partial data, without api_response", v.Row.Warnings["wait"])
+	require.NotContains(t, v.Row.Warnings, "notify")
+	p.screenshot(t, "warning")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -82,3 +82,45 @@ func FuzzNextTimeOfDay(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNextTimeOfDaySkipping skips a run of local dates from near now and checks that
+// the answer is after now, no earlier than without the skipped dates, and, when it
+// shows the time of day, not on a skipped date (a jump over a whole day, as in Apia,
+// belongs to the date it jumped over).
+func FuzzNextTimeOfDaySkipping(f *testing.F) {
+	f.Add(int64(1806145200), uint8(1), uint8(9), uint8(0), uint8(0b0111110), uint8(0), uint8(3)) // Berlin, weekdays, three days skipped
+	f.Add(int64(1325196000), uint8(9), uint8(9), uint8(30), uint8(0), uint8(1), uint8(2))        // Apia, around the skipped Friday
+	f.Add(int64(1824945000), uint8(1), uint8(2), uint8(30), uint8(1<<1), uint8(0), uint8(40))    // Berlin, Mondays only, many skipped
+	f.Fuzz(func(t *testing.T, sec int64, zone, hour, minute, days, start, count uint8) {
+		const lo, hi = -5364662400, 7258118400
+		if sec < lo || sec > hi {
+			sec = lo + (sec%(hi-lo)+(hi-lo))%(hi-lo)
+		}
+		now := time.Unix(sec, 0)
+		loc, err := LoadLocation(fuzzZones[int(zone)%len(fuzzZones)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tod := TimeOfDay{Hour: int(hour) % 24, Minute: int(minute) % 60}
+		d := Days(days)
+		skip := Dates{}
+		y, m, day := now.In(loc).Date()
+		for i := range int(count) % 64 {
+			skip[DateOf(time.Date(y, m, day+int(start)%8+i, 0, 0, 0, 0, time.UTC))] = struct{}{}
+		}
+
+		got := NextTimeOfDaySkipping(now, tod, loc, d, skip)
+		plain := NextTimeOfDay(now, tod, loc, d)
+		if got.Location() != time.UTC || !got.After(now) || got.Before(plain) {
+			t.Fatalf("NextTimeOfDaySkipping(%s, %s, %s, %07b, %d dates) = %s; without skipping %s", now.In(loc), tod, loc, d, len(skip), got, plain)
+		}
+		l := got.In(loc)
+		shows := l.Hour() == tod.Hour && l.Minute() == tod.Minute && l.Second() == 0 && d.Has(l.Weekday())
+		if _, skipped := skip[DateOf(l)]; shows && skipped {
+			t.Fatalf("NextTimeOfDaySkipping(%s, %s, %s, %07b) = %s: a skipped date", now.In(loc), tod, loc, d, l)
+		}
+		if len(skip) == 0 && !got.Equal(plain) {
+			t.Fatalf("nothing skipped, yet %s differs from %s", got, plain)
+		}
+	})
+}

@@ -4,8 +4,9 @@
 //
 //	{"for": "90m"}                                  elapsed time, see ParseDuration
 //	{"until": "2027-01-31T09:00:00+01:00"}          an instant, see ParseUntil
-//	{"untilTime": "09:30", "timezone": "Europe/Berlin", "days": ["mon", "fri"]}
-//	                                                a wall-clock time, see NextTimeOfDay
+//	{"untilTime": "09:30", "timezone": "Europe/Berlin", "days": ["mon", "fri"],
+//	 "skipDates": ["2026-12-25"]}                   a wall-clock time, see NextTimeOfDay
+//	                                                and NextTimeOfDaySkipping
 //
 // The package owns parsing those values and the calendar arithmetic that turns
 // them into an instant. It does not know about nodes, JSON, storage or timers:
@@ -444,16 +445,30 @@ const searchDays = 15
 //
 // It panics if tod is out of range (use ParseTimeOfDay) or loc is nil.
 func NextTimeOfDay(now time.Time, tod TimeOfDay, loc *time.Location, days Days) time.Time {
+	return NextTimeOfDaySkipping(now, tod, loc, days, nil)
+}
+
+// NextTimeOfDaySkipping is NextTimeOfDay on a calendar without the dates in
+// skip (holidays): "the next business day at 09:00" is days mon…fri with the
+// holidays skipped. A date is the local date in loc, so a skipped
+// 2026-12-25 in Europe/Berlin is the Berlin day; the rules for skipped and
+// repeated wall times are unchanged.
+func NextTimeOfDaySkipping(now time.Time, tod TimeOfDay, loc *time.Location, days Days, skip Dates) time.Time {
 	if !tod.valid() {
 		panic(fmt.Sprintf("waittime: time of day out of range: %02d:%02d:%02d", tod.Hour, tod.Minute, tod.Second))
 	}
 	y, m, d := now.In(loc).Date()
 	secs := int64(tod.Hour*3600 + tod.Minute*60 + tod.Second)
-	for i := range searchDays {
+	// Each skipped date can push the answer by at most a week (to the same
+	// weekday of the next week), so the search stays bounded and always ends.
+	for i := range searchDays + 7*len(skip) {
 		// Date arithmetic in UTC, which has no transitions, so d+i is exactly
 		// the i-th calendar date after today.
 		date := time.Date(y, m, d+i, 0, 0, 0, 0, time.UTC)
 		if !days.Has(date.Weekday()) {
+			continue
+		}
+		if _, skipped := skip[DateOf(date)]; skipped {
 			continue
 		}
 		if t := firstAt(loc, date.Unix()+secs); t.After(now) {
@@ -461,6 +476,58 @@ func NextTimeOfDay(now time.Time, tod TimeOfDay, loc *time.Location, days Days) 
 		}
 	}
 	panic(fmt.Sprintf("waittime: no %s in %s within %d days of %s", tod, loc, searchDays, now))
+}
+
+// Date is a calendar date without a zone: a day to skip, read in the zone of
+// the wait.
+type Date struct {
+	Year  int
+	Month time.Month
+	Day   int
+}
+
+// DateOf is the calendar date t shows in its own location.
+func DateOf(t time.Time) Date {
+	y, m, d := t.Date()
+	return Date{Year: y, Month: m, Day: d}
+}
+
+func (d Date) String() string { return fmt.Sprintf("%04d-%02d-%02d", d.Year, d.Month, d.Day) }
+
+// Dates is a set of calendar dates.
+type Dates map[Date]struct{}
+
+// MaxSkipDates bounds the dates one wait may skip: enough for every day of a
+// few years of holidays, and a bound on NextTimeOfDaySkipping's search.
+const MaxSkipDates = 1000
+
+// DateError is an entry ParseDates rejects; Index is its position in the list.
+type DateError struct {
+	Index int
+	Value string
+}
+
+func (e *DateError) Error() string {
+	return fmt.Sprintf("skipDates[%d]: invalid date %q: want YYYY-MM-DD", e.Index, e.Value)
+}
+
+// ParseDates parses the "skipDates" of a wait: calendar dates written
+// YYYY-MM-DD (2026-12-25); duplicates are fine. An error names the first bad
+// entry and its index (a *DateError), or the list's length when it has more
+// than MaxSkipDates entries.
+func ParseDates(values []string) (Dates, error) {
+	if len(values) > MaxSkipDates {
+		return nil, fmt.Errorf("%d dates to skip, more than the %d allowed", len(values), MaxSkipDates)
+	}
+	set := make(Dates, len(values))
+	for i, v := range values {
+		t, err := time.Parse(time.DateOnly, v)
+		if err != nil || len(v) != len(time.DateOnly) {
+			return nil, &DateError{Index: i, Value: v}
+		}
+		set[DateOf(t)] = struct{}{}
+	}
+	return set, nil
 }
 
 // offsetWindow bounds how far from a wall time, read as if it were UTC, the

@@ -606,3 +606,76 @@ func TestLoadLocation(t *testing.T) {
 	_, err := LoadLocation("Europe/Berln")
 	require.EqualError(t, err, `invalid timezone "Europe/Berln"`)
 }
+
+func TestParseDates(t *testing.T) {
+	t.Parallel()
+	d, err := ParseDates([]string{"2026-12-25", "2026-12-26", "2026-12-25", "2028-02-29"})
+	require.NoError(t, err)
+	require.Len(t, d, 3, "duplicates collapse")
+	require.Contains(t, d, Date{2028, time.February, 29})
+	require.Equal(t, "2028-02-29", Date{2028, time.February, 29}.String())
+
+	for i, bad := range []string{"2026-13-01", "2027-02-29", "2026-1-05", "25.12.2026", "", " 2026-12-25", "2026-12-25T00:00:00Z"} {
+		_, err := ParseDates([]string{"2026-12-24", bad})
+		var de *DateError
+		require.ErrorAs(t, err, &de, "%d: %q", i, bad)
+		require.Equal(t, 1, de.Index)
+		require.Equal(t, bad, de.Value)
+	}
+	_, err = ParseDates(make([]string, MaxSkipDates+1))
+	require.ErrorContains(t, err, "more than the 1000 allowed")
+	empty, err := ParseDates(nil)
+	require.NoError(t, err)
+	require.Empty(t, empty)
+}
+
+func TestNextTimeOfDaySkipping(t *testing.T) {
+	t.Parallel()
+	berlin := mustLoad(t, "Europe/Berlin")
+	weekdays, err := ParseDays([]string{"mon", "tue", "wed", "thu", "fri"})
+	require.NoError(t, err)
+	dates := func(s ...string) Dates {
+		d, err := ParseDates(s)
+		require.NoError(t, err)
+		return d
+	}
+	tests := []struct {
+		name string
+		now  string
+		days Days
+		skip Dates
+		want string
+	}{
+		{"nothing skipped: as NextTimeOfDay", "2026-12-23T12:00:00+01:00", weekdays, nil, "2026-12-24T09:00:00+01:00"},
+		{"holidays and a weekend", "2026-12-23T12:00:00+01:00", weekdays, dates("2026-12-24", "2026-12-25"), "2026-12-28T09:00:00+01:00"},
+		{"today is skipped although 09:00 is ahead", "2026-12-24T08:00:00+01:00", weekdays, dates("2026-12-24"), "2026-12-25T09:00:00+01:00"},
+		{"a past date changes nothing", "2026-12-23T12:00:00+01:00", weekdays, dates("2025-12-24"), "2026-12-24T09:00:00+01:00"},
+		// Friday 27 March 2026 after 09:00: Monday 30 skipped, Tuesday 31 is CEST.
+		{"across the DST change", "2026-03-27T10:00:00+01:00", weekdays, dates("2026-03-30"), "2026-03-31T09:00:00+02:00"},
+		// The date is Berlin's: 2026-12-24 09:00 Berlin is 08:00 UTC on the same date,
+		// and 23:30 UTC on the 23rd is already the 24th in Berlin.
+		{"dates are local", "2026-12-23T23:30:00Z", weekdays, dates("2026-12-24"), "2026-12-25T09:00:00+01:00"},
+		// Only Mondays, and four Mondays in a row skipped: a week each.
+		{"one weekday, many skipped", "2026-01-01T00:00:00+01:00", 1 << time.Monday,
+			dates("2026-01-05", "2026-01-12", "2026-01-19", "2026-01-26"), "2026-02-02T09:00:00+01:00"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := NextTimeOfDaySkipping(mustInstant(t, tt.now), TimeOfDay{Hour: 9}, berlin, tt.days, tt.skip)
+			require.True(t, mustInstant(t, tt.want).Equal(got), "got %s, want %s", got.In(berlin), tt.want)
+			require.Equal(t, time.UTC, got.Location())
+		})
+	}
+
+	// Every day of a whole year skipped but one: the search reaches it.
+	var all []string
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 365 {
+		if d := start.AddDate(0, 0, i); d.Format(time.DateOnly) != "2026-11-17" {
+			all = append(all, d.Format(time.DateOnly))
+		}
+	}
+	got := NextTimeOfDaySkipping(start, TimeOfDay{Hour: 9}, time.UTC, 0, dates(all...))
+	require.Equal(t, time.Date(2026, 11, 17, 9, 0, 0, 0, time.UTC), got)
+}

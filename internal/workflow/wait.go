@@ -24,10 +24,20 @@ type Wait struct {
 	Until     string // RFC 3339 instant; one in the past completes at once
 	UntilTime string // "HH:MM" or "HH:MM:SS", wall clock in Timezone
 	Timezone  string // IANA zone for UntilTime, default "UTC"
+	// Timezones is timezone given as a list: candidates tried in order (a contact's
+	// zone, then the account's, then "UTC"), the first that renders to a valid IANA
+	// zone wins. A candidate whose template names a missing or null value, or that
+	// renders to no valid zone, is skipped, and the node output says why. nil when
+	// timezone is one string (Timezone).
+	Timezones []string
 	// Days restricts UntilTime to weekdays: an array of names ("mon" or "monday"), each
 	// possibly a template, or one string — a template rendering to such an array, or a
 	// comma-separated list. nil means every day.
 	Days any
+	// SkipDates are calendar dates (YYYY-MM-DD, in the zone) UntilTime never fires on,
+	// such as holidays: given like Days, and an element may render to an array of dates
+	// (holidays from the trigger input). nil skips nothing.
+	SkipDates any
 }
 
 // Wait modes, named after the field that selects them.
@@ -71,24 +81,21 @@ func ParseWaitNode(data json.RawMessage, path string) (any, []FieldError) {
 			}
 		}
 	}
-	switch x := o.m["days"].(type) {
-	case string:
-		w.Days = x
-		if _, ok := o.checkable("days"); ok {
-			checkTemplate(&errs, o.p("days"), x)
-		}
-	case []any:
-		days := make([]string, 0, len(x))
-		for i, e := range x {
-			if s, ok := e.(string); ok {
-				days = append(days, s)
-				if p := indexPath(o.p("days"), i); !o.rejected[p] {
-					checkTemplate(&errs, p, s)
-				}
-			}
-		}
-		w.Days = days
+	if list, ok := o.m["timezone"].([]any); ok {
+		w.Timezones = o.stringList("timezone", list, &errs, func(s string) error {
+			_, err := waittime.LoadLocation(s)
+			return err
+		})
 	}
+	w.Days = o.listSetting("days", &errs, nil)
+	w.SkipDates = o.listSetting("skipDates", &errs, func(s string) error {
+		_, err := waittime.ParseDates([]string{s})
+		var de *waittime.DateError
+		if errors.As(err, &de) {
+			return fmt.Errorf("invalid date %q: want YYYY-MM-DD", s)
+		}
+		return err
+	})
 	if len(errs) > 0 {
 		return w, errs
 	}
@@ -107,20 +114,66 @@ func ParseWaitNode(data json.RawMessage, path string) (any, []FieldError) {
 	return w, errs
 }
 
+// listSetting reads a setting given as an array of strings or as one string (days,
+// skipDates): template syntax is checked for each, and check, when given, is applied to
+// the plain elements of an array, so that a typo fails when the definition is stored
+// even if another field is a template.
+func (o *object) listSetting(key string, errs *errList, check func(string) error) any {
+	switch x := o.m[key].(type) {
+	case string:
+		if _, ok := o.checkable(key); ok {
+			checkTemplate(errs, o.p(key), x)
+		}
+		return x
+	case []any:
+		return o.stringList(key, x, errs, check)
+	}
+	return nil
+}
+
+// stringList collects the string elements of an array setting, checking the template
+// syntax of each and check on those without templates.
+func (o *object) stringList(key string, list []any, errs *errList, check func(string) error) []string {
+	out := make([]string, 0, len(list))
+	for i, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			continue // the schema named it
+		}
+		out = append(out, s)
+		p := indexPath(o.p(key), i)
+		if o.rejected[p] {
+			continue
+		}
+		before := len(*errs)
+		checkTemplate(errs, p, s)
+		if check != nil && len(*errs) == before && !template.HasTemplates(s) {
+			if err := check(s); err != nil {
+				errs.add(p, "%s", err)
+			}
+		}
+	}
+	return out
+}
+
 // templated reports whether any field holds a template.
 func (w *Wait) templated() bool {
-	for _, s := range []string{w.For, w.Until, w.UntilTime, w.Timezone} {
+	for _, s := range append([]string{w.For, w.Until, w.UntilTime, w.Timezone}, w.Timezones...) {
 		if template.HasTemplates(s) {
 			return true
 		}
 	}
-	switch d := w.Days.(type) {
-	case string:
-		return template.HasTemplates(d)
-	case []string:
-		for _, s := range d {
-			if template.HasTemplates(s) {
+	for _, list := range []any{w.Days, w.SkipDates} {
+		switch d := list.(type) {
+		case string:
+			if template.HasTemplates(d) {
 				return true
+			}
+		case []string:
+			for _, s := range d {
+				if template.HasTemplates(s) {
+					return true
+				}
 			}
 		}
 	}
@@ -198,17 +251,25 @@ func (w *Wait) Plan(now time.Time, sc *template.Scope) (TimerPlan, error) {
 	if err != nil {
 		return TimerPlan{}, &SettingError{Field: WaitUntilTime, Index: -1, Err: err}
 	}
-	zone := "UTC"
-	if w.Timezone != "" {
-		if zone, err = render("timezone", w.Timezone); err != nil {
+	settings := map[string]any{WaitUntilTime: s}
+	var loc *time.Location
+	if w.Timezones != nil {
+		if loc, err = w.resolveZone(sc, settings); err != nil {
 			return TimerPlan{}, err
 		}
+	} else {
+		zone := "UTC"
+		if w.Timezone != "" {
+			if zone, err = render("timezone", w.Timezone); err != nil {
+				return TimerPlan{}, err
+			}
+		}
+		if loc, err = waittime.LoadLocation(zone); err != nil {
+			return TimerPlan{}, &SettingError{Field: "timezone", Index: -1, Err: err}
+		}
+		settings["timezone"] = zone
 	}
-	loc, err := waittime.LoadLocation(zone)
-	if err != nil {
-		return TimerPlan{}, &SettingError{Field: "timezone", Index: -1, Err: err}
-	}
-	names, err := w.dayNames(sc)
+	names, err := renderList("days", w.Days, sc, false)
 	if err != nil {
 		return TimerPlan{}, err
 	}
@@ -220,17 +281,93 @@ func (w *Wait) Plan(now time.Time, sc *template.Scope) (TimerPlan, error) {
 		}
 		return TimerPlan{}, &SettingError{Field: "days", Index: -1, Err: err}
 	}
-	settings := map[string]any{WaitUntilTime: s, "timezone": zone}
 	if names != nil {
 		settings["days"] = names
 	}
-	return TimerPlan{At: waittime.NextTimeOfDay(now, tod, loc, days), Settings: settings}, nil
+	dates, err := renderList("skipDates", w.SkipDates, sc, true)
+	if err != nil {
+		return TimerPlan{}, err
+	}
+	skip, err := waittime.ParseDates(dates)
+	if err != nil {
+		var de *waittime.DateError
+		if errors.As(err, &de) {
+			return TimerPlan{}, &SettingError{Field: "skipDates", Index: de.Index, Err: fmt.Errorf("invalid date %q: want YYYY-MM-DD", de.Value)}
+		}
+		return TimerPlan{}, &SettingError{Field: "skipDates", Index: -1, Err: err}
+	}
+	if dates != nil {
+		settings["skipDates"] = dates
+	}
+	return TimerPlan{At: waittime.NextTimeOfDaySkipping(now, tod, loc, days, skip), Settings: settings}, nil
 }
 
-// dayNames renders Days into weekday names; nil when no days are given.
-func (w *Wait) dayNames(sc *template.Scope) ([]string, error) {
+// resolveZone tries the timezone candidates in order and returns the first valid zone.
+// It records in settings the zone (timezone), which candidate gave it
+// (timezone_candidate, its index) and why each candidate before it was skipped
+// (timezone_skipped); when none is valid, the error names every candidate and why.
+func (w *Wait) resolveZone(sc *template.Scope, settings map[string]any) (*time.Location, error) {
+	skipped := []map[string]any{}
+	reasons := make([]string, 0, len(w.Timezones))
+	for i, c := range w.Timezones {
+		name, why := zoneCandidate(c, sc)
+		if why == "" {
+			loc, err := waittime.LoadLocation(name)
+			if err == nil {
+				settings["timezone"] = name
+				settings["timezone_candidate"] = i
+				settings["timezone_skipped"] = skipped
+				return loc, nil
+			}
+			why = err.Error()
+		}
+		skipped = append(skipped, map[string]any{"index": i, "candidate": c, "reason": why})
+		reasons = append(reasons, fmt.Sprintf("[%d] %s: %s", i, c, why))
+	}
+	return nil, &SettingError{Field: "timezone", Index: -1,
+		Err: fmt.Errorf("no candidate is a valid IANA zone: %s", strings.Join(reasons, "; "))}
+}
+
+// zoneCandidate renders one timezone candidate; why says why it is no zone name.
+func zoneCandidate(c string, sc *template.Scope) (name, why string) {
+	if sc == nil {
+		return c, ""
+	}
+	v, err := template.Render(c, *sc)
+	if err != nil {
+		return "", err.Error()
+	}
+	switch x := v.(type) {
+	case nil:
+		return "", "is null"
+	case string:
+		if x == "" {
+			return "", "is empty"
+		}
+		return x, ""
+	}
+	return "", fmt.Sprintf("is %s, not a zone name", describeValue(v))
+}
+
+// describeValue names a JSON value's kind for a message.
+func describeValue(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case bool:
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// renderList renders a list setting (Days, SkipDates) into its strings; nil when the
+// setting is absent. With flatten, an element that renders to an array contributes its
+// elements (skipDates ["@{_trigger.holidays}", "2026-12-24"]).
+func renderList(field string, setting any, sc *template.Scope, flatten bool) ([]string, error) {
 	var v any
-	switch d := w.Days.(type) {
+	switch d := setting.(type) {
 	case nil:
 		return nil, nil
 	case string:
@@ -245,8 +382,12 @@ func (w *Wait) dayNames(sc *template.Scope) ([]string, error) {
 	if sc != nil {
 		var err error
 		if v, err = template.Render(v, *sc); err != nil {
-			return nil, &SettingError{Field: "days", Index: -1, Err: err}
+			return nil, &SettingError{Field: field, Index: -1, Err: err}
 		}
+	}
+	want := "a weekday name"
+	if flatten {
+		want = "a date"
 	}
 	switch x := v.(type) {
 	case string:
@@ -258,15 +399,25 @@ func (w *Wait) dayNames(sc *template.Scope) ([]string, error) {
 		}
 		return names, nil
 	case []any:
-		names := make([]string, len(x))
+		names := make([]string, 0, len(x))
 		for i, e := range x {
+			if inner, ok := e.([]any); ok && flatten {
+				for _, ie := range inner {
+					s, ok := ie.(string)
+					if !ok {
+						return nil, &SettingError{Field: field, Index: i, Err: fmt.Errorf("want %s, got %v", want, ie)}
+					}
+					names = append(names, s)
+				}
+				continue
+			}
 			s, ok := e.(string)
 			if !ok {
-				return nil, &SettingError{Field: "days", Index: i, Err: fmt.Errorf("want a weekday name, got %v", e)}
+				return nil, &SettingError{Field: field, Index: i, Err: fmt.Errorf("want %s, got %v", want, e)}
 			}
-			names[i] = s
+			names = append(names, s)
 		}
 		return names, nil
 	}
-	return nil, &SettingError{Field: "days", Index: -1, Err: fmt.Errorf("want an array of weekday names or a comma-separated string, got %v", v)}
+	return nil, &SettingError{Field: field, Index: -1, Err: fmt.Errorf("want an array of %ss or a comma-separated string, got %v", strings.TrimPrefix(strings.TrimPrefix(want, "a "), "an "), v)}
 }

@@ -37,6 +37,18 @@ func TestWaitNodeErrors(t *testing.T) {
 			`nodes[0].data.timezone: only used with untilTime`, `nodes[0].data.days: only used with untilTime`,
 		}},
 		{"template syntax", `{"untilTime": "09:30", "timezone": "@{_trigger.tz"}`, []string{`nodes[0].data.timezone: `}},
+		{"bad plain zone candidate", `{"untilTime": "09:30", "timezone": ["@{_trigger.tz}", "Europe/Berln", "UTC"]}`,
+			[]string{`nodes[0].data.timezone[1]: invalid timezone "Europe/Berln"`}},
+		{"zone candidate template syntax", `{"untilTime": "09:30", "timezone": ["@{_trigger.tz", "UTC"]}`, []string{`nodes[0].data.timezone[0]: `}},
+		{"zone candidate not a string", `{"untilTime": "09:30", "timezone": ["UTC", 3]}`, []string{`nodes[0].data.timezone[1]: must be a string`}},
+		{"no zone candidates", `{"untilTime": "09:30", "timezone": []}`, []string{`nodes[0].data.timezone: `}},
+		{"zone wrong type", `{"untilTime": "09:30", "timezone": 5}`, []string{`nodes[0].data.timezone: must be a zone name or an array of candidate zone names`}},
+		{"bad skip date", `{"untilTime": "09:30", "skipDates": ["2026-12-25", "2026-13-01"]}`,
+			[]string{`nodes[0].data.skipDates[1]: invalid date "2026-13-01": want YYYY-MM-DD`}},
+		{"bad skip date beside a template", `{"untilTime": "09:30", "timezone": "@{_trigger.tz}", "skipDates": ["@{_trigger.holidays}", "25.12.2026"]}`,
+			[]string{`nodes[0].data.skipDates[1]: invalid date "25.12.2026"`}},
+		{"skip dates wrong type", `{"untilTime": "09:30", "skipDates": 5}`, []string{`nodes[0].data.skipDates: must be an array of dates or a string`}},
+		{"skip dates without untilTime", `{"for": "1m", "skipDates": ["2026-12-25"]}`, []string{`nodes[0].data.skipDates: only used with untilTime`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +76,10 @@ func TestWaitNodeValid(t *testing.T) {
 		// Templates are evaluated when the node runs.
 		`{"untilTime": "@{_trigger.at}", "timezone": "@{_trigger.tz}", "days": "@{_trigger.days}"}`,
 		`{"for": "@{_vars.delay}"}`,
+		`{"untilTime": "09:00", "timezone": ["@{_trigger.contact.timezone}", "@{_trigger.account.timezone}", "UTC"]}`,
+		`{"untilTime": "09:00", "timezone": ["Europe/Berlin"], "days": ["mon", "tue", "wed", "thu", "fri"], "skipDates": ["2026-12-25", "2026-12-26"]}`,
+		`{"untilTime": "09:00", "skipDates": "@{_trigger.holidays}"}`,
+		`{"untilTime": "09:00", "skipDates": ["@{_trigger.holidays}", "2026-12-24"]}`,
 	} {
 		requireValid(t, []byte(timerNode(data)))
 	}
@@ -73,7 +89,8 @@ func TestWaitPlan(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2027, 3, 26, 10, 0, 0, 0, time.UTC) // a Friday
 	sc := &template.Scope{
-		Trigger: map[string]any{"tz": "America/New_York", "days": []any{"mon"}, "delay": "PT2H", "bad": "Mars/Base"},
+		Trigger: map[string]any{"tz": "America/New_York", "days": []any{"mon"}, "delay": "PT2H", "bad": "Mars/Base",
+			"account": nil, "holidays": []any{"2027-03-29"}},
 	}
 	tests := []struct {
 		name     string
@@ -98,6 +115,38 @@ func TestWaitPlan(t *testing.T) {
 		{"bad zone names the value", Wait{UntilTime: "09:30", Timezone: "@{_trigger.bad}"}, time.Time{}, nil,
 			`timezone: invalid timezone "Mars/Base"`},
 		{"missing template value", Wait{For: "@{_trigger.nope}"}, time.Time{}, nil, `for: `},
+		// Candidates: the contact's zone is missing, the account's null, the next one not
+		// a zone; the fourth wins and the fifth is never looked at.
+		{"zone candidates", Wait{UntilTime: "09:30", Timezones: []string{
+			"@{_trigger.contact.timezone}", "@{_trigger.account}", "@{_trigger.bad}", "@{_trigger.tz}", "Europe/Berlin",
+		}}, time.Date(2027, 3, 26, 13, 30, 0, 0, time.UTC), map[string]any{
+			"untilTime": "09:30", "timezone": "America/New_York", "timezone_candidate": 3,
+			"timezone_skipped": []map[string]any{
+				{"index": 0, "candidate": "@{_trigger.contact.timezone}", "reason": `@{_trigger.contact.timezone}: _trigger has no field "contact"`},
+				{"index": 1, "candidate": "@{_trigger.account}", "reason": "is null"},
+				{"index": 2, "candidate": "@{_trigger.bad}", "reason": `invalid timezone "Mars/Base"`},
+			},
+		}, ""},
+		{"first candidate wins", Wait{UntilTime: "09:30", Timezones: []string{"UTC", "@{_trigger.nope}"}},
+			time.Date(2027, 3, 27, 9, 30, 0, 0, time.UTC),
+			map[string]any{"untilTime": "09:30", "timezone": "UTC", "timezone_candidate": 0, "timezone_skipped": []map[string]any{}}, ""},
+		{"no candidate is a zone", Wait{UntilTime: "09:30", Timezones: []string{"@{_trigger.nope}", "@{_trigger.days}", "@{_trigger.bad}"}},
+			time.Time{}, nil, `timezone: no candidate is a valid IANA zone: [0] @{_trigger.nope}: @{_trigger.nope}: _trigger has no field "nope"; ` +
+				`[1] @{_trigger.days}: is an array, not a zone name; [2] @{_trigger.bad}: invalid timezone "Mars/Base"`},
+		// Friday 10:00 UTC is 11:00 in Berlin, past 09:00: the next business day is
+		// Monday 29 March, a holiday here, then Tuesday — after Berlin's switch to
+		// summer time on 28 March, so 07:00 UTC.
+		{"next business day", Wait{UntilTime: "09:00", Timezones: []string{"Europe/Berlin"},
+			Days: []string{"mon", "tue", "wed", "thu", "fri"}, SkipDates: []string{"@{_trigger.holidays}", "2027-03-31"}},
+			time.Date(2027, 3, 30, 7, 0, 0, 0, time.UTC), map[string]any{
+				"untilTime": "09:00", "timezone": "Europe/Berlin", "timezone_candidate": 0, "timezone_skipped": []map[string]any{},
+				"days": []string{"mon", "tue", "wed", "thu", "fri"}, "skipDates": []string{"2027-03-29", "2027-03-31"},
+			}, ""},
+		{"skip dates as one template", Wait{UntilTime: "09:00", SkipDates: "@{_trigger.holidays}"},
+			time.Date(2027, 3, 27, 9, 0, 0, 0, time.UTC),
+			map[string]any{"untilTime": "09:00", "timezone": "UTC", "skipDates": []string{"2027-03-29"}}, ""},
+		{"bad rendered skip date", Wait{UntilTime: "09:00", SkipDates: []string{"@{_trigger.tz}"}}, time.Time{}, nil,
+			`skipDates[0]: invalid date "America/New_York"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

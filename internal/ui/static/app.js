@@ -313,7 +313,8 @@
     if (detail.view) {
       parts.push(h('ol', { class: 'nodes', 'aria-label': 'Nodes of the execution' },
         (detail.view.nodes || []).map((n) => h('li', { 'data-node-id': n.id, 'data-node-status': n.status },
-          h('code', null, n.id), ' ', h('span', { class: 'badge', 'data-status': n.status }, n.status)))));
+          h('code', null, n.id), ' ', h('span', { class: 'badge', 'data-status': n.status }, n.status),
+          n.warning ? [' ', h('span', { class: 'badge', 'data-warning': '', title: n.warning, role: 'note' }, 'warning: ' + n.warning)] : null))));
     }
     return parts;
   }
@@ -362,7 +363,7 @@
   // rowSig is everything a row shows, so that equal signatures mean equal rows.
   function rowSig(w, detail) {
     const view = detail && detail.view;
-    return JSON.stringify([w, view && view.status, view && (view.nodes || []).map((n) => [n.id, n.status]), detail && detail.error, !detail]);
+    return JSON.stringify([w, view && view.status, view && (view.nodes || []).map((n) => [n.id, n.status, n.warning]), detail && detail.error, !detail]);
   }
 
   function renderRows(tbody, models) {
