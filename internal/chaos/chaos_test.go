@@ -69,6 +69,8 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.Deliveries.SendAnswers["202 delivered"], "events sent by type delivered")
 	require.Positive(t, rep.Deliveries.SendAnswers["200"], "second sends of one id answered as duplicates")
 	require.Positive(t, rep.Deliveries.SentRecorded, "events sent by type as records of %s recorded", SentTopic)
+	require.Greater(t, rep.Triggers.Records, rep.Triggers.Executions, "trigger keys produced twice")
+	require.Equal(t, 20, rep.Triggers.Executions, "one execution per trigger key")
 	crossed := 0
 	for _, e := range plan.Executions {
 		if e.Cross != nil {

@@ -26,7 +26,7 @@ const (
 	InvInstructions = "run carried out"
 )
 
-var invariantOrder = []string{InvOutcome, InvRecorded, InvResumedOnce, InvForeign, InvVersion, InvAnswers, InvCalls, InvDrained, InvInstructions}
+var invariantOrder = []string{InvOutcome, InvRecorded, InvResumedOnce, InvForeign, InvVersion, InvAnswers, InvCalls, InvTriggered, InvDrained, InvInstructions}
 
 // RunLog is what the driver did and saw happen.
 type RunLog struct {
@@ -44,6 +44,8 @@ type RunLog struct {
 	FinalGroup GroupSample   `json:"final_group"`
 	// Evicted are dead members the broker kept, which the driver removed.
 	Evicted []Eviction `json:"evicted,omitempty"`
+	// Triggers is what the driver produced to TriggerTopic, by key.
+	Triggers []TriggerLog `json:"triggers"`
 }
 
 // Violation is one broken promise.
@@ -148,10 +150,15 @@ type Report struct {
 	Kafka      Latency       `json:"kafka_latency"`
 	// KafkaCalm is Kafka for the records no fault disturbed: what Config.KafkaLatency
 	// must bound.
-	KafkaCalm  Latency     `json:"kafka_latency_calm"`
-	Faults     []FaultLog  `json:"faults"`
-	Group      GroupStats  `json:"consumer_group"`
-	Evicted    []Eviction  `json:"evicted,omitempty"`
+	KafkaCalm Latency    `json:"kafka_latency_calm"`
+	Faults    []FaultLog `json:"faults"`
+	Group     GroupStats `json:"consumer_group"`
+	Evicted   []Eviction `json:"evicted,omitempty"`
+	// Triggers counts the trigger stream: records produced, executions they started.
+	Triggers struct {
+		Records    int `json:"records"`
+		Executions int `json:"executions"`
+	} `json:"triggers"`
 	Notes      []string    `json:"notes,omitempty"`
 	Violations []Violation `json:"violations"`
 }
@@ -249,6 +256,7 @@ func Verify(cfg Config, plan Plan, log RunLog, obs Observed) *Report {
 		all, calm = append(all, a...), append(calm, cm...)
 	}
 	c.global(planned, owners, byCorr, callsByCorr)
+	c.triggered()
 	rep.Group, rep.Evicted = groupStats(log.Group, log.FinalGroup, log.End), log.Evicted
 	rep.Kafka, rep.KafkaCalm = summarize(all), summarize(calm)
 	if bound := float64(cfg.KafkaLatency.Milliseconds()); rep.KafkaCalm.Max > bound {
@@ -608,8 +616,8 @@ func (c *checker) global(planned map[uuid.UUID]int, owners map[string]owner, byC
 		known[w.CorrelationID] = true
 	}
 	for _, e := range c.obs.Executions {
-		if _, ok := planned[e.ID]; ok {
-			continue
+		if _, ok := planned[e.ID]; ok || e.Workflow == TriggerWorkflow {
+			continue // the trigger stream's are checked by triggered
 		}
 		// A start whose answer was lost and that the driver retried after the database
 		// showed nothing yet: an extra execution nobody delivers to. It must still not

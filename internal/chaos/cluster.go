@@ -287,7 +287,7 @@ func (c *cluster) startKafka(ctx context.Context) error {
 	c.adm = kadm.NewClient(c.admCl)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resps, err := c.adm.CreateTopics(ctx, TopicPartitions, 1, nil, Topic, SentTopic)
+		resps, err := c.adm.CreateTopics(ctx, TopicPartitions, 1, nil, consumedTopics...)
 		if err == nil {
 			// A retry finds the topics an earlier attempt created.
 			for _, t := range resps.Sorted() {
@@ -300,7 +300,7 @@ func (c *cluster) startKafka(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("create topics %s and %s on %s: %w", Topic, SentTopic, c.kafkaAddr, err)
+			return fmt.Errorf("create topics %v on %s: %w", consumedTopics, c.kafkaAddr, err)
 		}
 		if c.kafka.exited() {
 			return fmt.Errorf("dev-kafka exited: %v (see %s)", c.kafka.err, log.Name())
@@ -388,8 +388,9 @@ func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time
 				for _, ps := range g.AssignedPartitions() {
 					assigned += len(ps)
 				}
-				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, 2*TopicPartitions)
-				if g.State == "Stable" && len(g.Members) == members && assigned == 2*TopicPartitions {
+				want := len(consumedTopics) * TopicPartitions
+				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, want)
+				if g.State == "Stable" && len(g.Members) == members && assigned == want {
 					return nil
 				}
 			}
@@ -404,7 +405,7 @@ func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time
 // lag returns, per partition ("topic/partition") of both topics, end offset minus the
 // group's committed offset (the whole end offset when nothing is committed).
 func (c *cluster) lag(ctx context.Context) (map[string]int64, error) {
-	ends, err := c.adm.ListEndOffsets(ctx, Topic, SentTopic)
+	ends, err := c.adm.ListEndOffsets(ctx, consumedTopics...)
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,8 @@ type Observed struct {
 	// SentUnmatched maps the position ("partition/offset") of a record of SentTopic to
 	// the reasons unmatched_events gives for it: one per application no wait took.
 	SentUnmatched map[string][]string `json:"-"`
+	// Triggered holds, per trigger key, the executions the trigger stream started.
+	Triggered map[int]ObservedTrigger `json:"-"`
 }
 
 // position names a record of one topic.
@@ -112,6 +114,10 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return obs, fmt.Errorf("read executions: %w", err)
+	}
+
+	if obs.Triggered, err = collectTriggers(ctx, pool); err != nil {
+		return obs, err
 	}
 
 	rows, err = pool.Query(ctx, `SELECT execution_id, correlation_id, status, version, received_events, timed_out_events,

@@ -45,6 +45,9 @@ const Topic = "chaos.events"
 // SentTopic has as many.
 const TopicPartitions = 6
 
+// consumedTopics are the topics the replicas consume, each with TopicPartitions.
+var consumedTopics = []string{Topic, SentTopic, TriggerTopic}
+
 // SentTopic is the events topic the replicas consume (the service's default): the Kafka
 // form of sending an event by type.
 const SentTopic = consumer.EventsTopicDefault

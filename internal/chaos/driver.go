@@ -167,6 +167,7 @@ type runner struct {
 	group     []GroupSample
 	lastGroup GroupSample
 	evicted   []Eviction
+	triggers  []TriggerLog
 
 	started, discovered, delivered atomic.Int64
 }
@@ -212,6 +213,7 @@ func (r *runner) drive() {
 	for _, f := range r.plan.Faults {
 		r.at(r.t0.Add(f.At), func() { r.fault(f) })
 	}
+	r.driveTriggers()
 	stop := make(chan struct{})
 	var discovery sync.WaitGroup
 	discovery.Add(2)

@@ -209,6 +209,9 @@ func (r *runner) startReplicas(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := r.putTriggerDefinition(ctx); err != nil {
+		return err
+	}
 	return cl.waitGroupStable(ctx, r.cfg.Replicas, 90*time.Second)
 }
 
@@ -238,7 +241,7 @@ func (r *runner) runLog(start, end time.Time) RunLog {
 	lg := RunLog{Start: start, End: end, Faults: append([]FaultLog(nil), r.faults...),
 		Dead: append([]DeadMember(nil), r.dead...), Lifetimes: append([]Lifetime(nil), r.lifetimes...),
 		Notes: append([]string(nil), r.notes...), Group: append([]GroupSample(nil), r.group...), FinalGroup: r.lastGroup,
-		Evicted: append([]Eviction(nil), r.evicted...)}
+		Evicted: append([]Eviction(nil), r.evicted...), Triggers: append([]TriggerLog(nil), r.triggers...)}
 	for _, e := range r.execs {
 		e.mu.Lock()
 		x := e.log
