@@ -33,6 +33,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
@@ -276,7 +277,14 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		case !errors.Is(db.Interpret(err), db.ErrNotFound):
 			return StoredWorkflow{}, fmt.Errorf("load workflow: %w", err)
 		}
-		row, err := e.q.WorkflowInsert(ctx, e.pool, dbsqlc.WorkflowInsertParams{Name: name, Definition: raw})
+		var row dbsqlc.Workflow
+		err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+			var err error
+			if row, err = e.q.WorkflowInsert(ctx, tx, dbsqlc.WorkflowInsertParams{Name: name, Definition: raw}); err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, "workflow/"+name, audit.OutcomeOK, fmt.Sprintf("version %d", row.Version))
+		})
 		if err != nil {
 			// Two concurrent stores of one name pick the same version; the loser retries.
 			if errors.Is(db.Interpret(err), db.ErrDuplicate) && attempt < 5 {
@@ -376,7 +384,7 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 				return err
 			}
 		}
-		return nil
+		return audit.Record(ctx, tx, "execution/"+exec.ID.String(), audit.OutcomeOK, fmt.Sprintf("workflow %s v%d", name, latest.Version))
 	})
 	if err != nil {
 		return Started{}, err

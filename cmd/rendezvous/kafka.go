@@ -76,6 +76,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	c.logFormat = "text"
+	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
+	// without authentication, and only this machine can reach it.
+	cfg.HTTPAddr = devHTTPAddr
 	if c.databaseURL == "" {
 		c.databaseURL = localDatabaseURL
 	}
@@ -95,6 +98,18 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer broker.Close()
 
+	auth := "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)"
+	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
+		cfg.Auth.Insecure = true
+	}
+	if cfg.Auth.Insecure {
+		for _, addr := range []string{cfg.HTTPAddr, cfg.AdminAddr} {
+			if addr != "" && !loopback(addr) {
+				return fmt.Errorf("--http-addr/--admin-addr %s: dev runs without authentication, so it listens on loopback only (127.0.0.1:PORT); set RENDEZVOUS_BOOTSTRAP_TOKEN to listen elsewhere", addr)
+			}
+		}
+		auth = "OFF: no token needed, loopback only (set RENDEZVOUS_BOOTSTRAP_TOKEN to turn it on)"
+	}
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
 	cfg.Logger = logger
@@ -113,6 +128,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, `
 rendezvous dev
   HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
+  authentication           %[5]s
   web view                 http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
@@ -126,11 +142,28 @@ Send a first event:
   curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
 
 Or with the CLI (make build): bin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "))
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth)
 	return s.Run(ctx)
 }
 
 const localDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// devHTTPAddr is where dev listens by default: loopback only.
+const devHTTPAddr = "127.0.0.1:8080"
+
+// loopback reports whether addr names a loopback host ("localhost", 127.0.0.0/8, ::1);
+// an empty host (":8080") means every interface, which is not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 	files, err := fs.Glob(examples.Definitions, "*.json")

@@ -44,7 +44,8 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 
 	addr := freePort(t)
 	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--instance-id", "sigterm-test")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL)
+	// As deployed: authentication on, with a bootstrap token.
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL, "RENDEZVOUS_BOOTSTRAP_TOKEN="+strings.Repeat("t", 32))
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
