@@ -131,6 +131,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Authenticator, e
 		return nil, err
 	}
 	a := &Authenticator{cfg: cfg, store: NewStore(pool), now: time.Now, cache: map[[32]byte]cachedToken{}}
+	a.store.revoked = a.forget
 	if cfg.BootstrapToken != "" {
 		a.bootstrap = hashToken(cfg.BootstrapToken)
 	}
@@ -249,6 +250,14 @@ func (a *Authenticator) lookup(ctx context.Context, h [32]byte) (cachedToken, er
 	a.cache[h] = ct
 	a.mu.Unlock()
 	return ct, nil
+}
+
+// forget drops every cached token, so that a revocation made through this replica holds
+// here from the next request on.
+func (a *Authenticator) forget() {
+	a.mu.Lock()
+	clear(a.cache)
+	a.mu.Unlock()
 }
 
 type principalKey struct{}

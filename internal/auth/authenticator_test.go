@@ -45,12 +45,29 @@ func TestTokenCache(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Principal{Name: "ci", Kind: KindToken, Role: RoleOperator}, *p)
 
-	_, err = a.store.Revoke(ctx, "ci")
+	// Revoked through another replica's store: this one learns it from the database.
+	_, err = NewStore(a.store.pool).Revoke(ctx, "ci")
 	require.NoError(t, err)
 	c.t = c.t.Add(2*time.Second - time.Millisecond)
 	_, err = a.Authenticate(ctx, "Bearer "+created.Secret)
 	require.NoError(t, err, "still trusted within the cache's lifetime")
 	c.t = c.t.Add(time.Millisecond)
+	_, err = a.Authenticate(ctx, "Bearer "+created.Secret)
+	require.Equal(t, ReasonRevoked, reasonOf(t, err))
+}
+
+// TestRevokeThroughThisReplica: a revocation made through this replica's store holds
+// here at once, cache or not.
+func TestRevokeThroughThisReplica(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, _ := newTestAuthenticator(t, Config{CacheTTL: 10 * time.Second})
+	created, err := a.store.Create(ctx, NewToken{Name: "ci", Role: RoleOperator})
+	require.NoError(t, err)
+	_, err = a.Authenticate(ctx, "Bearer "+created.Secret)
+	require.NoError(t, err)
+	_, err = a.store.Revoke(ctx, "ci")
+	require.NoError(t, err)
 	_, err = a.Authenticate(ctx, "Bearer "+created.Secret)
 	require.Equal(t, ReasonRevoked, reasonOf(t, err))
 }

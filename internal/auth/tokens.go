@@ -84,6 +84,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	q    *dbsqlc.Queries
 	now  func() time.Time
+	// revoked runs after a revocation commits: this replica's Authenticator forgets
+	// what it cached at once; the others within their cache's lifetime.
+	revoked func()
 }
 
 // NewStore returns the token store of pool.
@@ -174,6 +177,9 @@ func (s *Store) Revoke(ctx context.Context, name string) (Token, error) {
 	})
 	if err != nil {
 		return Token{}, err
+	}
+	if s.revoked != nil {
+		s.revoked()
 	}
 	return tokenOf(row), nil
 }
