@@ -88,3 +88,24 @@ func TestCLITokensAndAudit(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "token.revoke")
 }
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "127.1.2.3:0": true, "[::1]:8080": true, "localhost:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.1:8080": false, "example.com:80": false, "nonsense": false,
+	} {
+		require.Equal(t, want, loopback(addr), addr)
+	}
+}
+
+// TestDevStaysOnLoopbackWithoutAuth: dev without a token refuses to listen beyond this
+// machine, before starting anything.
+func TestDevStaysOnLoopbackWithoutAuth(t *testing.T) {
+	var stdout, stderr strings.Builder
+	require.Equal(t, 1, run([]string{"dev", "--http-addr", ":0", "--kafka-port", "0"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "loopback only")
+	stderr.Reset()
+	require.Equal(t, 1, run([]string{"dev", "--admin-addr", "0.0.0.0:0", "--kafka-port", "0"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "loopback only")
+}

@@ -92,12 +92,6 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	broker, err := startBroker(port)
-	if err != nil {
-		return err
-	}
-	defer broker.Close()
-
 	auth := "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)"
 	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
 		cfg.Auth.Insecure = true
@@ -110,6 +104,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		auth = "OFF: no token needed, loopback only (set RENDEZVOUS_BOOTSTRAP_TOKEN to turn it on)"
 	}
+	broker, err := startBroker(port)
+	if err != nil {
+		return err
+	}
+	defer broker.Close()
+
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
 	cfg.Logger = logger

@@ -227,7 +227,7 @@ func (s *Service) init(ctx context.Context) error {
 		return err
 	}
 	if authCfg.Insecure {
-		s.logger.WarnContext(ctx, "authentication is OFF (--insecure-no-auth): anyone who reaches the HTTP port may store definitions, start and cancel executions and read every payload",
+		s.logger.WarnContext(ctx, "authentication is OFF (insecure mode): anyone who reaches the HTTP port may store definitions, start and cancel executions and read every payload",
 			"instance_id", cfg.InstanceID)
 	} else if ok, err := authn.HasCredentials(ctx); err != nil {
 		return fmt.Errorf("look for API tokens: %w", err)
