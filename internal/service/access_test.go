@@ -525,3 +525,30 @@ func TestEveryRouteHasAnAccessDecision(t *testing.T) {
 		require.True(t, ok, r)
 	}
 }
+
+// TestTokenAnswersAsDocumented: the token routes' answers validate against the OpenAPI
+// document, and the secret is in the creation's answer only.
+func TestTokenAnswersAsDocumented(t *testing.T) {
+	t.Parallel()
+	s := startSecured(t, service.Config{InstanceID: "token-doc"})
+	hdr := map[string]string{"Authorization": "Bearer " + bootstrap}
+	body := []byte(`{"name": "doc", "role": "sender", "workflow_prefix": "billing-", "expires_at": "2099-01-02T03:04:05Z"}`)
+	ex := s.doc.call(t, s.base, "POST", "/api/v1/tokens", "/api/v1/tokens", body, hdr)
+	require.Equal(t, http.StatusCreated, ex.status, "%s", ex.body)
+	secret := ex.json["token"].(string)
+	require.Equal(t, http.StatusConflict, s.doc.call(t, s.base, "POST", "/api/v1/tokens", "/api/v1/tokens", body, hdr).status)
+	ex = s.doc.call(t, s.base, "POST", "/api/v1/tokens", "/api/v1/tokens", []byte(`{"name": "x", "role": "viewer", "workflow_prefix": "a"}`), hdr)
+	require.Equal(t, http.StatusBadRequest, ex.status)
+	require.Equal(t, "workflow_prefix", ex.json["field"])
+	ex = s.doc.call(t, s.base, "GET", "/api/v1/tokens", "/api/v1/tokens?limit=2", nil, hdr)
+	require.Equal(t, http.StatusOK, ex.status)
+	require.NotContains(t, string(ex.body), secret)
+	require.NotContains(t, string(ex.body), `"token"`)
+	require.NotEmpty(t, ex.json["next_cursor"])
+	ex = s.doc.call(t, s.base, "POST", "/api/v1/tokens/{name}/revoke", "/api/v1/tokens/doc/revoke", nil, hdr)
+	require.Equal(t, http.StatusOK, ex.status)
+	require.NotEmpty(t, ex.json["revoked_at"])
+	require.Equal(t, http.StatusNotFound, s.doc.call(t, s.base, "POST", "/api/v1/tokens/{name}/revoke", "/api/v1/tokens/nope/revoke", nil, hdr).status)
+	ex = s.doc.call(t, s.base, "GET", "/api/v1/whoami", "/api/v1/whoami", nil, map[string]string{"Authorization": "Bearer " + s.tokens["viewer"]})
+	require.Equal(t, map[string]any{"name": "t-viewer", "kind": "token", "role": "viewer"}, ex.json)
+}
