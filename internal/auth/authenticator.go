@@ -69,6 +69,9 @@ func (c Config) WithDefaults() Config {
 
 // Validate checks c; its messages name the field.
 func (c Config) Validate() error {
+	if c.Insecure && (c.BootstrapToken != "" || c.OIDC.Issuer != "") {
+		return errors.New("auth.insecure: authentication cannot be off while a bootstrap token or an OIDC issuer is configured; drop one or the other")
+	}
 	if c.CacheTTL > CacheTTLMax {
 		return fmt.Errorf("auth.cache_ttl: at most %s, so that a revoked token stops working within seconds", CacheTTLMax)
 	}

@@ -108,4 +108,5 @@ func TestOIDCConfig(t *testing.T) {
 	require.ErrorContains(t, Config{OIDC: OIDCConfig{Issuer: "idp.example", Audience: "x"}}.Validate(), "auth.oidc.issuer")
 	require.ErrorContains(t, Config{OIDC: OIDCConfig{Audience: "x"}}.Validate(), "auth.oidc.issuer")
 	require.ErrorContains(t, Config{CacheTTL: time.Minute}.Validate(), "auth.cache_ttl")
+	require.ErrorContains(t, Config{Insecure: true, BootstrapToken: "0123456789abcdef0123456789abcdef"}.Validate(), "auth.insecure")
 }
