@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -47,8 +46,6 @@ type Config struct {
 	CacheTTL time.Duration
 	// OIDC, when its Issuer is set, accepts JWTs of that identity provider.
 	OIDC OIDCConfig
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
 	// MeterProvider counts refusals; default a no-op.
 	MeterProvider metric.MeterProvider
 }
@@ -57,9 +54,6 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.CacheTTL <= 0 {
 		c.CacheTTL = CacheTTLDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = noop.NewMeterProvider()

@@ -221,7 +221,7 @@ func (s *Service) init(ctx context.Context) error {
 		return err
 	}
 	authCfg := cfg.Auth
-	authCfg.Logger, authCfg.MeterProvider = s.logger, s.tel.MeterProvider
+	authCfg.MeterProvider = s.tel.MeterProvider
 	authn, err := auth.New(ctx, s.pool, authCfg)
 	if err != nil {
 		return err
