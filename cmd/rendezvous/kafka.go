@@ -110,6 +110,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer broker.Close()
 
+	// With authentication on, the banner's commands carry the bootstrap token by name,
+	// never by value (the terminal may be shared or recorded).
+	curlAuth, cliAuth := "", ""
+	if !cfg.Auth.Insecure && cfg.Auth.BootstrapToken != "" {
+		curlAuth = ` -H "Authorization: Bearer $RENDEZVOUS_BOOTSTRAP_TOKEN"`
+		cliAuth = "RENDEZVOUS_TOKEN=$RENDEZVOUS_BOOTSTRAP_TOKEN "
+	}
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
 	cfg.Logger = logger
@@ -135,14 +142,14 @@ rendezvous dev
   definitions loaded       %[4]s
 
 Send a first event:
-  curl -sX POST http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
-  curl -s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
+  curl -sX POST%[6]s http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
+  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
   echo '{"execution_id":"<id>","correlation_id":"<correlation id>","event_type":"shipment.delivered"}' \
     | kcat -P -b %[2]s -t shipments.events
-  curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
+  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # status: completed
 
-Or with the CLI (make build): bin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth)
+Or with the CLI (make build): %[7]sbin/rendezvous waits list --server http://%[1]s
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, curlAuth, cliAuth)
 	return s.Run(ctx)
 }
 
