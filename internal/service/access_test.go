@@ -416,6 +416,19 @@ func TestAuditRows(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.do(t, s.tokens["operator"], "POST", "/api/v1/executions/"+id+"/cancel", map[string]any{"reason": "test"}).status)
 	require.Equal(t, http.StatusNotFound, s.do(t, s.tokens["operator"], "POST", "/api/v1/workflows/nope/executions", nil).status)
 	require.Equal(t, http.StatusOK, s.do(t, s.tokens["viewer"], "GET", "/api/v1/executions/"+id, nil).status)
+	// A second execution, whose wait is cancelled once the executor has registered it.
+	ex = s.do(t, s.tokens["operator"], "POST", "/api/v1/workflows/orders/executions", map[string]any{"input": map[string]any{}})
+	require.Equal(t, http.StatusCreated, ex.status)
+	id2 := ex.json["id"].(string)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ex = s.do(t, s.tokens["viewer"], "GET", "/api/v1/executions/"+id2, nil)
+		if waits, _ := ex.json["wait_states"].([]any); len(waits) > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the wait was never registered: %s", ex.body)
+	}
+	ex = s.do(t, s.tokens["operator"], "POST", "/api/v1/executions/"+id2+"/waits/wait/cancel", map[string]any{"then": "fail", "reason": "lost"})
+	require.Equal(t, http.StatusOK, ex.status, "%s", ex.body)
 
 	ex = s.do(t, s.tokens["admin"], "GET", "/api/v1/audit?limit=500", nil)
 	require.Equal(t, http.StatusOK, ex.status, "%s", ex.body)
@@ -450,6 +463,8 @@ func TestAuditRows(t *testing.T) {
 		"token:t-sender event.send execution/" + id + " buffered",
 		"token:t-operator execution.cancel execution/" + id + " ok",
 		"token:t-operator execution.start /api/v1/workflows/nope/executions refused 404",
+		"token:t-operator execution.start execution/" + id2 + " ok",
+		"token:t-operator wait.cancel execution/" + id2 + "/waits/wait ok",
 	}
 	require.Equal(t, want, got)
 
