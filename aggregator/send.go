@@ -16,6 +16,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -77,8 +78,10 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 	var res SendResult
 	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = a.SendTx(ctx, tx, s)
-		return err
+		if res, err = a.SendTx(ctx, tx, s); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, "execution/"+s.ExecutionID.String(), string(res.Outcome), "type "+s.Type)
 	})
 	if err != nil {
 		if db.IsUnavailable(err) {

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/callbacks"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/service"
@@ -107,6 +108,8 @@ func setup(t *testing.T, cfg callbacks.Config) *env {
 	fake := newFakeService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := service.New(ctx, service.Config{
+		// Authentication is tested in internal/service; here it would only be in the way.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "t", AutoMigrate: true,
 		DBMaxConns: 6, Callbacks: cfg, Logger: slog.New(slog.DiscardHandler),
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -137,6 +138,8 @@ type svc struct {
 func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc {
 	t.Helper()
 	cfg := service.Config{
+		// Authentication is tested in internal/service; here it would only be in the way.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: e.schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: id, AutoMigrate: true,
 		DBMaxConns: 5, HTTPShutdown: 5 * time.Second, Logger: e.logger,
 		Kafka: e.kafkaConfig(),

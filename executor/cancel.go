@@ -11,6 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 )
 
 // ExecutionFinishedError is returned when an execution to change has already finished.
@@ -70,8 +71,10 @@ func (e *Executor) CancelExecution(ctx context.Context, id uuid.UUID, reason str
 		if err := e.q.OutboxDeleteForExecution(ctx, tx, id); err != nil {
 			return fmt.Errorf("drop unsent calls: %w", err)
 		}
-		exec, err = e.q.ExecutionGet(ctx, tx, id)
-		return err
+		if exec, err = e.q.ExecutionGet(ctx, tx, id); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, "execution/"+id.String(), audit.OutcomeOK, reason)
 	})
 	if err == nil && exec.Status == execCancelled {
 		e.logger.InfoContext(ctx, "execution cancelled", "execution_id", id, "instance_id", e.cfg.InstanceID, "reason", reason)
@@ -110,6 +113,9 @@ func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID, the
 			if errors.Is(err, db.ErrNotFound) {
 				return ErrWaitNotFound
 			}
+			return err
+		}
+		if err := audit.Record(ctx, tx, "execution/"+execID.String()+"/waits/"+nodeID, audit.OutcomeOK, "then "+then+": "+reason); err != nil {
 			return err
 		}
 		if then == ThenFail {

@@ -33,6 +33,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
@@ -276,7 +277,14 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		case !errors.Is(db.Interpret(err), db.ErrNotFound):
 			return StoredWorkflow{}, fmt.Errorf("load workflow: %w", err)
 		}
-		row, err := e.q.WorkflowInsert(ctx, e.pool, dbsqlc.WorkflowInsertParams{Name: name, Definition: raw})
+		var row dbsqlc.Workflow
+		err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+			var err error
+			if row, err = e.q.WorkflowInsert(ctx, tx, dbsqlc.WorkflowInsertParams{Name: name, Definition: raw}); err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, "workflow/"+name, audit.OutcomeOK, fmt.Sprintf("version %d", row.Version))
+		})
 		if err != nil {
 			// Two concurrent stores of one name pick the same version; the loser retries.
 			if errors.Is(db.Interpret(err), db.ErrDuplicate) && attempt < 5 {
@@ -387,6 +395,11 @@ func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name st
 		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
 			return Started{}, err
 		}
+	}
+	// A start through the API has its audit row in this transaction; a trigger's has
+	// none (no request, no principal).
+	if err := audit.Record(ctx, tx, "execution/"+exec.ID.String(), audit.OutcomeOK, fmt.Sprintf("workflow %s v%d", name, latest.Version)); err != nil {
+		return Started{}, err
 	}
 	db.AfterCommit(tx, func() {
 		e.WakeRunQueue()

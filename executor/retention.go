@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 )
 
 // Retention defaults.
@@ -19,6 +20,8 @@ const (
 type Purged struct {
 	Executions int64 `json:"executions"`
 	Waits      int64 `json:"waits"`
+	// Audit is the audit log's rows, kept as long as finished executions.
+	Audit int64 `json:"audit"`
 	// Skipped: another pod holds the retention lock and is purging.
 	Skipped bool `json:"skipped"`
 }
@@ -41,9 +44,9 @@ func (e *Executor) runRetention(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			e.logger.WarnContext(ctx, "retention pass failed", "instance_id", e.cfg.InstanceID, "err", err)
 			e.databaseError(ctx)
-		case !p.Skipped && p.Executions+p.Waits > 0:
+		case !p.Skipped && p.Executions+p.Waits+p.Audit > 0:
 			e.logger.InfoContext(ctx, "retention pass", "instance_id", e.cfg.InstanceID,
-				"executions_deleted", p.Executions, "waits_deleted", p.Waits)
+				"executions_deleted", p.Executions, "waits_deleted", p.Waits, "audit_rows_deleted", p.Audit)
 		}
 		t.Reset(e.cfg.RetentionInterval)
 	}
@@ -85,6 +88,9 @@ func (e *Executor) Purge(ctx context.Context, cutoff time.Time) (Purged, error) 
 		return e.q.WaitStateDeleteFinishedBefore(ctx, conn, dbsqlc.WaitStateDeleteFinishedBeforeParams{Cutoff: cutoff, Max: batch})
 	}); err != nil {
 		return p, fmt.Errorf("delete finished waits: %w", err)
+	}
+	if p.Audit, err = audit.Purge(ctx, e.pool, cutoff, batch); err != nil {
+		return p, err
 	}
 	return p, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
 )
 
 // Retention: executions are made to have finished (and waits to have changed) a month
@@ -261,4 +262,22 @@ func TestPurgeSkippedWhileLocked(t *testing.T) {
 	require.True(t, locked, "Purge left the retention lock held")
 	require.NoError(t, holder.QueryRow(ctx, `SELECT pg_advisory_unlock(`+key+`)`).Scan(&unlocked))
 	require.True(t, unlocked)
+}
+
+// TestRetentionPurgesTheAuditLog: the audit log is kept as long as finished executions,
+// by the same pass.
+func TestRetentionPurgesTheAuditLog(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	ctx := context.Background()
+	e := &audit.Entry{Principal: "token:ci", RemoteAddr: "127.0.0.1", Action: audit.ActionExecutionStart}
+	for range 3 {
+		require.NoError(t, audit.Refused(ctx, h.pool, e, "/api/v1/workflows/x/executions", 404, ""))
+	}
+	_, err := h.pool.Exec(ctx, `UPDATE audit_log SET at = now() - interval '30 days' WHERE id IN (SELECT id FROM audit_log ORDER BY id LIMIT 2)`)
+	require.NoError(t, err)
+	p, err := h.ex.Purge(ctx, weekAgo())
+	require.NoError(t, err)
+	require.Equal(t, executor.Purged{Audit: 2}, p)
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM audit_log`))
 }

@@ -82,7 +82,7 @@ type cli struct {
 }
 
 func cliGroups() []*cliGroup {
-	return []*cliGroup{workflowsGroup(), executionsGroup(), waitsGroup(), eventsGroup()}
+	return []*cliGroup{workflowsGroup(), executionsGroup(), waitsGroup(), eventsGroup(), tokensGroup(), auditGroup()}
 }
 
 // runCLI runs `rendezvous <group> …` and returns the exit status.
@@ -97,9 +97,9 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fmt.Fprintf(stderr, "error: unknown command %q\n", args[0])
 		return exitUsage
 	}
-	var server string
+	var server, token string
 	var timeout time.Duration
-	o := cliOptions(g.name, &server, &timeout)
+	o := cliOptions(g.name, &server, &token, &timeout)
 	o.fs.SetOutput(io.Discard)
 	err := o.parse(args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -131,6 +131,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	// subcommand and the environment is read once.
 	fs.StringVar(&server, "server", server, "base URL of the rendezvous HTTP API (env RENDEZVOUS_SERVER)")
 	fs.DurationVar(&timeout, "timeout", timeout, "give up on a request after this long (env RENDEZVOUS_CLIENT_TIMEOUT)")
+	fs.StringVar(&token, "token", token, "bearer token sent to the API (env RENDEZVOUS_TOKEN; prefer the variable: flags show in process lists)")
 	fs.StringVar(&cl.output, "o", outputTable, outputHelp)
 	run := cmd.setup(fs)
 	pos, err := parseInterspersed(fs, o.fs.Args()[1:])
@@ -150,6 +151,9 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err == nil {
 		cl.api, err = client.New(server, &http.Client{Timeout: timeout})
 	}
+	if err == nil {
+		cl.api = cl.api.WithToken(token)
+	}
 	if err != nil {
 		return usageFailure(stderr, name, err)
 	}
@@ -158,9 +162,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 // cliOptions binds the flags every operator command shares; they are the ones with an
 // environment variable, and the only ones the configuration reference lists.
-func cliOptions(group string, server *string, timeout *time.Duration) *options {
+func cliOptions(group string, server, token *string, timeout *time.Duration) *options {
 	o := newOptions(group)
 	o.String(server, "server", "RENDEZVOUS_SERVER", serverDefault, "base URL of the rendezvous HTTP API")
+	o.String(token, "token", "RENDEZVOUS_TOKEN", "", "bearer token sent to the API (prefer the variable: flags show in process lists)")
 	o.Duration(timeout, "timeout", "RENDEZVOUS_CLIENT_TIMEOUT", clientTimeoutDefault, "give up on a request after this long")
 	return o
 }

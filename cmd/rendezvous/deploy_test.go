@@ -30,6 +30,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -230,6 +231,8 @@ func serviceRoutes(t *testing.T) []string {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	s, err := service.New(context.Background(), service.Config{
+		// Authentication is tested in internal/service; here it would only be in the way.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "deploy-test",
 		Logger: slog.New(slog.DiscardHandler),
 	})

@@ -90,6 +90,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	c.logFormat = "text"
+	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
+	// without authentication, and only this machine can reach it.
+	cfg.HTTPAddr = devHTTPAddr
 	if c.databaseURL == "" {
 		c.databaseURL = localDatabaseURL
 	}
@@ -103,12 +106,31 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	auth := "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)"
+	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
+		cfg.Auth.Insecure = true
+	}
+	if cfg.Auth.Insecure {
+		for _, addr := range []string{cfg.HTTPAddr, cfg.AdminAddr} {
+			if addr != "" && !loopback(addr) {
+				return fmt.Errorf("--http-addr/--admin-addr %s: dev runs without authentication, so it listens on loopback only (127.0.0.1:PORT); set RENDEZVOUS_BOOTSTRAP_TOKEN to listen elsewhere", addr)
+			}
+		}
+		auth = "OFF: no token needed, loopback only (set RENDEZVOUS_BOOTSTRAP_TOKEN to turn it on)"
+	}
 	broker, err := startBroker(port)
 	if err != nil {
 		return err
 	}
 	defer broker.Close()
 
+	// With authentication on, the banner's commands carry the bootstrap token by name,
+	// never by value (the terminal may be shared or recorded).
+	curlAuth, cliAuth := "", ""
+	if !cfg.Auth.Insecure && cfg.Auth.BootstrapToken != "" {
+		curlAuth = ` -H "Authorization: Bearer $RENDEZVOUS_BOOTSTRAP_TOKEN"`
+		cliAuth = "RENDEZVOUS_TOKEN=$RENDEZVOUS_BOOTSTRAP_TOKEN "
+	}
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
 	cfg.Logger = logger
@@ -127,24 +149,42 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, `
 rendezvous dev
   HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
+  authentication           %[5]s
   web view                 http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
 
 Send a first event:
-  curl -sX POST http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
-  curl -s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
+  curl -sX POST%[6]s http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
+  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
   echo '{"execution_id":"<id>","correlation_id":"<correlation id>","event_type":"shipment.delivered"}' \
     | kcat -P -b %[2]s -t shipments.events
-  curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
+  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # status: completed
 
-Or with the CLI (make build): bin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "))
+Or with the CLI (make build): %[7]sbin/rendezvous waits list --server http://%[1]s
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, curlAuth, cliAuth)
 	return s.Run(ctx)
 }
 
 const localDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// devHTTPAddr is where dev listens by default: loopback only.
+const devHTTPAddr = "127.0.0.1:8080"
+
+// loopback reports whether addr names a loopback host ("localhost", 127.0.0.0/8, ::1);
+// an empty host (":8080") means every interface, which is not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 	files, err := fs.Glob(examples.Definitions, "*.json")

@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/callbacks"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -43,6 +44,8 @@ Operate a running service through its HTTP API (--server, env RENDEZVOUS_SERVER)
   rendezvous executions  start|list|get|cancel  start, inspect and cancel executions
   rendezvous waits       list|get|cancel        see what executions wait for; cancel a wait
   rendezvous events      send|unmatched         send an event to an execution by type; see events that reached no wait
+  rendezvous tokens      create|list|revoke     API tokens (admin)
+  rendezvous audit       list                   the audit log of changes (admin)
 
 Run "rendezvous <command> -h" for the flags of a command.
 `
@@ -70,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = devKafka(ctx, args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(ctx, args[1:], stdout)
-	case "workflows", "executions", "waits", "events":
+	case "workflows", "executions", "waits", "events", "tokens", "audit":
 		return runCLI(ctx, args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, buildVersion())
@@ -148,6 +151,14 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o := newOptions("serve")
 	c.bind(o)
 	o.String(&cfg.HTTPAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", service.HTTPAddrDefault, "listen address of the HTTP API and callbacks")
+	o.String(&cfg.AdminAddr, "admin-addr", "RENDEZVOUS_ADMIN_ADDR", "", "when set, the API, web view, OpenAPI document, schemas and metrics listen here and --http-addr serves only callbacks and probes")
+	o.String(&cfg.Auth.BootstrapToken, "bootstrap-token", "RENDEZVOUS_BOOTSTRAP_TOKEN", "", "admin bearer token that needs no database row, to create the others (prefer the variable: flags show in process lists)")
+	o.Bool(&cfg.Auth.Insecure, "insecure-no-auth", "RENDEZVOUS_INSECURE_NO_AUTH", false, "serve every route without authentication (logged at WARN on every start)")
+	o.Duration(&cfg.Auth.CacheTTL, "auth-cache-ttl", "RENDEZVOUS_AUTH_CACHE_TTL", auth.CacheTTLDefault, "how long a replica trusts what it read of a token: the bound on a revocation reaching it (at most 10s)")
+	o.String(&cfg.Auth.OIDC.Issuer, "oidc-issuer", "RENDEZVOUS_OIDC_ISSUER", "", "accept JWT bearer tokens of this OIDC issuer")
+	o.String(&cfg.Auth.OIDC.Audience, "oidc-audience", "RENDEZVOUS_OIDC_AUDIENCE", "", "audience (client id) the JWTs must carry")
+	o.String(&cfg.Auth.OIDC.JWKSURL, "oidc-jwks-url", "RENDEZVOUS_OIDC_JWKS_URL", "", "the issuer's keys (default: from its discovery document)")
+	o.String(&cfg.Auth.OIDC.RoleClaim, "oidc-role-claim", "RENDEZVOUS_OIDC_ROLE_CLAIM", auth.RoleClaimDefault, "JWT claim holding the roles (admin, operator, viewer, sender)")
 	o.String(&cfg.InstanceID, "instance-id", "RENDEZVOUS_INSTANCE_ID", "", "name of this replica in claims and logs (default: hostname)")
 	o.Strings(&cfg.Callbacks.Secrets, "callback-secret", "RENDEZVOUS_CALLBACK_SECRET", "Standard Webhooks secrets (whsec_…); when set, callbacks must be signed")
 	var maxBody int

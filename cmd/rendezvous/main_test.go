@@ -44,7 +44,8 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 
 	addr := freePort(t)
 	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--instance-id", "sigterm-test")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL)
+	// As deployed: authentication on, with a bootstrap token.
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+schema.URL, "RENDEZVOUS_BOOTSTRAP_TOKEN="+strings.Repeat("t", 32))
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
@@ -58,6 +59,19 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, logs.String())
+
+	// As a user would try it, with curl: the API refuses a request without the token
+	// and answers one with it; the probes need none.
+	token := strings.Repeat("t", 32)
+	curl := func(args ...string) string {
+		out, err := exec.Command("curl", append([]string{"-s", "-o", "/dev/null", "-w", "%{http_code}"}, args...)...).Output()
+		require.NoError(t, err)
+		return string(out)
+	}
+	require.Equal(t, "401", curl("http://"+addr+"/api/v1/workflows"))
+	require.Equal(t, "401", curl("-H", "Authorization: Bearer "+strings.Repeat("x", 32), "http://"+addr+"/api/v1/workflows"))
+	require.Equal(t, "200", curl("-H", "Authorization: Bearer "+token, "http://"+addr+"/api/v1/workflows"))
+	require.Equal(t, "200", curl("http://"+addr+"/healthz"))
 
 	// What the image's HEALTHCHECK runs, against a real replica.
 	out, err = exec.Command(bin, "healthcheck", "--http-addr", addr).CombinedOutput()
@@ -111,6 +125,12 @@ func TestCommandLine(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 1, run([]string{"serve", "--workers", "many"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "not an integer")
+
+	// Secure by default: no way to authenticate, no start.
+	stderr.Reset()
+	require.Equal(t, 1, run([]string{"serve", "--database-url", dbtest.NewSchema(t).URL, "--http-addr", "127.0.0.1:0"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "no way to authenticate")
+	require.Contains(t, stderr.String(), "--insecure-no-auth")
 }
 
 // TestMain removes the binary the deployment tests build once for the whole run.

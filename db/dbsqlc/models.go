@@ -11,6 +11,28 @@ import (
 	"github.com/google/uuid"
 )
 
+type ApiToken struct {
+	ID             uuid.UUID
+	Name           string
+	Role           string
+	WorkflowPrefix *string
+	TokenSha256    []byte
+	CreatedAt      time.Time
+	ExpiresAt      *time.Time
+	RevokedAt      *time.Time
+}
+
+type AuditLog struct {
+	ID         int64
+	At         time.Time
+	Principal  string
+	RemoteAddr string
+	Action     string
+	Target     string
+	Outcome    string
+	Detail     string
+}
+
 type CallbackWebhookID struct {
 	WebhookID     string
 	ExecutionID   uuid.UUID

@@ -155,6 +155,11 @@ func call(method, url string, body any) (int, []byte) {
 	}
 	req, _ := http.NewRequest(method, url, rd)
 	req.Header.Set("Content-Type", "application/json")
+	// A service with authentication on needs an admin token (the demo stores its
+	// definition); `rendezvous dev` runs without on loopback and needs none.
+	if token := os.Getenv("RENDEZVOUS_TOKEN"); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())

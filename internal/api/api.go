@@ -15,10 +15,12 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -26,9 +28,18 @@ import (
 // maxDefinitionBytes bounds a definition or an execution input.
 const maxDefinitionBytes = 4 << 20
 
-// Register adds the API routes, and the OpenAPI document describing them, to e.
-func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator) {
-	h := &handlers{ex: ex, agg: agg}
+// Access is what the routes of access control need: the authenticator, whose store
+// keeps the tokens, and the pool the audit log is read from.
+type Access struct {
+	Auth *auth.Authenticator
+	Pool *pgxpool.Pool
+}
+
+// Register adds the API routes, and the OpenAPI document describing them, to e. Who may
+// call which route is decided before the handlers run (auth.Authenticator.Middleware);
+// the handlers only narrow it where the request decides (a sender's workflow prefix).
+func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, acc Access) {
+	h := &handlers{ex: ex, agg: agg, access: acc}
 	e.GET("/api/v1/workflows", h.listWorkflows)
 	// Echo tries the static segment first and falls back to :name for other methods, so
 	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
@@ -45,12 +56,18 @@ func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator) {
 	e.GET("/api/v1/events/dead-letters", h.listDeadLetters)
 	e.GET("/api/v1/wait-states", h.listWaitStates)
 	e.GET("/api/v1/wait-states/:id", h.getWaitState)
+	e.GET("/api/v1/whoami", h.whoami)
+	e.GET("/api/v1/tokens", h.listTokens)
+	e.POST("/api/v1/tokens", h.createToken)
+	e.POST("/api/v1/tokens/:name/revoke", h.revokeToken)
+	e.GET("/api/v1/audit", h.listAudit)
 	e.GET(OpenAPIPath, serveOpenAPI)
 }
 
 type handlers struct {
-	ex  *executor.Executor
-	agg *aggregator.Aggregator
+	ex     *executor.Executor
+	agg    *aggregator.Aggregator
+	access Access
 }
 
 func readBody(c echo.Context) ([]byte, error) {

@@ -29,6 +29,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -155,6 +156,9 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.maySendTo(c, id); err != nil {
+		return err
+	}
 	s := aggregator.Sent{ExecutionID: id, Type: *req.Type, Payload: req.Payload,
 		Source: aggregator.Source{Kind: aggregator.SourceSend}}
 	if req.ID != nil {
@@ -196,6 +200,26 @@ func (h *handlers) sendEvent(c echo.Context) error {
 			WithType("execution-finished").With("execution_status", res.ExecutionStatus)
 	}
 	return fmt.Errorf("send %s event to execution %s: unknown outcome %q", s.Type, id, res.Outcome)
+}
+
+// maySendTo refuses a sender limited to a workflow prefix an execution of another
+// workflow. An execution that does not exist is refused alike, so that such a sender
+// learns nothing of executions outside its workflows.
+func (h *handlers) maySendTo(c echo.Context, id uuid.UUID) error {
+	ctx := c.Request().Context()
+	p := auth.FromContext(ctx)
+	if p == nil || p.Role != auth.RoleSender || p.WorkflowPrefix == "" {
+		return nil
+	}
+	v, err := h.ex.Execution(ctx, id)
+	if err != nil && !errors.Is(err, executor.ErrExecutionNotFound) {
+		return err
+	}
+	if err == nil && p.MaySendTo(v.Workflow) {
+		return nil
+	}
+	return h.access.Auth.Refuse(ctx, c.Path(), auth.ReasonWorkflow,
+		auth.Forbidden("this token may only send events to executions of workflows named "+p.WorkflowPrefix+"…"))
 }
 
 // The event lists page by id, newest first. Their cursors are opaque as the executor's

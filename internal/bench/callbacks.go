@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -53,6 +54,8 @@ func startCallbacks(ctx context.Context, url string, logger *slog.Logger) (*call
 
 	runCtx, stop := context.WithCancel(ctx)
 	svc, err := service.New(runCtx, service.Config{
+		// The bench measures the event paths on loopback; authentication is not what it measures.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench", DBMaxConns: 32, Logger: logger,
 	})
 	if err != nil {

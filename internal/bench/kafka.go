@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -102,6 +103,8 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 
 	runCtx, stop := context.WithCancel(ctx)
 	svc, err := service.New(runCtx, service.Config{
+		// The bench measures the event paths on loopback; authentication is not what it measures.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-kafka", DBMaxConns: 32, Logger: logger, Telemetry: tel,
 		Kafka:    consumer.Config{Brokers: cluster.ListenAddrs(), TopicRefresh: 100 * time.Millisecond},
 		Executor: executor.Config{PollInterval: 100 * time.Millisecond},

@@ -120,6 +120,19 @@ type replica struct {
 func (r *replica) sender() string { return fmt.Sprintf("r%d.%d", r.index, r.incarnation) }
 
 // cluster is the processes under test and what they share.
+// chaosToken is the replicas' bootstrap admin token: the driver calls the API as an
+// operator would, with a credential, so the cluster runs as deployed (authentication on).
+const chaosToken = "chaos-bootstrap-token-0123456789abcdef"
+
+// withToken sends chaosToken with every request of the driver; callbacks ignore it.
+type withToken struct{ next http.RoundTripper }
+
+func (w withToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+chaosToken)
+	return w.next.RoundTrip(req)
+}
+
 type cluster struct {
 	cfg    Config
 	dir    string
@@ -337,7 +350,8 @@ func (c *cluster) startReplica(r *replica) error {
 		"--unmatched-retention", "1000000",
 	}
 	fmt.Fprintf(r.log, "\n=== chaos: starting incarnation %d of replica %d at %s\n", r.incarnation, r.index, time.Now().Format(time.RFC3339Nano))
-	p, err := startProcess(fmt.Sprintf("replica %d", r.index), c.bin, args, []string{"RENDEZVOUS_VAR_SENDER=" + r.sender()}, r.log)
+	env := []string{"RENDEZVOUS_VAR_SENDER=" + r.sender(), "RENDEZVOUS_BOOTSTRAP_TOKEN=" + chaosToken}
+	p, err := startProcess(fmt.Sprintf("replica %d", r.index), c.bin, args, env, r.log)
 	if err != nil {
 		return err
 	}

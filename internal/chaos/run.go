@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	runCtx, cancel := context.WithTimeout(ctx, cfg.MaxDuration-time.Since(began))
 	defer cancel()
 	r := &runner{cfg: cfg, plan: plan, cl: cl, pool: pool, prod: prod, ctx: runCtx,
-		http: &http.Client{Timeout: 30 * time.Second}, down: make([]bool, cfg.Replicas)}
+		http: &http.Client{Timeout: 30 * time.Second, Transport: withToken{http.DefaultTransport}}, down: make([]bool, cfg.Replicas)}
 	defer r.http.CloseIdleConnections()
 	for i := range plan.Executions {
 		p := &plan.Executions[i]

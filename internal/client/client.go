@@ -32,8 +32,17 @@ const maxResponseBytes = 64 << 20
 
 // Client talks to one rendezvous server. It is safe for concurrent use.
 type Client struct {
-	base string // scheme://host[/prefix], without a trailing slash
-	http *http.Client
+	base  string // scheme://host[/prefix], without a trailing slash
+	http  *http.Client
+	token string
+}
+
+// WithToken returns a copy of c that sends token as "Authorization: Bearer <token>";
+// an empty token sends none.
+func (c *Client) WithToken(token string) *Client {
+	cp := *c
+	cp.token = token
+	return &cp
 }
 
 // New returns a client of the server at serverURL, an http(s) URL optionally with a
@@ -183,6 +192,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return 0, fmt.Errorf("%s %s: %w", method, target, err)
 	}
 	req.Header.Set("Accept", "application/json, "+problem.ContentType)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

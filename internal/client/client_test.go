@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/client"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
@@ -59,6 +60,8 @@ func setup(t *testing.T) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := service.New(ctx, service.Config{
+		// Authentication is tested in internal/service; here it would only be in the way.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "client-test",
 		AutoMigrate: true, DBMaxConns: 8, Logger: logger,
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/api"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/ui"
@@ -46,6 +47,14 @@ type Config struct {
 	DBMaxConns int32
 	// HTTPAddr is where the API and callbacks listen. Default HTTPAddrDefault.
 	HTTPAddr string
+	// AdminAddr, when set, is where the API, the web view, the OpenAPI document, the
+	// schemas and the metrics listen instead; HTTPAddr then serves only the callbacks
+	// and the probes. Default empty: everything on HTTPAddr.
+	AdminAddr string
+	// Auth says who may call which route. With neither a bootstrap token, an OIDC issuer
+	// nor a usable admin token in the database, New refuses to start unless
+	// Auth.Insecure turns authentication off.
+	Auth auth.Config
 	// InstanceID names this process in claims, resumed_by and logs. Default: hostname.
 	InstanceID string
 	// AutoMigrate applies pending migrations at start, under an advisory lock. Default
@@ -106,8 +115,13 @@ type Service struct {
 	pool     *pgxpool.Pool
 	echo     *echo.Echo
 	listener net.Listener
-	Agg      *aggregator.Aggregator
-	Exec     *executor.Executor
+	// admin and adminListener serve the operator's routes when Config.AdminAddr is set.
+	admin         *echo.Echo
+	adminListener net.Listener
+	// Auth authenticates requests and keeps the API tokens.
+	Auth *auth.Authenticator
+	Agg  *aggregator.Aggregator
+	Exec *executor.Executor
 	// Consumer is nil when no Kafka brokers are configured.
 	Consumer *consumer.Consumer
 
@@ -210,9 +224,62 @@ func (s *Service) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	authCfg := cfg.Auth
+	authCfg.MeterProvider = s.tel.MeterProvider
+	authn, err := auth.New(ctx, s.pool, authCfg)
+	if err != nil {
+		return err
+	}
+	if authCfg.Insecure {
+		s.logger.WarnContext(ctx, "authentication is OFF (insecure mode): anyone who reaches the HTTP port may store definitions, start and cancel executions and read every payload",
+			"instance_id", cfg.InstanceID)
+	} else if ok, err := authn.HasCredentials(ctx); err != nil {
+		return fmt.Errorf("look for API tokens: %w", err)
+	} else if !ok {
+		return errors.New("auth: no way to authenticate: set RENDEZVOUS_BOOTSTRAP_TOKEN (an admin token; openssl rand -hex 32 makes one) or an OIDC issuer, or pass --insecure-no-auth to run without authentication")
+	}
+	s.Auth = authn
+
+	e := s.newEcho(authn)
+	admin := e
+	if cfg.AdminAddr != "" {
+		admin = s.newEcho(authn)
+	}
+	api.Register(admin, ex, agg, api.Access{Auth: authn, Pool: s.pool})
+	api.RegisterSchemas(admin)
+	ui.Register(admin)
+	admin.GET("/metrics", echo.WrapHandler(s.tel.MetricsHandler()))
+	cb.Register(e)
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.ready)
+	s.Agg, s.Exec, s.Consumer, s.echo = agg, ex, cons, e
+	if admin != e {
+		s.admin = admin
+	}
+	if err := checkRouteAccess(s.Routes()); err != nil {
+		return err
+	}
+	if s.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	if cfg.AdminAddr != "" {
+		if s.adminListener, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			_ = s.listener.Close()
+			return fmt.Errorf("listen on %s: %w", cfg.AdminAddr, err)
+		}
+	}
+	return nil
+}
+
+// newEcho returns a server with the service's error format, tracing, access control and
+// audit log; the routes are added by the caller.
+func (s *Service) newEcho(authn *auth.Authenticator) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", cfg.InstanceID))
+	e.HTTPErrorHandler = problem.ErrorHandler(s.logger.With("instance_id", s.cfg.InstanceID))
+	// The audit log records the peer's address, not a header any client can write; a
+	// deployment behind a proxy sees the proxy's.
+	e.IPExtractor = echo.ExtractIPDirect()
 	// A server span per request (the API and callbacks), continuing the caller's trace;
 	// probes, scrapes and the web view's static files would only be noise.
 	e.Use(handledOnce)
@@ -225,19 +292,9 @@ func (s *Service) init(ctx context.Context) error {
 			}
 			return false
 		})))
-	api.Register(e, ex, agg)
-	api.RegisterSchemas(e)
-	ui.Register(e)
-	cb.Register(e)
-	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", s.ready)
-	e.GET("/metrics", echo.WrapHandler(s.tel.MetricsHandler()))
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	s.Agg, s.Exec, s.Consumer, s.echo, s.listener = agg, ex, cons, e, ln
-	return nil
+	e.Use(authn.Middleware(lookupAccess))
+	e.Use(s.auditChanges)
+	return e
 }
 
 func (s *Service) ready(c echo.Context) error {
@@ -302,6 +359,15 @@ func (s *Service) migrationsCurrent(ctx context.Context) error {
 // Addr is the address the HTTP server listens on.
 func (s *Service) Addr() string { return s.listener.Addr().String() }
 
+// AdminAddr is the address the operator's routes listen on: Addr unless
+// Config.AdminAddr is set.
+func (s *Service) AdminAddr() string {
+	if s.adminListener == nil {
+		return s.Addr()
+	}
+	return s.adminListener.Addr().String()
+}
+
 // Pool is the service's database pool.
 func (s *Service) Pool() *pgxpool.Pool { return s.pool }
 
@@ -313,6 +379,11 @@ func (s *Service) Routes() []string {
 	for _, r := range s.echo.Routes() {
 		out = append(out, r.Method+" "+r.Path)
 	}
+	if s.admin != nil {
+		for _, r := range s.admin.Routes() {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -321,14 +392,22 @@ func (s *Service) Routes() []string {
 // (in-flight callbacks finish), then let the executor finish or hand back its work,
 // then close the pool. It returns nil after a clean shutdown.
 func (s *Service) Run(ctx context.Context) error {
-	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr(), "instance_id", s.cfg.InstanceID)
+	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr(), "admin_addr", s.AdminAddr(), "instance_id", s.cfg.InstanceID)
 	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
-	httpErr := make(chan error, 1)
+	httpErr := make(chan error, 2)
+	var adminSrv *http.Server
+	if s.admin != nil {
+		adminSrv = &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := adminSrv.Serve(s.adminListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				httpErr <- err
+			}
+		}()
+	}
 	go func() {
 		if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			httpErr <- err
 		}
-		close(httpErr)
 	}()
 	execCtx, stopExec := context.WithCancel(context.WithoutCancel(ctx))
 	execDone := make(chan struct{})
@@ -354,6 +433,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.logger.Info("shutting down", "instance_id", s.cfg.InstanceID)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
 	_ = srv.Shutdown(shutdownCtx)
+	if adminSrv != nil {
+		_ = adminSrv.Shutdown(shutdownCtx)
+	}
 	cancel()
 	stopCons() // finishes and commits the batch in hand, then leaves the group
 	<-consDone
@@ -374,6 +456,9 @@ func (s *Service) Close() {
 	}
 	if s.listener != nil {
 		_ = s.listener.Close()
+	}
+	if s.adminListener != nil {
+		_ = s.adminListener.Close()
 	}
 	s.pool.Close()
 	s.shutdownTelemetry()

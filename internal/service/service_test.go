@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -74,6 +75,8 @@ func startServices(t *testing.T, url string, n int) []*service.Service {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for i := range n {
 		s, err := service.New(ctx, service.Config{
+			// Authentication is tested in internal/service; here it would only be in the way.
+			Auth:        auth.Config{Insecure: true},
 			DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: fmt.Sprintf("pod-%d", i),
 			AutoMigrate: true, DBMaxConns: 10, Logger: logger,
 		})
@@ -264,6 +267,10 @@ func kafkaConfig(cluster *kfake.Cluster) consumer.Config {
 // ends.
 func runService(t *testing.T, cfg service.Config) *service.Service {
 	t.Helper()
+	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
+		// Tests of other things than access control reach the API without credentials.
+		cfg.Auth.Insecure = true
+	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}

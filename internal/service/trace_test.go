@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -39,6 +40,8 @@ func TestTraceAcrossReplicas(t *testing.T) {
 	var svcs []*service.Service
 	for i := range 2 {
 		s, err := service.New(ctx, service.Config{
+			// Authentication is tested in internal/service; here it would only be in the way.
+			Auth:        auth.Config{Insecure: true},
 			DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: fmt.Sprintf("trace-%d", i),
 			AutoMigrate: true, DBMaxConns: 8, Logger: logger, Telemetry: tel,
 		})

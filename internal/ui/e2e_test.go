@@ -29,6 +29,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -112,6 +113,8 @@ func startService(t *testing.T, cluster *kfake.Cluster) *service.Service {
 	schema := dbtest.NewSchema(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := service.New(ctx, service.Config{
+		// Authentication is tested in internal/service; here it would only be in the way.
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-e2e", AutoMigrate: true, DBMaxConns: 8,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Executor: executor.Config{PollInterval: 50 * time.Millisecond},

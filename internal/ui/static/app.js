@@ -23,7 +23,18 @@
   // serves the service under a path prefix.
   const API = new URL('../api/v1/', document.baseURI);
 
+  // The token lives in sessionStorage: this tab only, gone when it closes, never in a
+  // URL or a cookie (a cookie would ride along on requests other origins make).
+  const TOKEN_KEY = 'rendezvous.token';
+  const tokenStore = {
+    get: () => { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { return ''; } },
+    set: (t) => { try { sessionStorage.setItem(TOKEN_KEY, t); } catch (_) { /* storage off: this page only */ } },
+    clear: () => { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ } },
+  };
+
   const state = {
+    auth: 'unknown',      // unknown, ok, needed (401) or forbidden (403)
+    principal: null,      // who the token is (GET whoami), when known
     waits: [],            // the waiting waits of the last successful poll, in the API's order
     truncated: false,     // more waits are waiting than were listed
     listedAt: null,       // when the list was last read
@@ -44,6 +55,11 @@
     waitingEmpty: $('#waiting-empty'),
     finished: $('#finished tbody'),
     finishedSection: $('#finished-section'),
+    principal: $('#principal'),
+    forget: $('#forget-token'),
+    tokenForm: $('#token-form'),
+    tokenWhy: $('#token-why'),
+    tokenInput: $('#token-input'),
   };
 
   // ---- HTTP ------------------------------------------------------------------------
@@ -61,7 +77,10 @@
     const ctrl = new AbortController();
     const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
     try {
-      const resp = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store', signal: ctrl.signal });
+      const headers = { Accept: 'application/json' };
+      const token = tokenStore.get();
+      if (token) headers.Authorization = `Bearer ${token}`;
+      const resp = await fetch(url, { headers, cache: 'no-store', signal: ctrl.signal });
       if (onResponse) onResponse(resp);
       const body = await resp.json().catch(() => null);
       if (!resp.ok) {
@@ -114,11 +133,35 @@
 
   // ---- polling ---------------------------------------------------------------------
 
+  // whoami asks who the token is, so the page says which role it reads with.
+  async function whoami() {
+    try {
+      state.principal = await getJSON(new URL('whoami', API));
+    } catch (_) {
+      state.principal = null;
+    }
+  }
+
   async function refresh() {
+    if (state.auth === 'needed') return; // nothing to ask until a token is given
     let listed;
     try {
       listed = await listWaits();
+      if (state.auth !== 'ok') {
+        state.auth = 'ok';
+        await whoami();
+        renderAuth();
+      }
     } catch (err) {
+      if (err.status === 401 || err.status === 403) {
+        state.auth = err.status === 401 ? 'needed' : 'forbidden';
+        if (err.status === 403) await whoami();
+        state.error = err.status === 401 ? `Sign in: ${err.message}` :
+          `This token may not read waits (${err.message}); use a viewer, operator or admin token`;
+        renderAuth();
+        render();
+        return;
+      }
       state.error = err.status ? `API error: ${err.message}` : `API unreachable: ${err.message}`;
       render();
       return;
@@ -416,6 +459,20 @@
     tick();
   }
 
+  // renderAuth shows the token form when the API wants one (or refuses the one given),
+  // and who the page reads as otherwise.
+  function renderAuth() {
+    const ask = state.auth === 'needed' || state.auth === 'forbidden';
+    dom.tokenForm.hidden = !ask;
+    dom.forget.hidden = !tokenStore.get();
+    const p = state.principal;
+    dom.principal.textContent = p && p.kind !== 'insecure' ? `as ${p.kind}:${p.name} (${p.role})` : '';
+    dom.principal.dataset.role = p ? p.role : '';
+    if (state.auth === 'forbidden') {
+      dom.tokenWhy.textContent = 'This token\'s role may not read executions and waits. Use a viewer, operator or admin token.';
+    }
+  }
+
   function renderStatus() {
     let text;
     let st;
@@ -481,6 +538,29 @@
     render();
   });
 
+  dom.tokenForm.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const t = dom.tokenInput.value.trim();
+    if (!t) return;
+    tokenStore.set(t);
+    dom.tokenInput.value = '';
+    state.auth = 'unknown';
+    state.error = '';
+    state.principal = null;
+    renderAuth();
+    refresh().then(renderAuth);
+  });
+  dom.forget.addEventListener('click', () => {
+    tokenStore.clear();
+    state.auth = 'unknown';
+    state.principal = null;
+    state.waits = [];
+    state.details.clear();
+    renderAuth();
+    refresh().then(renderAuth);
+  });
+
+  renderAuth();
   setInterval(tick, 1000);
   loop();
 })();

@@ -1,0 +1,184 @@
+// Package audit owns the audit log: one row per change made through the API, written in
+// the transaction of the change so that a change is never without its row, and the
+// reads and the retention of those rows. A request that may change something carries an
+// *Entry in its context (the service puts it there, knowing the principal and the
+// action); the code that makes the change calls Record inside its transaction. Changes
+// the service makes on its own (timeouts, resumes, Kafka events) carry no entry and
+// record nothing. It does not decide who may do what; package auth does.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Action is what a change did.
+type Action string
+
+// The audited actions.
+const (
+	ActionWorkflowStore   Action = "workflow.store"
+	ActionExecutionStart  Action = "execution.start"
+	ActionExecutionCancel Action = "execution.cancel"
+	ActionWaitCancel      Action = "wait.cancel"
+	ActionEventSend       Action = "event.send"
+	ActionTokenCreate     Action = "token.create"
+	ActionTokenRevoke     Action = "token.revoke"
+)
+
+// Outcome values of a row. A change that committed is OutcomeOK (or what the change
+// says of itself, "unchanged"); a request refused or failed records its status, as
+// "refused 409" or "failed 500".
+const (
+	OutcomeOK        = "ok"
+	OutcomeUnchanged = "unchanged"
+)
+
+// Entry is the audit record of one request, filled as the request goes.
+type Entry struct {
+	// Principal names who made the request ("token:ci", "oidc:alice").
+	Principal string
+	// RemoteAddr is the client's address as the service saw it.
+	RemoteAddr string
+	Action     Action
+	// written is set once a row for this request is in a transaction.
+	written bool
+}
+
+type ctxKey struct{}
+
+// NewContext returns ctx carrying e.
+func NewContext(ctx context.Context, e *Entry) context.Context {
+	return context.WithValue(ctx, ctxKey{}, e)
+}
+
+// FromContext returns the entry of ctx, or nil.
+func FromContext(ctx context.Context) *Entry {
+	e, _ := ctx.Value(ctxKey{}).(*Entry)
+	return e
+}
+
+// Written reports whether a row was written for e (in a transaction that may yet roll
+// back; the caller looks at it once the change has returned).
+func (e *Entry) Written() bool { return e.written }
+
+var q = dbsqlc.New()
+
+// Record writes the row of the change tx makes to target, when ctx carries an entry
+// (a request through the API), and does nothing otherwise. It belongs inside the
+// transaction of the change: the row commits or rolls back with it.
+func Record(ctx context.Context, tx dbsqlc.DBTX, target, outcome, detail string) error {
+	e := FromContext(ctx)
+	if e == nil {
+		return nil
+	}
+	if err := q.AuditLogInsert(ctx, tx, dbsqlc.AuditLogInsertParams{
+		Principal: e.Principal, RemoteAddr: e.RemoteAddr, Action: string(e.Action),
+		Target: target, Outcome: outcome, Detail: detail,
+	}); err != nil {
+		return fmt.Errorf("write audit row: %w", err)
+	}
+	e.written = true
+	return nil
+}
+
+// Refused writes, in a transaction of its own, the row of a request that changed
+// nothing because it was refused or failed: status is its HTTP status.
+func Refused(ctx context.Context, pool *pgxpool.Pool, e *Entry, target string, status int, detail string) error {
+	outcome := fmt.Sprintf("refused %d", status)
+	if status >= 500 {
+		outcome = fmt.Sprintf("failed %d", status)
+	}
+	return q.AuditLogInsert(ctx, pool, dbsqlc.AuditLogInsertParams{
+		Principal: e.Principal, RemoteAddr: e.RemoteAddr, Action: string(e.Action),
+		Target: target, Outcome: outcome, Detail: detail,
+	})
+}
+
+// Row is one row of the audit log.
+type Row struct {
+	ID         int64     `json:"id"`
+	At         time.Time `json:"at"`
+	Principal  string    `json:"principal"`
+	RemoteAddr string    `json:"remote_addr"`
+	Action     string    `json:"action"`
+	Target     string    `json:"target"`
+	Outcome    string    `json:"outcome"`
+	Detail     string    `json:"detail,omitempty"`
+}
+
+// Filter selects rows; empty fields select everything.
+type Filter struct {
+	Principal, Action, Target string
+	// Since keeps rows at or after it; zero keeps all.
+	Since time.Time
+	// BeforeID keeps rows older than it (the keyset cursor); zero keeps all.
+	BeforeID int64
+	// Limit is the page size (1–500).
+	Limit int
+}
+
+// List returns one page of rows, newest first, and whether there are more.
+func List(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]Row, bool, error) {
+	p := dbsqlc.AuditLogListParams{Max: int32(f.Limit) + 1}
+	if f.Principal != "" {
+		p.Principal = &f.Principal
+	}
+	if f.Action != "" {
+		p.Action = &f.Action
+	}
+	if f.Target != "" {
+		p.Target = &f.Target
+	}
+	if !f.Since.IsZero() {
+		p.Since = &f.Since
+	}
+	if f.BeforeID > 0 {
+		p.BeforeID = &f.BeforeID
+	}
+	rows, err := q.AuditLogList(ctx, pool, p)
+	if err != nil {
+		return nil, false, fmt.Errorf("list audit log: %w", err)
+	}
+	more := len(rows) > f.Limit
+	if more {
+		rows = rows[:f.Limit]
+	}
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = Row{ID: r.ID, At: r.At, Principal: r.Principal, RemoteAddr: r.RemoteAddr,
+			Action: r.Action, Target: r.Target, Outcome: r.Outcome, Detail: r.Detail}
+	}
+	return out, more, nil
+}
+
+// Purge deletes rows older than cutoff, batch rows per transaction, and returns how many.
+func Purge(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int32) (int64, error) {
+	var total int64
+	for {
+		n, err := q.AuditLogDeleteBefore(ctx, pool, dbsqlc.AuditLogDeleteBeforeParams{Cutoff: cutoff, Max: batch})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("purge audit log: %w", db.Interpret(err))
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// Unchanged writes, in a transaction of its own, the row of a request that succeeded
+// without changing anything (an unchanged definition, a cancelled execution cancelled
+// again).
+func Unchanged(ctx context.Context, pool *pgxpool.Pool, e *Entry, target string) error {
+	return q.AuditLogInsert(ctx, pool, dbsqlc.AuditLogInsertParams{
+		Principal: e.Principal, RemoteAddr: e.RemoteAddr, Action: string(e.Action),
+		Target: target, Outcome: OutcomeUnchanged,
+	})
+}

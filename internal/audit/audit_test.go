@@ -1,0 +1,71 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// TestRecordCommitsAndRollsBackWithTheChange: the row belongs to the change's
+// transaction: a rolled-back change leaves none, a committed one its row; a context
+// without an entry (a change the service makes on its own) writes nothing.
+func TestRecordCommitsAndRollsBackWithTheChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	e := &audit.Entry{Principal: "token:ci", RemoteAddr: "127.0.0.1", Action: audit.ActionExecutionStart}
+	actx := audit.NewContext(ctx, e)
+
+	boom := errors.New("the change failed after its row was written")
+	err := db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, audit.Record(actx, tx, "execution/1", audit.OutcomeOK, ""))
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, rows, "rolled back with the change")
+
+	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		return audit.Record(actx, tx, "execution/2", audit.OutcomeOK, "workflow orders v1")
+	}))
+	require.True(t, e.Written())
+	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		return audit.Record(ctx, tx, "execution/3", audit.OutcomeOK, "")
+	}))
+	rows, more, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Len(t, rows, 1)
+	r := rows[0]
+	require.Equal(t, []string{"token:ci", "127.0.0.1", "execution.start", "execution/2", "ok", "workflow orders v1"},
+		[]string{r.Principal, r.RemoteAddr, r.Action, r.Target, r.Outcome, r.Detail})
+}
+
+// TestPurge deletes rows older than the cutoff, in batches, and keeps the others.
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	e := &audit.Entry{Principal: "token:ci", RemoteAddr: "127.0.0.1", Action: audit.ActionWorkflowStore}
+	for range 5 {
+		require.NoError(t, audit.Refused(ctx, pool, e, "workflow/x", 422, "invalid"))
+	}
+	_, err := pool.Exec(ctx, "UPDATE audit_log SET at = now() - interval '10 days' WHERE id IN (SELECT id FROM audit_log ORDER BY id LIMIT 3)")
+	require.NoError(t, err)
+	n, err := audit.Purge(ctx, pool, time.Now().Add(-7*24*time.Hour), 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, "refused 422", rows[0].Outcome)
+}

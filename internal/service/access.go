@@ -1,0 +1,138 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+)
+
+// routeAccess is the one table of who may use which route, and of the audit log's name
+// for the change a route makes. Every route served must be here: New refuses to start
+// with a route that is not (TestEveryRouteHasAnAccessDecision), so a new route cannot
+// be served without somebody deciding who may call it. docs/access-control.md draws it
+// as a matrix.
+var routeAccess = map[string]routeRule{
+	"GET /api/v1/workflows":                          {access: auth.Read},
+	"POST /api/v1/workflows/validate":                {access: auth.Read},
+	"GET /api/v1/workflows/:name":                    {access: auth.Read},
+	"PUT /api/v1/workflows/:name":                    {access: auth.Admin, action: audit.ActionWorkflowStore},
+	"POST /api/v1/workflows/:name/executions":        {access: auth.Operate, action: audit.ActionExecutionStart},
+	"GET /api/v1/executions":                         {access: auth.Read},
+	"GET /api/v1/executions/:id":                     {access: auth.Read},
+	"POST /api/v1/executions/:id/cancel":             {access: auth.Operate, action: audit.ActionExecutionCancel},
+	"POST /api/v1/executions/:id/waits/:node/cancel": {access: auth.Operate, action: audit.ActionWaitCancel},
+	"POST /api/v1/executions/:id/events":             {access: auth.Send, action: audit.ActionEventSend},
+	"GET /api/v1/events/unmatched":                   {access: auth.Read},
+	"GET /api/v1/events/dead-letters":                {access: auth.Read},
+	"GET /api/v1/wait-states":                        {access: auth.Read},
+	"GET /api/v1/wait-states/:id":                    {access: auth.Read},
+	"GET /api/v1/whoami":                             {access: auth.Any},
+	"GET /api/v1/tokens":                             {access: auth.Admin},
+	"POST /api/v1/tokens":                            {access: auth.Admin, action: audit.ActionTokenCreate},
+	"POST /api/v1/tokens/:name/revoke":               {access: auth.Admin, action: audit.ActionTokenRevoke},
+	"GET /api/v1/audit":                              {access: auth.Admin},
+	"POST /api/internal/callbacks/:service":          {access: auth.Public},
+	"GET /openapi.json":                              {access: auth.Public},
+	"GET /schemas/:name":                             {access: auth.Public},
+	"GET /ui":                                        {access: auth.Public},
+	"GET /ui/*":                                      {access: auth.Public},
+	"GET /healthz":                                   {access: auth.Public},
+	"GET /readyz":                                    {access: auth.Public},
+	"GET /metrics":                                   {access: auth.Public},
+}
+
+// routeRule is what a route needs, and what its change is called in the audit log
+// (empty for a route that changes nothing).
+type routeRule struct {
+	access auth.Access
+	action audit.Action
+}
+
+// RouteAccess returns the access the route "METHOD /path" (Echo's :param syntax)
+// needs, and false for a route the table does not know.
+func RouteAccess(route string) (auth.Access, bool) {
+	r, ok := routeAccess[route]
+	return r.access, ok
+}
+
+func lookupAccess(method, path string) (auth.Access, bool) {
+	return RouteAccess(method + " " + path)
+}
+
+// checkRouteAccess fails for a route served without an access decision.
+func checkRouteAccess(routes []string) error {
+	var missing []string
+	for _, r := range routes {
+		if _, ok := routeAccess[r]; !ok {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("routes without an access decision (add them to the table in internal/service/access.go): %v", missing)
+	}
+	return nil
+}
+
+// auditChanges gives a request whose route changes something an audit entry, which the
+// change writes in its transaction. A request that wrote none (refused, failed, or a
+// change that changed nothing, like storing an unchanged definition) gets its row here,
+// in a transaction of its own, so every request that could have changed something is
+// in the log.
+func (s *Service) auditChanges(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		rule := routeAccess[req.Method+" "+c.Path()]
+		if rule.action == "" {
+			return next(c)
+		}
+		p := auth.FromContext(req.Context())
+		if p == nil {
+			return errors.New("audit: no principal in a request that changes something")
+		}
+		entry := &audit.Entry{Principal: p.AuditName(), RemoteAddr: c.RealIP(), Action: rule.action}
+		c.SetRequest(req.WithContext(audit.NewContext(req.Context(), entry)))
+		err := next(c)
+		if entry.Written() && err == nil {
+			return nil
+		}
+		status := statusOf(c, err)
+		target := req.URL.Path
+		var werr error
+		if status < 400 {
+			werr = audit.Unchanged(req.Context(), s.pool, entry, target)
+		} else {
+			detail := ""
+			if pr, ok := errors.AsType[*problem.Problem](err); ok {
+				detail = pr.Detail
+			}
+			werr = audit.Refused(req.Context(), s.pool, entry, target, status, detail)
+		}
+		if werr != nil {
+			s.logger.ErrorContext(req.Context(), "audit row not written", "err", werr, "action", rule.action, "target", target)
+		}
+		return err
+	}
+}
+
+// statusOf is the status a request is answered with, before the error handler has
+// written an error.
+func statusOf(c echo.Context, err error) int {
+	if err == nil {
+		return c.Response().Status
+	}
+	if p, ok := errors.AsType[*problem.Problem](err); ok {
+		return p.Status
+	}
+	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
+		return he.Code
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,163 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+const e2eBootstrap = "ui-e2e-bootstrap-token-0123456789abcdef"
+
+// authView is what the page shows about its credential.
+type authView struct {
+	API       string `json:"api"`
+	APIText   string `json:"apiText"`
+	FormShown bool   `json:"formShown"`
+	Why       string `json:"why"`
+	Principal string `json:"principal"`
+	Rows      int    `json:"rows"`
+	Stored    string `json:"stored"`
+	Cookie    string `json:"cookie"`
+	Location  string `json:"location"`
+}
+
+const authJS = `(() => {
+  const $ = (s) => document.querySelector(s);
+  return {
+    api: $('#api-status').dataset.state, apiText: $('#api-status').textContent,
+    formShown: !$('#token-form').hidden, why: $('#token-why').textContent,
+    principal: $('#principal').textContent, rows: document.querySelectorAll('#waiting tbody tr').length,
+    stored: sessionStorage.getItem('rendezvous.token') || '', cookie: document.cookie, location: location.href,
+  };
+})()`
+
+func (p *page) awaitAuth(t *testing.T, what string, cond func(authView) bool) authView {
+	t.Helper()
+	deadline := time.Now().Add(stepTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[authView](authJS))
+		cancel()
+		if err == nil && cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not seen within %s (err %v); the page showed %+v", what, stepTimeout, err, v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// useToken types a token into the form and submits it, as a person does.
+func (p *page) useToken(t *testing.T, token string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("#token-input", token)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click("#token-form button[type=submit]", chromedp.NodeVisible)))
+}
+
+func apiCall(t *testing.T, token, method, url string, body any) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest(method, url, bytes.NewReader(raw))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, url, data)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(data, &out))
+	return out
+}
+
+// TestWebViewAsksForAToken: against a service with authentication on, the view asks for
+// a token, says when the token's role may not read, keeps the token in the tab's
+// session storage only (no cookie, not in the address), and shows the waits with a
+// viewer token, naming who it reads as.
+func TestWebViewAsksForAToken(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := service.New(ctx, service.Config{
+		Auth:        auth.Config{BootstrapToken: e2eBootstrap},
+		DatabaseURL: dbtest.NewSchema(t).URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-auth", AutoMigrate: true, DBMaxConns: 4,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
+	})
+	if err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := "http://" + svc.Addr()
+
+	token := func(name string, role auth.Role) string {
+		return apiCall(t, e2eBootstrap, "POST", base+"/api/v1/tokens", map[string]any{"name": name, "role": role})["token"].(string)
+	}
+	viewer, sender := token("ops-viewer", auth.RoleViewer), token("events-only", auth.RoleSender)
+	apiCall(t, e2eBootstrap, "PUT", base+"/api/v1/workflows/approve", map[string]any{"name": "approve", "nodes": []any{
+		map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+			"events": []any{map[string]any{"name": "approved", "source": "send", "type": "approved"}}, "timeout": 600}}}})
+	apiCall(t, e2eBootstrap, "POST", base+"/api/v1/workflows/approve/executions", map[string]any{"input": map[string]any{}})
+
+	bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(bcancel)
+	p := openBrowser(t, bctx, chromium, base)
+	navCtx, navCancel := context.WithTimeout(p.ctx, stepTimeout)
+	_, err = chromedp.Run(navCtx, chromedp.NavigateResponse(base+"/ui/"))
+	navCancel()
+	require.NoError(t, err)
+
+	v := p.awaitAuth(t, "the token form, without a token", func(v authView) bool { return v.FormShown && v.API == "error" })
+	require.Contains(t, v.APIText, "Sign in")
+	require.Zero(t, v.Rows)
+
+	p.useToken(t, sender)
+	v = p.awaitAuth(t, "the sender's token refused for reading", func(v authView) bool {
+		return v.FormShown && strings.Contains(v.Why, "may not read") && strings.Contains(v.Principal, "(sender)")
+	})
+	require.Zero(t, v.Rows)
+
+	ctx2, cancel2 := context.WithTimeout(p.ctx, 5*time.Second)
+	require.NoError(t, chromedp.Do(ctx2, chromedp.Click("#forget-token", chromedp.NodeVisible)))
+	cancel2()
+	p.awaitAuth(t, "the token forgotten", func(v authView) bool { return v.FormShown && v.Stored == "" && v.Principal == "" })
+
+	p.useToken(t, viewer)
+	v = p.awaitAuth(t, "the waits, read with the viewer's token", func(v authView) bool {
+		return !v.FormShown && v.API == "ok" && v.Rows == 1
+	})
+	require.Equal(t, "as token:ops-viewer (viewer)", v.Principal)
+	require.Equal(t, viewer, v.Stored, "kept in the tab's session storage")
+	require.Empty(t, v.Cookie, "never in a cookie")
+	require.NotContains(t, v.Location, viewer, "never in the address")
+	require.Equal(t, base+"/ui/", v.Location)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Empty(t, p.problems, "script errors or CSP violations")
+	require.Empty(t, p.foreign, fmt.Sprintf("requests to other origins: %v", p.foreign))
+}
