@@ -95,7 +95,7 @@ func releaseBinary(t *testing.T) string {
 // commandNames are the commands the usage text lists, in its order.
 func commandNames() []string {
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(usage, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(usageText(), -1) {
 		out = append(out, m[1])
 	}
 	return out
@@ -121,14 +121,14 @@ func commandHelp(t *testing.T, bin, command string) []helpOption {
 	var cur *helpOption
 	for line := range strings.SplitSeq(stderr.String(), "\n") {
 		switch {
-		case strings.HasPrefix(line, "  -"):
-			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  -"), " ")
+		case strings.HasPrefix(line, "  --"):
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  --"), " ")
 			out = append(out, helpOption{Flag: name})
 			cur = &out[len(out)-1]
-		case strings.HasPrefix(line, "    \t") && cur != nil:
-			cur.Usage += strings.TrimPrefix(line, "    \t")
+		case strings.HasPrefix(line, helpIndent) && cur != nil:
+			cur.Usage += strings.TrimPrefix(line, helpIndent)
 		default:
-			// "Usage of …", and whatever flag.PrintDefaults appends after the list.
+			// The usage line, section titles, examples.
 			cur = nil
 		}
 	}

@@ -51,6 +51,8 @@ func startBroker(port int) (*kfake.Cluster, error) {
 // devKafka runs the embedded broker alone, for setups with several serve processes.
 func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 	o := newOptions("dev-kafka")
+	o.summary = "Runs the embedded Kafka broker alone, for several serve processes on one machine."
+	o.examples = []string{"rendezvous dev-kafka --port 9092"}
 	var port int
 	o.Int(&port, "port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	if err := o.parse(args); err != nil {
@@ -73,6 +75,15 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
+	o.name = "dev"
+	o.summary = `Runs everything in one process for trying rendezvous out: an embedded Kafka broker,
+migrations, the example definitions and a replica, against a local PostgreSQL.`
+	o.examples = []string{
+		"rendezvous dev",
+		"rendezvous dev --database-url postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable --http-addr :9080",
+	}
+	o.help = stderr
+	o.inSection("Development")
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	c.logFormat = "text"
