@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -86,6 +87,8 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	o.inSection("Development")
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	var exampleAddr string
+	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
 	c.logFormat = "text"
 	if c.databaseURL == "" {
 		c.databaseURL = localDatabaseURL
@@ -116,7 +119,17 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	if err != nil {
 		return err
 	}
-	loaded, err := loadExamples(ctx, s)
+	serviceURL := ""
+	if exampleAddr != "" {
+		example, err := startExampleService(exampleAddr, "http://"+displayAddr(s.Addr()), logger)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		defer example.Close()
+		serviceURL = example.URL()
+	}
+	loaded, err := loadExamples(ctx, s, serviceURL)
 	if err != nil {
 		s.Close()
 		return err
@@ -128,22 +141,28 @@ rendezvous dev
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
+  example service          %[5]s
 
-Send a first event:
-  curl -sX POST http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
-  curl -s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
-  echo '{"execution_id":"<id>","correlation_id":"<correlation id>","event_type":"shipment.delivered"}' \
-    | kcat -P -b %[2]s -t shipments.events
-  curl -s http://%[1]s/api/v1/executions/<id>        # status: completed
-
-Or with the CLI (make build): bin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "))
+Try it (the README's walkthrough has more):
+  bin/rendezvous executions start shipment-kafka --input '{"shipment":"S-1"}' --server http://%[1]s
+  bin/rendezvous waits list --server http://%[1]s
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), orNone(serviceURL))
 	return s.Run(ctx)
 }
 
 const localDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
+func orNone(s string) string {
+	if s == "" {
+		return "none (--example-service-addr is empty)"
+	}
+	return s + "   (stands in for what the examples call)"
+}
+
+// loadExamples stores the example definitions. Those that call an external service
+// (vars.serviceUrl) are pointed at serviceURL, the stand-in, when it listens elsewhere
+// than they expect; as shipped they are stored unchanged.
+func loadExamples(ctx context.Context, s *service.Service, serviceURL string) ([]string, error) {
 	files, err := fs.Glob(examples.Definitions, "*.json")
 	if err != nil {
 		return nil, err
@@ -155,6 +174,9 @@ func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 			return nil, err
 		}
 		name := strings.TrimSuffix(f, ".json")
+		if raw, err = pointAt(raw, serviceURL); err != nil {
+			return nil, fmt.Errorf("load example %s: %w", f, err)
+		}
 		stored, err := s.Exec.PutWorkflow(ctx, name, raw)
 		if err != nil {
 			return nil, fmt.Errorf("load example %s: %w", f, err)
@@ -162,6 +184,21 @@ func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 		loaded = append(loaded, fmt.Sprintf("%s v%d", stored.Name, stored.Version))
 	}
 	return loaded, nil
+}
+
+// pointAt sets vars.serviceUrl of a definition that has one to serviceURL, unless that is
+// empty or what it holds already.
+func pointAt(raw []byte, serviceURL string) ([]byte, error) {
+	var def map[string]any
+	if err := json.Unmarshal(raw, &def); err != nil {
+		return nil, err
+	}
+	vars, _ := def["vars"].(map[string]any)
+	if cur, ok := vars["serviceUrl"].(string); !ok || serviceURL == "" || cur == serviceURL {
+		return raw, nil
+	}
+	vars["serviceUrl"] = serviceURL
+	return json.MarshalIndent(def, "", "  ")
 }
 
 func displayAddr(addr string) string {
