@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -129,4 +131,104 @@ func TestHelpMatchesOptions(t *testing.T) {
 	var rawURL, addr string
 	var timeout time.Duration
 	require.ElementsMatch(t, asHelp(healthcheckOptions(&rawURL, &addr, &timeout)), commandHelp(t, bin, "healthcheck"))
+}
+
+// The README's walkthrough is run as written: every sh block between these markers, in
+// order, against a dev process, so that a change of the CLI, the examples or dev that
+// breaks it fails here rather than for a newcomer.
+const (
+	walkthroughBegin = "<!-- walkthrough:begin"
+	walkthroughEnd   = "<!-- walkthrough:end -->"
+)
+
+// readOnlyCommand matches the walkthrough's commands that only read: one of them that
+// fails is run again for a while, as a person would who ran it a moment too early (the
+// wait of an execution just started is registered by the executor, not by the start).
+// Commands that change something run once.
+var readOnlyCommand = regexp.MustCompile(`^(\w+=\$\()?bin/rendezvous (workflows|executions|waits|events) (get|list|unmatched)\b`)
+
+// walkthroughCommands returns the commands of the README's walkthrough: the lines of
+// its sh blocks, continuation lines joined, blank lines left out.
+func walkthroughCommands(t *testing.T, readme string) []string {
+	t.Helper()
+	begin, end := strings.Index(readme, walkthroughBegin), strings.Index(readme, walkthroughEnd)
+	require.True(t, begin >= 0 && end > begin, "README.md: %s … %s markers", walkthroughBegin, walkthroughEnd)
+	var cmds []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(readme[begin:end], -1) {
+		cur := ""
+		for line := range strings.SplitSeq(m[1], "\n") {
+			if cont, ok := strings.CutSuffix(line, `\`); ok {
+				cur += cont
+				continue
+			}
+			if cur += line; strings.TrimSpace(cur) != "" {
+				cmds = append(cmds, cur)
+			}
+			cur = ""
+		}
+	}
+	return cmds
+}
+
+func TestREADMEWalkthrough(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	cmds := walkthroughCommands(t, string(raw))
+	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough's commands")
+	d := startDev(t)
+
+	// The commands run in one bash, as typed, from a folder holding what a checkout
+	// holds after make build: bin/rendezvous and the examples. Only the addresses differ:
+	// this dev listens on ports of its own.
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(d.bin, filepath.Join(dir, "bin", "rendezvous")))
+	examplesDir, err := filepath.Abs(filepath.Join(repoRoot, "examples"))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(examplesDir, filepath.Join(dir, "examples")))
+	host := strings.TrimPrefix(d.server, "http://")
+	addrs := strings.NewReplacer("127.0.0.1:9092", d.broker, "localhost:8080", host, "127.0.0.1:8080", host)
+
+	var script strings.Builder
+	script.WriteString("set -o pipefail\n")
+	script.WriteString(`retry() { for _ in $(seq 300); do "$1" 2>/dev/null && return 0; sleep 0.1; done; "$1"; }` + "\n")
+	starts := 0
+	for i, c := range cmds {
+		c = addrs.Replace(c)
+		fmt.Fprintf(&script, "step%d() {\n%s\n}\necho '$ %s'\n", i, c, strings.ReplaceAll(c, "'", `'\''`))
+		if readOnlyCommand.MatchString(c) {
+			fmt.Fprintf(&script, "retry step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
+		} else {
+			fmt.Fprintf(&script, "step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
+		}
+		starts += strings.Count(c, "bin/rendezvous executions start ")
+	}
+	cmd := exec.Command("bash", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "RENDEZVOUS_SERVER="+d.server)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the walkthrough failed:\n%s\ndev:\n%s", out, d.logs.String())
+
+	// What the walkthrough says happens: each execution it started ran to its end —
+	// completed, or cancelled by its last step.
+	var execs []struct{ ID, Workflow, Status string }
+	require.Eventually(t, func() bool {
+		d.cliJSON(t, &execs, "executions", "list")
+		for _, e := range execs {
+			if e.Status != "completed" && e.Status != "cancelled" {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "executions after the walkthrough: %+v\n%s", &execs, out)
+	require.Len(t, execs, starts, "%s", out)
+	cancelled := 0
+	for _, e := range execs {
+		if e.Status == "cancelled" {
+			cancelled++
+		}
+	}
+	require.Equal(t, 1, cancelled, "%+v", execs)
+	require.Regexp(t, `(?m)^Status:\s+completed$`, string(out), "the output the walkthrough shows")
 }
