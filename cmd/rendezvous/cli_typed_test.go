@@ -202,3 +202,12 @@ func TestMakeDevCtrlC(t *testing.T) {
 		require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGINT, "make ended with %v:\n%s", err, out)
 	}
 }
+
+func TestCommandNames(t *testing.T) {
+	t.Parallel()
+	want := []string{"dev", "serve", "migrate", "dev-kafka", "healthcheck", "version"}
+	for _, g := range cliGroups() {
+		want = append(want, g.name)
+	}
+	require.Equal(t, want, commandNames())
+}

@@ -92,10 +92,12 @@ func releaseBinary(t *testing.T) string {
 	return release.bin
 }
 
-// commandNames are the commands the usage text lists, in its order.
+// commandNames are the commands the usage text lists, in its order (its examples after
+// them are not a list of commands).
 func commandNames() []string {
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(usageText(), -1) {
+	list, _, _ := strings.Cut(usageText(), "\nExamples:")
+	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(list, -1) {
 		out = append(out, m[1])
 	}
 	return out
