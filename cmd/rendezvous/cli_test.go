@@ -146,7 +146,7 @@ func section(t *testing.T, out, header string) string {
 
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
-// TestCLIWalkthrough is the README's walkthrough: apply the examples, start executions,
+// TestCLIWalkthrough tours the operator commands: apply the examples, start executions,
 // see what each waits for, let one complete, cancel the others.
 func TestCLIWalkthrough(t *testing.T) {
 	t.Parallel()

@@ -16,31 +16,32 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
-// README's configuration reference is generated from the commands' own options, between
-// these markers, so that it cannot drift from the code: the test fails when it is out of
-// date, and rewrites it with UPDATE_README=1.
+// The configuration reference (docs/configuration.md) is generated from the commands'
+// own options, between these markers, so that it cannot drift from the code: the test
+// fails when it is out of date, and rewrites it with UPDATE_DOCS=1.
 const (
+	referenceFile  = "docs/configuration.md"
 	referenceBegin = "<!-- config-reference:begin -->"
 	referenceEnd   = "<!-- config-reference:end -->"
-	referenceCmd   = "UPDATE_README=1 go test ./cmd/rendezvous -run TestREADMEConfigReference"
+	referenceCmd   = "UPDATE_DOCS=1 go test ./cmd/rendezvous -run TestConfigReference"
 )
 
-func TestREADMEConfigReference(t *testing.T) {
+func TestConfigReference(t *testing.T) {
 	t.Parallel()
 	want := configReference(t, releaseBinary(t))
-	path := filepath.Join(repoRoot, "README.md")
+	path := filepath.Join(repoRoot, referenceFile)
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	readme := string(raw)
-	begin, end := strings.Index(readme, referenceBegin), strings.Index(readme, referenceEnd)
-	require.True(t, begin >= 0 && end > begin, "README.md: %s … %s markers", referenceBegin, referenceEnd)
+	doc := string(raw)
+	begin, end := strings.Index(doc, referenceBegin), strings.Index(doc, referenceEnd)
+	require.True(t, begin >= 0 && end > begin, "%s: %s … %s markers", referenceFile, referenceBegin, referenceEnd)
 	begin += len(referenceBegin)
-	if os.Getenv("UPDATE_README") != "" {
-		require.NoError(t, os.WriteFile(path, []byte(readme[:begin]+want+readme[end:]), 0o644))
+	if os.Getenv("UPDATE_DOCS") != "" {
+		require.NoError(t, os.WriteFile(path, []byte(doc[:begin]+want+doc[end:]), 0o644))
 		return
 	}
-	if got := readme[begin:end]; got != want {
-		t.Fatalf("README.md: the configuration reference is out of date (%s); run\n  %s", firstDifference(want, got), referenceCmd)
+	if got := doc[begin:end]; got != want {
+		t.Fatalf("%s: the configuration reference is out of date (%s); run\n  %s", referenceFile, firstDifference(want, got), referenceCmd)
 	}
 }
 
@@ -72,7 +73,7 @@ func configReference(t *testing.T, bin string) string {
 	order := append([]string{"serve"}, slices.DeleteFunc(commandNames(), func(c string) bool { return c == "serve" })...)
 	for _, c := range order {
 		opts := commandHelp(t, bin, c)
-		fmt.Fprintf(&b, "\n#### `rendezvous %s`\n\n", c)
+		fmt.Fprintf(&b, "\n## `rendezvous %s`\n\n", c)
 		if len(opts) == 0 {
 			b.WriteString("No flags.\n")
 			continue

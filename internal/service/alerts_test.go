@@ -123,7 +123,7 @@ func TestAlertRules(t *testing.T) {
 			require.Positive(t, metrics, "%s watches no metric", r.Alert)
 		}
 	}
-	// The design note's alerts, each present.
+	// The documented alerts, each present.
 	require.ElementsMatch(t, []string{"RendezvousHighTimeoutRate", "RendezvousStaleWaits",
 		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors"}, alerts)
 }
