@@ -90,6 +90,18 @@ func TestCLIAsTyped(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, "name the files with -f: -f "+f.file("order-approval.json"))
 
+	// waits get of an execution that never waited says so.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nowait.json"), []byte(`{"name": "nowait", "nodes": [{"id": "n", "type": "wait", "data": {"for": "0s"}}]}`), 0o600))
+	f.ok(t, "workflows", "apply", "-f", filepath.Join(dir, "nowait.json"))
+	var started struct{ ID string }
+	f.jsonOut(t, &started, "executions", "start", "nowait")
+	r = f.rendezvous(t, "", "waits", "get", started.ID)
+	require.Equal(t, exitRefused, r.code)
+	require.Equal(t, "error: rendezvous waits get: execution "+started.ID+" has no wait (yet)\n", r.stderr)
+	r = f.rendezvous(t, "", "waits", "get", "0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f")
+	require.Equal(t, exitRefused, r.code)
+	require.Contains(t, r.stderr, "error: 404 ")
+
 	// A JSON syntax error is placed by line and column; a misspelled field gets the
 	// closest one of the schema.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{\n  \"name\": \"broken\",\n  \"nodes\": [\n}\n"), 0o600))

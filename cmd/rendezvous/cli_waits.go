@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -212,7 +214,16 @@ func (cl *cli) findWait(ctx context.Context, id uuid.UUID, node string) (*client
 		}
 		return nil, fmt.Errorf("execution %s has no wait at node %q", id, node)
 	}
-	return cl.api.WaitState(ctx, id)
+	w, err := cl.api.WaitState(ctx, id)
+	var aerr *client.Error
+	if errors.As(err, &aerr) && aerr.Status == http.StatusNotFound {
+		// Not a wait: an execution that has not waited yet says so, anything else is
+		// the server's 404.
+		if _, eerr := cl.api.Execution(ctx, id); eerr == nil {
+			return nil, fmt.Errorf("execution %s has no wait (yet)", id)
+		}
+	}
+	return w, err
 }
 
 func (cl *cli) printWait(w *client.WaitState) error {

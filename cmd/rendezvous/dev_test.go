@@ -186,6 +186,11 @@ func TestExamplesRunUnderDev(t *testing.T) {
 			d.openWait(t, id, "paid")
 			d.produce(t, "payments.settled", `{"expense": {"id": "E-1"}, "amount": 42}`)
 			require.Equal(t, "completed", d.completed(t, id)["paid"])
+			// Two ended waits: waits get needs the node.
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, exitUsage, run([]string{"waits", "get", id, "--server", d.server}, &stdout, &stderr))
+			require.Contains(t, stderr.String(), "execution "+id+" has 2 waits (nodes decision, paid); name the node: waits get "+id+" NODE")
+			require.Regexp(t, `(?m)^Node:\s+decision$`, d.cli(t, "waits", "get", id, "decision"))
 		},
 		"follow-up": func(t *testing.T) {
 			id := d.start(t, "follow-up", `{"delay": "1s", "timezone": "Europe/Berlin", "contact": "ann@example.com"}`)
