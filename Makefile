@@ -33,12 +33,16 @@ vet:
 	go vet ./...
 
 ## deps: system packages the tests need that Go cannot fetch: Chromium, which drives the
-## web view's end-to-end test. Installed from Debian once; a no-op when present.
+## web view's end-to-end test, and jq and kcat, which the README's walkthrough uses (its
+## test runs it as written). Installed from Debian once; a no-op when present.
+DEPS := chromium jq kcat
 deps:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing chromium (web view browser test)"; \
+	@missing=$$(for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing" $$missing "(browser test, README walkthrough test)"; \
 	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 ## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector
 test: deps vet verify

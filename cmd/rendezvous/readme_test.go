@@ -177,6 +177,12 @@ func TestREADMEWalkthrough(t *testing.T) {
 	require.NoError(t, err)
 	cmds := walkthroughCommands(t, string(raw))
 	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough's commands")
+	// What the README asks a reader to install; missing, the test fails rather than
+	// passing without having run the walkthrough.
+	for _, tool := range []string{"bash", "jq", "kcat"} {
+		_, err := exec.LookPath(tool)
+		require.NoError(t, err, "the README's walkthrough uses %s: install it with `make deps` (Debian)", tool)
+	}
 	d := startDev(t)
 
 	// The commands run in one bash, as typed, from a folder holding what a checkout
