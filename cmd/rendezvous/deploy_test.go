@@ -103,8 +103,12 @@ func commandNames() []string {
 	return out
 }
 
-// helpOption is one line of a command's -h output.
-type helpOption struct{ Flag, Env, Default, Usage string }
+// helpOption is one option of a command's -h output; Section is the topic it is listed
+// under ("" when the command's flags have none).
+type helpOption struct{ Flag, Env, Default, Usage, Section string }
+
+// sectionLine is a topic's title in -h: "Kafka:", "Database and logging:".
+var sectionLine = regexp.MustCompile(`^[A-Z][A-Za-z ]*:$`)
 
 var helpLine = regexp.MustCompile(`^(.*) \(env ([A-Z0-9_]*), default ("(?:[^"\\]|\\.)*")\)$`)
 
@@ -121,12 +125,19 @@ func commandHelp(t *testing.T, bin, command string) []helpOption {
 	require.NoError(t, cmd.Run(), "rendezvous %s -h must exit 0:\n%s", command, stderr.String())
 	var out []helpOption
 	var cur *helpOption
+	section := ""
 	for line := range strings.SplitSeq(stderr.String(), "\n") {
 		switch {
 		case strings.HasPrefix(line, "  --"):
 			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  --"), " ")
-			out = append(out, helpOption{Flag: name})
+			out = append(out, helpOption{Flag: name, Section: section})
 			cur = &out[len(out)-1]
+		case sectionLine.MatchString(line):
+			section = strings.TrimSuffix(line, ":")
+			if section == "Flags" {
+				section = ""
+			}
+			cur = nil
 		case strings.HasPrefix(line, helpIndent) && cur != nil:
 			cur.Usage += strings.TrimPrefix(line, helpIndent)
 		default:

@@ -82,9 +82,26 @@ func configReference(t *testing.T, bin string) string {
 			b.WriteString("Every flag of `rendezvous serve`, and:\n\n")
 			opts = slices.DeleteFunc(opts, func(o helpOption) bool { return slices.Contains(serve, o) })
 		}
-		b.WriteString("| flag | env | default | description |\n|---|---|---|---|\n")
+		// One table per topic of -h, in its order, titled when there are several.
+		var sections []string
 		for _, o := range opts {
-			fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", o.Flag, code(o.Env), code(o.Default), markdownText(o.Usage))
+			if !slices.Contains(sections, o.Section) {
+				sections = append(sections, o.Section)
+			}
+		}
+		for i, sec := range sections {
+			if len(sections) > 1 {
+				if i > 0 {
+					b.WriteString("\n")
+				}
+				fmt.Fprintf(&b, "**%s**\n\n", sec)
+			}
+			b.WriteString("| flag | env | default | description |\n|---|---|---|---|\n")
+			for _, o := range opts {
+				if o.Section == sec {
+					fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", o.Flag, code(o.Env), code(o.Default), markdownText(o.Usage))
+				}
+			}
 		}
 	}
 	b.WriteString("\n")
@@ -121,7 +138,7 @@ func TestHelpMatchesOptions(t *testing.T) {
 	asHelp := func(o *options) []helpOption {
 		var out []helpOption
 		for _, p := range o.opts {
-			out = append(out, helpOption{Flag: p.Flag, Env: p.Env, Default: p.Default, Usage: p.Usage})
+			out = append(out, helpOption{Flag: p.Flag, Env: p.Env, Default: p.Default, Usage: p.Usage, Section: p.Section})
 		}
 		return out
 	}
