@@ -6,14 +6,19 @@
 SQLC_VERSION := v1.31.1
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+# VERSION is stamped into the binaries (rendezvous version, /healthz, metrics) and the image.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# BIN is where build puts the binaries.
+BIN ?= bin
 
 .PHONY: all build deps generate verify vet test dev run bench chaos fuzz clean image compose-up compose-down
 
 all: build
 
 build:
-	go build -o bin/rendezvous ./cmd/rendezvous
-	go build -o bin/rendezvous-bench ./cmd/rendezvous-bench
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous ./cmd/rendezvous
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous-bench ./cmd/rendezvous-bench
 
 ## generate: regenerate db/dbsqlc from db/queries and db/migrations
 generate:
@@ -27,14 +32,15 @@ verify:
 vet:
 	go vet ./...
 
-## deps: system packages the tests need that Go cannot fetch, from Debian, once (a no-op
-## when present): Chromium, which drives the web view's end-to-end test, and kcat (a
-## Kafka client that is not franz-go) and jq, which the multi-replica recipe test runs.
+## deps: system packages the tests need that Go cannot fetch: Chromium, which drives the
+## web view's end-to-end test, and jq and kcat, which the README's walkthrough and the
+## multi-replica recipe use (their tests run them as written; kcat is a Kafka client that
+## is not franz-go). Installed from Debian once; a no-op when present.
+DEPS := chromium jq kcat
 deps:
-	@missing=""; \
-	for pkg in chromium kcat jq; do command -v $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	@missing=$$(for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "installing$$missing (browser and Kafka client tests)"; \
+	  echo "installing" $$missing "(browser test, README walkthrough test)"; \
 	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
@@ -43,15 +49,20 @@ deps:
 test: deps vet verify
 	go test -race -count=1 -timeout 12m ./...
 
-## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples
+## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples.
+## The binary is built, then run by exec: Ctrl-C reaches it alone through the shell, it
+## exits 0, and make reports no error (go run would exit 1 on the signal). DEV_FLAGS
+## passes more flags (rendezvous dev --help lists them).
+DEV_FLAGS ?=
 dev:
-	go run ./cmd/rendezvous dev --database-url '$(DATABASE_URL)'
+	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous ./cmd/rendezvous
+	exec $(BIN)/rendezvous dev --database-url '$(DATABASE_URL)' $(DEV_FLAGS)
 
 ## run: one replica (no Kafka) against the local PostgreSQL, listening on :8080
 run:
 	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
 
-## bench: issue 5's figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
+## bench: the performance figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
 ## (c) callbacks/s, (d) latency at half of (b), (e) 100 000 deadlines at once, (f) (b) with
 ## 1 000 000 waiting rows — as a table of ratios to (a) and targets, and as JSON in
 ## BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
@@ -84,7 +95,6 @@ clean:
 	rm -rf bin
 
 ## image: the container image (Dockerfile), tagged rendezvous and stamped with the git version
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image:
 	docker build --build-arg VERSION=$(VERSION) -t rendezvous .
 

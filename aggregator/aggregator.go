@@ -37,14 +37,14 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
-// Event names of the design note's two events.
+// Names of the two events apiCall and kafkaEvent stand for.
 const (
 	EventAPIResponse = "api_response"
 	EventKafka       = "kafka_event"
 )
 
 // Wait state statuses. An event wait is waiting, then completed, timeout, failed or
-// cancelled; a timer (the design note's time-based wait) is scheduled, then resumed,
+// cancelled; a timer (a wait node) is scheduled, then resumed,
 // cancelled or error.
 const (
 	StatusWaiting   = "waiting"

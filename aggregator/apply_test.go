@@ -29,8 +29,8 @@ const (
 	L = aggregator.Late
 )
 
-// TestStrategyArrivalOrders delivers both events, in both orders, to every configuration
-// of the design note and checks each outcome and everything the aggregator wrote.
+// TestStrategyArrivalOrders delivers both events, in both orders, to every strategy
+// configuration and checks each outcome and everything the aggregator wrote.
 func TestStrategyArrivalOrders(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

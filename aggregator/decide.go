@@ -67,7 +67,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 		return NotExpected, name, nil
 	}
 	if ev.Source.Kind != SourceCallback || name != EventAPIResponse {
-		// Everything but the design note's callback checks where the event may come from
+		// Everything but the apiCall callback (api_response) checks where the event may come from
 		// and what it must hold; the seed's api_response is decided without decoding.
 		if err := w.decodeExpected(); err != nil {
 			return "", name, err

@@ -19,8 +19,8 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
-// DefaultTimeout is the overall timeout of a wait that names none (the design note's
-// 300 seconds): no wait can be left without a deadline.
+// DefaultTimeout is the overall timeout of a wait that names none (300 seconds, as
+// docs/definitions.md says): no wait can be left without a deadline.
 const DefaultTimeout = 300 * time.Second
 
 // Registration describes a wait to create.

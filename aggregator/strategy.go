@@ -9,7 +9,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
-// Aggregation strategies of the design note.
+// Aggregation strategies: which events satisfy a wait (docs/definitions.md).
 const (
 	StrategyAll          = "all"
 	StrategyAny          = "any"

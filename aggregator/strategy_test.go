@@ -13,7 +13,7 @@ const (
 	kafka = aggregator.EventKafka
 )
 
-// expectBoth returns the design note's two events, with the given required flags.
+// expectBoth returns the apiCall and kafkaEvent events, with the given required flags.
 func expectBoth(apiRequired, kafkaRequired bool) []aggregator.Expected {
 	return []aggregator.Expected{
 		{Name: api, Source: "callback", Required: apiRequired},
@@ -149,7 +149,7 @@ func TestSatisfiedFromRequiredSet(t *testing.T) {
 		strategy string
 		expected []aggregator.Expected
 		custom   []string
-		// needs reports whether a received set satisfies the strategy, per the design note.
+		// needs reports whether a received set satisfies the strategy, as docs/definitions.md has it.
 		needs func(got map[string]bool) bool
 	}
 	configs := map[string]config{

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// On-timeout policies of the design note.
+// On-timeout policies: what a wait ended by a deadline does next (docs/definitions.md).
 const (
 	OnTimeoutFail                = "fail"
 	OnTimeoutContinue            = "continue"

@@ -11,7 +11,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
-// TestDesignNoteConfigurations runs the design note's five wait_events configurations end
+// TestDesignNoteConfigurations runs five typical wait_events configurations end
 // to end through one replica: a definition stored over the API, executions started,
 // events delivered as a callback and/or a Kafka record, and each execution's continuation
 // run exactly once with the payloads in the wait's output. Strategy "all" is run with

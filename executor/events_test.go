@@ -17,7 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
-// Events by type, buffering and payload match (issue 6), end to end through the
+// Events by type, buffering and payload match, end to end through the
 // executor: definitions are stored and run, events are sent through the aggregator's
 // one entry point for them, and what happened is read back from the database.
 

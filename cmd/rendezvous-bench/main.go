@@ -2,7 +2,7 @@
 // process on the same database, and prints every figure with its ratio to the baseline
 // and its target. Figures from shared machines are noisy; the ratio is what to compare.
 //
-// The parts, as issue 5 names them: (a) the baseline, a versioned UPDATE loop; (b) Kafka
+// The parts: (a) the baseline, a versioned UPDATE loop; (b) Kafka
 // records applied per second; (c) callbacks correlated per second; (d) produce or
 // callback → continuation latency at a fixed offered rate of half of (b); (e) a burst of
 // deadlines due at once; (f) (b) again with a million other waits in the table.

@@ -11,7 +11,7 @@ import (
 
 // figure is one line of the table (and of the JSON file's figures).
 type figure struct {
-	// Part is the issue's letter, a to f (m: payload match, issue 6), on the figures that have a target or define a
+	// Part is the part's letter, a to f (m: payload match), on the figures that have a target or define a
 	// part; lines that explain a part leave it empty.
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`

@@ -16,7 +16,8 @@ import (
 
 func eventsGroup() *cliGroup {
 	return &cliGroup{
-		name: "events",
+		name:    "events",
+		summary: "send an event to an execution by type; see events that reached no wait",
 		about: `Send an event to an execution by type, and see the events that reached no wait
 and why.`,
 		commands: []*cliCommand{eventsSend(), eventsUnmatched()},

@@ -15,8 +15,9 @@ import (
 
 func executionsGroup() *cliGroup {
 	return &cliGroup{
-		name:  "executions",
-		about: "Start executions of stored workflows, see their nodes and waits, cancel them.",
+		name:    "executions",
+		summary: "start, inspect and cancel executions",
+		about:   "Start executions of stored workflows, see their nodes and waits, cancel them.",
 		commands: []*cliCommand{
 			executionsStart(), executionsList(), executionsGet(), executionsCancel(),
 		},

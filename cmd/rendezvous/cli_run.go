@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/internal/suggest"
 )
 
 // Exit status of the operator commands, so that scripts can tell what failed.
@@ -52,7 +53,10 @@ const (
 	outputJSON  = "json"
 )
 
-const outputHelp = `output: "table" (aligned columns), "wide" (more columns) or "json" (the API's JSON; a list is one array of every item fetched)`
+// outputLong is the long name of -o.
+const outputLong = "output"
+
+const outputHelp = "`FORMAT`: \"table\" (aligned columns), \"wide\" (more columns) or \"json\" (the API's JSON; a list is one array of every item fetched)"
 
 // cliGroup is one operator command (waits) and its subcommands (list, get, cancel).
 type cliGroup struct {
@@ -66,11 +70,12 @@ type cliCommand struct {
 	name string
 	// args names the positional arguments in the usage line: "ID", "EXECUTION NODE".
 	args string
-	// nargs is how many positional arguments the command takes.
-	nargs         int
-	summary, help string
-	examples      []string
-	setup         func(fs *flag.FlagSet) func(ctx context.Context, cl *cli, args []string) error
+	// nargs is how many positional arguments the command takes; maxArgs, when not 0,
+	// allows more: up to maxArgs, or any number when negative.
+	nargs, maxArgs int
+	summary, help  string
+	examples       []string
+	setup          func(fs *flag.FlagSet) func(ctx context.Context, cl *cli, args []string) error
 }
 
 // cli is what a running subcommand uses.
@@ -100,14 +105,15 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var server, token string
 	var timeout time.Duration
 	o := cliOptions(g.name, &server, &token, &timeout)
-	o.fs.SetOutput(io.Discard)
+	// The group's help is g.printHelp, with its commands.
+	o.help = io.Discard
 	err := o.parse(args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		g.printHelp(stderr, o)
 		return exitOK
 	}
 	if err != nil {
-		return usageFailure(stderr, "rendezvous "+g.name, err)
+		return usageFailure(stderr, "rendezvous "+g.name, flagError(o.fs, err))
 	}
 	if o.fs.NArg() == 0 {
 		g.printHelp(stderr, o)
@@ -120,7 +126,11 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 	}
 	if cmd == nil {
-		return usageFailure(stderr, "rendezvous "+g.name, fmt.Errorf("unknown command %q", o.fs.Arg(0)))
+		err := fmt.Errorf("unknown command %q", o.fs.Arg(0))
+		if s := suggest.Closest(o.fs.Arg(0), g.commandNames()); s != "" {
+			err = fmt.Errorf("%w; did you mean %q?", err, s)
+		}
+		return usageFailure(stderr, "rendezvous "+g.name, err)
 	}
 	name := "rendezvous " + g.name + " " + cmd.name
 
@@ -129,17 +139,21 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(io.Discard)
 	// The group's values are the defaults, so --server works before or after the
 	// subcommand and the environment is read once.
-	fs.StringVar(&server, "server", server, "base URL of the rendezvous HTTP API (env RENDEZVOUS_SERVER)")
+	fs.StringVar(&server, "server", server, "base `URL` of the rendezvous HTTP API (env RENDEZVOUS_SERVER)")
 	fs.DurationVar(&timeout, "timeout", timeout, "give up on a request after this long (env RENDEZVOUS_CLIENT_TIMEOUT)")
 	fs.StringVar(&token, "token", token, "bearer token sent to the API (env RENDEZVOUS_TOKEN; prefer the variable: flags show in process lists)")
 	fs.StringVar(&cl.output, "o", outputTable, outputHelp)
+	fs.StringVar(&cl.output, outputLong, outputTable, outputHelp)
 	run := cmd.setup(fs)
 	pos, err := parseInterspersed(fs, o.fs.Args()[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		cmd.printHelp(stderr, name, fs)
 		return exitOK
 	}
-	if err == nil && len(pos) != cmd.nargs {
+	if err != nil {
+		err = flagError(fs, err)
+	}
+	if err == nil && !cmd.takes(len(pos)) {
 		err = fmt.Errorf("want %s, got %d argument%s", argsWanted(cmd), len(pos), pluralS(len(pos)))
 	}
 	if err == nil && cl.output != outputTable && cl.output != outputWide && cl.output != outputJSON {
@@ -164,6 +178,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // environment variable, and the only ones the configuration reference lists.
 func cliOptions(group string, server, token *string, timeout *time.Duration) *options {
 	o := newOptions(group)
+	o.positional = true
 	o.String(server, "server", "RENDEZVOUS_SERVER", serverDefault, "base URL of the rendezvous HTTP API")
 	o.String(token, "token", "RENDEZVOUS_TOKEN", "", "bearer token sent to the API (prefer the variable: flags show in process lists)")
 	o.Duration(timeout, "timeout", "RENDEZVOUS_CLIENT_TIMEOUT", clientTimeoutDefault, "give up on a request after this long")
@@ -188,11 +203,34 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func argsWanted(c *cliCommand) string {
-	if c.nargs == 0 {
+	if c.nargs == 0 && c.maxArgs == 0 {
 		return "no arguments"
 	}
 	return c.args
 }
+
+// takes says whether n positional arguments fit the command.
+func (c *cliCommand) takes(n int) bool {
+	switch {
+	case c.maxArgs < 0:
+		return n >= c.nargs
+	case c.maxArgs > 0:
+		return n >= c.nargs && n <= c.maxArgs
+	}
+	return n == c.nargs
+}
+
+// commandNames lists the group's subcommands, in help order.
+func (g *cliGroup) commandNames() []string {
+	var names []string
+	for _, c := range g.commands {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// commandList is the group's subcommands as the usage text shows them: apply|list|get.
+func (g *cliGroup) commandList() string { return strings.Join(g.commandNames(), "|") }
 
 func pluralS(n int) string {
 	if n == 1 {
@@ -221,7 +259,7 @@ func parseID(what, s string) (uuid.UUID, error) {
 }
 
 func usageFailure(stderr io.Writer, name string, err error) int {
-	fmt.Fprintf(stderr, "error: %s: %v\nRun %q for help.\n", name, err, name+" -h")
+	fmt.Fprintf(stderr, "error: %s: %v\nRun %q for help.\n", name, err, name+" --help")
 	return exitUsage
 }
 
@@ -276,11 +314,11 @@ func (g *cliGroup) printHelp(w io.Writer, o *options) {
 	for _, c := range g.commands {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
-	fmt.Fprintf(w, "\nFlags of every %s command (before or after the command):\n", g.name)
-	o.fs.SetOutput(w)
-	o.fs.PrintDefaults()
-	o.fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "\n%s\nRun \"rendezvous %s <command> -h\" for a command's flags and examples.\n", exitStatusHelp, g.name)
+	fmt.Fprintf(w, "\nFlags of every %s command (before or after the command, or before %q):\n", g.name, g.name)
+	for _, p := range o.opts {
+		p.printHelp(w)
+	}
+	fmt.Fprintf(w, "\n%s\nRun \"rendezvous %s <command> --help\" for a command's flags and examples.\n", exitStatusHelp, g.name)
 }
 
 func (c *cliCommand) printHelp(w io.Writer, name string, fs *flag.FlagSet) {
@@ -289,9 +327,7 @@ func (c *cliCommand) printHelp(w io.Writer, name string, fs *flag.FlagSet) {
 		fmt.Fprintf(w, " %s", c.args)
 	}
 	fmt.Fprintf(w, " [flags]\n\n%s\n\nFlags:\n", c.help)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	printFlags(w, fs)
 	if len(c.examples) > 0 {
 		fmt.Fprintf(w, "\nExamples:\n")
 		for _, e := range c.examples {
@@ -299,6 +335,30 @@ func (c *cliCommand) printHelp(w io.Writer, name string, fs *flag.FlagSet) {
 		}
 	}
 	fmt.Fprintf(w, "\n%s", exitStatusHelp)
+}
+
+// printFlags lists a subcommand's flags as people type them (-o, --server), each with
+// what it takes and its default.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		switch f.Name {
+		case outputLong:
+			return // listed with -o
+		case "o":
+			fmt.Fprintf(w, "  -o, --%s", outputLong)
+		default:
+			fmt.Fprintf(w, "  %s", dashes(f.Name))
+		}
+		value, usage := flag.UnquoteUsage(f)
+		if value != "" {
+			fmt.Fprintf(w, " %s", strings.ToUpper(value))
+		}
+		fmt.Fprintf(w, "\n%s%s", helpIndent, usage)
+		if def := f.DefValue; def != "" && def != "0" && def != "false" && def != "[]" {
+			fmt.Fprintf(w, " (default %q)", def)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 // inFile says which file named on the command line an error is about.

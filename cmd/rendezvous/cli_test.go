@@ -149,7 +149,7 @@ func section(t *testing.T, out, header string) string {
 
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
-// TestCLIWalkthrough is the README's walkthrough: apply the examples, start executions,
+// TestCLIWalkthrough tours the operator commands: apply the examples, start executions,
 // see what each waits for, let one complete, cancel the others.
 func TestCLIWalkthrough(t *testing.T) {
 	t.Parallel()
@@ -269,8 +269,22 @@ func TestCLIWalkthrough(t *testing.T) {
 	require.Equal(t, []string{"request_approval", "completed"}, row(t, section(t, out, "NODE"), "request_approval")[:2])
 	require.Equal(t, []string{"notify_approved", "completed"}, row(t, out, "notify_approved")[:2])
 	require.Equal(t, "skipped", row(t, out, "notify_rejected")[1])
-	out = f.ok(t, "waits", "list", "--execution", approved)
+	out = f.ok(t, "waits", "list", "--execution", approved, "--all")
 	require.Regexp(t, `^completed all api_response - - \d+$`, strings.Join(row(t, out, approved)[2:], " "))
+	// Without --all only open waits are listed: the completed one is not.
+	r = f.rendezvous(t, "", "waits", "list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, approved)
+	require.Contains(t, r.stdout, cancelledWait)
+	require.Contains(t, r.stdout, shipmentExec)
+	// waits get takes the execution id, with or without the node.
+	out = f.ok(t, "waits", "get", approved)
+	require.Regexp(t, `(?m)^Status:\s+completed$`, out)
+	require.Regexp(t, `(?m)^ID:\s+`+waits[0].ID+`$`, out)
+	require.Equal(t, out, f.ok(t, "waits", "get", approved, "request_approval"))
+	r = f.rendezvous(t, "", "waits", "get", approved, "no_such_node")
+	require.Equal(t, exitRefused, r.code)
+	require.Equal(t, "error: rendezvous waits get: execution "+approved+" has no wait at node \"no_such_node\"\n", r.stderr)
 	out = f.ok(t, "waits", "get", waits[0].ID)
 	require.Regexp(t, `(?m)^Status:\s+completed$`, out)
 	require.Regexp(t, `(?m)^Resumed:\s+\S+ \(.*\) by cli-test$`, out)
@@ -282,7 +296,7 @@ func TestCLIWalkthrough(t *testing.T) {
 	require.Regexp(t, `(?m)^Status:\s+failed$`, out)
 	require.Equal(t, "failed", row(t, section(t, out, "NODE"), "request_approval")[1])
 	require.Equal(t, []string{"request_approval", "cancelled", "all", "-", "api_response", "-"}, row(t, section(t, out, "WAIT"), "request_approval")[:6])
-	out = f.ok(t, "waits", "list", "--execution", cancelledWait)
+	out = f.ok(t, "waits", "list", "--execution", cancelledWait, "--all")
 	require.Equal(t, "cancelled", row(t, out, cancelledWait)[2])
 	r = f.rendezvous(t, "", "waits", "cancel", cancelledWait, "request_approval")
 	require.Equal(t, exitRefused, r.code)
@@ -514,10 +528,10 @@ func TestCLIUsage(t *testing.T) {
 		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
 		require.Empty(t, r.stdout, "%v", args)
 		require.Contains(t, r.stderr, "error: rendezvous ", "%v", args)
-		require.Contains(t, r.stderr, "-h\" for help.", "%v", args)
+		require.Contains(t, r.stderr, "--help\" for help.", "%v", args)
 	}
 	r := runArgs("", "waits", "get", "--server", closed)
-	require.Contains(t, r.stderr, "error: rendezvous waits get: want ID, got 0 arguments\n")
+	require.Contains(t, r.stderr, "error: rendezvous waits get: want EXECUTION [NODE] | WAIT-ID, got 0 arguments\n")
 
 	// Help: exit 0, on stderr, with examples and the exit statuses.
 	for _, g := range cliGroups() {

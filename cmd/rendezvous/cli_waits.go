@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,7 +19,8 @@ import (
 
 func waitsGroup() *cliGroup {
 	return &cliGroup{
-		name: "waits",
+		name:    "waits",
+		summary: "see what executions wait for; cancel a wait",
 		about: `See what executions wait for — which events arrived, which are missing, the next
 deadline — and cancel a wait.`,
 		commands: []*cliCommand{waitsList(), waitsGet(), waitsCancel()},
@@ -25,14 +30,16 @@ deadline — and cancel a wait.`,
 func waitsList() *cliCommand {
 	return &cliCommand{
 		name:    "list",
-		summary: "list waits, longest-waiting first",
-		help: `Lists waits, longest-waiting first, following the pages to the end (or --limit):
-per wait its execution and node, status, strategy (or "timer"), the events that
-arrived and those still missing, the next deadline and the optimistic-lock version.
--o wide adds the wait id (for "waits get"), the workflow, timed-out events and the
-deadline as a timestamp. Filters combine.`,
+		summary: "list open waits, longest-waiting first (--all: ended ones too)",
+		help: `Lists the open waits (waiting or scheduled), longest-waiting first, following the
+pages to the end (or --limit): per wait its execution and node, status, strategy (or
+"timer"), the events that arrived and those still missing, the next deadline and the
+optimistic-lock version. --all lists ended waits too, --status one status. -o wide adds
+the wait id, the workflow, timed-out events and the deadline as a timestamp. Filters
+combine.`,
 		examples: []string{
-			"rendezvous waits list --status waiting",
+			"rendezvous waits list",
+			"rendezvous waits list --all --status completed",
 			"rendezvous waits list --workflow order-approval --node request_approval -o wide",
 			"rendezvous waits list --execution 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
 			"rendezvous waits list --status waiting -o json | jq -r '.[] | [.execution_id, .missing_events[]] | @tsv'",
@@ -41,6 +48,8 @@ deadline as a timestamp. Filters combine.`,
 			var f client.WaitFilter
 			var execution string
 			var limit int
+			var all bool
+			fs.BoolVar(&all, "all", false, "ended waits too, not only open ones")
 			fs.StringVar(&f.Status, "status", "", "only waits with this status: waiting, scheduled, completed, timeout, failed, cancelled, resumed, error")
 			fs.StringVar(&f.Workflow, "workflow", "", "only waits of executions of this workflow")
 			fs.StringVar(&f.Node, "node", "", "only waits of this node id")
@@ -57,9 +66,16 @@ deadline as a timestamp. Filters combine.`,
 					}
 					f.Execution = id
 				}
-				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
-					return cl.api.WaitStates(ctx, f, p)
-				})
+				var items []client.WaitState
+				var more bool
+				var err error
+				if all || f.Status != "" {
+					items, more, err = client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
+						return cl.api.WaitStates(ctx, f, p)
+					})
+				} else {
+					items, more, err = cl.api.CollectOpenWaits(ctx, f, limit)
+				}
 				if err != nil {
 					return err
 				}
@@ -131,22 +147,27 @@ func nextDeadline(w *client.WaitState, now time.Time, full bool) string {
 
 func waitsGet() *cliCommand {
 	return &cliCommand{
-		name: "get", args: "ID", nargs: 1,
-		summary: "show one wait: events enabled, required, arrived, missing, timed out; deadlines",
-		help: `Shows one wait by its id (the ID column of "waits list -o wide", or wait_states[].id
-of an execution): its events, enabled, required, arrived (with time and source),
-missing and timed out, its deadlines and, once it ended, how.`,
+		name: "get", args: "EXECUTION [NODE] | WAIT-ID", nargs: 1, maxArgs: 2,
+		summary: "show a wait: events enabled, required, arrived, missing, timed out; deadlines",
+		help: `Shows the wait of an execution — of NODE when it has waited at several nodes, else
+its open wait or its only one — or a wait by its own id (the ID column of "waits list
+-o wide"): its events, enabled, required, arrived (with time and source), missing and
+timed out, its deadlines and, once it ended, how.`,
 		examples: []string{
-			"rendezvous waits get 5f0c9a8e-3b7d-4e21-8c6f-1a2b3c4d5e6f",
-			"rendezvous waits get 5f0c9a8e-3b7d-4e21-8c6f-1a2b3c4d5e6f -o json | jq .received_events",
+			"rendezvous waits get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
+			"rendezvous waits get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f request_approval -o json | jq .received_events",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			return func(ctx context.Context, cl *cli, args []string) error {
-				id, err := parseID("wait id", args[0])
+				id, err := parseID("execution or wait id", args[0])
 				if err != nil {
 					return err
 				}
-				w, err := cl.api.WaitState(ctx, id)
+				node := ""
+				if len(args) == 2 {
+					node = args[1]
+				}
+				w, err := cl.findWait(ctx, id, node)
 				if err != nil {
 					return err
 				}
@@ -157,6 +178,52 @@ missing and timed out, its deadlines and, once it ended, how.`,
 			}
 		},
 	}
+}
+
+// findWait finds the wait "waits get" shows: id names an execution (its wait at node,
+// else its open wait, else its only one) or, failing that, a wait.
+func (cl *cli) findWait(ctx context.Context, id uuid.UUID, node string) (*client.WaitState, error) {
+	waits, _, err := client.Collect(ctx, 0, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
+		return cl.api.WaitStates(ctx, client.WaitFilter{Execution: id, Node: node}, p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var pick *client.WaitState
+	switch open := slices.IndexFunc(waits, func(w client.WaitState) bool { return w.Open() }); {
+	case len(waits) == 1:
+		pick = &waits[0]
+	case node == "" && open >= 0 && !slices.ContainsFunc(waits[open+1:], func(w client.WaitState) bool { return w.Open() }):
+		pick = &waits[open]
+	case len(waits) > 1:
+		var nodes []string
+		for _, w := range waits {
+			if !slices.Contains(nodes, w.NodeID) {
+				nodes = append(nodes, w.NodeID)
+			}
+		}
+		return nil, usagef("execution %s has %d waits (nodes %s); name the node: waits get %s NODE", id, len(waits), strings.Join(nodes, ", "), id)
+	}
+	if pick != nil {
+		// The listing leaves out the events' payloads; the wait itself has them.
+		return cl.api.WaitState(ctx, pick.ID)
+	}
+	if node != "" {
+		if _, err := cl.api.Execution(ctx, id); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("execution %s has no wait at node %q", id, node)
+	}
+	w, err := cl.api.WaitState(ctx, id)
+	var aerr *client.Error
+	if errors.As(err, &aerr) && aerr.Status == http.StatusNotFound {
+		// Not a wait: an execution that has not waited yet says so, anything else is
+		// the server's 404.
+		if _, eerr := cl.api.Execution(ctx, id); eerr == nil {
+			return nil, fmt.Errorf("execution %s has no wait (yet)", id)
+		}
+	}
+	return w, err
 }
 
 func (cl *cli) printWait(w *client.WaitState) error {

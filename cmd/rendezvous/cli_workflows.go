@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/client"
@@ -14,8 +16,9 @@ import (
 
 func workflowsGroup() *cliGroup {
 	return &cliGroup{
-		name:  "workflows",
-		about: "Store workflow definitions on a running service and read them back.",
+		name:    "workflows",
+		summary: "store and read workflow definitions",
+		about:   "Store workflow definitions on a running service and read them back.",
 		commands: []*cliCommand{
 			workflowsApply(), workflowsList(), workflowsGet(),
 		},
@@ -24,33 +27,65 @@ func workflowsGroup() *cliGroup {
 
 func workflowsApply() *cliCommand {
 	return &cliCommand{
-		name:    "apply",
-		summary: "store definitions (-f FILE, - for stdin); each becomes a new version unless unchanged",
+		name: "apply", args: "-f FILE…", maxArgs: -1,
+		summary: "store definitions (-f FILE…, globs, - for stdin); each becomes a new version unless unchanged",
 		help: `Stores each definition under the "name" it holds: the first version of a name is
 "created", a changed definition a new version ("updated"), an equal one is kept
 ("unchanged"). Files are applied in order; at the first failure the rest are not
 applied. An invalid definition is reported with every problem and its JSON path, one
-per line. --dry-run validates on the server and stores nothing.
+per line. -f takes several files (-f a.json b.json, or -f repeated) and globs that the
+shell left alone (-f 'examples/*.json'). --dry-run validates on the server and stores
+nothing.
 With -o json, prints one array holding the server's answer for each file.`,
 		examples: []string{
 			"rendezvous workflows apply -f examples/order-approval.json",
-			"rendezvous workflows apply -f examples/order-approval.json -f examples/shipment-kafka.json",
+			"rendezvous workflows apply -f examples/order-approval.json examples/shipment-kafka.json",
+			"rendezvous workflows apply -f 'examples/*.json'",
 			"cat def.json | rendezvous workflows apply -f -",
 			"rendezvous workflows apply --dry-run -f def.json",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var files repeatedFlag
 			var dryRun bool
-			fs.Var(&files, "f", "definition file to store; - reads stdin (repeatable)")
+			fs.Var(&files, "f", "definition `FILE` to store, or a glob; - reads stdin (repeatable; the arguments after it are files too)")
 			fs.BoolVar(&dryRun, "dry-run", false, "validate on the server, store nothing")
-			return func(ctx context.Context, cl *cli, _ []string) error {
+			return func(ctx context.Context, cl *cli, args []string) error {
 				if len(files) == 0 {
+					if len(args) > 0 {
+						return usagef("name the files with -f: -f %s", strings.Join(args, " "))
+					}
 					return usagef("-f FILE is required")
 				}
-				return cl.applyWorkflows(ctx, files, dryRun)
+				paths, err := expandFiles(append(files, args...))
+				if err != nil {
+					return err
+				}
+				return cl.applyWorkflows(ctx, paths, dryRun)
 			}
 		},
 	}
+}
+
+// expandFiles expands the globs among the files named on the command line, each in
+// sorted order as the shell would; a glob that matches nothing is a mistake, not an
+// empty list.
+func expandFiles(names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		if n == "-" || !strings.ContainsAny(n, "*?[") {
+			out = append(out, n)
+			continue
+		}
+		matches, err := filepath.Glob(n)
+		if err != nil {
+			return nil, usagef("-f %s: %v", n, err)
+		}
+		if len(matches) == 0 {
+			return nil, usagef("-f %s: no file matches", n)
+		}
+		out = append(out, matches...)
+	}
+	return out, nil
 }
 
 // definitionName reads the "name" a definition is stored under; "" when it has none.

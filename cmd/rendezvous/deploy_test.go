@@ -93,17 +93,23 @@ func releaseBinary(t *testing.T) string {
 	return release.bin
 }
 
-// commandNames are the commands the usage text lists, in its order.
+// commandNames are the commands the usage text lists, in its order (its examples after
+// them are not a list of commands).
 func commandNames() []string {
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(usage, -1) {
+	list, _, _ := strings.Cut(usageText(), "\nExamples:")
+	for _, m := range regexp.MustCompile(`(?m)^  rendezvous (\S+)`).FindAllStringSubmatch(list, -1) {
 		out = append(out, m[1])
 	}
 	return out
 }
 
-// helpOption is one line of a command's -h output.
-type helpOption struct{ Flag, Env, Default, Usage string }
+// helpOption is one option of a command's -h output; Section is the topic it is listed
+// under ("" when the command's flags have none).
+type helpOption struct{ Flag, Env, Default, Usage, Section string }
+
+// sectionLine is a topic's title in -h: "Kafka:", "Database and logging:".
+var sectionLine = regexp.MustCompile(`^[A-Z][A-Za-z ]*:$`)
 
 var helpLine = regexp.MustCompile(`^(.*) \(env ([A-Z0-9_]*), default ("(?:[^"\\]|\\.)*")\)$`)
 
@@ -120,16 +126,23 @@ func commandHelp(t *testing.T, bin, command string) []helpOption {
 	require.NoError(t, cmd.Run(), "rendezvous %s -h must exit 0:\n%s", command, stderr.String())
 	var out []helpOption
 	var cur *helpOption
+	section := ""
 	for line := range strings.SplitSeq(stderr.String(), "\n") {
 		switch {
-		case strings.HasPrefix(line, "  -"):
-			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  -"), " ")
-			out = append(out, helpOption{Flag: name})
+		case strings.HasPrefix(line, "  --"):
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  --"), " ")
+			out = append(out, helpOption{Flag: name, Section: section})
 			cur = &out[len(out)-1]
-		case strings.HasPrefix(line, "    \t") && cur != nil:
-			cur.Usage += strings.TrimPrefix(line, "    \t")
+		case sectionLine.MatchString(line):
+			section = strings.TrimSuffix(line, ":")
+			if section == "Flags" {
+				section = ""
+			}
+			cur = nil
+		case strings.HasPrefix(line, helpIndent) && cur != nil:
+			cur.Usage += strings.TrimPrefix(line, helpIndent)
 		default:
-			// "Usage of …", and whatever flag.PrintDefaults appends after the list.
+			// The usage line, section titles, examples.
 			cur = nil
 		}
 	}

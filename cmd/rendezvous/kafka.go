@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -65,6 +66,8 @@ func startBroker(port int) (*kfake.Cluster, error) {
 // devKafka runs the embedded broker alone, for setups with several serve processes.
 func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 	o := newOptions("dev-kafka")
+	o.summary = "Runs the embedded Kafka broker alone, for several serve processes on one machine."
+	o.examples = []string{"rendezvous dev-kafka --port 9092"}
 	var port int
 	o.Int(&port, "port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	if err := o.parse(args); err != nil {
@@ -87,8 +90,19 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
+	o.name = "dev"
+	o.summary = `Runs everything in one process for trying rendezvous out: an embedded Kafka broker,
+migrations, the example definitions and a replica, against a local PostgreSQL.`
+	o.examples = []string{
+		"rendezvous dev",
+		"rendezvous dev --database-url postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable --http-addr :9080",
+	}
+	o.help = stderr
+	o.inSection("Development")
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	var exampleAddr string
+	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
 	c.logFormat = "text"
 	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
 	// without authentication, and only this machine can reach it.
@@ -126,9 +140,8 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// With authentication on, the banner's commands carry the bootstrap token by name,
 	// never by value (the terminal may be shared or recorded).
-	curlAuth, cliAuth := "", ""
+	cliAuth := ""
 	if !cfg.Auth.Insecure && cfg.Auth.BootstrapToken != "" {
-		curlAuth = ` -H "Authorization: Bearer $RENDEZVOUS_BOOTSTRAP_TOKEN"`
 		cliAuth = "RENDEZVOUS_TOKEN=$RENDEZVOUS_BOOTSTRAP_TOKEN "
 	}
 	cfg.DatabaseURL = c.databaseURL
@@ -141,7 +154,17 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	loaded, err := loadExamples(ctx, s)
+	serviceURL := ""
+	if exampleAddr != "" {
+		example, err := startExampleService(exampleAddr, "http://"+displayAddr(s.Addr()), logger)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		defer example.Close()
+		serviceURL = example.URL()
+	}
+	loaded, err := loadExamples(ctx, s, serviceURL)
 	if err != nil {
 		s.Close()
 		return err
@@ -154,16 +177,12 @@ rendezvous dev
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
+  example service          %[7]s
 
-Send a first event:
-  curl -sX POST%[6]s http://%[1]s/api/v1/workflows/shipment-kafka/executions -d '{"input":{"shipment":"S-1"}}'
-  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # wait_states[0].correlation_id
-  echo '{"execution_id":"<id>","correlation_id":"<correlation id>","event_type":"shipment.delivered"}' \
-    | kcat -P -b %[2]s -t shipments.events
-  curl -s%[6]s http://%[1]s/api/v1/executions/<id>        # status: completed
-
-Or with the CLI (make build): %[7]sbin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, curlAuth, cliAuth)
+Try it (the README's walkthrough has more):
+  %[6]sbin/rendezvous executions start shipment-kafka --input '{"shipment":"S-1"}' --server http://%[1]s
+  %[6]sbin/rendezvous waits list --server http://%[1]s
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL))
 	return s.Run(ctx)
 }
 
@@ -186,7 +205,17 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
+func orNone(s string) string {
+	if s == "" {
+		return "none (--example-service-addr is empty)"
+	}
+	return s + "   (stands in for what the examples call)"
+}
+
+// loadExamples stores the example definitions. Those that call an external service
+// (vars.serviceUrl) are pointed at serviceURL, the stand-in, when it listens elsewhere
+// than they expect; as shipped they are stored unchanged.
+func loadExamples(ctx context.Context, s *service.Service, serviceURL string) ([]string, error) {
 	files, err := fs.Glob(examples.Definitions, "*.json")
 	if err != nil {
 		return nil, err
@@ -198,6 +227,9 @@ func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 			return nil, err
 		}
 		name := strings.TrimSuffix(f, ".json")
+		if raw, err = pointAt(raw, serviceURL); err != nil {
+			return nil, fmt.Errorf("load example %s: %w", f, err)
+		}
 		stored, err := s.Exec.PutWorkflow(ctx, name, raw)
 		if err != nil {
 			return nil, fmt.Errorf("load example %s: %w", f, err)
@@ -205,6 +237,21 @@ func loadExamples(ctx context.Context, s *service.Service) ([]string, error) {
 		loaded = append(loaded, fmt.Sprintf("%s v%d", stored.Name, stored.Version))
 	}
 	return loaded, nil
+}
+
+// pointAt sets vars.serviceUrl of a definition that has one to serviceURL, unless that is
+// empty or what it holds already.
+func pointAt(raw []byte, serviceURL string) ([]byte, error) {
+	var def map[string]any
+	if err := json.Unmarshal(raw, &def); err != nil {
+		return nil, err
+	}
+	vars, _ := def["vars"].(map[string]any)
+	if cur, ok := vars["serviceUrl"].(string); !ok || serviceURL == "" || cur == serviceURL {
+		return raw, nil
+	}
+	vars["serviceUrl"] = serviceURL
+	return json.MarshalIndent(def, "", "  ")
 }
 
 func displayAddr(addr string) string {

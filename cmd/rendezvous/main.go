@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -21,15 +23,16 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/suggest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = ""
 
-const usage = `rendezvous — waits for asynchronous events and resumes workflows exactly once.
-
-Usage:
+// serviceCommands run or support a replica; the operator commands (cliGroups) are listed
+// after them in the usage text, from their own definitions.
+const serviceCommands = `Run the service:
   rendezvous dev         [flags]   everything in one process: embedded Kafka broker on
                                    127.0.0.1:9092, local PostgreSQL, example definitions
   rendezvous serve       [flags]   run a replica (HTTP API, callbacks, Kafka consumer, executor)
@@ -37,60 +40,152 @@ Usage:
   rendezvous dev-kafka   [flags]   the embedded Kafka broker alone
   rendezvous healthcheck [flags]   exit 0 when a replica's /healthz answers 200 (for
                                    container images without a shell)
-  rendezvous version               print the version
-
-Operate a running service through its HTTP API (--server, env RENDEZVOUS_SERVER):
-  rendezvous workflows   apply|list|get         store and read workflow definitions
-  rendezvous executions  start|list|get|cancel  start, inspect and cancel executions
-  rendezvous waits       list|get|cancel        see what executions wait for; cancel a wait
-  rendezvous events      send|unmatched         send an event to an execution by type; see events that reached no wait
-  rendezvous tokens      create|list|revoke     API tokens (admin)
-  rendezvous audit       list                   the audit log of changes (admin)
-
-Run "rendezvous <command> -h" for the flags of a command.
+  rendezvous version               print the version (also --version)
 `
+
+const usageExamples = `Examples:
+  rendezvous dev --database-url postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+  rendezvous workflows apply -f 'examples/*.json'
+  rendezvous --server http://127.0.0.1:8080 waits list
+  rendezvous serve --help
+`
+
+// usageText is the top-level help: the commands by topic, examples, where to look next.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString("rendezvous — waits for asynchronous events and resumes workflows exactly once.\n\n")
+	b.WriteString("Usage: rendezvous [--server URL] <command> [flags]\n\n")
+	b.WriteString(serviceCommands)
+	b.WriteString("\nOperate a running service through its HTTP API (--server URL, env RENDEZVOUS_SERVER;\nthese flags may stand before or after the command):\n")
+	groups := cliGroups()
+	width := 0
+	for _, g := range groups {
+		width = max(width, len(g.name)+1+len(g.commandList()))
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&b, "  rendezvous %-*s  %s\n", width, g.name+" "+g.commandList(), g.summary)
+	}
+	b.WriteString("\n" + usageExamples)
+	b.WriteString("\nRun \"rendezvous <command> --help\" for the flags and examples of a command.\n")
+	return b.String()
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// serviceCommand is a command that runs or supports a replica (not an API client).
+type serviceCommand func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+func serviceCommandTable() map[string]serviceCommand {
+	return map[string]serviceCommand{
+		"serve":   func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) },
+		"migrate": func(ctx context.Context, args []string, _, stderr io.Writer) error { return migrate(ctx, args, stderr) },
+		"dev":     dev,
+		"dev-kafka": func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+			return devKafka(ctx, args, stdout)
+		},
+		"healthcheck": func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+			return healthcheck(ctx, args, stdout)
+		},
+	}
+}
+
+// commandNamesKnown is every top-level command name, for hoisting and suggestions.
+func commandNamesKnown() []string {
+	names := []string{"version", "help"}
+	for name := range serviceCommandTable() {
+		names = append(names, name)
+	}
+	for _, g := range cliGroups() {
+		names = append(names, g.name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
+	args, err := hoistFlags(args, commandNamesKnown())
+	if err != nil {
+		fmt.Fprintf(stderr, "error: rendezvous: %v\nRun \"rendezvous --help\" for the commands.\n", err)
+		return 2
+	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText())
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var err error
 	switch args[0] {
-	case "serve":
-		err = serve(ctx, args[1:], stderr)
-	case "migrate":
-		err = migrate(ctx, args[1:], stderr)
-	case "dev":
-		err = dev(ctx, args[1:], stdout, stderr)
-	case "dev-kafka":
-		err = devKafka(ctx, args[1:], stdout)
-	case "healthcheck":
-		err = healthcheck(ctx, args[1:], stdout)
-	case "workflows", "executions", "waits", "events", "tokens", "audit":
-		return runCLI(ctx, args, os.Stdin, stdout, stderr)
-	case "version":
+	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, buildVersion())
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-	default:
-		fmt.Fprintf(stderr, "rendezvous: unknown command %q\n\n%s", args[0], usage)
+		return 0
+	case "-h", "--help", "-help", "help":
+		fmt.Fprint(stdout, usageText())
+		return 0
+	}
+	for _, g := range cliGroups() {
+		if g.name == args[0] {
+			return runCLI(ctx, args, os.Stdin, stdout, stderr)
+		}
+	}
+	cmd, ok := serviceCommandTable()[args[0]]
+	if !ok {
+		msg := fmt.Sprintf("unknown command %q", args[0])
+		if strings.HasPrefix(args[0], "-") {
+			msg = fmt.Sprintf("unknown flag %q before the command", args[0])
+		} else if s := suggest.Closest(args[0], commandNamesKnown()); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		fmt.Fprintf(stderr, "error: rendezvous: %s\nRun \"rendezvous --help\" for the commands.\n", msg)
 		return 2
 	}
+	err = cmd(ctx, args[1:], stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rendezvous %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "error: rendezvous %s: %v\n", args[0], err)
 		return 1
 	}
 	return 0
+}
+
+// hoistFlags moves flags written before the command after it, so that
+// `rendezvous --server URL waits list` means `rendezvous waits list --server URL`: each
+// command's own parser then reads them, and a flag the command does not take is
+// reported by it. A leading flag takes the next word as its value unless it is written
+// --flag=value, or the next word is a flag or a command (a switch: --no-migrate serve).
+// Help and version requests stay where they are.
+func hoistFlags(args, commands []string) ([]string, error) {
+	var hoisted []string
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && len(args[i]) > 1 {
+		switch args[i] {
+		case "-h", "--help", "-help", "--version", "-version":
+			if len(hoisted) == 0 {
+				return args, nil
+			}
+			// rendezvous --server URL --help: the help of the commands.
+			return args[i:], nil
+		case "--", "-":
+			return nil, fmt.Errorf("%q before the command", args[i])
+		}
+		hoisted = append(hoisted, args[i])
+		if !strings.Contains(args[i], "=") && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && !slices.Contains(commands, args[i+1]) {
+			hoisted = append(hoisted, args[i+1])
+			i++
+		}
+		i++
+	}
+	if len(hoisted) == 0 {
+		return args, nil
+	}
+	if i == len(args) {
+		return nil, fmt.Errorf("%s: no command follows", strings.Join(hoisted, " "))
+	}
+	out := append([]string{args[i]}, args[i+1:]...)
+	return append(out, hoisted...), nil
 }
 
 func buildVersion() string {
@@ -149,7 +244,18 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 // serveOptions binds every serve flag onto a service.Config.
 func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o := newOptions("serve")
+	o.summary = `Runs one replica: the HTTP API and callbacks, the Kafka consumer (with --kafka-brokers),
+the executor and the deadline sweeper. Run as many as you like against one database.`
+	o.examples = []string{
+		"rendezvous serve --database-url postgres://rendezvous@db:5432/rendezvous --kafka-brokers kafka:9092",
+		"DATABASE_URL=postgres://… RENDEZVOUS_HTTP_ADDR=:8081 rendezvous serve --log-format text",
+	}
+	o.inSection("Database and logging")
 	c.bind(o)
+	o.Bool(noMigrate, "no-migrate", "RENDEZVOUS_NO_MIGRATE", false, "do not apply migrations at start")
+	var conns int
+	o.Int(&conns, "db-max-conns", "RENDEZVOUS_DB_MAX_CONNS", service.DBMaxConnsDefault, "database pool size of this replica")
+	o.inSection("HTTP API and callbacks")
 	o.String(&cfg.HTTPAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", service.HTTPAddrDefault, "listen address of the HTTP API and callbacks")
 	o.String(&cfg.AdminAddr, "admin-addr", "RENDEZVOUS_ADMIN_ADDR", "", "when set, the API, web view, OpenAPI document, schemas and metrics listen here and --http-addr serves only callbacks and probes")
 	o.String(&cfg.Auth.BootstrapToken, "bootstrap-token", "RENDEZVOUS_BOOTSTRAP_TOKEN", "", "admin bearer token that needs no database row, to create the others (prefer the variable: flags show in process lists)")
@@ -163,9 +269,7 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Strings(&cfg.Callbacks.Secrets, "callback-secret", "RENDEZVOUS_CALLBACK_SECRET", "Standard Webhooks secrets (whsec_…); when set, callbacks must be signed")
 	var maxBody int
 	o.Int(&maxBody, "callback-max-bytes", "RENDEZVOUS_CALLBACK_MAX_BYTES", callbacks.MaxBodyBytesDefault, "largest accepted callback body")
-	o.Bool(noMigrate, "no-migrate", "RENDEZVOUS_NO_MIGRATE", false, "do not apply migrations at start")
-	var conns int
-	o.Int(&conns, "db-max-conns", "RENDEZVOUS_DB_MAX_CONNS", service.DBMaxConnsDefault, "database pool size of this replica")
+	o.inSection("Executor")
 	o.Int(&cfg.Executor.Workers, "workers", "RENDEZVOUS_WORKERS", executor.WorkersDefault, "nodes run at once by this replica")
 	o.Int(&cfg.Executor.OutboxWorkers, "outbox-workers", "RENDEZVOUS_OUTBOX_WORKERS", executor.OutboxWorkersDefault, "correlated calls sent at once by this replica")
 	o.Int(&cfg.Executor.OutboxMaxAttempts, "outbox-max-attempts", "RENDEZVOUS_OUTBOX_MAX_ATTEMPTS", executor.OutboxMaxAttemptsDefault, "sends of a correlated call before it fails")
@@ -174,10 +278,12 @@ func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
 	o.Duration(&cfg.Executor.ShutdownTimeout, "shutdown-timeout", "RENDEZVOUS_SHUTDOWN_TIMEOUT", executor.ShutdownTimeoutDefault, "how long SIGTERM waits for in-flight work")
 	o.Duration(&cfg.Executor.Retention, "retention", "RENDEZVOUS_RETENTION", executor.RetentionDefault, "how long finished executions and waits are kept (negative: forever)")
 	o.Duration(&cfg.Executor.RetentionInterval, "retention-interval", "RENDEZVOUS_RETENTION_INTERVAL", executor.RetentionIntervalDefault, "how often one replica purges what retention no longer keeps")
+	o.inSection("Deadlines and events")
 	o.Int(&cfg.Aggregator.SweepWorkers, "sweep-workers", "RENDEZVOUS_SWEEP_WORKERS", aggregator.SweepWorkersDefault, "deadline sweeper transactions in flight when many deadlines are due together")
 	o.Duration(&cfg.Aggregator.SweepMaxSleep, "sweep-max-sleep", "RENDEZVOUS_SWEEP_MAX_SLEEP", aggregator.SweepMaxSleepDefault, "longest the deadline sweeper sleeps without looking (waits registered by other replicas)")
 	o.Int(&cfg.Aggregator.MaxWaitersPerType, "max-waiters-per-type", "RENDEZVOUS_MAX_WAITERS_PER_TYPE", aggregator.MaxWaitersPerTypeDefault, "open waits one payload-match type (Kafka topic and event type) may have; registering one more fails its node")
 	o.Int(&cfg.Aggregator.UnmatchedRetention, "unmatched-retention", "RENDEZVOUS_UNMATCHED_RETENTION", aggregator.UnmatchedRetentionDefault, "unmatched events kept for GET /api/v1/events/unmatched (the newest)")
+	o.inSection("Kafka")
 	kafkaAfter := bindKafka(o, &cfg.Kafka)
 	o.after = func() {
 		kafkaAfter()
@@ -192,6 +298,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
+	o.help = stderr
 	if err := o.parse(args); err != nil {
 		return err
 	}
@@ -213,6 +320,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 func migrate(ctx context.Context, args []string, stderr io.Writer) error {
 	var c common
 	o := newOptions("migrate")
+	o.summary = "Applies the database migrations and exits; serve applies them at start unless --no-migrate."
+	o.examples = []string{"rendezvous migrate --database-url postgres://rendezvous@db:5432/rendezvous"}
+	o.help = stderr
 	c.bind(o)
 	if err := o.parse(args); err != nil {
 		return err

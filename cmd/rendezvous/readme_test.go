@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,31 +16,32 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
-// README's configuration reference is generated from the commands' own options, between
-// these markers, so that it cannot drift from the code: the test fails when it is out of
-// date, and rewrites it with UPDATE_README=1.
+// The configuration reference (docs/configuration.md) is generated from the commands'
+// own options, between these markers, so that it cannot drift from the code: the test
+// fails when it is out of date, and rewrites it with UPDATE_DOCS=1.
 const (
+	referenceFile  = "docs/configuration.md"
 	referenceBegin = "<!-- config-reference:begin -->"
 	referenceEnd   = "<!-- config-reference:end -->"
-	referenceCmd   = "UPDATE_README=1 go test ./cmd/rendezvous -run TestREADMEConfigReference"
+	referenceCmd   = "UPDATE_DOCS=1 go test ./cmd/rendezvous -run TestConfigReference"
 )
 
-func TestREADMEConfigReference(t *testing.T) {
+func TestConfigReference(t *testing.T) {
 	t.Parallel()
 	want := configReference(t, releaseBinary(t))
-	path := filepath.Join(repoRoot, "README.md")
+	path := filepath.Join(repoRoot, referenceFile)
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	readme := string(raw)
-	begin, end := strings.Index(readme, referenceBegin), strings.Index(readme, referenceEnd)
-	require.True(t, begin >= 0 && end > begin, "README.md: %s … %s markers", referenceBegin, referenceEnd)
+	doc := string(raw)
+	begin, end := strings.Index(doc, referenceBegin), strings.Index(doc, referenceEnd)
+	require.True(t, begin >= 0 && end > begin, "%s: %s … %s markers", referenceFile, referenceBegin, referenceEnd)
 	begin += len(referenceBegin)
-	if os.Getenv("UPDATE_README") != "" {
-		require.NoError(t, os.WriteFile(path, []byte(readme[:begin]+want+readme[end:]), 0o644))
+	if os.Getenv("UPDATE_DOCS") != "" {
+		require.NoError(t, os.WriteFile(path, []byte(doc[:begin]+want+doc[end:]), 0o644))
 		return
 	}
-	if got := readme[begin:end]; got != want {
-		t.Fatalf("README.md: the configuration reference is out of date (%s); run\n  %s", firstDifference(want, got), referenceCmd)
+	if got := doc[begin:end]; got != want {
+		t.Fatalf("%s: the configuration reference is out of date (%s); run\n  %s", referenceFile, firstDifference(want, got), referenceCmd)
 	}
 }
 
@@ -70,7 +73,7 @@ func configReference(t *testing.T, bin string) string {
 	order := append([]string{"serve"}, slices.DeleteFunc(commandNames(), func(c string) bool { return c == "serve" })...)
 	for _, c := range order {
 		opts := commandHelp(t, bin, c)
-		fmt.Fprintf(&b, "\n#### `rendezvous %s`\n\n", c)
+		fmt.Fprintf(&b, "\n## `rendezvous %s`\n\n", c)
 		if len(opts) == 0 {
 			b.WriteString("No flags.\n")
 			continue
@@ -79,9 +82,26 @@ func configReference(t *testing.T, bin string) string {
 			b.WriteString("Every flag of `rendezvous serve`, and:\n\n")
 			opts = slices.DeleteFunc(opts, func(o helpOption) bool { return slices.Contains(serve, o) })
 		}
-		b.WriteString("| flag | env | default | description |\n|---|---|---|---|\n")
+		// One table per topic of -h, in its order, titled when there are several.
+		var sections []string
 		for _, o := range opts {
-			fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", o.Flag, code(o.Env), code(o.Default), markdownText(o.Usage))
+			if !slices.Contains(sections, o.Section) {
+				sections = append(sections, o.Section)
+			}
+		}
+		for i, sec := range sections {
+			if len(sections) > 1 {
+				if i > 0 {
+					b.WriteString("\n")
+				}
+				fmt.Fprintf(&b, "**%s**\n\n", sec)
+			}
+			b.WriteString("| flag | env | default | description |\n|---|---|---|---|\n")
+			for _, o := range opts {
+				if o.Section == sec {
+					fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", o.Flag, code(o.Env), code(o.Default), markdownText(o.Usage))
+				}
+			}
 		}
 	}
 	b.WriteString("\n")
@@ -118,7 +138,7 @@ func TestHelpMatchesOptions(t *testing.T) {
 	asHelp := func(o *options) []helpOption {
 		var out []helpOption
 		for _, p := range o.opts {
-			out = append(out, helpOption{Flag: p.Flag, Env: p.Env, Default: p.Default, Usage: p.Usage})
+			out = append(out, helpOption{Flag: p.Flag, Env: p.Env, Default: p.Default, Usage: p.Usage, Section: p.Section})
 		}
 		return out
 	}
@@ -129,4 +149,110 @@ func TestHelpMatchesOptions(t *testing.T) {
 	var rawURL, addr string
 	var timeout time.Duration
 	require.ElementsMatch(t, asHelp(healthcheckOptions(&rawURL, &addr, &timeout)), commandHelp(t, bin, "healthcheck"))
+}
+
+// The README's walkthrough is run as written: every sh block between these markers, in
+// order, against a dev process, so that a change of the CLI, the examples or dev that
+// breaks it fails here rather than for a newcomer.
+const (
+	walkthroughBegin = "<!-- walkthrough:begin"
+	walkthroughEnd   = "<!-- walkthrough:end -->"
+)
+
+// readOnlyCommand matches the walkthrough's commands that only read: one of them that
+// fails is run again for a while, as a person would who ran it a moment too early (the
+// wait of an execution just started is registered by the executor, not by the start).
+// Commands that change something run once.
+var readOnlyCommand = regexp.MustCompile(`^(\w+=\$\()?bin/rendezvous (workflows|executions|waits|events) (get|list|unmatched)\b`)
+
+// walkthroughCommands returns the commands of the README's walkthrough: the lines of
+// its sh blocks, continuation lines joined, blank lines left out.
+func walkthroughCommands(t *testing.T, readme string) []string {
+	t.Helper()
+	begin, end := strings.Index(readme, walkthroughBegin), strings.Index(readme, walkthroughEnd)
+	require.True(t, begin >= 0 && end > begin, "README.md: %s … %s markers", walkthroughBegin, walkthroughEnd)
+	var cmds []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(readme[begin:end], -1) {
+		cur := ""
+		for line := range strings.SplitSeq(m[1], "\n") {
+			if cont, ok := strings.CutSuffix(line, `\`); ok {
+				cur += cont
+				continue
+			}
+			if cur += line; strings.TrimSpace(cur) != "" {
+				cmds = append(cmds, cur)
+			}
+			cur = ""
+		}
+	}
+	return cmds
+}
+
+func TestREADMEWalkthrough(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	require.NoError(t, err)
+	cmds := walkthroughCommands(t, string(raw))
+	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough's commands")
+	// What the README asks a reader to install; missing, the test fails rather than
+	// passing without having run the walkthrough.
+	for _, tool := range []string{"bash", "jq", "kcat"} {
+		_, err := exec.LookPath(tool)
+		require.NoError(t, err, "the README's walkthrough uses %s: install it with `make deps` (Debian)", tool)
+	}
+	d := startDev(t)
+
+	// The commands run in one bash, as typed, from a folder holding what a checkout
+	// holds after make build: bin/rendezvous and the examples. Only the addresses differ:
+	// this dev listens on ports of its own.
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(d.bin, filepath.Join(dir, "bin", "rendezvous")))
+	examplesDir, err := filepath.Abs(filepath.Join(repoRoot, "examples"))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(examplesDir, filepath.Join(dir, "examples")))
+	host := strings.TrimPrefix(d.server, "http://")
+	addrs := strings.NewReplacer("127.0.0.1:9092", d.broker, "localhost:8080", host, "127.0.0.1:8080", host)
+
+	var script strings.Builder
+	script.WriteString("set -o pipefail\n")
+	script.WriteString(`retry() { for _ in $(seq 300); do "$1" 2>/dev/null && return 0; sleep 0.1; done; "$1"; }` + "\n")
+	starts := 0
+	for i, c := range cmds {
+		c = addrs.Replace(c)
+		fmt.Fprintf(&script, "step%d() {\n%s\n}\necho '$ %s'\n", i, c, strings.ReplaceAll(c, "'", `'\''`))
+		if readOnlyCommand.MatchString(c) {
+			fmt.Fprintf(&script, "retry step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
+		} else {
+			fmt.Fprintf(&script, "step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
+		}
+		starts += strings.Count(c, "bin/rendezvous executions start ")
+	}
+	cmd := exec.Command("bash", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "RENDEZVOUS_SERVER="+d.server)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the walkthrough failed:\n%s\ndev:\n%s", out, d.logs.String())
+
+	// What the walkthrough says happens: each execution it started ran to its end —
+	// completed, or cancelled by its last step.
+	var execs []struct{ ID, Workflow, Status string }
+	require.Eventually(t, func() bool {
+		d.cliJSON(t, &execs, "executions", "list")
+		for _, e := range execs {
+			if e.Status != "completed" && e.Status != "cancelled" {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "executions after the walkthrough: %+v\n%s", &execs, out)
+	require.Len(t, execs, starts, "%s", out)
+	cancelled := 0
+	for _, e := range execs {
+		if e.Status == "cancelled" {
+			cancelled++
+		}
+	}
+	require.Equal(t, 1, cancelled, "%+v", execs)
+	require.Regexp(t, `(?m)^Status:\s+completed$`, string(out), "the output the walkthrough shows")
 }

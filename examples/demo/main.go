@@ -1,5 +1,6 @@
 // Command demo plays an external service against a running rendezvous: it stores the
-// example definition pointing at itself, starts executions, answers every correlated
+// example definition under a name of its own (order-approval-demo), pointing at itself,
+// so that the order-approval that rendezvous dev loaded is left as it was; starts executions, answers every correlated
 // call with a callback (in random order, some twice), and reports when every execution
 // has completed and how often each continuation reached it.
 //
@@ -25,16 +26,18 @@ type pending struct{ Exec, Corr string }
 
 func main() {
 	server := flag.String("server", "http://127.0.0.1:8080", "rendezvous HTTP address")
-	listen := flag.String("listen", "127.0.0.1:9090", "where this fake external service listens")
+	// Not 9090: rendezvous dev's stand-in for the examples' service listens there.
+	listen := flag.String("listen", "127.0.0.1:9091", "where this fake external service listens")
+	name := flag.String("name", "order-approval-demo", "workflow name to store the definition under; its own, so that the example dev loaded keeps working after the demo exits")
 	n := flag.Int("n", 200, "executions to start")
 	def := flag.String("definition", "examples/order-approval.json", "definition to store (its vars.serviceUrl is pointed at -listen)")
 	flag.Parse()
-	if err := run(*server, *listen, *def, *n); err != nil {
+	if err := run(*server, *listen, *def, *name, *n); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(server, listen, defPath string, n int) error {
+func run(server, listen, defPath, name string, n int) error {
 	var mu sync.Mutex
 	calls := make(chan pending, n)
 	notified := map[string]int{}
@@ -68,7 +71,7 @@ func run(server, listen, defPath string, n int) error {
 		return err
 	}
 	def["vars"] = map[string]any{"serviceUrl": "http://" + listen, "token": "demo"}
-	name := def["name"].(string)
+	def["name"] = name
 	if code, body := call("PUT", server+"/api/v1/workflows/"+name, def); code >= 300 {
 		return fmt.Errorf("store definition: %d %s", code, body)
 	}

@@ -1,12 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -273,4 +275,34 @@ func (c *Client) UnmatchedEvents(ctx context.Context, reason string, p PageReque
 	q := url.Values{}
 	setIf(q, "reason", reason)
 	return list[UnmatchedEvent](ctx, c, "/api/v1/events/unmatched", q, p)
+}
+
+// OpenWaitStatuses are the statuses of a wait that has not ended.
+var OpenWaitStatuses = []string{StatusWaiting, StatusScheduled}
+
+// CollectOpenWaits lists the open waits that f selects (its Status is replaced), up to
+// max (0: all), longest-waiting first as the API orders every listing; more says that
+// more follow. The API filters by one status at a time, so each open status is listed
+// and the lists are merged.
+func (c *Client) CollectOpenWaits(ctx context.Context, f WaitFilter, max int) (items []WaitState, more bool, err error) {
+	for _, status := range OpenWaitStatuses {
+		f.Status = status
+		got, gotMore, err := Collect(ctx, max, func(ctx context.Context, p PageRequest) (*Page[WaitState], error) {
+			return c.WaitStates(ctx, f, p)
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		items, more = append(items, got...), more || gotMore
+	}
+	slices.SortStableFunc(items, func(a, b WaitState) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	if max > 0 && len(items) > max {
+		return items[:max], true, nil
+	}
+	return items, more, nil
 }

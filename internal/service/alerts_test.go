@@ -135,7 +135,7 @@ func TestAlertRules(t *testing.T) {
 			require.Positive(t, metrics, "%s watches no metric", r.Alert)
 		}
 	}
-	// The monitoring alerts of the design, and the Kafka intake's, each present.
+	// The documented alerts, each present.
 	require.ElementsMatch(t, []string{"RendezvousHighTimeoutRate", "RendezvousStaleWaits",
 		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors",
 		"RendezvousKafkaPartitionStalled", "RendezvousDeadLetterWriteFailures"}, alerts)

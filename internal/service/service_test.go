@@ -115,7 +115,7 @@ func doJSON(t *testing.T, method, url string, body any, hdr map[string]string) (
 	return resp.StatusCode, out
 }
 
-// TestReplicasResumeExactlyOnce is the "done when" scenario with three replicas:
+// TestReplicasResumeExactlyOnce is the exactly-once scenario with three replicas:
 // 200 executions, callbacks in random order to random replicas, some twice; every
 // execution completes with its aggregated output and each wait resumes exactly once.
 func TestReplicasResumeExactlyOnce(t *testing.T) {

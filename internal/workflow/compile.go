@@ -285,7 +285,8 @@ func (c *compiler) cycles(nodes []Node, graph map[string][]string) {
 	}
 }
 
-// checkJSON reports malformed JSON with the byte offset of the problem.
+// checkJSON reports malformed JSON with the line and column of the problem (both from
+// 1, the column in bytes, as editors and compilers count) and its byte offset.
 func checkJSON(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var v json.RawMessage
@@ -293,18 +294,28 @@ func checkJSON(raw []byte) error {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &se):
-			return fmt.Errorf("malformed JSON at offset %d: %s", se.Offset, se.Error())
+			// The offset counts the byte the decoder stopped at.
+			return malformed(raw, int(se.Offset)-1, se.Error())
 		case errors.Is(err, io.EOF):
-			return errors.New("malformed JSON at offset 0: empty document")
+			return malformed(raw, 0, "empty document")
 		case errors.Is(err, io.ErrUnexpectedEOF):
-			return fmt.Errorf("malformed JSON at offset %d: unexpected end of input", len(raw))
+			return malformed(raw, len(raw), "unexpected end of input")
 		}
-		return fmt.Errorf("malformed JSON at offset %d: %s", dec.InputOffset(), err)
+		return malformed(raw, int(dec.InputOffset()), err.Error())
 	}
-	off := dec.InputOffset()
+	off := int(dec.InputOffset())
 	var extra json.RawMessage
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("malformed JSON at offset %d: unexpected data after the top-level value", off)
+		rest := bytes.TrimLeft(raw[off:], " \t\r\n")
+		return malformed(raw, len(raw)-len(rest), "unexpected data after the top-level value")
 	}
 	return nil
+}
+
+// malformed words a syntax error at byte index at of raw.
+func malformed(raw []byte, at int, msg string) error {
+	at = max(min(at, len(raw)), 0)
+	line := 1 + bytes.Count(raw[:at], []byte("\n"))
+	col := at - bytes.LastIndexByte(raw[:at], '\n')
+	return fmt.Errorf("malformed JSON at line %d, column %d (offset %d): %s", line, col, at, msg)
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/rendezvous-run/rendezvous/internal/suggest"
 )
 
 // The JSON Schemas in schema/ are the single statement of a definition's
@@ -180,8 +182,13 @@ func (s *schemaSet) collect(e *jsonschema.ValidationError, root any, base string
 			*out = append(*out, FieldError{Path: childPath(path, p), Message: fmt.Sprintf("required when %s is set", k.Prop)})
 		}
 	case *kind.AdditionalProperties:
+		known := s.properties(e.SchemaURL)
 		for _, p := range k.Properties {
-			*out = append(*out, FieldError{Path: childPath(path, p), Message: "unknown field"})
+			msg := "unknown field"
+			if near := suggest.Closest(p, known); near != "" {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
+			*out = append(*out, FieldError{Path: childPath(path, p), Message: msg})
 		}
 	default:
 		*out = append(*out, FieldError{Path: path, Message: s.message(e)})
@@ -298,6 +305,28 @@ func (s *schemaSet) keyword(schemaURL, kw string) string {
 	sub, _ := s.lookup(schemaURL).(map[string]any)
 	m, _ := sub[kw].(string)
 	return m
+}
+
+// properties names, sorted, the properties declared by the schema at schemaURL (the
+// location of a failed additionalProperties), its allOf branches included: the fields a
+// misspelled one was probably meant to be.
+func (s *schemaSet) properties(schemaURL string) []string {
+	schemaURL = strings.TrimSuffix(schemaURL, "/additionalProperties")
+	sub, _ := s.lookup(schemaURL).(map[string]any)
+	parts := []any{sub}
+	if all, ok := sub["allOf"].([]any); ok {
+		parts = append(parts, all...)
+	}
+	var names []string
+	for _, part := range parts {
+		m, _ := part.(map[string]any)
+		props, _ := m["properties"].(map[string]any)
+		for name := range props {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // lookup resolves an absolute schema location ("…/http.json#/properties/url")

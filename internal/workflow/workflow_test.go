@@ -238,10 +238,11 @@ func TestCompileErrors(t *testing.T) {
 		def  string
 		want []string // every error, in order
 	}{
-		{name: "malformed JSON", def: `{"name": "x",}`, want: []string{`malformed JSON at offset 14: invalid character '}' looking for beginning of object key string`}},
-		{name: "truncated JSON", def: `{"name": "x"`, want: []string{`malformed JSON at offset 12: unexpected end of input`}},
-		{name: "empty input", def: ``, want: []string{`malformed JSON at offset 0: empty document`}},
-		{name: "trailing data", def: `{"name": "x", "nodes": []} {}`, want: []string{`malformed JSON at offset 26: unexpected data after the top-level value`}},
+		{name: "malformed JSON", def: `{"name": "x",}`, want: []string{`malformed JSON at line 1, column 14 (offset 13): invalid character '}' looking for beginning of object key string`}},
+		{name: "malformed JSON on line 3", def: "{\n  \"name\": \"x\",\n}", want: []string{`malformed JSON at line 3, column 1 (offset 17): invalid character '}' looking for beginning of object key string`}},
+		{name: "truncated JSON", def: `{"name": "x"`, want: []string{`malformed JSON at line 1, column 13 (offset 12): unexpected end of input`}},
+		{name: "empty input", def: ``, want: []string{`malformed JSON at line 1, column 1 (offset 0): empty document`}},
+		{name: "trailing data", def: `{"name": "x", "nodes": []} {}`, want: []string{`malformed JSON at line 1, column 28 (offset 27): unexpected data after the top-level value`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -436,4 +437,18 @@ func TestParseDuration(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tt.want, d)
 	}
+}
+
+// TestUnknownFieldSuggestion: a misspelled field names the closest property its schema
+// declares at that place; a field like none of them gets no guess.
+func TestUnknownFieldSuggestion(t *testing.T) {
+	t.Parallel()
+	errs := compileErrs2(t, `{"name": "w", "edge": [], "nodes": [{"id": "wait", "type": "wait_events", "data": {
+		"apiCall": {"url": "http://x", "method": "POST", "requierd": true},
+		"aggregationStrategie": "all", "timout": 30, "color": "red"}}]}`, nil)
+	require.Contains(t, errs, `edge: unknown field; did you mean "edges"?`)
+	require.Contains(t, errs, `nodes[0].data.apiCall.requierd: unknown field; did you mean "required"?`)
+	require.Contains(t, errs, `nodes[0].data.aggregationStrategie: unknown field; did you mean "aggregationStrategy"?`)
+	require.Contains(t, errs, `nodes[0].data.timout: unknown field; did you mean "timeout"?`)
+	require.Contains(t, errs, `nodes[0].data.color: unknown field`)
 }
