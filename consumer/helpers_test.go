@@ -29,6 +29,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -172,12 +173,12 @@ func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc
 
 // startProxied starts a replica as start does, reaching PostgreSQL through a proxy the
 // test can cut.
-func (e *env) startProxied(t *testing.T, id string) (*svc, *dbtest.Proxy) {
+func (e *env) startProxied(t *testing.T, id string) (*svc, *pgproxy.Proxy) {
 	t.Helper()
-	target, err := dbtest.HostPort(e.schema.URL)
+	target, err := pgproxy.HostPort(e.schema.URL)
 	require.NoError(t, err)
 	proxy := dbtest.StartProxy(t, target)
-	return e.start(t, id, func(c *service.Config) { c.DatabaseURL = dbtest.ProxiedURL(e.schema.URL, proxy.Addr()) }), proxy
+	return e.start(t, id, func(c *service.Config) { c.DatabaseURL = pgproxy.ProxiedURL(e.schema.URL, proxy.Addr()) }), proxy
 }
 
 // noKafka runs a replica without a consumer.

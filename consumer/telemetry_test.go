@@ -24,6 +24,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -305,12 +306,12 @@ func TestTelemetryPoisonRecord(t *testing.T) {
 func TestTelemetryDatabaseErrors(t *testing.T) {
 	t.Parallel()
 	limit(t)
-	var proxy *dbtest.Proxy
+	var proxy *pgproxy.Proxy
 	te := setupTelemetry(t, func(e *env) string {
-		target, err := dbtest.HostPort(e.schema.URL)
+		target, err := pgproxy.HostPort(e.schema.URL)
 		require.NoError(t, err)
 		proxy = dbtest.StartProxy(t, target)
-		return dbtest.ProxiedURL(e.schema.URL, proxy.Addr())
+		return pgproxy.ProxiedURL(e.schema.URL, proxy.Addr())
 	}, func(c *consumer.Config) {
 		c.TopicRefresh = time.Hour // only applying the record reads the database during the cut
 	})

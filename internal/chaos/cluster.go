@@ -20,11 +20,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
 // Replica settings: short enough that deadlines, takeovers and redeliveries happen within
@@ -143,7 +142,7 @@ type cluster struct {
 	// adminURL reaches the server's administrative database, dbURL the run's database
 	// directly, replicaURL the run's database as replicas see it (through the proxy).
 	adminURL, dbURL, replicaURL string
-	proxy                       *dbtest.Proxy
+	proxy                       *pgproxy.Proxy
 	kafka                       *process
 	kafkaAddr                   string
 	group                       string

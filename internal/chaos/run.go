@@ -14,9 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
 // Run carries out a whole run — setup, the plan, quiescence, the checks, teardown — and
@@ -87,14 +86,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	cl.replicaURL = cl.dbURL
 	if cfg.PGRestart == PGRestartProxy {
-		target, err := dbtest.HostPort(cl.dbURL)
+		target, err := pgproxy.HostPort(cl.dbURL)
 		if err != nil {
 			return nil, err
 		}
-		if cl.proxy, err = dbtest.NewProxy(target); err != nil {
+		if cl.proxy, err = pgproxy.New(target); err != nil {
 			return nil, err
 		}
-		cl.replicaURL = dbtest.ProxiedURL(cl.dbURL, cl.proxy.Addr())
+		cl.replicaURL = pgproxy.ProxiedURL(cl.dbURL, cl.proxy.Addr())
 	}
 	if err := cl.startKafka(ctx); err != nil {
 		return nil, err

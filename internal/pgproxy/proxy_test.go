@@ -1,4 +1,4 @@
-package dbtest_test
+package pgproxy_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 )
 
 func TestMain(m *testing.M) {
@@ -28,19 +29,19 @@ func TestProxiedURL(t *testing.T) {
 		{"postgres://u@localhost/x", "postgres://u@127.0.0.1:40001/x"},
 		{"host=db port=5432 user=u dbname=x", "user=u dbname=x host=127.0.0.1 port=40001"},
 	} {
-		require.Equal(t, tc.want, dbtest.ProxiedURL(tc.in, "127.0.0.1:40001"), tc.in)
+		require.Equal(t, tc.want, pgproxy.ProxiedURL(tc.in, "127.0.0.1:40001"), tc.in)
 	}
 
-	hp, err := dbtest.HostPort("postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	hp, err := pgproxy.HostPort("postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:5432", hp)
-	hp, err = dbtest.HostPort("postgres://u@localhost/x")
+	hp, err = pgproxy.HostPort("postgres://u@localhost/x")
 	require.NoError(t, err)
 	require.Equal(t, "localhost:5432", hp)
-	hp, err = dbtest.HostPort("host=db port=6000 dbname=x")
+	hp, err = pgproxy.HostPort("host=db port=6000 dbname=x")
 	require.NoError(t, err)
 	require.Equal(t, "db:6000", hp)
-	_, err = dbtest.HostPort("dbname=x")
+	_, err = pgproxy.HostPort("dbname=x")
 	require.Error(t, err)
 }
 
@@ -126,12 +127,12 @@ func TestProxyCutRestore(t *testing.T) {
 func TestProxyPostgres(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
-	target, err := dbtest.HostPort(s.URL)
+	target, err := pgproxy.HostPort(s.URL)
 	require.NoError(t, err)
 	p := dbtest.StartProxy(t, target)
 	ctx := context.Background()
 
-	proxied, err := db.Connect(ctx, dbtest.ProxiedURL(s.URL, p.Addr()), 2)
+	proxied, err := db.Connect(ctx, pgproxy.ProxiedURL(s.URL, p.Addr()), 2)
 	require.NoError(t, err)
 	defer proxied.Close()
 	direct, err := db.Connect(ctx, s.URL, 1)
