@@ -40,7 +40,7 @@ func (q *Queries) ExecutionDeleteFinishedBefore(ctx context.Context, db DBTX, ar
 }
 
 const executionGet = `-- name: ExecutionGet :one
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = $1::uuid
 `
 
 func (q *Queries) ExecutionGet(ctx context.Context, db DBTX, id uuid.UUID) (Execution, error) {
@@ -56,12 +56,16 @@ func (q *Queries) ExecutionGet(ctx context.Context, db DBTX, id uuid.UUID) (Exec
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
 
 const executionGetForUpdate = `-- name: ExecutionGetForUpdate :one
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid FOR NO KEY UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = $1::uuid FOR NO KEY UPDATE
 `
 
 // Every change to an execution's graph (advancing, failing, finishing, cancelling)
@@ -83,6 +87,10 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
@@ -90,7 +98,7 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 const executionInsert = `-- name: ExecutionInsert :one
 INSERT INTO executions (id, workflow_name, workflow_version, status, input)
 VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb)
-RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at
+RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
 `
 
 type ExecutionInsertParams struct {
@@ -118,12 +126,16 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
 
 const executionListForUpdate = `-- name: ExecutionListForUpdate :many
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
 `
 
 // Locks in id order, so that batches locking overlapping executions cannot deadlock;
@@ -147,6 +159,10 @@ func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uui
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.FinishedAt,
+			&i.RedriveCount,
+			&i.RedrivenAt,
+			&i.RestartedFrom,
+			&i.RestartedAs,
 		); err != nil {
 			return nil, err
 		}
@@ -156,6 +172,41 @@ func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uui
 		return nil, err
 	}
 	return items, nil
+}
+
+const executionRedrive = `-- name: ExecutionRedrive :one
+UPDATE executions
+SET status = 'running',
+    error = NULL,
+    finished_at = NULL,
+    updated_at = now(),
+    redrive_count = redrive_count + 1,
+    redriven_at = now()
+WHERE id = $1::uuid AND status = 'failed'
+RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
+`
+
+// A failed execution runs again: only a failed one moves, so of two redrives racing on
+// the row lock the second finds it running and changes nothing (no row).
+func (q *Queries) ExecutionRedrive(ctx context.Context, db DBTX, id uuid.UUID) (Execution, error) {
+	row := db.QueryRow(ctx, executionRedrive, id)
+	var i Execution
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowName,
+		&i.WorkflowVersion,
+		&i.Status,
+		&i.Input,
+		&i.Error,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
+	)
+	return i, err
 }
 
 const executionSetStatus = `-- name: ExecutionSetStatus :exec

@@ -52,6 +52,10 @@ type Execution struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      *time.Time
+	RedriveCount    int32
+	RedrivenAt      *time.Time
+	RestartedFrom   *uuid.UUID
+	RestartedAs     *uuid.UUID
 }
 
 type ExecutionEventID struct {

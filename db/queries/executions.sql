@@ -83,3 +83,16 @@ SELECT pg_try_advisory_lock(hashtext(current_schema() || ':rendezvous-retention'
 
 -- name: RetentionUnlock :one
 SELECT pg_advisory_unlock(hashtext(current_schema() || ':rendezvous-retention'));
+
+-- name: ExecutionRedrive :one
+-- A failed execution runs again: only a failed one moves, so of two redrives racing on
+-- the row lock the second finds it running and changes nothing (no row).
+UPDATE executions
+SET status = 'running',
+    error = NULL,
+    finished_at = NULL,
+    updated_at = now(),
+    redrive_count = redrive_count + 1,
+    redriven_at = now()
+WHERE id = @id::uuid AND status = 'failed'
+RETURNING *;

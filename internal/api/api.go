@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -26,9 +27,10 @@ import (
 // maxDefinitionBytes bounds a definition or an execution input.
 const maxDefinitionBytes = 4 << 20
 
-// Register adds the API routes, and the OpenAPI document describing them, to e.
-func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator) {
-	h := &handlers{ex: ex, agg: agg}
+// Register adds the API routes, and the OpenAPI document describing them, to e. logger
+// receives a line per recovery action.
+func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, logger *slog.Logger) {
+	h := &handlers{ex: ex, agg: agg, logger: logger}
 	e.GET("/api/v1/workflows", h.listWorkflows)
 	// Echo tries the static segment first and falls back to :name for other methods, so
 	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
@@ -45,12 +47,14 @@ func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator) {
 	e.GET("/api/v1/events/dead-letters", h.listDeadLetters)
 	e.GET("/api/v1/wait-states", h.listWaitStates)
 	e.GET("/api/v1/wait-states/:id", h.getWaitState)
+	h.recoveryRoutes(e)
 	e.GET(OpenAPIPath, serveOpenAPI)
 }
 
 type handlers struct {
-	ex  *executor.Executor
-	agg *aggregator.Aggregator
+	ex     *executor.Executor
+	agg    *aggregator.Aggregator
+	logger *slog.Logger
 }
 
 func readBody(c echo.Context) ([]byte, error) {

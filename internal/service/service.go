@@ -221,7 +221,7 @@ func (s *Service) init(ctx context.Context) error {
 			}
 			return false
 		})))
-	api.Register(e, ex, agg)
+	api.Register(e, ex, agg, s.logger.With("instance_id", cfg.InstanceID))
 	api.RegisterSchemas(e)
 	ui.Register(e)
 	cb.Register(e)

@@ -1,0 +1,18 @@
+-- +goose Up
+
+-- Recovery. A failed execution can be redriven: it continues from its failed nodes, and
+-- counts how often that happened and when it last did. An execution can be restarted as
+-- a new one of the same workflow; the two are linked both ways, so an operator can follow
+-- the line from either end. No foreign keys: retention purges each on its own.
+ALTER TABLE executions
+    ADD COLUMN redrive_count  integer     NOT NULL DEFAULT 0,
+    ADD COLUMN redriven_at    timestamptz,
+    ADD COLUMN restarted_from uuid,
+    ADD COLUMN restarted_as   uuid;
+
+-- +goose Down
+ALTER TABLE executions
+    DROP COLUMN restarted_as,
+    DROP COLUMN restarted_from,
+    DROP COLUMN redriven_at,
+    DROP COLUMN redrive_count;
