@@ -16,9 +16,9 @@ import (
 func executionsGroup() *cliGroup {
 	return &cliGroup{
 		name:  "executions",
-		about: "Start executions of stored workflows, see their nodes and waits, cancel them.",
+		about: "Start executions of stored workflows, see their nodes and waits, cancel and redrive them.",
 		commands: []*cliCommand{
-			executionsStart(), executionsList(), executionsGet(), executionsCancel(),
+			executionsStart(), executionsList(), executionsGet(), executionsCancel(), executionsRedrive(),
 		},
 	}
 }
@@ -179,6 +179,51 @@ failed one cannot be cancelled (409, exit status 1). Prints the execution afterw
 	}
 }
 
+func executionsRedrive() *cliCommand {
+	return &cliCommand{
+		name: "redrive", args: "ID", nargs: 1,
+		summary: "continue a failed execution from its failed nodes",
+		help: `Continues a failed execution from where it failed: completed nodes keep their
+outputs, failed nodes run again, and a wait that timed out or failed opens again with
+the events it recorded and fresh deadlines (its correlated call is sent again only when
+the call was what failed). An execution that is not failed is refused (409, exit
+status 1); of two operators redriving at once, one wins. Prints what each node does
+now.`,
+		examples: []string{
+			"rendezvous executions redrive 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
+			"rendezvous executions list --status failed --workflow order-approval -o json | jq -r '.[].id' | xargs -n1 rendezvous executions redrive",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			return func(ctx context.Context, cl *cli, args []string) error {
+				id, err := parseID("execution id", args[0])
+				if err != nil {
+					return err
+				}
+				r, err := cl.api.Redrive(ctx, id)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, r.Raw)
+				}
+				kv := newTable(cl.stdout)
+				kv.row("Execution:", r.ExecutionID.String())
+				kv.row("Status:", r.Status)
+				kv.row("Redrives:", strconv.Itoa(int(r.RedriveCount)))
+				if err := kv.flush(); err != nil {
+					return err
+				}
+				fmt.Fprintln(cl.stdout)
+				t := newTable(cl.stdout, "NODE", "ACTION")
+				for _, n := range r.Nodes {
+					t.row(n.ID, n.Action)
+				}
+				return t.flush()
+			}
+		},
+	}
+}
+
 // showExecution prints an execution: JSON as the server sent it, or its fields, a
 // table of its nodes and one of its waits.
 func (cl *cli) showExecution(e *client.Execution) error {
@@ -199,6 +244,15 @@ func (cl *cli) showExecution(e *client.Execution) error {
 		kv.row("Finished:", when(e.FinishedAt, now))
 	}
 	kv.row("Input:", compactJSON(e.Input))
+	if e.RedriveCount > 0 {
+		kv.row("Redrives:", strconv.Itoa(int(e.RedriveCount))+" (last "+when(e.RedrivenAt, now)+")")
+	}
+	if e.RestartedFrom != nil {
+		kv.row("Restarts:", e.RestartedFrom.String())
+	}
+	if e.RestartedAs != nil {
+		kv.row("Restarted as:", e.RestartedAs.String())
+	}
 	if err := kv.flush(); err != nil {
 		return err
 	}

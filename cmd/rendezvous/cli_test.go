@@ -325,6 +325,18 @@ func TestCLIWalkthrough(t *testing.T) {
 	f.jsonOut(t, &view, "executions", "get", cancelledWait)
 	require.Equal(t, "failed", view.Status)
 	require.Equal(t, "cancelled", view.Waits[0].Status)
+
+	// The operator thinks better of it: a redrive opens the wait again. Again is refused.
+	out = f.ok(t, "executions", "redrive", cancelledWait)
+	require.Regexp(t, `(?m)^Status:\s+waiting$`, out)
+	require.Regexp(t, `(?m)^Redrives:\s+1$`, out)
+	require.Equal(t, []string{"request_approval", "reopened"}, row(t, section(t, out, "NODE"), "request_approval"))
+	out = f.ok(t, "executions", "get", cancelledWait)
+	require.Regexp(t, `(?m)^Redrives:\s+1 \(last .+\)$`, out)
+	require.Equal(t, "waiting", row(t, section(t, out, "WAIT"), "request_approval")[1])
+	r = f.rendezvous(t, "", "executions", "redrive", cancelledWait)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 execution-not-failed: .+\n$`, r.stderr)
 }
 
 // TestCLIServerErrors: what the API refuses, one line each on stderr, exit status 1.

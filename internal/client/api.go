@@ -187,6 +187,16 @@ func (c *Client) CancelExecution(ctx context.Context, id uuid.UUID, reason strin
 	return &out, nil
 }
 
+// Redrive continues a failed execution from its failed nodes. An execution that is not
+// failed is refused with 409 execution-not-failed.
+func (c *Client) Redrive(ctx context.Context, id uuid.UUID) (*Redriven, error) {
+	var out Redriven
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/"+id.String()+"/redrive", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // What the execution does after one of its waits is cancelled.
 const (
 	ThenFail     = "fail"

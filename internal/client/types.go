@@ -114,9 +114,39 @@ type Execution struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      *time.Time      `json:"finished_at,omitempty"`
-	Nodes           []Node          `json:"nodes"`
-	Waits           []WaitState     `json:"wait_states"`
-	Raw             json.RawMessage `json:"-"`
+	// RedriveCount is how often the execution was redriven, RedrivenAt when last.
+	RedriveCount int32      `json:"redrive_count"`
+	RedrivenAt   *time.Time `json:"redriven_at,omitempty"`
+	// RestartedFrom is the execution this one restarts; RestartedAs the one that
+	// restarted it.
+	RestartedFrom *uuid.UUID      `json:"restarted_from,omitempty"`
+	RestartedAs   *uuid.UUID      `json:"restarted_as,omitempty"`
+	Nodes         []Node          `json:"nodes"`
+	Waits         []WaitState     `json:"wait_states"`
+	Raw           json.RawMessage `json:"-"`
+}
+
+// Redriven is the answer to a redrive: the execution's status and redrive count after
+// it, and what it did with each node it set going again.
+type Redriven struct {
+	ExecutionID  uuid.UUID       `json:"execution_id"`
+	Status       string          `json:"status"`
+	RedriveCount int32           `json:"redrive_count"`
+	Nodes        []RedrivenNode  `json:"nodes"`
+	Raw          json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Redriven) UnmarshalJSON(b []byte) error {
+	type plain Redriven
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// RedrivenNode is one node a redrive set going: Action is run (queued to run again),
+// reopened (its wait opened again) or call_resent (reopened, its call sent again).
+type RedrivenNode struct {
+	ID     string `json:"id"`
+	Action string `json:"action"`
 }
 
 // UnmarshalJSON decodes the object and keeps it in Raw.

@@ -455,6 +455,21 @@ func TestOpenAPIResponses(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	call("POST", "/api/v1/executions/{id}/cancel", "/api/v1/executions/"+done+"/cancel", map[string]any{"reason": "late"}, http.StatusConflict)
 	call("POST", "/api/v1/executions/{id}/cancel", "/api/v1/executions/"+other+"/cancel", nil, http.StatusOK)
+
+	// A redrive: refused for an execution that did not fail, then of one whose wait an
+	// operator failed.
+	redrive := "/api/v1/executions/{id}/redrive"
+	call("POST", redrive, "/api/v1/executions/"+other+"/redrive", nil, http.StatusConflict)
+	call("POST", redrive, "/api/v1/executions/"+uuid.NewString()+"/redrive", nil, http.StatusNotFound)
+	call("POST", redrive, "/api/v1/executions/e-1/redrive", nil, http.StatusBadRequest)
+	failing := call("POST", "/api/v1/workflows/{name}/executions", "/api/v1/workflows/orders/executions", nil, http.StatusCreated).json["id"].(string)
+	require.Eventually(t, func() bool {
+		w := call("GET", "/api/v1/wait-states", "/api/v1/wait-states?status=waiting&execution="+failing, nil, http.StatusOK)
+		return len(w.json["items"].([]any)) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	call("POST", "/api/v1/executions/{id}/waits/{node}/cancel", "/api/v1/executions/"+failing+"/waits/wait/cancel", map[string]any{"then": "fail"}, http.StatusOK)
+	call("POST", redrive, "/api/v1/executions/"+failing+"/redrive", nil, http.StatusOK)
+	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
 	list := call("GET", "/api/v1/executions", "/api/v1/executions?limit=1", nil, http.StatusOK)
 	require.NotEmpty(t, list.json["next_cursor"])
 	call("GET", "/api/v1/executions", "/api/v1/executions?limit=1&cursor="+url.QueryEscape(list.json["next_cursor"].(string)), nil, http.StatusOK)

@@ -1,0 +1,110 @@
+package api_test
+
+// HTTP-level tests of the recovery actions, against a full service on a schema of its
+// own.
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/aggregator"
+)
+
+func redrivePath(id string) string { return "/api/v1/executions/" + id + "/redrive" }
+
+// TestRedriveEndpoint: an operator fails a wait (cancel with then: fail), which fails the
+// execution; a redrive reopens the wait and the callback for it completes the execution,
+// whose node after the wait runs once. Redriving again is a 409 problem naming the
+// status; bad and unknown ids are 400 and 404 problems.
+func TestRedriveEndpoint(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	svc := newCounter(t)
+	r := e.put(t, "recover", map[string]any{"name": "recover", "nodes": []any{
+		map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+			"apiCall": map[string]any{"url": svc.srv.URL + "/process"},
+		}},
+		map[string]any{"id": "done", "type": "http", "data": map[string]any{"url": svc.srv.URL + "/done", "method": "POST"}},
+	}, "edges": []any{map[string]any{"source": "wait", "target": "done"}}})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
+	id := e.startWaiting(t, "recover", 1)
+	_, corr, _ := e.get(t, id).wait(t, "wait")
+	require.Eventually(t, func() bool { return svc.count("/process") == 1 }, 15*time.Second, 20*time.Millisecond)
+
+	r = e.do(t, http.MethodPost, redrivePath(id), nil)
+	requireProblem(t, r, http.StatusConflict, "execution-not-failed", "only a failed execution can be redriven", redrivePath(id))
+	require.Equal(t, "waiting", r.JSON["execution_status"])
+
+	r = e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), mustJSON(t, map[string]any{"then": "fail", "reason": "service down"}))
+	require.Equal(t, "failed", decodeView(t, r).Status)
+
+	r = e.do(t, http.MethodPost, redrivePath(id), nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, map[string]any{"execution_id": id, "status": "waiting", "redrive_count": float64(1),
+		"nodes": []any{map[string]any{"id": "wait", "action": "reopened"}}}, r.JSON)
+	v := e.get(t, id)
+	require.Equal(t, "waiting", v.Status)
+	st, corrAfter, _ := v.wait(t, "wait")
+	require.Equal(t, aggregator.StatusWaiting, st)
+	require.Equal(t, corr, corrAfter)
+	raw := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
+	require.Equal(t, float64(1), raw.JSON["redrive_count"])
+	require.NotEmpty(t, raw.JSON["redriven_at"])
+
+	require.Equal(t, http.StatusAccepted, e.callback(t, id, corr).Status)
+	e.awaitStatus(t, id, status("completed"))
+	require.Eventually(t, func() bool { return svc.count("/done") == 1 }, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, svc.count("/process"), "a cancelled wait's call is not sent again")
+
+	r = e.do(t, http.MethodPost, redrivePath(id), nil)
+	requireProblem(t, r, http.StatusConflict, "execution-not-failed", "execution is completed", redrivePath(id))
+	require.Equal(t, "completed", r.JSON["execution_status"])
+	r = e.do(t, http.MethodPost, redrivePath("e-1"), nil)
+	requireProblem(t, r, http.StatusBadRequest, "malformed-id", "not a UUID", redrivePath("e-1"))
+	unknown := uuid.NewString()
+	r = e.do(t, http.MethodPost, redrivePath(unknown), nil)
+	requireProblem(t, r, http.StatusNotFound, "execution-not-found", unknown, redrivePath(unknown))
+}
+
+// TestRedriveEndpointConcurrent: ten operators press redrive on one failed execution at
+// once; one gets 200, nine get 409.
+func TestRedriveEndpointConcurrent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	svc := newCounter(t)
+	cancelDefs(t, e, svc.srv.URL)
+	id := e.startWaiting(t, "pair", 2)
+	r := e.do(t, http.MethodPost, cancelWaitPath(id, "w1"), mustJSON(t, map[string]any{"then": "fail"}))
+	require.Equal(t, "failed", decodeView(t, r).Status)
+
+	const operators = 10
+	codes := make([]int, operators)
+	var wg sync.WaitGroup
+	for i := range operators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = e.do(t, http.MethodPost, redrivePath(id), nil).Status
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, c := range codes {
+		count[c]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: 1, http.StatusConflict: operators - 1}, count)
+	v := e.get(t, id)
+	require.Equal(t, "waiting", v.Status)
+	// Both waits are open again: w1 failed, w2 was cancelled with the execution.
+	for _, n := range []string{"w1", "w2"} {
+		st, _, _ := v.wait(t, n)
+		require.Equal(t, aggregator.StatusWaiting, st, n)
+	}
+	raw := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
+	require.Equal(t, float64(1), raw.JSON["redrive_count"])
+}
