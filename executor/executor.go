@@ -356,27 +356,10 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 	if err != nil {
 		return Started{}, err
 	}
-	var ids []string
-	for _, n := range wf.Nodes() {
-		ids = append(ids, n.ID)
-	}
 	var exec dbsqlc.Execution
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		exec, err = e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-			ID: db.NewID(), WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
-		})
-		if err != nil {
-			return fmt.Errorf("insert execution: %w", err)
-		}
-		if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
-			return fmt.Errorf("insert node executions: %w", err)
-		}
-		for _, root := range wf.Roots() {
-			if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
-				return err
-			}
-		}
-		return nil
+		exec, err = e.insertExecution(ctx, tx, wf, name, latest.Version, input, nil)
+		return err
 	})
 	if err != nil {
 		return Started{}, err
@@ -385,6 +368,32 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 	e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
 		"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
+}
+
+// insertExecution creates an execution of a definition version in tx, its nodes
+// pending and its roots queued; restartedFrom links a restart to what it restarts.
+func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, wf *workflow.Workflow, name string, version int32,
+	input json.RawMessage, restartedFrom *uuid.UUID,
+) (dbsqlc.Execution, error) {
+	var ids []string
+	for _, n := range wf.Nodes() {
+		ids = append(ids, n.ID)
+	}
+	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
+		ID: db.NewID(), WorkflowName: name, WorkflowVersion: version, Input: input, RestartedFrom: restartedFrom,
+	})
+	if err != nil {
+		return exec, fmt.Errorf("insert execution: %w", err)
+	}
+	if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
+		return exec, fmt.Errorf("insert node executions: %w", err)
+	}
+	for _, root := range wf.Roots() {
+		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
+			return exec, err
+		}
+	}
+	return exec, nil
 }
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.

@@ -16,9 +16,9 @@ import (
 func executionsGroup() *cliGroup {
 	return &cliGroup{
 		name:  "executions",
-		about: "Start executions of stored workflows, see their nodes and waits, cancel and redrive them.",
+		about: "Start executions of stored workflows, see their nodes and waits, cancel, redrive and restart them.",
 		commands: []*cliCommand{
-			executionsStart(), executionsList(), executionsGet(), executionsCancel(), executionsRedrive(),
+			executionsStart(), executionsList(), executionsGet(), executionsCancel(), executionsRedrive(), executionsRestart(),
 		},
 	}
 }
@@ -218,6 +218,62 @@ now.`,
 				for _, n := range r.Nodes {
 					t.row(n.ID, n.Action)
 				}
+				return t.flush()
+			}
+		},
+	}
+}
+
+func executionsRestart() *cliCommand {
+	return &cliCommand{
+		name: "restart", args: "ID", nargs: 1,
+		summary: "start a new execution in place of an old one",
+		help: `Starts a new execution of the workflow of execution ID: the same definition
+version (or the latest with --latest), the same input (or --input). The two are linked
+both ways. An old execution still running or waiting is cancelled first, with its waits
+and unsent calls. An execution is restarted once: again is refused (409, exit status 1).`,
+		examples: []string{
+			"rendezvous executions restart 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f --latest",
+			`rendezvous executions restart 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f --input '{"order": "A-2"}' --reason "wrong order"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var input, reason string
+			var latest bool
+			fs.StringVar(&input, "input", "", "new input: JSON, @FILE to read it from a file, @- from stdin (default: the old execution's)")
+			fs.BoolVar(&latest, "latest", false, "run the workflow's latest version instead of the old execution's")
+			fs.StringVar(&reason, "reason", "", "why, recorded with the old execution if the restart cancels it")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				id, err := parseID("execution id", args[0])
+				if err != nil {
+					return err
+				}
+				opts := client.RestartOptions{Reason: reason}
+				if latest {
+					opts.Version = "latest"
+				}
+				if input != "" {
+					raw := []byte(input)
+					if path, ok := strings.CutPrefix(input, "@"); ok {
+						if raw, err = cl.readInput(path); err != nil {
+							return err
+						}
+					}
+					if !json.Valid(raw) {
+						var v any
+						return usagef("--input is not JSON: %v", json.Unmarshal(raw, &v))
+					}
+					opts.Input = raw
+				}
+				r, err := cl.api.Restart(ctx, id, opts)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, r.Raw)
+				}
+				t := newTable(cl.stdout, "ID", "WORKFLOW", "STATUS", "CREATED", "RESTARTS", "CANCELLED")
+				t.row(r.ID.String(), workflowLabel(r.Workflow, r.WorkflowVersion), r.Status, absolute(r.CreatedAt),
+					r.RestartedFrom.String(), strconv.FormatBool(r.Cancelled))
 				return t.flush()
 			}
 		},

@@ -337,6 +337,22 @@ func TestCLIWalkthrough(t *testing.T) {
 	r = f.rendezvous(t, "", "executions", "redrive", cancelledWait)
 	require.Equal(t, exitRefused, r.code)
 	require.Regexp(t, `^error: 409 execution-not-failed: .+\n$`, r.stderr)
+
+	// Or starts it over with another input: the waiting one is cancelled first.
+	out = f.ok(t, "executions", "restart", cancelledWait, "--input", `{"order": "A-9", "amount": 5}`, "--reason", "start over")
+	restarted := row(t, out, "ID")
+	require.Equal(t, []string{"ID", "WORKFLOW", "STATUS", "CREATED", "RESTARTS", "CANCELLED"}, restarted)
+	newID := uuidRE.FindString(out)
+	require.Equal(t, []string{newID, "order-approval v1", "running"}, row(t, out, newID)[:3])
+	require.Equal(t, []string{cancelledWait, "true"}, row(t, out, newID)[4:])
+	out = f.ok(t, "executions", "get", cancelledWait)
+	require.Regexp(t, `(?m)^Status:\s+cancelled$`, out)
+	require.Regexp(t, `(?m)^Restarted as:\s+`+newID+`$`, out)
+	out = f.ok(t, "executions", "get", newID)
+	require.Regexp(t, `(?m)^Restarts:\s+`+cancelledWait+`$`, out)
+	r = f.rendezvous(t, "", "executions", "restart", cancelledWait)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 execution-already-restarted: .+\n$`, r.stderr)
 }
 
 // TestCLIServerErrors: what the API refuses, one line each on stderr, exit status 1.

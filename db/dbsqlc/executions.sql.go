@@ -96,8 +96,9 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 }
 
 const executionInsert = `-- name: ExecutionInsert :one
-INSERT INTO executions (id, workflow_name, workflow_version, status, input)
-VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb)
+INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
+VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb,
+        $5::uuid)
 RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
 `
 
@@ -106,14 +107,17 @@ type ExecutionInsertParams struct {
 	WorkflowName    string
 	WorkflowVersion int32
 	Input           json.RawMessage
+	RestartedFrom   *uuid.UUID
 }
 
+// restarted_from links a restart to the execution it restarts.
 func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionInsertParams) (Execution, error) {
 	row := db.QueryRow(ctx, executionInsert,
 		arg.ID,
 		arg.WorkflowName,
 		arg.WorkflowVersion,
 		arg.Input,
+		arg.RestartedFrom,
 	)
 	var i Execution
 	err := row.Scan(
@@ -207,6 +211,28 @@ func (q *Queries) ExecutionRedrive(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.RestartedAs,
 	)
 	return i, err
+}
+
+const executionSetRestartedAs = `-- name: ExecutionSetRestartedAs :execrows
+UPDATE executions
+SET restarted_as = $1::uuid,
+    updated_at = now()
+WHERE id = $2::uuid AND restarted_as IS NULL
+`
+
+type ExecutionSetRestartedAsParams struct {
+	RestartedAs uuid.UUID
+	ID          uuid.UUID
+}
+
+// An execution is restarted once: of two restarts racing on its row lock, the second
+// finds the link set and changes nothing.
+func (q *Queries) ExecutionSetRestartedAs(ctx context.Context, db DBTX, arg ExecutionSetRestartedAsParams) (int64, error) {
+	result, err := db.Exec(ctx, executionSetRestartedAs, arg.RestartedAs, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const executionSetStatus = `-- name: ExecutionSetStatus :exec

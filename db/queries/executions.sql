@@ -1,6 +1,8 @@
 -- name: ExecutionInsert :one
-INSERT INTO executions (id, workflow_name, workflow_version, status, input)
-VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, 'running', @input::jsonb)
+-- restarted_from links a restart to the execution it restarts.
+INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
+VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, 'running', @input::jsonb,
+        sqlc.narg(restarted_from)::uuid)
 RETURNING *;
 
 -- name: ExecutionGet :one
@@ -96,3 +98,11 @@ SET status = 'running',
     redriven_at = now()
 WHERE id = @id::uuid AND status = 'failed'
 RETURNING *;
+
+-- name: ExecutionSetRestartedAs :execrows
+-- An execution is restarted once: of two restarts racing on its row lock, the second
+-- finds the link set and changes nothing.
+UPDATE executions
+SET restarted_as = @restarted_as::uuid,
+    updated_at = now()
+WHERE id = @id::uuid AND restarted_as IS NULL;

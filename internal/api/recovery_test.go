@@ -108,3 +108,62 @@ func TestRedriveEndpointConcurrent(t *testing.T) {
 	raw := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
 	require.Equal(t, float64(1), raw.JSON["redrive_count"])
 }
+
+func restartPath(id string) string { return "/api/v1/executions/" + id + "/restart" }
+
+// TestRestartEndpoint: a waiting execution is restarted with a new input: 201 with the
+// new execution; the old one is cancelled and linked to it, the new one to the old one.
+// A second restart is a 409 naming the new one; bad bodies are 400 problems.
+func TestRestartEndpoint(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	svc := newCounter(t)
+	cancelDefs(t, e, svc.srv.URL)
+	old := e.startWaiting(t, "single", 1)
+
+	for _, bad := range []struct{ body, slug, detail string }{
+		{`{"version": "newest"}`, "invalid-request", `"version" must be "same" or "latest"`},
+		{`{"inputs": {}}`, "malformed-json", "unknown field"},
+		{`[`, "malformed-json", "body must be"},
+	} {
+		r := e.do(t, http.MethodPost, restartPath(old), []byte(bad.body))
+		requireProblem(t, r, http.StatusBadRequest, bad.slug, bad.detail, restartPath(old))
+	}
+	require.Equal(t, "waiting", e.get(t, old).Status, "a refused restart changes nothing")
+
+	r := e.do(t, http.MethodPost, restartPath(old), mustJSON(t, map[string]any{"input": map[string]any{"n": 2}, "reason": "retry"}))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
+	newID := r.JSON["id"].(string)
+	require.Equal(t, old, r.JSON["restarted_from"])
+	require.Equal(t, true, r.JSON["cancelled"])
+	require.Equal(t, "single", r.JSON["workflow"])
+
+	ov := e.do(t, http.MethodGet, "/api/v1/executions/"+old, nil)
+	require.Equal(t, "cancelled", ov.JSON["status"])
+	require.Equal(t, "retry", ov.JSON["error"])
+	require.Equal(t, newID, ov.JSON["restarted_as"])
+	e.startWaitingID(t, newID, 1)
+	nv := e.do(t, http.MethodGet, "/api/v1/executions/"+newID, nil)
+	require.Equal(t, old, nv.JSON["restarted_from"])
+	require.Equal(t, map[string]any{"n": float64(2)}, nv.JSON["input"])
+
+	r = e.do(t, http.MethodPost, restartPath(old), nil)
+	requireProblem(t, r, http.StatusConflict, "execution-already-restarted", newID, restartPath(old))
+	require.Equal(t, newID, r.JSON["restarted_as"])
+	unknown := uuid.NewString()
+	requireProblem(t, e.do(t, http.MethodPost, restartPath(unknown), nil), http.StatusNotFound, "execution-not-found", unknown, restartPath(unknown))
+}
+
+// startWaitingID waits until n waits of an existing execution are registered.
+func (e *env) startWaitingID(t *testing.T, id string, n int) {
+	t.Helper()
+	e.awaitStatus(t, id, func(v view) bool {
+		waiting := 0
+		for _, w := range v.Waits {
+			if w.Status == aggregator.StatusWaiting {
+				waiting++
+			}
+		}
+		return waiting == n
+	})
+}

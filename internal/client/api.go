@@ -197,6 +197,21 @@ func (c *Client) Redrive(ctx context.Context, id uuid.UUID) (*Redriven, error) {
 	return &out, nil
 }
 
+// Restart starts a new execution in place of an old one (cancelled first when still
+// open), linked both ways. A second restart is refused with 409
+// execution-already-restarted.
+func (c *Client) Restart(ctx context.Context, id uuid.UUID, opts RestartOptions) (*Restarted, error) {
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	var out Restarted
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/"+id.String()+"/restart", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // What the execution does after one of its waits is cancelled.
 const (
 	ThenFail     = "fail"

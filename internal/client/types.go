@@ -182,6 +182,34 @@ func (s *StartedExecution) UnmarshalJSON(b []byte) error {
 	return decodeKeepingRaw(b, (*plain)(s), &s.Raw)
 }
 
+// Restarted is the answer to a restart: the new execution, the one it restarts, and
+// whether that one was still open and got cancelled.
+type Restarted struct {
+	ID              uuid.UUID       `json:"id"`
+	Workflow        string          `json:"workflow"`
+	WorkflowVersion int32           `json:"workflow_version"`
+	Status          string          `json:"status"`
+	CreatedAt       time.Time       `json:"created_at"`
+	RestartedFrom   uuid.UUID       `json:"restarted_from"`
+	Cancelled       bool            `json:"cancelled"`
+	Raw             json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Restarted) UnmarshalJSON(b []byte) error {
+	type plain Restarted
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// RestartOptions adjust a restart: Version "same" (the default when empty) or
+// "latest"; Input replaces the old input when set; Reason is recorded with the old
+// execution when the restart cancels it.
+type RestartOptions struct {
+	Version string          `json:"version,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+}
+
 // Wait types.
 const (
 	WaitTypeEvents = "events"

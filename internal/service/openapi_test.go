@@ -470,6 +470,12 @@ func TestOpenAPIResponses(t *testing.T) {
 	call("POST", "/api/v1/executions/{id}/waits/{node}/cancel", "/api/v1/executions/"+failing+"/waits/wait/cancel", map[string]any{"then": "fail"}, http.StatusOK)
 	call("POST", redrive, "/api/v1/executions/"+failing+"/redrive", nil, http.StatusOK)
 	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
+	restart := "/api/v1/executions/{id}/restart"
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", map[string]any{"version": "latest", "input": map[string]any{"n": 2}}, http.StatusCreated)
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", nil, http.StatusConflict)
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", map[string]any{"version": "newest"}, http.StatusBadRequest)
+	call("POST", restart, "/api/v1/executions/"+uuid.NewString()+"/restart", nil, http.StatusNotFound)
+	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
 	list := call("GET", "/api/v1/executions", "/api/v1/executions?limit=1", nil, http.StatusOK)
 	require.NotEmpty(t, list.json["next_cursor"])
 	call("GET", "/api/v1/executions", "/api/v1/executions?limit=1&cursor="+url.QueryEscape(list.json["next_cursor"].(string)), nil, http.StatusOK)
