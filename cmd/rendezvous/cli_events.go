@@ -17,9 +17,9 @@ import (
 func eventsGroup() *cliGroup {
 	return &cliGroup{
 		name: "events",
-		about: `Send an event to an execution by type, and see the events that reached no wait
-and why.`,
-		commands: []*cliCommand{eventsSend(), eventsUnmatched()},
+		about: `Send an event to an execution by type, see the events that reached no wait
+and why, replay or dismiss them.`,
+		commands: []*cliCommand{eventsSend(), eventsUnmatched(), eventsReplay(), eventsDismiss()},
 	}
 }
 
@@ -173,4 +173,94 @@ func uuidOrEmpty(id *uuid.UUID) string {
 		return ""
 	}
 	return idOrEmpty(*id)
+}
+
+// eventRowsArg reads the KIND argument of replay and dismiss.
+func eventRowsArg(kind, id string) (client.EventRows, int64, error) {
+	var rows client.EventRows
+	switch kind {
+	case "dead-letter":
+		rows = client.DeadLetters
+	case "unmatched":
+		rows = client.UnmatchedEvents
+	default:
+		return "", 0, usagef("KIND must be dead-letter or unmatched, not %q", kind)
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		return "", 0, usagef("ID must be a positive integer, not %q", id)
+	}
+	return rows, n, nil
+}
+
+func eventsReplay() *cliCommand {
+	return &cliCommand{
+		name: "replay", args: "KIND ID", nargs: 2,
+		summary: "replay a dead letter or an unmatched event",
+		help: `Applies event ID of KIND (dead-letter: a buffered event no wait took; unmatched:
+an event that matched nothing) again, through the path of a live event, to its
+execution or to --execution. Duplicates stay duplicates ("duplicate": nothing changed).
+Each is replayed once; an event that does nothing at the execution (finished, late, no
+wait) is refused and changes nothing (409, exit status 1).`,
+		examples: []string{
+			"rendezvous events replay dead-letter 42",
+			"rendezvous events replay unmatched 1077 --execution 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var execution string
+			fs.StringVar(&execution, "execution", "", "replay into this execution instead of the event's own")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				rows, id, err := eventRowsArg(args[0], args[1])
+				if err != nil {
+					return err
+				}
+				target := uuid.Nil
+				if execution != "" {
+					if target, err = parseID("--execution", execution); err != nil {
+						return err
+					}
+				}
+				r, err := cl.api.Replay(ctx, rows, id, target)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, r.Raw)
+				}
+				t := newTable(cl.stdout, "ID", "EXECUTION", "OUTCOME")
+				t.row(strconv.FormatInt(r.ID, 10), r.ExecutionID.String(), r.Outcome)
+				return t.flush()
+			}
+		},
+	}
+}
+
+func eventsDismiss() *cliCommand {
+	return &cliCommand{
+		name: "dismiss", args: "KIND ID", nargs: 2,
+		summary: "dismiss a dead letter or an unmatched event, with why",
+		help: `Marks event ID of KIND (dead-letter or unmatched) dismissed with --reason: it stays
+listed, resolved, until retention purges it. Each is resolved once (409, exit status 1).`,
+		examples: []string{
+			`rendezvous events dismiss dead-letter 42 --reason "order cancelled by phone"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var reason string
+			fs.StringVar(&reason, "reason", "", "why (required)")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				rows, id, err := eventRowsArg(args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if strings.TrimSpace(reason) == "" {
+					return usagef("--reason: must say why")
+				}
+				if err := cl.api.Dismiss(ctx, rows, id, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(cl.stdout, "%s %d dismissed\n", args[0], id)
+				return nil
+			}
+		},
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -499,6 +500,35 @@ func TestCLIEvents(t *testing.T) {
 	r = f.rendezvous(t, "", "events", "unmatched", "--reason", "lost")
 	require.Equal(t, exitRefused, r.code)
 	require.Regexp(t, `^error: 400 invalid-query: reason: .+\n$`, r.stderr)
+
+	// Replaying the event sent to no execution, into the completed one, does nothing and
+	// is refused; it is dismissed instead, once. So is the buffered event the completed
+	// execution took to the dead letters.
+	r = f.rendezvous(t, "", "events", "replay", "unmatched", cells[0], "--execution", id)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 replay-not-applied: .+execution_finished\n$`, r.stderr)
+	out = f.ok(t, "events", "dismiss", "unmatched", cells[0], "--reason", "sent to the wrong id")
+	require.Equal(t, "unmatched "+cells[0]+" dismissed\n", out)
+	r = f.rendezvous(t, "", "events", "dismiss", "unmatched", cells[0], "--reason", "again")
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 event-resolved: .+dismissed\n$`, r.stderr)
+	var dead struct {
+		Items []struct{ ID int64 } `json:"items"`
+	}
+	raw, err := http.Get(f.server + "/api/v1/events/dead-letters?execution=" + id)
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(raw.Body).Decode(&dead))
+	raw.Body.Close()
+	require.Len(t, dead.Items, 1)
+	dl := strconv.FormatInt(dead.Items[0].ID, 10)
+	r = f.rendezvous(t, "", "events", "replay", "dead-letter", dl)
+	require.Equal(t, exitRefused, r.code)
+	out = f.ok(t, "events", "dismiss", "dead-letter", dl, "--reason", "nobody waits for later")
+	require.Equal(t, "dead-letter "+dl+" dismissed\n", out)
+	for _, args := range [][]string{{"replay", "letter", "1"}, {"replay", "unmatched", "x"}, {"dismiss", "unmatched", "1"}} {
+		r = f.rendezvous(t, "", append([]string{"events"}, args...)...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+	}
 }
 
 // TestCLIUsage: mistakes on the command line exit 2 before anything is sent.

@@ -35,8 +35,34 @@ func (q *Queries) EventDeadLetterDeleteBefore(ctx context.Context, db DBTX, arg 
 	return result.RowsAffected(), nil
 }
 
+const eventDeadLetterGetForUpdate = `-- name: EventDeadLetterGetForUpdate :one
+SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at, resolution, resolution_detail, resolved_at FROM event_dead_letters WHERE id = $1::bigint FOR UPDATE
+`
+
+// A replay or a dismissal holds the row until it commits, so a dead letter is resolved
+// once however many operators act on it at the same time.
+func (q *Queries) EventDeadLetterGetForUpdate(ctx context.Context, db DBTX, id int64) (EventDeadLetter, error) {
+	row := db.QueryRow(ctx, eventDeadLetterGetForUpdate, id)
+	var i EventDeadLetter
+	err := row.Scan(
+		&i.ID,
+		&i.ExecutionID,
+		&i.EventType,
+		&i.EventID,
+		&i.Payload,
+		&i.Source,
+		&i.Reason,
+		&i.BufferedAt,
+		&i.CreatedAt,
+		&i.Resolution,
+		&i.ResolutionDetail,
+		&i.ResolvedAt,
+	)
+	return i, err
+}
+
 const eventDeadLetterList = `-- name: EventDeadLetterList :many
-SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at FROM event_dead_letters
+SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at, resolution, resolution_detail, resolved_at FROM event_dead_letters
 WHERE ($1::uuid IS NULL OR execution_id = $1::uuid)
   AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -69,6 +95,9 @@ func (q *Queries) EventDeadLetterList(ctx context.Context, db DBTX, arg EventDea
 			&i.Reason,
 			&i.BufferedAt,
 			&i.CreatedAt,
+			&i.Resolution,
+			&i.ResolutionDetail,
+			&i.ResolvedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -78,4 +107,21 @@ func (q *Queries) EventDeadLetterList(ctx context.Context, db DBTX, arg EventDea
 		return nil, err
 	}
 	return items, nil
+}
+
+const eventDeadLetterResolve = `-- name: EventDeadLetterResolve :exec
+UPDATE event_dead_letters
+SET resolution = $1::text, resolution_detail = $2::text, resolved_at = now()
+WHERE id = $3::bigint AND resolution IS NULL
+`
+
+type EventDeadLetterResolveParams struct {
+	Resolution string
+	Detail     string
+	ID         int64
+}
+
+func (q *Queries) EventDeadLetterResolve(ctx context.Context, db DBTX, arg EventDeadLetterResolveParams) error {
+	_, err := db.Exec(ctx, eventDeadLetterResolve, arg.Resolution, arg.Detail, arg.ID)
+	return err
 }

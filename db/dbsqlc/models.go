@@ -31,15 +31,18 @@ type EventBuffer struct {
 }
 
 type EventDeadLetter struct {
-	ID          int64
-	ExecutionID uuid.UUID
-	EventType   string
-	EventID     *string
-	Payload     json.RawMessage
-	Source      json.RawMessage
-	Reason      string
-	BufferedAt  time.Time
-	CreatedAt   time.Time
+	ID               int64
+	ExecutionID      uuid.UUID
+	EventType        string
+	EventID          *string
+	Payload          json.RawMessage
+	Source           json.RawMessage
+	Reason           string
+	BufferedAt       time.Time
+	CreatedAt        time.Time
+	Resolution       *string
+	ResolutionDetail *string
+	ResolvedAt       *time.Time
 }
 
 type Execution struct {
@@ -134,16 +137,19 @@ type RunQueue struct {
 }
 
 type UnmatchedEvent struct {
-	ID             int64
-	Reason         string
-	Source         json.RawMessage
-	EventName      *string
-	EventType      *string
-	ExecutionID    *uuid.UUID
-	CorrelationID  *uuid.UUID
-	Detail         string
-	PayloadExcerpt string
-	CreatedAt      time.Time
+	ID               int64
+	Reason           string
+	Source           json.RawMessage
+	EventName        *string
+	EventType        *string
+	ExecutionID      *uuid.UUID
+	CorrelationID    *uuid.UUID
+	Detail           string
+	PayloadExcerpt   string
+	CreatedAt        time.Time
+	Resolution       *string
+	ResolutionDetail *string
+	ResolvedAt       *time.Time
 }
 
 type Workflow struct {

@@ -606,6 +606,26 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 	return i, err
 }
 
+const waitStateHasEventKey = `-- name: WaitStateHasEventKey :one
+SELECT EXISTS (
+    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    WHERE w.execution_id = $1::uuid AND r->>'key' = $2::text
+)
+`
+
+type WaitStateHasEventKeyParams struct {
+	ExecutionID uuid.UUID
+	Key         string
+}
+
+// Whether a wait of the execution recorded an event under this idempotency key.
+func (q *Queries) WaitStateHasEventKey(ctx context.Context, db DBTX, arg WaitStateHasEventKeyParams) (bool, error) {
+	row := db.QueryRow(ctx, waitStateHasEventKey, arg.ExecutionID, arg.Key)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const waitStateInsert = `-- name: WaitStateInsert :one
 INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,

@@ -14,3 +14,13 @@ WHERE id IN (
     ORDER BY created_at
     LIMIT @max::integer
 );
+
+-- name: EventDeadLetterGetForUpdate :one
+-- A replay or a dismissal holds the row until it commits, so a dead letter is resolved
+-- once however many operators act on it at the same time.
+SELECT * FROM event_dead_letters WHERE id = @id::bigint FOR UPDATE;
+
+-- name: EventDeadLetterResolve :exec
+UPDATE event_dead_letters
+SET resolution = @resolution::text, resolution_detail = @detail::text, resolved_at = now()
+WHERE id = @id::bigint AND resolution IS NULL;

@@ -322,3 +322,10 @@ RETURNING *;
 -- A redriven node that runs from scratch (a timer, a wait that could not be set up)
 -- registers its wait again; the finished one makes way.
 DELETE FROM execution_wait_states WHERE id = @id::uuid;
+
+-- name: WaitStateHasEventKey :one
+-- Whether a wait of the execution recorded an event under this idempotency key.
+SELECT EXISTS (
+    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    WHERE w.execution_id = @execution_id::uuid AND r->>'key' = @key::text
+);

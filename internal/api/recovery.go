@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 )
@@ -21,6 +23,11 @@ type Action string
 const (
 	ActionRedrive Action = "execution.redrive"
 	ActionRestart Action = "execution.restart"
+	// Replaying or dismissing a dead letter (event_dead_letters) or an unmatched event.
+	ActionReplayDeadLetter  Action = "dead_letter.replay"
+	ActionDismissDeadLetter Action = "dead_letter.dismiss"
+	ActionReplayUnmatched   Action = "unmatched_event.replay"
+	ActionDismissUnmatched  Action = "unmatched_event.dismiss"
 )
 
 // recoveryRoutes are the operator's recovery actions. Each passes through action, the
@@ -28,6 +35,10 @@ const (
 func (h *handlers) recoveryRoutes(e *echo.Echo) {
 	e.POST("/api/v1/executions/:id/redrive", h.action(ActionRedrive, h.redriveExecution))
 	e.POST("/api/v1/executions/:id/restart", h.action(ActionRestart, h.restartExecution))
+	e.POST("/api/v1/events/dead-letters/:id/replay", h.action(ActionReplayDeadLetter, h.replay(deadLetters)))
+	e.POST("/api/v1/events/dead-letters/:id/dismiss", h.action(ActionDismissDeadLetter, h.dismiss(deadLetters)))
+	e.POST("/api/v1/events/unmatched/:id/replay", h.action(ActionReplayUnmatched, h.replay(unmatchedEvents)))
+	e.POST("/api/v1/events/unmatched/:id/dismiss", h.action(ActionDismissUnmatched, h.dismiss(unmatchedEvents)))
 }
 
 // action wraps a recovery action's handler. It is the single place where an action is
@@ -122,4 +133,115 @@ func (h *handlers) restartExecution(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusCreated, r)
+}
+
+// eventRows names the rows an event replay or dismissal acts on.
+type eventRows struct {
+	what     string // in messages
+	notFound string // problem type
+}
+
+var (
+	deadLetters     = eventRows{what: "dead letter", notFound: "dead-letter-not-found"}
+	unmatchedEvents = eventRows{what: "unmatched event", notFound: "unmatched-event-not-found"}
+)
+
+// readEventAction parses the :id of a dead letter or unmatched event and the optional
+// JSON body into req (unknown fields refused).
+func readEventAction(c echo.Context, rows eventRows, req any, shape string) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, problem.New(http.StatusBadRequest, rows.what+" id is not a positive integer").WithType("malformed-id")
+	}
+	body, err := readBodyUpTo(c, 64<<10)
+	if err != nil {
+		return 0, err
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(req); err != nil {
+			return 0, problem.New(http.StatusBadRequest, "body must be "+shape+": "+err.Error()).WithType("malformed-json")
+		}
+	}
+	return id, nil
+}
+
+// eventProblem maps the aggregator's replay and dismissal errors to problems.
+func eventProblem(rows eventRows, id int64, err error) error {
+	var resolved *aggregator.ResolvedError
+	var notReplayable *aggregator.NotReplayableError
+	var notApplied *aggregator.NotAppliedError
+	switch {
+	case errors.Is(err, aggregator.ErrEventNotFound):
+		return problem.New(http.StatusNotFound, "no "+rows.what+" "+strconv.FormatInt(id, 10)).WithType(rows.notFound)
+	case errors.As(err, &resolved):
+		return problem.New(http.StatusConflict, err.Error()).WithType("event-resolved").With("resolution", resolved.Resolution)
+	case errors.As(err, &notReplayable):
+		return problem.New(http.StatusUnprocessableEntity, err.Error()).WithType("event-not-replayable")
+	case errors.As(err, &notApplied):
+		return problem.New(http.StatusConflict, err.Error()).WithType("replay-not-applied").
+			With("outcome", notApplied.Outcome).With("execution_id", notApplied.ExecutionID.String())
+	}
+	return err
+}
+
+type replayRequest struct {
+	// ExecutionID replays the event into this execution instead of its own.
+	ExecutionID *uuid.UUID `json:"execution_id"`
+}
+
+// replay replays a dead letter or an unmatched event through the path of a live event.
+func (h *handlers) replay(rows eventRows) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req replayRequest
+		id, err := readEventAction(c, rows, &req, `{"execution_id": "<uuid>"}`)
+		if err != nil {
+			return err
+		}
+		var r aggregator.Replayed
+		if rows == deadLetters {
+			r, err = h.agg.ReplayDeadLetter(c.Request().Context(), id, req.ExecutionID)
+		} else {
+			r, err = h.agg.ReplayUnmatched(c.Request().Context(), id, req.ExecutionID)
+		}
+		if err != nil {
+			return eventProblem(rows, id, err)
+		}
+		return c.JSON(http.StatusOK, r)
+	}
+}
+
+type dismissRequest struct {
+	Reason string `json:"reason"`
+}
+
+// dismissed is the answer to a dismissal.
+type dismissed struct {
+	ID         int64  `json:"id"`
+	Resolution string `json:"resolution"`
+	Reason     string `json:"reason"`
+}
+
+// dismiss marks a dead letter or an unmatched event dismissed, with a reason.
+func (h *handlers) dismiss(rows eventRows) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req dismissRequest
+		id, err := readEventAction(c, rows, &req, `{"reason": "..."}`)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			return problem.New(http.StatusBadRequest, `"reason" is required: say why the event is dismissed`).WithType("invalid-request")
+		}
+		if rows == deadLetters {
+			err = h.agg.DismissDeadLetter(c.Request().Context(), id, req.Reason)
+		} else {
+			err = h.agg.DismissUnmatched(c.Request().Context(), id, req.Reason)
+		}
+		if err != nil {
+			return eventProblem(rows, id, err)
+		}
+		return c.JSON(http.StatusOK, dismissed{ID: id, Resolution: aggregator.ResolutionDismissed, Reason: req.Reason})
+	}
 }

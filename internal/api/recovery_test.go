@@ -4,7 +4,9 @@ package api_test
 // own.
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +168,52 @@ func (e *env) startWaitingID(t *testing.T, id string, n int) {
 		}
 		return waiting == n
 	})
+}
+
+// TestReplayEndpoints: a callback for a wait an operator failed is kept as unmatched
+// (late); after a redrive its replay completes the wait (200 completed), a second replay
+// is a 409 naming the resolution, and a callback kept only as an excerpt is a 422.
+func TestReplayEndpoints(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	svc := newCounter(t)
+	cancelDefs(t, e, svc.srv.URL)
+	id := e.startWaiting(t, "pair", 2)
+	_, corr, _ := e.get(t, id).wait(t, "w1")
+	r := e.do(t, http.MethodPost, cancelWaitPath(id, "w1"), mustJSON(t, map[string]any{"then": "fail"}))
+	require.Equal(t, "failed", decodeView(t, r).Status)
+	require.Equal(t, http.StatusConflict, e.callback(t, id, corr).Status, "late")
+	unmatched := e.do(t, http.MethodGet, "/api/v1/events/unmatched?reason=late", nil)
+	require.Len(t, unmatched.JSON["items"], 1, string(unmatched.Raw))
+	late := fmt.Sprint(unmatched.JSON["items"].([]any)[0].(map[string]any)["id"])
+	path := "/api/v1/events/unmatched/" + late + "/replay"
+
+	r = e.do(t, http.MethodPost, path, nil)
+	requireProblem(t, r, http.StatusConflict, "replay-not-applied", "late", path)
+	require.Equal(t, "late", r.JSON["outcome"])
+	require.Equal(t, http.StatusOK, e.do(t, http.MethodPost, redrivePath(id), nil).Status)
+
+	r = e.do(t, http.MethodPost, path, nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, "completed", r.JSON["outcome"])
+	require.Equal(t, id, r.JSON["execution_id"])
+	st, _, _ := e.get(t, id).wait(t, "w1")
+	require.Equal(t, aggregator.StatusCompleted, st)
+	r = e.do(t, http.MethodPost, path, nil)
+	requireProblem(t, r, http.StatusConflict, "event-resolved", "already replayed", path)
+	require.Equal(t, "replayed", r.JSON["resolution"])
+
+	big := e.do(t, http.MethodPost, "/api/internal/callbacks/acme", mustJSON(t, map[string]any{
+		"execution_id": id, "correlation_id": uuid.NewString(), "filler": strings.Repeat("x", 600)}))
+	require.Equal(t, http.StatusNotFound, big.Status, string(big.Raw))
+	unmatched = e.do(t, http.MethodGet, "/api/v1/events/unmatched?limit=1", nil)
+	cut := fmt.Sprint(unmatched.JSON["items"].([]any)[0].(map[string]any)["id"])
+	path = "/api/v1/events/unmatched/" + cut + "/replay"
+	requireProblem(t, e.do(t, http.MethodPost, path, nil), http.StatusUnprocessableEntity, "event-not-replayable", "excerpt", path)
+	path = "/api/v1/events/unmatched/" + cut + "/dismiss"
+	requireProblem(t, e.do(t, http.MethodPost, path, []byte(`{"reason": " "}`)), http.StatusBadRequest, "invalid-request", "reason", path)
+	r = e.do(t, http.MethodPost, path, []byte(`{"reason": "resent by the shop"}`))
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, "dismissed", r.JSON["resolution"])
+	require.Equal(t, cut, fmt.Sprint(r.JSON["id"]))
 }

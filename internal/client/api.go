@@ -299,3 +299,39 @@ func (c *Client) UnmatchedEvents(ctx context.Context, reason string, p PageReque
 	setIf(q, "reason", reason)
 	return list[UnmatchedEvent](ctx, c, "/api/v1/events/unmatched", q, p)
 }
+
+// Replay applies a dead letter or an unmatched event again, through the path of a live
+// event, to its execution or to execution when not uuid.Nil. Each is resolved once: a
+// second replay is refused with 409 event-resolved; an event that does nothing with 409
+// replay-not-applied.
+func (c *Client) Replay(ctx context.Context, rows EventRows, id int64, execution uuid.UUID) (*Replayed, error) {
+	var req struct {
+		ExecutionID *uuid.UUID `json:"execution_id,omitempty"`
+	}
+	if execution != uuid.Nil {
+		req.ExecutionID = &execution
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out Replayed
+	path := "/api/v1/events/" + string(rows) + "/" + strconv.FormatInt(id, 10) + "/replay"
+	if _, err := c.do(ctx, http.MethodPost, path, nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Dismiss marks a dead letter or an unmatched event dismissed, with why.
+func (c *Client) Dismiss(ctx context.Context, rows EventRows, id int64, reason string) error {
+	body, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{reason})
+	if err != nil {
+		return err
+	}
+	path := "/api/v1/events/" + string(rows) + "/" + strconv.FormatInt(id, 10) + "/dismiss"
+	_, err = c.do(ctx, http.MethodPost, path, nil, body, nil)
+	return err
+}

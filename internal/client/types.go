@@ -369,3 +369,27 @@ func (u *UnmatchedEvent) UnmarshalJSON(b []byte) error {
 	type plain UnmatchedEvent
 	return decodeKeepingRaw(b, (*plain)(u), &u.Raw)
 }
+
+// Replayed is the answer to replaying a dead letter or an unmatched event: what the
+// event did at its execution (delivered, buffered, recorded, completed or duplicate).
+type Replayed struct {
+	ID          int64           `json:"id"`
+	ExecutionID uuid.UUID       `json:"execution_id"`
+	Outcome     string          `json:"outcome"`
+	Raw         json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Replayed) UnmarshalJSON(b []byte) error {
+	type plain Replayed
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// EventRows names the rows an event replay or dismissal acts on.
+type EventRows string
+
+// Event rows.
+const (
+	DeadLetters     EventRows = "dead-letters"
+	UnmatchedEvents EventRows = "unmatched"
+)

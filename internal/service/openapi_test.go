@@ -513,6 +513,24 @@ func TestOpenAPIResponses(t *testing.T) {
 	require.Len(t, dead.json["items"], 1)
 	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution=e-1", nil, http.StatusBadRequest)
 
+	// Replay and dismissal: the dead letter went with a completed execution, so its replay
+	// is not applied; it is dismissed, then resolved. An unmatched event likewise.
+	dl := fmt.Sprint(dead.json["items"].([]any)[0].(map[string]any)["id"])
+	replayDL, dismissDL := "/api/v1/events/dead-letters/{id}/replay", "/api/v1/events/dead-letters/{id}/dismiss"
+	call("POST", replayDL, "/api/v1/events/dead-letters/"+dl+"/replay", nil, http.StatusConflict)
+	call("POST", replayDL, "/api/v1/events/dead-letters/x/replay", nil, http.StatusBadRequest)
+	call("POST", replayDL, "/api/v1/events/dead-letters/999999/replay", nil, http.StatusNotFound)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{}, http.StatusBadRequest)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusOK)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusConflict)
+	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution="+approved, nil, http.StatusOK)
+	um := fmt.Sprint(unmatched.json["items"].([]any)[0].(map[string]any)["id"])
+	replayUM, dismissUM := "/api/v1/events/unmatched/{id}/replay", "/api/v1/events/unmatched/{id}/dismiss"
+	call("POST", replayUM, "/api/v1/events/unmatched/999999/replay", map[string]any{"execution_id": approved}, http.StatusNotFound)
+	call("POST", dismissUM, "/api/v1/events/unmatched/"+um+"/dismiss", map[string]any{"reason": "test"}, http.StatusOK)
+	call("POST", replayUM, "/api/v1/events/unmatched/"+um+"/replay", nil, http.StatusConflict)
+	call("GET", "/api/v1/events/unmatched", "/api/v1/events/unmatched?limit=1", nil, http.StatusOK)
+
 	// Not found and refused.
 	call("GET", "/api/v1/wait-states/{id}", "/api/v1/wait-states/"+uuid.NewString(), nil, http.StatusNotFound)
 	call("GET", "/api/v1/wait-states/{id}", "/api/v1/wait-states/w-1", nil, http.StatusBadRequest)
