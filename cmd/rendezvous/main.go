@@ -36,13 +36,18 @@ Usage:
   rendezvous dev-kafka   [flags]   the embedded Kafka broker alone
   rendezvous healthcheck [flags]   exit 0 when a replica's /healthz answers 200 (for
                                    container images without a shell)
+  rendezvous dlq replay  [flags]   re-produce a Kafka dead-letter topic's records to their
+                                   source topics
   rendezvous version               print the version
 
 Operate a running service through its HTTP API (--server, env RENDEZVOUS_SERVER):
   rendezvous workflows   apply|list|get         store and read workflow definitions
-  rendezvous executions  start|list|get|cancel  start, inspect and cancel executions
+  rendezvous executions  start|list|get|cancel|redrive|restart
+                                                start, inspect, cancel and recover executions
   rendezvous waits       list|get|cancel        see what executions wait for; cancel a wait
-  rendezvous events      send|unmatched         send an event to an execution by type; see events that reached no wait
+  rendezvous events      send|unmatched|replay|dismiss
+                                                send an event to an execution by type; see, replay or
+                                                dismiss events that reached no wait
 
 Run "rendezvous <command> -h" for the flags of a command.
 `
@@ -70,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = devKafka(ctx, args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(ctx, args[1:], stdout)
+	case "dlq":
+		err = dlq(ctx, args[1:], stdout)
 	case "workflows", "executions", "waits", "events":
 		return runCLI(ctx, args, os.Stdin, stdout, stderr)
 	case "version":
