@@ -68,85 +68,106 @@ type Redriven struct {
 // call) holds a claim on a queue row that failing the execution deleted: its commit
 // misses that fence and is discarded.
 func (e *Executor) Redrive(ctx context.Context, id uuid.UUID) (Redriven, error) {
-	var out Redriven
-	var enqueued, resent bool
-	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
-		out, enqueued, resent = Redriven{ExecutionID: id, Nodes: []RedrivenNode{}}, false, false
-		st, err := e.loadState(ctx, tx, id, true)
-		if err != nil {
-			if errors.Is(err, db.ErrNotFound) {
-				return ErrExecutionNotFound
-			}
-			return err
-		}
-		if st.exec.Status != execFailed {
-			return &ExecutionNotFailedError{Status: st.exec.Status}
-		}
-		if st.exec, err = e.q.ExecutionRedrive(ctx, tx, id); err != nil {
-			return fmt.Errorf("redrive execution: %w", err)
-		}
-		if err := e.q.NodeExecutionReopen(ctx, tx, id); err != nil {
-			return fmt.Errorf("reopen nodes: %w", err)
-		}
-		for _, n := range st.nodes {
-			if n.Status == nodeFailed || n.Status == nodeCancelled {
-				n.Status, n.Output, n.Error = nodePending, nil, nil
-			}
-		}
-		w := &redriveWriter{txWriter: txWriter{e, tx}, st: st, waiting: map[string][]byte{}}
-		// Roots have no edge to advance along; every other node is reached from what is
-		// done, in a fixed order so that a redrive's writes do not depend on map order.
-		for _, root := range st.wf.Roots() {
-			if n := st.nodes[root]; n != nil && n.Status == nodePending {
-				if err := w.enqueue(ctx, id, root); err != nil {
-					return err
-				}
-				st.setNode(root, nodeRunning, nil)
-			}
-		}
-		done := make([]string, 0, len(st.nodes))
-		for nid, n := range st.nodes {
-			if n.Status == nodeCompleted || n.Status == nodeSkipped {
-				done = append(done, nid)
-			}
-		}
-		slices.Sort(done)
-		for _, from := range done {
-			if _, err := e.advance(ctx, w, st, from); err != nil {
-				var ce *conditionError
-				if errors.As(err, &ce) {
-					// The same condition fails again: the redrive stands, and the execution
-					// fails again with it.
-					if err := e.failNode(ctx, tx, st, ce.edge.Target, ce.Error()); err != nil {
-						return err
-					}
-					out.Status, out.RedriveCount, out.Nodes = st.exec.Status, st.exec.RedriveCount, []RedrivenNode{}
-					return nil
-				}
-				return err
-			}
-		}
-		for nid, raw := range w.waiting {
-			st.setNode(nid, nodeWaiting, raw)
-		}
-		if err := e.settle(ctx, w, st); err != nil {
-			return err
-		}
-		out.Status, out.RedriveCount, out.Nodes = st.exec.Status, st.exec.RedriveCount, w.actions
-		enqueued, resent = w.enqueued, w.resent
-		return nil
+	var out redriveOutcome
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) (err error) {
+		out, err = e.redriveTx(ctx, tx, id)
+		return err
 	})
 	if err != nil {
 		return Redriven{}, err
 	}
-	if enqueued {
+	e.redriven(ctx, out)
+	return out.Redriven, nil
+}
+
+// redriveOutcome is a committed redrive and the wake-ups it owes.
+type redriveOutcome struct {
+	Redriven
+	enqueued, resent bool
+}
+
+// redriven announces a committed redrive: the run queue and the outbox wake for what it
+// queued, and the line that says it happened.
+func (e *Executor) redriven(ctx context.Context, out redriveOutcome) {
+	if out.enqueued {
 		e.WakeRunQueue()
 	}
-	if resent {
+	if out.resent {
 		e.wakeOutboxQueue()
 	}
-	e.logger.InfoContext(ctx, "execution redriven", "execution_id", id, "instance_id", e.cfg.InstanceID,
+	e.logger.InfoContext(ctx, "execution redriven", "execution_id", out.ExecutionID, "instance_id", e.cfg.InstanceID,
 		"redrive_count", out.RedriveCount, "status", out.Status, "nodes", len(out.Nodes))
+}
+
+// redriveTx redrives one execution in tx (see Redrive); it takes the execution's row
+// lock itself.
+func (e *Executor) redriveTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (redriveOutcome, error) {
+	out := redriveOutcome{Redriven: Redriven{ExecutionID: id, Nodes: []RedrivenNode{}}}
+	st, err := e.loadState(ctx, tx, id, true)
+	if err != nil {
+		if errors.Is(err, db.ErrNotFound) {
+			return out, ErrExecutionNotFound
+		}
+		return out, err
+	}
+	if st.exec.Status != execFailed {
+		return out, &ExecutionNotFailedError{Status: st.exec.Status}
+	}
+	if st.exec, err = e.q.ExecutionRedrive(ctx, tx, id); err != nil {
+		return out, fmt.Errorf("redrive execution: %w", err)
+	}
+	if err := e.q.NodeExecutionReopen(ctx, tx, id); err != nil {
+		return out, fmt.Errorf("reopen nodes: %w", err)
+	}
+	for _, n := range st.nodes {
+		if n.Status == nodeFailed || n.Status == nodeCancelled {
+			n.Status, n.Output, n.Error = nodePending, nil, nil
+		}
+	}
+	w := &redriveWriter{txWriter: txWriter{e, tx}, st: st, waiting: map[string][]byte{}}
+	// Roots have no edge to advance along; every other node is reached from what is
+	// done, in a fixed order so that a redrive's writes do not depend on map order.
+	for _, root := range st.wf.Roots() {
+		if n := st.nodes[root]; n != nil && n.Status == nodePending {
+			if err := w.enqueue(ctx, id, root); err != nil {
+				return out, err
+			}
+			st.setNode(root, nodeRunning, nil)
+		}
+	}
+	done := make([]string, 0, len(st.nodes))
+	for nid, n := range st.nodes {
+		if n.Status == nodeCompleted || n.Status == nodeSkipped {
+			done = append(done, nid)
+		}
+	}
+	slices.Sort(done)
+	for _, from := range done {
+		if _, err := e.advance(ctx, w, st, from); err != nil {
+			var ce *conditionError
+			if !errors.As(err, &ce) {
+				return out, err
+			}
+			// The same condition fails again: the redrive stands, and the execution
+			// fails again with it.
+			if err := e.failNode(ctx, tx, st, ce.edge.Target, ce.Error()); err != nil {
+				return out, err
+			}
+			out.Status, out.RedriveCount = st.exec.Status, st.exec.RedriveCount
+			return out, nil
+		}
+	}
+	for nid, raw := range w.waiting {
+		st.setNode(nid, nodeWaiting, raw)
+	}
+	if err := e.settle(ctx, w, st); err != nil {
+		return out, err
+	}
+	out.Status, out.RedriveCount, out.Nodes = st.exec.Status, st.exec.RedriveCount, w.actions
+	out.enqueued, out.resent = w.enqueued, w.resent
+	if out.Nodes == nil {
+		out.Nodes = []RedrivenNode{}
+	}
 	return out, nil
 }
 

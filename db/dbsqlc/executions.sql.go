@@ -13,6 +13,107 @@ import (
 	"github.com/google/uuid"
 )
 
+const executionClaimFailed = `-- name: ExecutionClaimFailed :many
+SELECT e.id, e.finished_at FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR e.finished_at >= $2::timestamptz)
+  AND ($3::text IS NULL OR e.workflow_name = $3::text)
+  AND ($4::text IS NULL OR strpos(lower(e.error), lower($4::text)) > 0)
+  AND ($5::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = $5::text AND n.status = 'failed'))
+  AND (e.finished_at, e.id) > ($6::timestamptz, $7::uuid)
+ORDER BY e.finished_at, e.id
+LIMIT $8::integer
+FOR NO KEY UPDATE SKIP LOCKED
+`
+
+type ExecutionClaimFailedParams struct {
+	FailedBefore    time.Time
+	FailedAfter     *time.Time
+	Workflow        *string
+	ErrorContains   *string
+	Node            *string
+	AfterFinishedAt time.Time
+	AfterID         uuid.UUID
+	Max             int32
+}
+
+type ExecutionClaimFailedRow struct {
+	ID         uuid.UUID
+	FinishedAt *time.Time
+}
+
+// The next batch of a bulk redrive: failed executions matching the filter, in the
+// order they failed, after the cursor, locked until the batch commits. SKIP LOCKED:
+// a row someone else holds (an operator redriving it, another bulk run) is left to
+// them, so a batch never waits and never holds more than @max rows. failed_before is
+// fixed when a run starts, so an execution that fails again during the run is not
+// taken twice.
+func (q *Queries) ExecutionClaimFailed(ctx context.Context, db DBTX, arg ExecutionClaimFailedParams) ([]ExecutionClaimFailedRow, error) {
+	rows, err := db.Query(ctx, executionClaimFailed,
+		arg.FailedBefore,
+		arg.FailedAfter,
+		arg.Workflow,
+		arg.ErrorContains,
+		arg.Node,
+		arg.AfterFinishedAt,
+		arg.AfterID,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionClaimFailedRow
+	for rows.Next() {
+		var i ExecutionClaimFailedRow
+		if err := rows.Scan(&i.ID, &i.FinishedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const executionCountFailed = `-- name: ExecutionCountFailed :one
+SELECT count(*)::bigint FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR e.finished_at >= $2::timestamptz)
+  AND ($3::text IS NULL OR e.workflow_name = $3::text)
+  AND ($4::text IS NULL OR strpos(lower(e.error), lower($4::text)) > 0)
+  AND ($5::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = $5::text AND n.status = 'failed'))
+`
+
+type ExecutionCountFailedParams struct {
+	FailedBefore  time.Time
+	FailedAfter   *time.Time
+	Workflow      *string
+	ErrorContains *string
+	Node          *string
+}
+
+// The failed executions a bulk redrive would take: the dry run's count.
+func (q *Queries) ExecutionCountFailed(ctx context.Context, db DBTX, arg ExecutionCountFailedParams) (int64, error) {
+	row := db.QueryRow(ctx, executionCountFailed,
+		arg.FailedBefore,
+		arg.FailedAfter,
+		arg.Workflow,
+		arg.ErrorContains,
+		arg.Node,
+	)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const executionDeleteFinishedBefore = `-- name: ExecutionDeleteFinishedBefore :execrows
 DELETE FROM executions
 WHERE id IN (
