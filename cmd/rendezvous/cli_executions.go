@@ -18,7 +18,7 @@ func executionsGroup() *cliGroup {
 		name:  "executions",
 		about: "Start executions of stored workflows, see their nodes and waits, cancel, redrive and restart them.",
 		commands: []*cliCommand{
-			executionsStart(), executionsList(), executionsGet(), executionsCancel(), executionsRedrive(), executionsRestart(),
+			executionsStart(), executionsList(), executionsGet(), executionsCancel(), executionsRedrive(), executionsRedriveAll(), executionsRestart(),
 		},
 	}
 }
@@ -222,6 +222,80 @@ now.`,
 			}
 		},
 	}
+}
+
+func executionsRedriveAll() *cliCommand {
+	return &cliCommand{
+		name:    "redrive-all",
+		summary: "redrive every failed execution a filter selects, in batches",
+		help: `Redrives every failed execution that matches the filters (all failed executions
+when none is given), each as "executions redrive" does, in bounded batches that skip
+executions someone else is acting on. It counts first; --dry-run stops there. Each
+request redrives at most --limit; the command repeats it until none is left, printing
+its progress. Interrupted, run it again: redriven executions no longer match.`,
+		examples: []string{
+			"rendezvous executions redrive-all --workflow order-approval --error 'status 503' --dry-run",
+			"rendezvous executions redrive-all --workflow order-approval --node request_approval --since 2h",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var f client.RedriveFilter
+			var since, until string
+			fs.StringVar(&f.Workflow, "workflow", "", "only executions of this workflow")
+			fs.StringVar(&f.Node, "node", "", "only executions whose node of this id failed")
+			fs.StringVar(&f.ErrorContains, "error", "", "only executions whose error contains this text (any case)")
+			fs.StringVar(&since, "since", "", "only executions that failed since: a duration back from now (2h) or an RFC 3339 time")
+			fs.StringVar(&until, "until", "", "only executions that failed before: a duration back from now or an RFC 3339 time")
+			fs.BoolVar(&f.DryRun, "dry-run", false, "count the executions that match; change nothing")
+			fs.IntVar(&f.Limit, "limit", 1000, "executions one request redrives at most (1..10000)")
+			fs.IntVar(&f.Batch, "batch", 100, "executions one transaction redrives (1..500)")
+			return func(ctx context.Context, cl *cli, _ []string) error {
+				var err error
+				if f.FailedAfter, err = pointInTime("--since", since); err != nil {
+					return err
+				}
+				if f.FailedBefore, err = pointInTime("--until", until); err != nil {
+					return err
+				}
+				if f.FailedBefore == nil {
+					// Fixed for the whole run: an execution that fails again is not retried.
+					now := time.Now().UTC()
+					f.FailedBefore = &now
+				}
+				total := 0
+				for {
+					r, err := cl.api.RedriveMany(ctx, f)
+					if err != nil {
+						return err
+					}
+					if f.DryRun {
+						fmt.Fprintf(cl.stdout, "%d failed executions match; nothing changed (dry run)\n", r.Matched)
+						return nil
+					}
+					total += r.Redriven
+					fmt.Fprintf(cl.stdout, "redriven %d (%d in this request, %d batches; %d matched)\n", total, r.Redriven, r.Batches, r.Matched)
+					if !r.More {
+						return nil
+					}
+				}
+			}
+		},
+	}
+}
+
+// pointInTime reads a duration back from now or an RFC 3339 time; nil when empty.
+func pointInTime(flagName, v string) (*time.Time, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		t := time.Now().UTC().Add(-d)
+		return &t, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, usagef("%s: %q is neither a duration (2h) nor an RFC 3339 time", flagName, v)
+	}
+	return &t, nil
 }
 
 func executionsRestart() *cliCommand {

@@ -339,6 +339,14 @@ func TestCLIWalkthrough(t *testing.T) {
 	require.Equal(t, exitRefused, r.code)
 	require.Regexp(t, `^error: 409 execution-not-failed: .+\n$`, r.stderr)
 
+	// Nothing else failed: a bulk redrive finds nothing.
+	out = f.ok(t, "executions", "redrive-all", "--workflow", "order-approval", "--dry-run")
+	require.Equal(t, "0 failed executions match; nothing changed (dry run)\n", out)
+	out = f.ok(t, "executions", "redrive-all", "--error", "withdrawn", "--since", "1h")
+	require.Equal(t, "redriven 0 (0 in this request, 0 batches; 0 matched)\n", out)
+	r = f.rendezvous(t, "", "executions", "redrive-all", "--since", "yesterday")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+
 	// Or starts it over with another input: the waiting one is cancelled first.
 	out = f.ok(t, "executions", "restart", cancelledWait, "--input", `{"order": "A-9", "amount": 5}`, "--reason", "start over")
 	restarted := row(t, out, "ID")

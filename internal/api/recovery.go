@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -23,6 +24,8 @@ type Action string
 const (
 	ActionRedrive Action = "execution.redrive"
 	ActionRestart Action = "execution.restart"
+	// Redriving every failed execution a filter selects.
+	ActionRedriveMany Action = "execution.redrive_many"
 	// Replaying or dismissing a dead letter (event_dead_letters) or an unmatched event.
 	ActionReplayDeadLetter  Action = "dead_letter.replay"
 	ActionDismissDeadLetter Action = "dead_letter.dismiss"
@@ -34,6 +37,7 @@ const (
 // one place where what every such action needs happens (see there).
 func (h *handlers) recoveryRoutes(e *echo.Echo) {
 	e.POST("/api/v1/executions/:id/redrive", h.action(ActionRedrive, h.redriveExecution))
+	e.POST("/api/v1/executions/redrive", h.action(ActionRedriveMany, h.redriveMany))
 	e.POST("/api/v1/executions/:id/restart", h.action(ActionRestart, h.restartExecution))
 	e.POST("/api/v1/events/dead-letters/:id/replay", h.action(ActionReplayDeadLetter, h.replay(deadLetters)))
 	e.POST("/api/v1/events/dead-letters/:id/dismiss", h.action(ActionDismissDeadLetter, h.dismiss(deadLetters)))
@@ -244,4 +248,47 @@ func (h *handlers) dismiss(rows eventRows) echo.HandlerFunc {
 		}
 		return c.JSON(http.StatusOK, dismissed{ID: id, Resolution: aggregator.ResolutionDismissed, Reason: req.Reason})
 	}
+}
+
+type redriveManyRequest struct {
+	Workflow      string     `json:"workflow"`
+	Node          string     `json:"node"`
+	ErrorContains string     `json:"error_contains"`
+	FailedAfter   *time.Time `json:"failed_after"`
+	FailedBefore  *time.Time `json:"failed_before"`
+	DryRun        bool       `json:"dry_run"`
+	Limit         int        `json:"limit"`
+	Batch         int        `json:"batch"`
+}
+
+// redriveMany redrives the failed executions a filter selects, in bounded batches.
+func (h *handlers) redriveMany(c echo.Context) error {
+	body, err := readBodyUpTo(c, 64<<10)
+	if err != nil {
+		return err
+	}
+	var req redriveManyRequest
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return problem.New(http.StatusBadRequest, "body must be a bulk redrive request: "+err.Error()).WithType("malformed-json")
+		}
+	}
+	f := executor.RedriveFilter{Workflow: req.Workflow, Node: req.Node, ErrorContains: req.ErrorContains}
+	if req.FailedAfter != nil {
+		f.FailedAfter = *req.FailedAfter
+	}
+	if req.FailedBefore != nil {
+		f.FailedBefore = *req.FailedBefore
+	}
+	r, err := h.ex.RedriveMany(c.Request().Context(), f, executor.BulkOptions{DryRun: req.DryRun, Limit: req.Limit, Batch: req.Batch})
+	var qerr *executor.QueryError
+	if errors.As(err, &qerr) {
+		return problem.New(http.StatusBadRequest, qerr.Error()).WithType("invalid-request")
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
 }

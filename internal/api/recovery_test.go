@@ -217,3 +217,28 @@ func TestReplayEndpoints(t *testing.T) {
 	require.Equal(t, "dismissed", r.JSON["resolution"])
 	require.Equal(t, cut, fmt.Sprint(r.JSON["id"]))
 }
+
+// TestRedriveManyEndpoint: three failed executions; the dry run counts them, a request
+// with limit 2 redrives two and says there are more, the next one the last.
+func TestRedriveManyEndpoint(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	svc := newCounter(t)
+	cancelDefs(t, e, svc.srv.URL)
+	for range 3 {
+		id := e.startWaiting(t, "single", 1)
+		r := e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), mustJSON(t, map[string]any{"then": "fail", "reason": "provider 503"}))
+		require.Equal(t, "failed", decodeView(t, r).Status)
+	}
+	const path = "/api/v1/executions/redrive"
+	r := e.do(t, http.MethodPost, path, []byte(`{"workflow": "single", "error_contains": "PROVIDER", "dry_run": true}`))
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, map[string]any{"matched": float64(3), "redriven": float64(0), "batches": float64(0), "dry_run": true, "more": false}, r.JSON)
+	r = e.do(t, http.MethodPost, path, []byte(`{"workflow": "single", "limit": 2, "batch": 1}`))
+	require.Equal(t, map[string]any{"matched": float64(3), "redriven": float64(2), "batches": float64(2), "dry_run": false, "more": true}, r.JSON)
+	r = e.do(t, http.MethodPost, path, []byte(`{"workflow": "single", "limit": 2}`))
+	require.Equal(t, map[string]any{"matched": float64(1), "redriven": float64(1), "batches": float64(1), "dry_run": false, "more": false}, r.JSON)
+	requireProblem(t, e.do(t, http.MethodPost, path, []byte(`{"batch": 501}`)), http.StatusBadRequest, "invalid-request", "batch", path)
+	list := e.do(t, http.MethodGet, "/api/v1/executions?status=waiting", nil)
+	require.Len(t, list.JSON["items"], 3)
+}

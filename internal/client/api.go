@@ -335,3 +335,17 @@ func (c *Client) Dismiss(ctx context.Context, rows EventRows, id int64, reason s
 	_, err = c.do(ctx, http.MethodPost, path, nil, body, nil)
 	return err
 }
+
+// RedriveMany redrives, in bounded batches, up to f.Limit of the failed executions f
+// selects (or only counts them, f.DryRun).
+func (c *Client) RedriveMany(ctx context.Context, f RedriveFilter) (*RedrivenMany, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	var out RedrivenMany
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/redrive", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

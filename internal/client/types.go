@@ -393,3 +393,24 @@ const (
 	DeadLetters     EventRows = "dead-letters"
 	UnmatchedEvents EventRows = "unmatched"
 )
+
+// RedriveFilter selects failed executions for a bulk redrive; zero fields do not filter.
+type RedriveFilter struct {
+	Workflow      string     `json:"workflow,omitempty"`
+	Node          string     `json:"node,omitempty"`
+	ErrorContains string     `json:"error_contains,omitempty"`
+	FailedAfter   *time.Time `json:"failed_after,omitempty"`
+	FailedBefore  *time.Time `json:"failed_before,omitempty"`
+	DryRun        bool       `json:"dry_run,omitempty"`
+	Limit         int        `json:"limit,omitempty"`
+	Batch         int        `json:"batch,omitempty"`
+}
+
+// RedrivenMany reports one bulk redrive call: More says to call again.
+type RedrivenMany struct {
+	Matched  int64 `json:"matched"`
+	Redriven int   `json:"redriven"`
+	Batches  int   `json:"batches"`
+	DryRun   bool  `json:"dry_run"`
+	More     bool  `json:"more"`
+}

@@ -470,6 +470,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	call("POST", "/api/v1/executions/{id}/waits/{node}/cancel", "/api/v1/executions/"+failing+"/waits/wait/cancel", map[string]any{"then": "fail"}, http.StatusOK)
 	call("POST", redrive, "/api/v1/executions/"+failing+"/redrive", nil, http.StatusOK)
 	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
+	bulk := "/api/v1/executions/redrive"
+	call("POST", bulk, bulk, map[string]any{"workflow": "orders", "dry_run": true}, http.StatusOK)
+	call("POST", bulk, bulk, map[string]any{"workflow": "orders", "limit": 5, "batch": 2}, http.StatusOK)
+	call("POST", bulk, bulk, map[string]any{"limit": 100000}, http.StatusBadRequest)
+	call("POST", bulk, bulk, map[string]any{"flow": "orders"}, http.StatusBadRequest)
 	restart := "/api/v1/executions/{id}/restart"
 	call("POST", restart, "/api/v1/executions/"+failing+"/restart", map[string]any{"version": "latest", "input": map[string]any{"n": 2}}, http.StatusCreated)
 	call("POST", restart, "/api/v1/executions/"+failing+"/restart", nil, http.StatusConflict)
