@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -274,4 +275,85 @@ func (a *Aggregator) dismiss(ctx context.Context, id int64, reason string, lock 
 		a.logger.InfoContext(ctx, "event dismissed", "id", id, "reason", reason, "instance_id", a.cfg.InstanceID)
 	}
 	return err
+}
+
+// DeadLetterFilter selects unresolved dead letters for DismissDeadLetters; zero fields
+// do not filter.
+type DeadLetterFilter struct {
+	ExecutionID *uuid.UUID `json:"execution_id,omitempty"`
+	Workflow    string     `json:"workflow,omitempty"`
+	EventType   string     `json:"event_type,omitempty"`
+	// Reason is why the event was dead-lettered: expired, superseded or
+	// execution_finished.
+	Reason string `json:"dead_letter_reason,omitempty"`
+	// CreatedAfter and CreatedBefore bound when it was dead-lettered; CreatedBefore
+	// defaults to the start of the call.
+	CreatedAfter  time.Time `json:"created_after,omitzero"`
+	CreatedBefore time.Time `json:"created_before,omitzero"`
+}
+
+// DismissedMany reports a DismissDeadLetters call.
+type DismissedMany struct {
+	// Matched is how many unresolved dead letters matched when the call began.
+	Matched   int64 `json:"matched"`
+	Dismissed int   `json:"dismissed"`
+	Batches   int   `json:"batches"`
+	DryRun    bool  `json:"dry_run"`
+	// More is set when the call stopped at limit with matching dead letters left.
+	More bool `json:"more"`
+}
+
+// DismissDeadLetters dismisses, with why, the unresolved dead letters a filter selects,
+// counting them first (dryRun stops there). It works in statements of at most batch
+// rows, oldest first, skipping rows a replay holds, and stops after limit; calling again
+// resumes, since a dismissed dead letter no longer matches.
+func (a *Aggregator) DismissDeadLetters(ctx context.Context, f DeadLetterFilter, why string, dryRun bool, limit, batch int) (DismissedMany, error) {
+	if f.CreatedBefore.IsZero() {
+		f.CreatedBefore = time.Now()
+	}
+	p := dbsqlc.EventDeadLetterDismissBatchParams{Detail: why, CreatedBefore: f.CreatedBefore, ExecutionID: f.ExecutionID,
+		EventType: nonEmpty(f.EventType), Reason: nonEmpty(f.Reason), Workflow: nonEmpty(f.Workflow)}
+	if !f.CreatedAfter.IsZero() {
+		p.CreatedAfter = &f.CreatedAfter
+	}
+	out := DismissedMany{DryRun: dryRun}
+	var err error
+	if out.Matched, err = a.q.EventDeadLetterCountOpen(ctx, a.pool, dbsqlc.EventDeadLetterCountOpenParams{
+		CreatedBefore: p.CreatedBefore, CreatedAfter: p.CreatedAfter, ExecutionID: p.ExecutionID,
+		EventType: p.EventType, Reason: p.Reason, Workflow: p.Workflow,
+	}); err != nil {
+		return out, fmt.Errorf("count dead letters: %w", err)
+	}
+	if dryRun || out.Matched == 0 {
+		return out, nil
+	}
+	if why == "" {
+		return out, errors.New("reason: must not be empty")
+	}
+	for out.Dismissed < limit {
+		p.Max = int32(min(batch, limit-out.Dismissed))
+		n, err := a.q.EventDeadLetterDismissBatch(ctx, a.pool, p)
+		if err != nil {
+			return out, fmt.Errorf("dismiss dead letters: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		out.Batches++
+		out.Dismissed += int(n)
+		if n < int64(p.Max) {
+			break
+		}
+	}
+	out.More = out.Dismissed >= limit && int64(out.Dismissed) < out.Matched
+	a.logger.InfoContext(ctx, "dead letters dismissed in bulk", "dismissed", out.Dismissed, "matched", out.Matched,
+		"reason", why, "instance_id", a.cfg.InstanceID)
+	return out, nil
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

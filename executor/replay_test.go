@@ -188,3 +188,36 @@ func (p *pod) waitsOf(t *testing.T, execID uuid.UUID, nodeID, status string) int
 	return p.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND node_id = $2 AND status = $3`,
 		execID, nodeID, status)
 }
+
+// TestDismissDeadLettersInBulk: dead letters selected by workflow and event type are
+// counted, then dismissed in batches up to a limit; a second call dismisses the rest,
+// and what the filter leaves out is not touched.
+func TestDismissDeadLettersInBulk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := setup(t)
+	name := h.put(t, h.redriveDef("bulk-dl", 600))
+	id := h.start(t, name, obj{"order": 1})
+	h.exec(t, `INSERT INTO event_dead_letters (execution_id, event_type, payload, source, reason, buffered_at)
+		SELECT $1, CASE WHEN g <= 7 THEN 'item' ELSE 'other' END, jsonb_build_object('n', g), '{"kind": "send"}', 'expired', now()
+		FROM generate_series(1, 9) AS g`, id)
+
+	f := aggregator.DeadLetterFilter{Workflow: name, EventType: "item"}
+	r, err := h.agg.DismissDeadLetters(ctx, f, "", true, 100, 10)
+	require.NoError(t, err)
+	require.Equal(t, aggregator.DismissedMany{Matched: 7, DryRun: true}, r)
+	_, err = h.agg.DismissDeadLetters(ctx, f, "", false, 100, 10)
+	require.ErrorContains(t, err, "reason: must not be empty")
+	r, err = h.agg.DismissDeadLetters(ctx, f, "items are re-sent by the shop", false, 5, 2)
+	require.NoError(t, err)
+	require.Equal(t, aggregator.DismissedMany{Matched: 7, Dismissed: 5, Batches: 3, More: true}, r)
+	r, err = h.agg.DismissDeadLetters(ctx, f, "items are re-sent by the shop", false, 5, 2)
+	require.NoError(t, err)
+	require.Equal(t, aggregator.DismissedMany{Matched: 2, Dismissed: 2, Batches: 1}, r)
+	require.Equal(t, 7, h.count(t, `SELECT count(*) FROM event_dead_letters WHERE resolution = 'dismissed'
+		AND resolution_detail = 'items are re-sent by the shop' AND event_type = 'item'`))
+	require.Equal(t, 2, h.count(t, `SELECT count(*) FROM event_dead_letters WHERE resolution IS NULL AND event_type = 'other'`))
+	r, err = h.agg.DismissDeadLetters(ctx, aggregator.DeadLetterFilter{Workflow: "nope"}, "x", false, 100, 10)
+	require.NoError(t, err)
+	require.Zero(t, r.Matched)
+}

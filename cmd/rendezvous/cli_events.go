@@ -19,7 +19,7 @@ func eventsGroup() *cliGroup {
 		name: "events",
 		about: `Send an event to an execution by type, see the events that reached no wait
 and why, replay or dismiss them.`,
-		commands: []*cliCommand{eventsSend(), eventsUnmatched(), eventsReplay(), eventsDismiss()},
+		commands: []*cliCommand{eventsSend(), eventsUnmatched(), eventsReplay(), eventsDismiss(), eventsDismissAll()},
 	}
 }
 
@@ -260,6 +260,74 @@ listed, resolved, until retention purges it. Each is resolved once (409, exit st
 				}
 				fmt.Fprintf(cl.stdout, "%s %d dismissed\n", args[0], id)
 				return nil
+			}
+		},
+	}
+}
+
+func eventsDismissAll() *cliCommand {
+	return &cliCommand{
+		name:    "dismiss-all",
+		summary: "dismiss every dead letter a filter selects, in batches",
+		help: `Dismisses with --reason every unresolved dead letter that matches the filters
+(all of them when none is given), oldest first, in bounded batches. It counts first;
+--dry-run stops there. Each request dismisses at most --limit; the command repeats it
+until none is left. Interrupted, run it again.`,
+		examples: []string{
+			"rendezvous events dismiss-all --workflow order-approval --type reminder --dry-run",
+			`rendezvous events dismiss-all --dead-letter-reason expired --until 24h --reason "stale reminders"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var f client.DismissFilter
+			var execution, since, until string
+			fs.StringVar(&execution, "execution", "", "only dead letters of this execution")
+			fs.StringVar(&f.Workflow, "workflow", "", "only dead letters of executions of this workflow")
+			fs.StringVar(&f.EventType, "type", "", "only events of this type")
+			fs.StringVar(&f.DeadLetterReason, "dead-letter-reason", "", "only events dead-lettered for this reason: expired, superseded, execution_finished")
+			fs.StringVar(&since, "since", "", "only dead letters since: a duration back from now (2h) or an RFC 3339 time")
+			fs.StringVar(&until, "until", "", "only dead letters before: a duration back from now or an RFC 3339 time")
+			fs.StringVar(&f.Reason, "reason", "", "why they are dismissed (required unless --dry-run)")
+			fs.BoolVar(&f.DryRun, "dry-run", false, "count the dead letters that match; change nothing")
+			fs.IntVar(&f.Limit, "limit", 1000, "dead letters one request dismisses at most (1..10000)")
+			fs.IntVar(&f.Batch, "batch", 100, "dead letters one statement dismisses (1..500)")
+			return func(ctx context.Context, cl *cli, _ []string) error {
+				var err error
+				if execution != "" {
+					id, err := parseID("--execution", execution)
+					if err != nil {
+						return err
+					}
+					f.ExecutionID = &id
+				}
+				if f.CreatedAfter, err = pointInTime("--since", since); err != nil {
+					return err
+				}
+				if f.CreatedBefore, err = pointInTime("--until", until); err != nil {
+					return err
+				}
+				if f.CreatedBefore == nil {
+					now := time.Now().UTC()
+					f.CreatedBefore = &now
+				}
+				if !f.DryRun && strings.TrimSpace(f.Reason) == "" {
+					return usagef("--reason: must say why (or --dry-run)")
+				}
+				total := 0
+				for {
+					r, err := cl.api.DismissDeadLetters(ctx, f)
+					if err != nil {
+						return err
+					}
+					if f.DryRun {
+						fmt.Fprintf(cl.stdout, "%d dead letters match; nothing changed (dry run)\n", r.Matched)
+						return nil
+					}
+					total += r.Dismissed
+					fmt.Fprintf(cl.stdout, "dismissed %d (%d in this request, %d batches; %d matched)\n", total, r.Dismissed, r.Batches, r.Matched)
+					if !r.More {
+						return nil
+					}
+				}
 			}
 		},
 	}

@@ -533,7 +533,11 @@ func TestCLIEvents(t *testing.T) {
 	require.Equal(t, exitRefused, r.code)
 	out = f.ok(t, "events", "dismiss", "dead-letter", dl, "--reason", "nobody waits for later")
 	require.Equal(t, "dead-letter "+dl+" dismissed\n", out)
-	for _, args := range [][]string{{"replay", "letter", "1"}, {"replay", "unmatched", "x"}, {"dismiss", "unmatched", "1"}} {
+	out = f.ok(t, "events", "dismiss-all", "--execution", id, "--dry-run")
+	require.Equal(t, "0 dead letters match; nothing changed (dry run)\n", out, "the one there is dismissed")
+	out = f.ok(t, "events", "dismiss-all", "--type", "later", "--since", "1h", "--reason", "cleanup")
+	require.Equal(t, "dismissed 0 (0 in this request, 0 batches; 0 matched)\n", out)
+	for _, args := range [][]string{{"replay", "letter", "1"}, {"replay", "unmatched", "x"}, {"dismiss", "unmatched", "1"}, {"dismiss-all"}} {
 		r = f.rendezvous(t, "", append([]string{"events"}, args...)...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
 	}

@@ -12,6 +12,42 @@ import (
 	"github.com/google/uuid"
 )
 
+const eventDeadLetterCountOpen = `-- name: EventDeadLetterCountOpen :one
+SELECT count(*)::bigint FROM event_dead_letters AS d
+WHERE d.resolution IS NULL
+  AND d.created_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR d.created_at >= $2::timestamptz)
+  AND ($3::uuid IS NULL OR d.execution_id = $3::uuid)
+  AND ($4::text IS NULL OR d.event_type = $4::text)
+  AND ($5::text IS NULL OR d.reason = $5::text)
+  AND ($6::text IS NULL OR EXISTS (
+      SELECT 1 FROM executions AS e WHERE e.id = d.execution_id AND e.workflow_name = $6::text))
+`
+
+type EventDeadLetterCountOpenParams struct {
+	CreatedBefore time.Time
+	CreatedAfter  *time.Time
+	ExecutionID   *uuid.UUID
+	EventType     *string
+	Reason        *string
+	Workflow      *string
+}
+
+// The unresolved dead letters a bulk dismissal would take: the dry run's count.
+func (q *Queries) EventDeadLetterCountOpen(ctx context.Context, db DBTX, arg EventDeadLetterCountOpenParams) (int64, error) {
+	row := db.QueryRow(ctx, eventDeadLetterCountOpen,
+		arg.CreatedBefore,
+		arg.CreatedAfter,
+		arg.ExecutionID,
+		arg.EventType,
+		arg.Reason,
+		arg.Workflow,
+	)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const eventDeadLetterDeleteBefore = `-- name: EventDeadLetterDeleteBefore :execrows
 DELETE FROM event_dead_letters
 WHERE id IN (
@@ -29,6 +65,55 @@ type EventDeadLetterDeleteBeforeParams struct {
 
 func (q *Queries) EventDeadLetterDeleteBefore(ctx context.Context, db DBTX, arg EventDeadLetterDeleteBeforeParams) (int64, error) {
 	result, err := db.Exec(ctx, eventDeadLetterDeleteBefore, arg.Cutoff, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const eventDeadLetterDismissBatch = `-- name: EventDeadLetterDismissBatch :execrows
+UPDATE event_dead_letters
+SET resolution = 'dismissed', resolution_detail = $1::text, resolved_at = now()
+WHERE id IN (
+    SELECT d.id FROM event_dead_letters AS d
+    WHERE d.resolution IS NULL
+      AND d.created_at <= $2::timestamptz
+      AND ($3::timestamptz IS NULL OR d.created_at >= $3::timestamptz)
+      AND ($4::uuid IS NULL OR d.execution_id = $4::uuid)
+      AND ($5::text IS NULL OR d.event_type = $5::text)
+      AND ($6::text IS NULL OR d.reason = $6::text)
+      AND ($7::text IS NULL OR EXISTS (
+          SELECT 1 FROM executions AS e WHERE e.id = d.execution_id AND e.workflow_name = $7::text))
+    ORDER BY d.id
+    LIMIT $8::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type EventDeadLetterDismissBatchParams struct {
+	Detail        string
+	CreatedBefore time.Time
+	CreatedAfter  *time.Time
+	ExecutionID   *uuid.UUID
+	EventType     *string
+	Reason        *string
+	Workflow      *string
+	Max           int32
+}
+
+// One batch of a bulk dismissal, oldest first: rows another transaction holds (a
+// replay) are skipped, so a batch never waits and locks at most @max rows.
+func (q *Queries) EventDeadLetterDismissBatch(ctx context.Context, db DBTX, arg EventDeadLetterDismissBatchParams) (int64, error) {
+	result, err := db.Exec(ctx, eventDeadLetterDismissBatch,
+		arg.Detail,
+		arg.CreatedBefore,
+		arg.CreatedAfter,
+		arg.ExecutionID,
+		arg.EventType,
+		arg.Reason,
+		arg.Workflow,
+		arg.Max,
+	)
 	if err != nil {
 		return 0, err
 	}

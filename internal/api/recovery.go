@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,6 +32,8 @@ const (
 	ActionDismissDeadLetter Action = "dead_letter.dismiss"
 	ActionReplayUnmatched   Action = "unmatched_event.replay"
 	ActionDismissUnmatched  Action = "unmatched_event.dismiss"
+	// Dismissing every dead letter a filter selects.
+	ActionDismissDeadLetters Action = "dead_letter.dismiss_many"
 )
 
 // recoveryRoutes are the operator's recovery actions. Each passes through action, the
@@ -39,6 +42,7 @@ func (h *handlers) recoveryRoutes(e *echo.Echo) {
 	e.POST("/api/v1/executions/:id/redrive", h.action(ActionRedrive, h.redriveExecution))
 	e.POST("/api/v1/executions/redrive", h.action(ActionRedriveMany, h.redriveMany))
 	e.POST("/api/v1/executions/:id/restart", h.action(ActionRestart, h.restartExecution))
+	e.POST("/api/v1/events/dead-letters/dismiss", h.action(ActionDismissDeadLetters, h.dismissDeadLetters))
 	e.POST("/api/v1/events/dead-letters/:id/replay", h.action(ActionReplayDeadLetter, h.replay(deadLetters)))
 	e.POST("/api/v1/events/dead-letters/:id/dismiss", h.action(ActionDismissDeadLetter, h.dismiss(deadLetters)))
 	e.POST("/api/v1/events/unmatched/:id/replay", h.action(ActionReplayUnmatched, h.replay(unmatchedEvents)))
@@ -287,6 +291,43 @@ func (h *handlers) redriveMany(c echo.Context) error {
 	if errors.As(err, &qerr) {
 		return problem.New(http.StatusBadRequest, qerr.Error()).WithType("invalid-request")
 	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+type dismissManyRequest struct {
+	aggregator.DeadLetterFilter
+	Reason string `json:"reason"`
+	DryRun bool   `json:"dry_run"`
+	Limit  int    `json:"limit"`
+	Batch  int    `json:"batch"`
+}
+
+// dismissDeadLetters dismisses the dead letters a filter selects, in bounded batches.
+func (h *handlers) dismissDeadLetters(c echo.Context) error {
+	body, err := readBodyUpTo(c, 64<<10)
+	if err != nil {
+		return err
+	}
+	req := dismissManyRequest{Limit: executor.BulkLimitDefault, Batch: executor.BulkBatchDefault}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return problem.New(http.StatusBadRequest, "body must be a bulk dismissal request: "+err.Error()).WithType("malformed-json")
+		}
+	}
+	switch {
+	case req.Limit < 1 || req.Limit > executor.BulkLimitMax:
+		return problem.New(http.StatusBadRequest, fmt.Sprintf(`"limit" must be 1..%d`, executor.BulkLimitMax)).WithType("invalid-request")
+	case req.Batch < 1 || req.Batch > executor.BulkBatchMax:
+		return problem.New(http.StatusBadRequest, fmt.Sprintf(`"batch" must be 1..%d`, executor.BulkBatchMax)).WithType("invalid-request")
+	case !req.DryRun && strings.TrimSpace(req.Reason) == "":
+		return problem.New(http.StatusBadRequest, `"reason" is required: say why the events are dismissed`).WithType("invalid-request")
+	}
+	r, err := h.agg.DismissDeadLetters(c.Request().Context(), req.DeadLetterFilter, req.Reason, req.DryRun, req.Limit, req.Batch)
 	if err != nil {
 		return err
 	}

@@ -349,3 +349,17 @@ func (c *Client) RedriveMany(ctx context.Context, f RedriveFilter) (*RedrivenMan
 	}
 	return &out, nil
 }
+
+// DismissDeadLetters dismisses, in bounded batches, up to f.Limit of the unresolved dead
+// letters f selects (or only counts them, f.DryRun).
+func (c *Client) DismissDeadLetters(ctx context.Context, f DismissFilter) (*DismissedMany, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	var out DismissedMany
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/events/dead-letters/dismiss", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -414,3 +414,27 @@ type RedrivenMany struct {
 	DryRun   bool  `json:"dry_run"`
 	More     bool  `json:"more"`
 }
+
+// DismissFilter selects unresolved dead letters for a bulk dismissal (zero fields do not
+// filter) and says why they are dismissed.
+type DismissFilter struct {
+	ExecutionID      *uuid.UUID `json:"execution_id,omitempty"`
+	Workflow         string     `json:"workflow,omitempty"`
+	EventType        string     `json:"event_type,omitempty"`
+	DeadLetterReason string     `json:"dead_letter_reason,omitempty"`
+	CreatedAfter     *time.Time `json:"created_after,omitempty"`
+	CreatedBefore    *time.Time `json:"created_before,omitempty"`
+	Reason           string     `json:"reason,omitempty"`
+	DryRun           bool       `json:"dry_run,omitempty"`
+	Limit            int        `json:"limit,omitempty"`
+	Batch            int        `json:"batch,omitempty"`
+}
+
+// DismissedMany reports one bulk dismissal call: More says to call again.
+type DismissedMany struct {
+	Matched   int64 `json:"matched"`
+	Dismissed int   `json:"dismissed"`
+	Batches   int   `json:"batches"`
+	DryRun    bool  `json:"dry_run"`
+	More      bool  `json:"more"`
+}

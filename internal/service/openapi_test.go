@@ -529,6 +529,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusOK)
 	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusConflict)
 	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution="+approved, nil, http.StatusOK)
+	dismissMany := "/api/v1/events/dead-letters/dismiss"
+	call("POST", dismissMany, dismissMany, map[string]any{"workflow": "approve", "dry_run": true}, http.StatusOK)
+	call("POST", dismissMany, dismissMany, map[string]any{"event_type": "other", "reason": "test", "limit": 10}, http.StatusOK)
+	call("POST", dismissMany, dismissMany, map[string]any{"event_type": "other"}, http.StatusBadRequest)
 	um := fmt.Sprint(unmatched.json["items"].([]any)[0].(map[string]any)["id"])
 	replayUM, dismissUM := "/api/v1/events/unmatched/{id}/replay", "/api/v1/events/unmatched/{id}/dismiss"
 	call("POST", replayUM, "/api/v1/events/unmatched/999999/replay", map[string]any{"execution_id": approved}, http.StatusNotFound)
