@@ -36,8 +36,8 @@ type Reopened struct {
 // retry — applies to the reopened one. Its deadlines start again from now: the overall
 // one after timeout (DefaultTimeout when zero), each event's own after its timeout.
 // Events timed out before count again. The correlated call is sent again only when it
-// was what failed the wait (status failed): a wait that timed out or was cancelled had
-// its call answered, or not needed, already.
+// was what failed the wait (status failed): a wait that timed out had its call accepted
+// and lacks only the reply, and one cancelled with its execution is not re-called.
 //
 // The row is locked, then written behind its version fence with the version moved on:
 // an event decided against the finished row misses its fence and is decided again
