@@ -380,3 +380,51 @@ func TestRedriveRacesLateEvent(t *testing.T) {
 	}
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 }
+
+// TestRedriveFencesStaleClaim: a replica claimed a node of the execution and stalled
+// (killed, or paused past its lease) while the execution failed. The redrive queues the
+// node again; when the stalled replica comes back and finishes, its commit misses the
+// fence (its queue row went with the failure) and records nothing. Another replica runs
+// the node once more, and the execution completes once.
+func TestRedriveFencesStaleClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := setup(t)
+	name := h.put(t, h.workflow("redrive-stale", []obj{
+		node("slow", "http", obj{"url": "@{_vars.svc}/slow", "method": "POST"}),
+		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}, "timeout": 600}),
+		node("after", "http", obj{"url": "@{_vars.svc}/after", "method": "POST"}),
+	}, []obj{edge("slow", "after", ""), edge("wait", "after", "")}))
+	id := h.start(t, name, nil)
+	jobs, err := h.ex.ClaimRun(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	var slow, wait int
+	if jobs[1].NodeID == "slow" {
+		slow, wait = 1, 0
+	} else {
+		slow, wait = 0, 1
+	}
+	require.NoError(t, h.ex.RunJob(ctx, jobs[wait]))
+	require.NoError(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenFail, "operator"))
+	require.Equal(t, "failed", h.view(t, id).Status)
+
+	redriven, err := h.ex.Redrive(ctx, id)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []executor.RedrivenNode{{ID: "slow", Action: executor.RedriveRun}, {ID: "wait", Action: executor.RedriveReopened}}, redriven.Nodes)
+
+	// The stalled replica finishes the node it claimed before the failure.
+	require.ErrorIs(t, h.ex.RunJob(ctx, jobs[slow]), executor.ErrLeaseLost)
+	require.Equal(t, 1, h.fake.count("/slow"), "its call was made")
+	require.Equal(t, "running", nodeOf(t, h.view(t, id), "slow").Status, "but nothing of it recorded")
+
+	newPod(t, h.pool, config(t, "b")).run(t)
+	corr := waitOf(t, h.view(t, id), "wait").CorrelationID
+	require.Equal(t, aggregator.Completed, h.apply(t, id, corr, aggregator.EventKafka, obj{"ok": true}))
+	v := h.waitStatus(t, id, "completed")
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 }, "the execution went on twice")
+	require.Equal(t, 2, h.fake.count("/slow"))
+	require.Equal(t, "completed", nodeOf(t, v, "slow").Status)
+	require.EqualValues(t, 1, v.RedriveCount)
+	h.requireQueuesEmpty(t, id)
+}
