@@ -64,7 +64,7 @@ func (h *handlers) action(name Action, next echo.HandlerFunc) echo.HandlerFunc {
 			status = http.StatusInternalServerError
 		}
 		h.logger.InfoContext(c.Request().Context(), "operator action", "action", string(name),
-			"path", c.Request().URL.Path, "remote_addr", c.RealIP(), "status", status)
+			"path", c.Request().URL.Path, "remote_addr", c.Request().RemoteAddr, "status", status)
 		return err
 	}
 }
