@@ -249,6 +249,11 @@ type UnmatchedEvent struct {
 	Detail         string     `json:"detail"`
 	PayloadExcerpt string     `json:"payload_excerpt"`
 	CreatedAt      time.Time  `json:"created_at"`
+	// Resolution is replayed or dismissed once an operator acted on it; the detail says
+	// what the replay did, or why it was dismissed.
+	Resolution       string     `json:"resolution,omitempty"`
+	ResolutionDetail string     `json:"resolution_detail,omitempty"`
+	ResolvedAt       *time.Time `json:"resolved_at,omitempty"`
 }
 
 // ListUnmatched returns recent unmatched events, newest first: at most limit, only
@@ -269,7 +274,7 @@ func (a *Aggregator) ListUnmatched(ctx context.Context, reason string, beforeID 
 	for i, r := range rows {
 		u := UnmatchedEvent{ID: r.ID, Reason: r.Reason, EventName: deref(r.EventName), EventType: deref(r.EventType),
 			ExecutionID: r.ExecutionID, CorrelationID: r.CorrelationID, Detail: r.Detail, PayloadExcerpt: r.PayloadExcerpt,
-			CreatedAt: r.CreatedAt}
+			CreatedAt: r.CreatedAt, Resolution: deref(r.Resolution), ResolutionDetail: deref(r.ResolutionDetail), ResolvedAt: r.ResolvedAt}
 		if err := json.Unmarshal(r.Source, &u.Source); err != nil {
 			return nil, fmt.Errorf("decode unmatched event source: %w", err)
 		}
@@ -289,6 +294,11 @@ type DeadLetter struct {
 	Reason      string          `json:"reason"`
 	BufferedAt  time.Time       `json:"buffered_at"`
 	CreatedAt   time.Time       `json:"created_at"`
+	// Resolution is replayed or dismissed once an operator acted on it; the detail says
+	// what the replay did, or why it was dismissed.
+	Resolution       string     `json:"resolution,omitempty"`
+	ResolutionDetail string     `json:"resolution_detail,omitempty"`
+	ResolvedAt       *time.Time `json:"resolved_at,omitempty"`
 }
 
 // ListDeadLetters returns dead-lettered buffered events, newest first: at most limit,
@@ -305,7 +315,8 @@ func (a *Aggregator) ListDeadLetters(ctx context.Context, executionID *uuid.UUID
 	out := make([]DeadLetter, len(rows))
 	for i, r := range rows {
 		d := DeadLetter{ID: r.ID, ExecutionID: r.ExecutionID, EventType: r.EventType, EventID: deref(r.EventID),
-			Payload: r.Payload, Reason: r.Reason, BufferedAt: r.BufferedAt, CreatedAt: r.CreatedAt}
+			Payload: r.Payload, Reason: r.Reason, BufferedAt: r.BufferedAt, CreatedAt: r.CreatedAt,
+			Resolution: deref(r.Resolution), ResolutionDetail: deref(r.ResolutionDetail), ResolvedAt: r.ResolvedAt}
 		if err := json.Unmarshal(r.Source, &d.Source); err != nil {
 			return nil, fmt.Errorf("decode dead letter source: %w", err)
 		}

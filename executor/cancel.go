@@ -54,24 +54,7 @@ func (e *Executor) CancelExecution(ctx context.Context, id uuid.UUID, reason str
 		if execFinished(exec.Status) {
 			return &ExecutionFinishedError{Status: exec.Status}
 		}
-		if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: id, Status: execCancelled, Error: &reason}); err != nil {
-			return fmt.Errorf("cancel execution: %w", err)
-		}
-		if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
-			ExecutionID: id, Error: "execution cancelled: " + reason,
-		}); err != nil {
-			return fmt.Errorf("cancel open waits: %w", err)
-		}
-		if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{ExecutionID: id, Error: "execution cancelled: " + reason}); err != nil {
-			return fmt.Errorf("cancel nodes: %w", err)
-		}
-		if err := e.q.RunQueueDeleteForExecution(ctx, tx, id); err != nil {
-			return fmt.Errorf("drop queued work: %w", err)
-		}
-		if err := e.q.OutboxDeleteForExecution(ctx, tx, id); err != nil {
-			return fmt.Errorf("drop unsent calls: %w", err)
-		}
-		if exec, err = e.q.ExecutionGet(ctx, tx, id); err != nil {
+		if exec, err = e.cancelTx(ctx, tx, id, reason); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, "execution/"+id.String(), audit.OutcomeOK, reason)
@@ -80,6 +63,30 @@ func (e *Executor) CancelExecution(ctx context.Context, id uuid.UUID, reason str
 		e.logger.InfoContext(ctx, "execution cancelled", "execution_id", id, "instance_id", e.cfg.InstanceID, "reason", reason)
 	}
 	return exec, err
+}
+
+// cancelTx cancels an open execution whose row tx holds locked: the execution, its open
+// waits and unfinished nodes are cancelled, its queued work and unsent calls dropped. It
+// returns the execution as cancelled.
+func (e *Executor) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) (dbsqlc.Execution, error) {
+	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: id, Status: execCancelled, Error: &reason}); err != nil {
+		return dbsqlc.Execution{}, fmt.Errorf("cancel execution: %w", err)
+	}
+	if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
+		ExecutionID: id, Error: "execution cancelled: " + reason,
+	}); err != nil {
+		return dbsqlc.Execution{}, fmt.Errorf("cancel open waits: %w", err)
+	}
+	if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{ExecutionID: id, Error: "execution cancelled: " + reason}); err != nil {
+		return dbsqlc.Execution{}, fmt.Errorf("cancel nodes: %w", err)
+	}
+	if err := e.q.RunQueueDeleteForExecution(ctx, tx, id); err != nil {
+		return dbsqlc.Execution{}, fmt.Errorf("drop queued work: %w", err)
+	}
+	if err := e.q.OutboxDeleteForExecution(ctx, tx, id); err != nil {
+		return dbsqlc.Execution{}, fmt.Errorf("drop unsent calls: %w", err)
+	}
+	return e.q.ExecutionGet(ctx, tx, id)
 }
 
 // CancelWait cancels one open wait of a running execution (a wait that already finished

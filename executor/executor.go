@@ -378,23 +378,9 @@ func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name st
 	if err != nil {
 		return Started{}, err
 	}
-	var ids []string
-	for _, n := range wf.Nodes() {
-		ids = append(ids, n.ID)
-	}
-	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-		ID: id, WorkflowName: name, WorkflowVersion: latest.Version, Input: input,
-	})
+	exec, err := e.insertExecution(ctx, tx, id, wf, name, latest.Version, input, nil)
 	if err != nil {
-		return Started{}, fmt.Errorf("insert execution: %w", err)
-	}
-	if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
-		return Started{}, fmt.Errorf("insert node executions: %w", err)
-	}
-	for _, root := range wf.Roots() {
-		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
-			return Started{}, err
-		}
+		return Started{}, err
 	}
 	// A start through the API has its audit row in this transaction; a trigger's has
 	// none (no request, no principal).
@@ -407,6 +393,32 @@ func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name st
 			"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
 	})
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
+}
+
+// insertExecution creates an execution of a definition version in tx, its nodes
+// pending and its roots queued; restartedFrom links a restart to what it restarts.
+func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID, wf *workflow.Workflow, name string, version int32,
+	input json.RawMessage, restartedFrom *uuid.UUID,
+) (dbsqlc.Execution, error) {
+	var ids []string
+	for _, n := range wf.Nodes() {
+		ids = append(ids, n.ID)
+	}
+	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
+		ID: id, WorkflowName: name, WorkflowVersion: version, Input: input, RestartedFrom: restartedFrom,
+	})
+	if err != nil {
+		return exec, fmt.Errorf("insert execution: %w", err)
+	}
+	if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
+		return exec, fmt.Errorf("insert node executions: %w", err)
+	}
+	for _, root := range wf.Roots() {
+		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
+			return exec, err
+		}
+	}
+	return exec, nil
 }
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.

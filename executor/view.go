@@ -36,8 +36,15 @@ type ExecutionSummary struct {
 type ExecutionView struct {
 	ExecutionSummary
 	Input json.RawMessage `json:"input"`
-	Nodes []NodeView      `json:"nodes"`
-	Waits []WaitView      `json:"wait_states"`
+	// RedriveCount is how often the execution was redriven, RedrivenAt when last.
+	RedriveCount int32      `json:"redrive_count"`
+	RedrivenAt   *time.Time `json:"redriven_at,omitempty"`
+	// RestartedFrom is the execution this one restarts; RestartedAs the execution that
+	// restarted this one.
+	RestartedFrom *uuid.UUID `json:"restarted_from,omitempty"`
+	RestartedAs   *uuid.UUID `json:"restarted_as,omitempty"`
+	Nodes         []NodeView `json:"nodes"`
+	Waits         []WaitView `json:"wait_states"`
 }
 
 // NodeView is one node execution.
@@ -174,7 +181,8 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 			ID: exec.ID, Workflow: exec.WorkflowName, WorkflowVersion: exec.WorkflowVersion, Status: exec.Status,
 			Error: exec.Error, CreatedAt: exec.CreatedAt, UpdatedAt: exec.UpdatedAt, FinishedAt: exec.FinishedAt,
 		},
-		Input: exec.Input, Nodes: []NodeView{}, Waits: []WaitView{},
+		Input: exec.Input, RedriveCount: exec.RedriveCount, RedrivenAt: exec.RedrivenAt,
+		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []WaitView{},
 	}
 	for _, n := range nodes {
 		v.Nodes = append(v.Nodes, NodeView{ID: n.NodeID, Status: n.Status, Output: n.Output, Error: n.Error, Warning: n.Warning,

@@ -17,10 +17,10 @@ import (
 func eventsGroup() *cliGroup {
 	return &cliGroup{
 		name:    "events",
-		summary: "send an event to an execution by type; see events that reached no wait",
-		about: `Send an event to an execution by type, and see the events that reached no wait
-and why.`,
-		commands: []*cliCommand{eventsSend(), eventsUnmatched()},
+		summary: "send events to executions; see, replay or dismiss events that reached no wait",
+		about: `Send an event to an execution by type, see the events that reached no wait
+and why, replay or dismiss them.`,
+		commands: []*cliCommand{eventsSend(), eventsUnmatched(), eventsReplay(), eventsDismiss(), eventsDismissAll()},
 	}
 }
 
@@ -174,4 +174,162 @@ func uuidOrEmpty(id *uuid.UUID) string {
 		return ""
 	}
 	return idOrEmpty(*id)
+}
+
+// eventRowsArg reads the KIND argument of replay and dismiss.
+func eventRowsArg(kind, id string) (client.EventRows, int64, error) {
+	var rows client.EventRows
+	switch kind {
+	case "dead-letter":
+		rows = client.DeadLetters
+	case "unmatched":
+		rows = client.UnmatchedEvents
+	default:
+		return "", 0, usagef("KIND must be dead-letter or unmatched, not %q", kind)
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		return "", 0, usagef("ID must be a positive integer, not %q", id)
+	}
+	return rows, n, nil
+}
+
+func eventsReplay() *cliCommand {
+	return &cliCommand{
+		name: "replay", args: "KIND ID", nargs: 2,
+		summary: "replay a dead letter or an unmatched event",
+		help: `Applies event ID of KIND (dead-letter: a buffered event no wait took; unmatched:
+an event that matched nothing) again, through the path of a live event, to its
+execution or to --execution. Duplicates stay duplicates ("duplicate": nothing changed).
+Each is replayed once; an event that does nothing at the execution (finished, late, no
+wait) is refused and changes nothing (409, exit status 1).`,
+		examples: []string{
+			"rendezvous events replay dead-letter 42",
+			"rendezvous events replay unmatched 1077 --execution 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var execution string
+			fs.StringVar(&execution, "execution", "", "replay into this execution instead of the event's own")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				rows, id, err := eventRowsArg(args[0], args[1])
+				if err != nil {
+					return err
+				}
+				target := uuid.Nil
+				if execution != "" {
+					if target, err = parseID("--execution", execution); err != nil {
+						return err
+					}
+				}
+				r, err := cl.api.Replay(ctx, rows, id, target)
+				if err != nil {
+					return err
+				}
+				if cl.output == outputJSON {
+					return printJSON(cl.stdout, r.Raw)
+				}
+				t := newTable(cl.stdout, "ID", "EXECUTION", "OUTCOME")
+				t.row(strconv.FormatInt(r.ID, 10), r.ExecutionID.String(), r.Outcome)
+				return t.flush()
+			}
+		},
+	}
+}
+
+func eventsDismiss() *cliCommand {
+	return &cliCommand{
+		name: "dismiss", args: "KIND ID", nargs: 2,
+		summary: "dismiss a dead letter or an unmatched event, with why",
+		help: `Marks event ID of KIND (dead-letter or unmatched) dismissed with --reason: it stays
+listed, resolved, until retention purges it. Each is resolved once (409, exit status 1).`,
+		examples: []string{
+			`rendezvous events dismiss dead-letter 42 --reason "order cancelled by phone"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var reason string
+			fs.StringVar(&reason, "reason", "", "why (required)")
+			return func(ctx context.Context, cl *cli, args []string) error {
+				rows, id, err := eventRowsArg(args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if strings.TrimSpace(reason) == "" {
+					return usagef("--reason: must say why")
+				}
+				if err := cl.api.Dismiss(ctx, rows, id, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(cl.stdout, "%s %d dismissed\n", args[0], id)
+				return nil
+			}
+		},
+	}
+}
+
+func eventsDismissAll() *cliCommand {
+	return &cliCommand{
+		name:    "dismiss-all",
+		summary: "dismiss every dead letter a filter selects, in batches",
+		help: `Dismisses with --reason every unresolved dead letter that matches the filters
+(all of them when none is given), oldest first, in bounded batches. It counts first;
+--dry-run stops there. Each request dismisses at most --limit; the command repeats it
+until none is left. Interrupted, run it again.`,
+		examples: []string{
+			"rendezvous events dismiss-all --workflow order-approval --type reminder --dry-run",
+			`rendezvous events dismiss-all --dead-letter-reason expired --until 24h --reason "stale reminders"`,
+		},
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var f client.DismissFilter
+			var execution, since, until string
+			fs.StringVar(&execution, "execution", "", "only dead letters of this execution")
+			fs.StringVar(&f.Workflow, "workflow", "", "only dead letters of executions of this workflow")
+			fs.StringVar(&f.EventType, "type", "", "only events of this type")
+			fs.StringVar(&f.DeadLetterReason, "dead-letter-reason", "", "only events dead-lettered for this reason: expired, superseded, execution_finished")
+			fs.StringVar(&since, "since", "", "only dead letters since: a duration back from now (2h) or an RFC 3339 time")
+			fs.StringVar(&until, "until", "", "only dead letters before: a duration back from now or an RFC 3339 time")
+			fs.StringVar(&f.Reason, "reason", "", "why they are dismissed (required unless --dry-run)")
+			fs.BoolVar(&f.DryRun, "dry-run", false, "count the dead letters that match; change nothing")
+			fs.IntVar(&f.Limit, "limit", 1000, "dead letters one request dismisses at most (1..10000)")
+			fs.IntVar(&f.Batch, "batch", 100, "dead letters one statement dismisses (1..500)")
+			return func(ctx context.Context, cl *cli, _ []string) error {
+				var err error
+				if execution != "" {
+					id, err := parseID("--execution", execution)
+					if err != nil {
+						return err
+					}
+					f.ExecutionID = &id
+				}
+				if f.CreatedAfter, err = pointInTime("--since", since); err != nil {
+					return err
+				}
+				if f.CreatedBefore, err = pointInTime("--until", until); err != nil {
+					return err
+				}
+				if f.CreatedBefore == nil {
+					now := time.Now().UTC()
+					f.CreatedBefore = &now
+				}
+				if !f.DryRun && strings.TrimSpace(f.Reason) == "" {
+					return usagef("--reason: must say why (or --dry-run)")
+				}
+				total := 0
+				for {
+					r, err := cl.api.DismissDeadLetters(ctx, f)
+					if err != nil {
+						return err
+					}
+					if f.DryRun {
+						fmt.Fprintf(cl.stdout, "%d dead letters match; nothing changed (dry run)\n", r.Matched)
+						return nil
+					}
+					total += r.Dismissed
+					fmt.Fprintf(cl.stdout, "dismissed %d (%d in this request, %d batches; %d matched)\n", total, r.Dismissed, r.Batches, r.Matched)
+					if !r.More {
+						return nil
+					}
+				}
+			}
+		},
+	}
 }

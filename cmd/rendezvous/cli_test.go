@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,6 +343,42 @@ func TestCLIWalkthrough(t *testing.T) {
 	f.jsonOut(t, &view, "executions", "get", cancelledWait)
 	require.Equal(t, "failed", view.Status)
 	require.Equal(t, "cancelled", view.Waits[0].Status)
+
+	// The operator thinks better of it: a redrive opens the wait again. Again is refused.
+	out = f.ok(t, "executions", "redrive", cancelledWait)
+	require.Regexp(t, `(?m)^Status:\s+waiting$`, out)
+	require.Regexp(t, `(?m)^Redrives:\s+1$`, out)
+	require.Equal(t, []string{"request_approval", "reopened"}, row(t, section(t, out, "NODE"), "request_approval"))
+	out = f.ok(t, "executions", "get", cancelledWait)
+	require.Regexp(t, `(?m)^Redrives:\s+1 \(last .+\)$`, out)
+	require.Equal(t, "waiting", row(t, section(t, out, "WAIT"), "request_approval")[1])
+	r = f.rendezvous(t, "", "executions", "redrive", cancelledWait)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 execution-not-failed: .+\n$`, r.stderr)
+
+	// Nothing else failed: a bulk redrive finds nothing.
+	out = f.ok(t, "executions", "redrive-all", "--workflow", "order-approval", "--dry-run")
+	require.Equal(t, "0 failed executions match; nothing changed (dry run)\n", out)
+	out = f.ok(t, "executions", "redrive-all", "--error", "withdrawn", "--since", "1h")
+	require.Equal(t, "redriven 0 (0 in this request, 0 batches; 0 matched)\n", out)
+	r = f.rendezvous(t, "", "executions", "redrive-all", "--since", "yesterday")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+
+	// Or starts it over with another input: the waiting one is cancelled first.
+	out = f.ok(t, "executions", "restart", cancelledWait, "--input", `{"order": "A-9", "amount": 5}`, "--reason", "start over")
+	restarted := row(t, out, "ID")
+	require.Equal(t, []string{"ID", "WORKFLOW", "STATUS", "CREATED", "RESTARTS", "CANCELLED"}, restarted)
+	newID := uuidRE.FindString(out)
+	require.Equal(t, []string{newID, "order-approval v1", "running"}, row(t, out, newID)[:3])
+	require.Equal(t, []string{cancelledWait, "true"}, row(t, out, newID)[4:])
+	out = f.ok(t, "executions", "get", cancelledWait)
+	require.Regexp(t, `(?m)^Status:\s+cancelled$`, out)
+	require.Regexp(t, `(?m)^Restarted as:\s+`+newID+`$`, out)
+	out = f.ok(t, "executions", "get", newID)
+	require.Regexp(t, `(?m)^Restarts:\s+`+cancelledWait+`$`, out)
+	r = f.rendezvous(t, "", "executions", "restart", cancelledWait)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 execution-already-restarted: .+\n$`, r.stderr)
 }
 
 // TestCLIServerErrors: what the API refuses, one line each on stderr, exit status 1.
@@ -488,6 +525,39 @@ func TestCLIEvents(t *testing.T) {
 	r = f.rendezvous(t, "", "events", "unmatched", "--reason", "lost")
 	require.Equal(t, exitRefused, r.code)
 	require.Regexp(t, `^error: 400 invalid-query: reason: .+\n$`, r.stderr)
+
+	// Replaying the event sent to no execution, into the completed one, does nothing and
+	// is refused; it is dismissed instead, once. So is the buffered event the completed
+	// execution took to the dead letters.
+	r = f.rendezvous(t, "", "events", "replay", "unmatched", cells[0], "--execution", id)
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 replay-not-applied: .+execution_finished\n$`, r.stderr)
+	out = f.ok(t, "events", "dismiss", "unmatched", cells[0], "--reason", "sent to the wrong id")
+	require.Equal(t, "unmatched "+cells[0]+" dismissed\n", out)
+	r = f.rendezvous(t, "", "events", "dismiss", "unmatched", cells[0], "--reason", "again")
+	require.Equal(t, exitRefused, r.code)
+	require.Regexp(t, `^error: 409 event-resolved: .+dismissed\n$`, r.stderr)
+	var dead struct {
+		Items []struct{ ID int64 } `json:"items"`
+	}
+	raw, err := http.Get(f.server + "/api/v1/events/dead-letters?execution=" + id)
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(raw.Body).Decode(&dead))
+	raw.Body.Close()
+	require.Len(t, dead.Items, 1)
+	dl := strconv.FormatInt(dead.Items[0].ID, 10)
+	r = f.rendezvous(t, "", "events", "replay", "dead-letter", dl)
+	require.Equal(t, exitRefused, r.code)
+	out = f.ok(t, "events", "dismiss", "dead-letter", dl, "--reason", "nobody waits for later")
+	require.Equal(t, "dead-letter "+dl+" dismissed\n", out)
+	out = f.ok(t, "events", "dismiss-all", "--execution", id, "--dry-run")
+	require.Equal(t, "0 dead letters match; nothing changed (dry run)\n", out, "the one there is dismissed")
+	out = f.ok(t, "events", "dismiss-all", "--type", "later", "--since", "1h", "--reason", "cleanup")
+	require.Equal(t, "dismissed 0 (0 in this request, 0 batches; 0 matched)\n", out)
+	for _, args := range [][]string{{"replay", "letter", "1"}, {"replay", "unmatched", "x"}, {"dismiss", "unmatched", "1"}, {"dismiss-all"}} {
+		r = f.rendezvous(t, "", append([]string{"events"}, args...)...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+	}
 }
 
 // TestCLIUsage: mistakes on the command line exit 2 before anything is sent.

@@ -38,6 +38,7 @@ const serviceCommands = `Run the service:
   rendezvous serve       [flags]   run a replica (HTTP API, callbacks, Kafka consumer, executor)
   rendezvous migrate     [flags]   apply database migrations and exit
   rendezvous dev-kafka   [flags]   the embedded Kafka broker alone
+  rendezvous dlq replay  [flags]   re-produce a dead-letter topic's records to their source topic
   rendezvous healthcheck [flags]   exit 0 when a replica's /healthz answers 200 (for
                                    container images without a shell)
   rendezvous version               print the version (also --version)
@@ -87,6 +88,9 @@ func serviceCommandTable() map[string]serviceCommand {
 		},
 		"healthcheck": func(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return healthcheck(ctx, args, stdout)
+		},
+		"dlq": func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+			return dlq(ctx, args, stdout)
 		},
 	}
 }

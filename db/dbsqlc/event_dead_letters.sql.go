@@ -12,6 +12,42 @@ import (
 	"github.com/google/uuid"
 )
 
+const eventDeadLetterCountOpen = `-- name: EventDeadLetterCountOpen :one
+SELECT count(*)::bigint FROM event_dead_letters AS d
+WHERE d.resolution IS NULL
+  AND d.created_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR d.created_at >= $2::timestamptz)
+  AND ($3::uuid IS NULL OR d.execution_id = $3::uuid)
+  AND ($4::text IS NULL OR d.event_type = $4::text)
+  AND ($5::text IS NULL OR d.reason = $5::text)
+  AND ($6::text IS NULL OR EXISTS (
+      SELECT 1 FROM executions AS e WHERE e.id = d.execution_id AND e.workflow_name = $6::text))
+`
+
+type EventDeadLetterCountOpenParams struct {
+	CreatedBefore time.Time
+	CreatedAfter  *time.Time
+	ExecutionID   *uuid.UUID
+	EventType     *string
+	Reason        *string
+	Workflow      *string
+}
+
+// The unresolved dead letters a bulk dismissal would take: the dry run's count.
+func (q *Queries) EventDeadLetterCountOpen(ctx context.Context, db DBTX, arg EventDeadLetterCountOpenParams) (int64, error) {
+	row := db.QueryRow(ctx, eventDeadLetterCountOpen,
+		arg.CreatedBefore,
+		arg.CreatedAfter,
+		arg.ExecutionID,
+		arg.EventType,
+		arg.Reason,
+		arg.Workflow,
+	)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const eventDeadLetterDeleteBefore = `-- name: EventDeadLetterDeleteBefore :execrows
 DELETE FROM event_dead_letters
 WHERE id IN (
@@ -35,8 +71,83 @@ func (q *Queries) EventDeadLetterDeleteBefore(ctx context.Context, db DBTX, arg 
 	return result.RowsAffected(), nil
 }
 
+const eventDeadLetterDismissBatch = `-- name: EventDeadLetterDismissBatch :execrows
+UPDATE event_dead_letters
+SET resolution = 'dismissed', resolution_detail = $1::text, resolved_at = now()
+WHERE id IN (
+    SELECT d.id FROM event_dead_letters AS d
+    WHERE d.resolution IS NULL
+      AND d.created_at <= $2::timestamptz
+      AND ($3::timestamptz IS NULL OR d.created_at >= $3::timestamptz)
+      AND ($4::uuid IS NULL OR d.execution_id = $4::uuid)
+      AND ($5::text IS NULL OR d.event_type = $5::text)
+      AND ($6::text IS NULL OR d.reason = $6::text)
+      AND ($7::text IS NULL OR EXISTS (
+          SELECT 1 FROM executions AS e WHERE e.id = d.execution_id AND e.workflow_name = $7::text))
+    ORDER BY d.id
+    LIMIT $8::integer
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type EventDeadLetterDismissBatchParams struct {
+	Detail        string
+	CreatedBefore time.Time
+	CreatedAfter  *time.Time
+	ExecutionID   *uuid.UUID
+	EventType     *string
+	Reason        *string
+	Workflow      *string
+	Max           int32
+}
+
+// One batch of a bulk dismissal, oldest first: rows another transaction holds (a
+// replay) are skipped, so a batch never waits and locks at most @max rows.
+func (q *Queries) EventDeadLetterDismissBatch(ctx context.Context, db DBTX, arg EventDeadLetterDismissBatchParams) (int64, error) {
+	result, err := db.Exec(ctx, eventDeadLetterDismissBatch,
+		arg.Detail,
+		arg.CreatedBefore,
+		arg.CreatedAfter,
+		arg.ExecutionID,
+		arg.EventType,
+		arg.Reason,
+		arg.Workflow,
+		arg.Max,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const eventDeadLetterGetForUpdate = `-- name: EventDeadLetterGetForUpdate :one
+SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at, resolution, resolution_detail, resolved_at FROM event_dead_letters WHERE id = $1::bigint FOR UPDATE
+`
+
+// A replay or a dismissal holds the row until it commits, so a dead letter is resolved
+// once however many operators act on it at the same time.
+func (q *Queries) EventDeadLetterGetForUpdate(ctx context.Context, db DBTX, id int64) (EventDeadLetter, error) {
+	row := db.QueryRow(ctx, eventDeadLetterGetForUpdate, id)
+	var i EventDeadLetter
+	err := row.Scan(
+		&i.ID,
+		&i.ExecutionID,
+		&i.EventType,
+		&i.EventID,
+		&i.Payload,
+		&i.Source,
+		&i.Reason,
+		&i.BufferedAt,
+		&i.CreatedAt,
+		&i.Resolution,
+		&i.ResolutionDetail,
+		&i.ResolvedAt,
+	)
+	return i, err
+}
+
 const eventDeadLetterList = `-- name: EventDeadLetterList :many
-SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at FROM event_dead_letters
+SELECT id, execution_id, event_type, event_id, payload, source, reason, buffered_at, created_at, resolution, resolution_detail, resolved_at FROM event_dead_letters
 WHERE ($1::uuid IS NULL OR execution_id = $1::uuid)
   AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -69,6 +180,9 @@ func (q *Queries) EventDeadLetterList(ctx context.Context, db DBTX, arg EventDea
 			&i.Reason,
 			&i.BufferedAt,
 			&i.CreatedAt,
+			&i.Resolution,
+			&i.ResolutionDetail,
+			&i.ResolvedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -78,4 +192,21 @@ func (q *Queries) EventDeadLetterList(ctx context.Context, db DBTX, arg EventDea
 		return nil, err
 	}
 	return items, nil
+}
+
+const eventDeadLetterResolve = `-- name: EventDeadLetterResolve :exec
+UPDATE event_dead_letters
+SET resolution = $1::text, resolution_detail = $2::text, resolved_at = now()
+WHERE id = $3::bigint AND resolution IS NULL
+`
+
+type EventDeadLetterResolveParams struct {
+	Resolution string
+	Detail     string
+	ID         int64
+}
+
+func (q *Queries) EventDeadLetterResolve(ctx context.Context, db DBTX, arg EventDeadLetterResolveParams) error {
+	_, err := db.Exec(ctx, eventDeadLetterResolve, arg.Resolution, arg.Detail, arg.ID)
+	return err
 }

@@ -11,6 +11,22 @@ import (
 	"github.com/google/uuid"
 )
 
+const executionEventIDDelete = `-- name: ExecutionEventIDDelete :exec
+DELETE FROM execution_event_ids WHERE execution_id = $1::uuid AND event_id = $2::text
+`
+
+type ExecutionEventIDDeleteParams struct {
+	ExecutionID uuid.UUID
+	EventID     string
+}
+
+// A dead-lettered event's id is forgotten when the event is replayed, so that the replay
+// is not taken for a duplicate of the send that was never applied.
+func (q *Queries) ExecutionEventIDDelete(ctx context.Context, db DBTX, arg ExecutionEventIDDeleteParams) error {
+	_, err := db.Exec(ctx, executionEventIDDelete, arg.ExecutionID, arg.EventID)
+	return err
+}
+
 const executionEventIDExists = `-- name: ExecutionEventIDExists :one
 SELECT EXISTS (
     SELECT 1 FROM execution_event_ids WHERE execution_id = $1::uuid AND event_id = $2::text

@@ -13,6 +13,107 @@ import (
 	"github.com/google/uuid"
 )
 
+const executionClaimFailed = `-- name: ExecutionClaimFailed :many
+SELECT e.id, e.finished_at FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR e.finished_at >= $2::timestamptz)
+  AND ($3::text IS NULL OR e.workflow_name = $3::text)
+  AND ($4::text IS NULL OR strpos(lower(e.error), lower($4::text)) > 0)
+  AND ($5::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = $5::text AND n.status = 'failed'))
+  AND (e.finished_at, e.id) > ($6::timestamptz, $7::uuid)
+ORDER BY e.finished_at, e.id
+LIMIT $8::integer
+FOR NO KEY UPDATE SKIP LOCKED
+`
+
+type ExecutionClaimFailedParams struct {
+	FailedBefore    time.Time
+	FailedAfter     *time.Time
+	Workflow        *string
+	ErrorContains   *string
+	Node            *string
+	AfterFinishedAt time.Time
+	AfterID         uuid.UUID
+	Max             int32
+}
+
+type ExecutionClaimFailedRow struct {
+	ID         uuid.UUID
+	FinishedAt *time.Time
+}
+
+// The next batch of a bulk redrive: failed executions matching the filter, in the
+// order they failed, after the cursor, locked until the batch commits. SKIP LOCKED:
+// a row someone else holds (an operator redriving it, another bulk run) is left to
+// them, so a batch never waits and never holds more than @max rows. failed_before is
+// fixed when a run starts, so an execution that fails again during the run is not
+// taken twice.
+func (q *Queries) ExecutionClaimFailed(ctx context.Context, db DBTX, arg ExecutionClaimFailedParams) ([]ExecutionClaimFailedRow, error) {
+	rows, err := db.Query(ctx, executionClaimFailed,
+		arg.FailedBefore,
+		arg.FailedAfter,
+		arg.Workflow,
+		arg.ErrorContains,
+		arg.Node,
+		arg.AfterFinishedAt,
+		arg.AfterID,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionClaimFailedRow
+	for rows.Next() {
+		var i ExecutionClaimFailedRow
+		if err := rows.Scan(&i.ID, &i.FinishedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const executionCountFailed = `-- name: ExecutionCountFailed :one
+SELECT count(*)::bigint FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= $1::timestamptz
+  AND ($2::timestamptz IS NULL OR e.finished_at >= $2::timestamptz)
+  AND ($3::text IS NULL OR e.workflow_name = $3::text)
+  AND ($4::text IS NULL OR strpos(lower(e.error), lower($4::text)) > 0)
+  AND ($5::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = $5::text AND n.status = 'failed'))
+`
+
+type ExecutionCountFailedParams struct {
+	FailedBefore  time.Time
+	FailedAfter   *time.Time
+	Workflow      *string
+	ErrorContains *string
+	Node          *string
+}
+
+// The failed executions a bulk redrive would take: the dry run's count.
+func (q *Queries) ExecutionCountFailed(ctx context.Context, db DBTX, arg ExecutionCountFailedParams) (int64, error) {
+	row := db.QueryRow(ctx, executionCountFailed,
+		arg.FailedBefore,
+		arg.FailedAfter,
+		arg.Workflow,
+		arg.ErrorContains,
+		arg.Node,
+	)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const executionDeleteFinishedBefore = `-- name: ExecutionDeleteFinishedBefore :execrows
 DELETE FROM executions
 WHERE id IN (
@@ -40,7 +141,7 @@ func (q *Queries) ExecutionDeleteFinishedBefore(ctx context.Context, db DBTX, ar
 }
 
 const executionGet = `-- name: ExecutionGet :one
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = $1::uuid
 `
 
 func (q *Queries) ExecutionGet(ctx context.Context, db DBTX, id uuid.UUID) (Execution, error) {
@@ -56,12 +157,16 @@ func (q *Queries) ExecutionGet(ctx context.Context, db DBTX, id uuid.UUID) (Exec
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
 
 const executionGetForUpdate = `-- name: ExecutionGetForUpdate :one
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = $1::uuid FOR NO KEY UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = $1::uuid FOR NO KEY UPDATE
 `
 
 // Every change to an execution's graph (advancing, failing, finishing, cancelling)
@@ -83,14 +188,19 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
 
 const executionInsert = `-- name: ExecutionInsert :one
-INSERT INTO executions (id, workflow_name, workflow_version, status, input)
-VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb)
-RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at
+INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
+VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb,
+        $5::uuid)
+RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
 `
 
 type ExecutionInsertParams struct {
@@ -98,14 +208,17 @@ type ExecutionInsertParams struct {
 	WorkflowName    string
 	WorkflowVersion int32
 	Input           json.RawMessage
+	RestartedFrom   *uuid.UUID
 }
 
+// restarted_from links a restart to the execution it restarts.
 func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionInsertParams) (Execution, error) {
 	row := db.QueryRow(ctx, executionInsert,
 		arg.ID,
 		arg.WorkflowName,
 		arg.WorkflowVersion,
 		arg.Input,
+		arg.RestartedFrom,
 	)
 	var i Execution
 	err := row.Scan(
@@ -118,12 +231,16 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
 	)
 	return i, err
 }
 
 const executionListForUpdate = `-- name: ExecutionListForUpdate :many
-SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
+SELECT id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
 `
 
 // Locks in id order, so that batches locking overlapping executions cannot deadlock;
@@ -147,6 +264,10 @@ func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uui
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.FinishedAt,
+			&i.RedriveCount,
+			&i.RedrivenAt,
+			&i.RestartedFrom,
+			&i.RestartedAs,
 		); err != nil {
 			return nil, err
 		}
@@ -156,6 +277,63 @@ func (q *Queries) ExecutionListForUpdate(ctx context.Context, db DBTX, ids []uui
 		return nil, err
 	}
 	return items, nil
+}
+
+const executionRedrive = `-- name: ExecutionRedrive :one
+UPDATE executions
+SET status = 'running',
+    error = NULL,
+    finished_at = NULL,
+    updated_at = now(),
+    redrive_count = redrive_count + 1,
+    redriven_at = now()
+WHERE id = $1::uuid AND status = 'failed'
+RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
+`
+
+// A failed execution runs again: only a failed one moves, so of two redrives racing on
+// the row lock the second finds it running and changes nothing (no row).
+func (q *Queries) ExecutionRedrive(ctx context.Context, db DBTX, id uuid.UUID) (Execution, error) {
+	row := db.QueryRow(ctx, executionRedrive, id)
+	var i Execution
+	err := row.Scan(
+		&i.ID,
+		&i.WorkflowName,
+		&i.WorkflowVersion,
+		&i.Status,
+		&i.Input,
+		&i.Error,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.FinishedAt,
+		&i.RedriveCount,
+		&i.RedrivenAt,
+		&i.RestartedFrom,
+		&i.RestartedAs,
+	)
+	return i, err
+}
+
+const executionSetRestartedAs = `-- name: ExecutionSetRestartedAs :execrows
+UPDATE executions
+SET restarted_as = $1::uuid,
+    updated_at = now()
+WHERE id = $2::uuid AND restarted_as IS NULL
+`
+
+type ExecutionSetRestartedAsParams struct {
+	RestartedAs uuid.UUID
+	ID          uuid.UUID
+}
+
+// An execution is restarted once: of two restarts racing on its row lock, the second
+// finds the link set and changes nothing.
+func (q *Queries) ExecutionSetRestartedAs(ctx context.Context, db DBTX, arg ExecutionSetRestartedAsParams) (int64, error) {
+	result, err := db.Exec(ctx, executionSetRestartedAs, arg.RestartedAs, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const executionSetStatus = `-- name: ExecutionSetStatus :exec

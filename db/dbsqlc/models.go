@@ -53,15 +53,18 @@ type EventBuffer struct {
 }
 
 type EventDeadLetter struct {
-	ID          int64
-	ExecutionID uuid.UUID
-	EventType   string
-	EventID     *string
-	Payload     json.RawMessage
-	Source      json.RawMessage
-	Reason      string
-	BufferedAt  time.Time
-	CreatedAt   time.Time
+	ID               int64
+	ExecutionID      uuid.UUID
+	EventType        string
+	EventID          *string
+	Payload          json.RawMessage
+	Source           json.RawMessage
+	Reason           string
+	BufferedAt       time.Time
+	CreatedAt        time.Time
+	Resolution       *string
+	ResolutionDetail *string
+	ResolvedAt       *time.Time
 }
 
 type Execution struct {
@@ -74,6 +77,10 @@ type Execution struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      *time.Time
+	RedriveCount    int32
+	RedrivenAt      *time.Time
+	RestartedFrom   *uuid.UUID
+	RestartedAs     *uuid.UUID
 }
 
 type ExecutionEventID struct {
@@ -163,16 +170,19 @@ type RunQueue struct {
 }
 
 type UnmatchedEvent struct {
-	ID             int64
-	Reason         string
-	Source         json.RawMessage
-	EventName      *string
-	EventType      *string
-	ExecutionID    *uuid.UUID
-	CorrelationID  *uuid.UUID
-	Detail         string
-	PayloadExcerpt string
-	CreatedAt      time.Time
+	ID               int64
+	Reason           string
+	Source           json.RawMessage
+	EventName        *string
+	EventType        *string
+	ExecutionID      *uuid.UUID
+	CorrelationID    *uuid.UUID
+	Detail           string
+	PayloadExcerpt   string
+	CreatedAt        time.Time
+	Resolution       *string
+	ResolutionDetail *string
+	ResolvedAt       *time.Time
 }
 
 type Workflow struct {

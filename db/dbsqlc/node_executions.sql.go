@@ -174,6 +174,23 @@ func (q *Queries) NodeExecutionMarkRunning(ctx context.Context, db DBTX, arg Nod
 	return err
 }
 
+const nodeExecutionReopen = `-- name: NodeExecutionReopen :exec
+UPDATE node_executions
+SET status = 'pending',
+    output = NULL,
+    error = NULL,
+    updated_at = now(),
+    finished_at = NULL
+WHERE execution_id = $1::uuid AND status IN ('failed', 'cancelled')
+`
+
+// A redrive hands the nodes that failed, or were cancelled when the execution failed,
+// back to the graph: pending, as if never reached, with their attempts kept as history.
+func (q *Queries) NodeExecutionReopen(ctx context.Context, db DBTX, executionID uuid.UUID) error {
+	_, err := db.Exec(ctx, nodeExecutionReopen, executionID)
+	return err
+}
+
 const nodeExecutionSetStatusMany = `-- name: NodeExecutionSetStatusMany :exec
 UPDATE node_executions AS n
 SET status = c.status,

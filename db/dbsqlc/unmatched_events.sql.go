@@ -13,6 +13,32 @@ import (
 	"github.com/google/uuid"
 )
 
+const unmatchedEventGetForUpdate = `-- name: UnmatchedEventGetForUpdate :one
+SELECT id, reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt, created_at, resolution, resolution_detail, resolved_at FROM unmatched_events WHERE id = $1::bigint FOR UPDATE
+`
+
+// As EventDeadLetterGetForUpdate: one resolution per row.
+func (q *Queries) UnmatchedEventGetForUpdate(ctx context.Context, db DBTX, id int64) (UnmatchedEvent, error) {
+	row := db.QueryRow(ctx, unmatchedEventGetForUpdate, id)
+	var i UnmatchedEvent
+	err := row.Scan(
+		&i.ID,
+		&i.Reason,
+		&i.Source,
+		&i.EventName,
+		&i.EventType,
+		&i.ExecutionID,
+		&i.CorrelationID,
+		&i.Detail,
+		&i.PayloadExcerpt,
+		&i.CreatedAt,
+		&i.Resolution,
+		&i.ResolutionDetail,
+		&i.ResolvedAt,
+	)
+	return i, err
+}
+
 const unmatchedEventInsertMany = `-- name: UnmatchedEventInsertMany :exec
 INSERT INTO unmatched_events (reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt)
 SELECT unnest($1::text[]), unnest($2::jsonb[]), nullif(unnest($3::text[]), ''),
@@ -47,7 +73,7 @@ func (q *Queries) UnmatchedEventInsertMany(ctx context.Context, db DBTX, arg Unm
 }
 
 const unmatchedEventList = `-- name: UnmatchedEventList :many
-SELECT id, reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt, created_at FROM unmatched_events
+SELECT id, reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt, created_at, resolution, resolution_detail, resolved_at FROM unmatched_events
 WHERE ($1::text IS NULL OR reason = $1::text)
   AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -81,6 +107,9 @@ func (q *Queries) UnmatchedEventList(ctx context.Context, db DBTX, arg Unmatched
 			&i.Detail,
 			&i.PayloadExcerpt,
 			&i.CreatedAt,
+			&i.Resolution,
+			&i.ResolutionDetail,
+			&i.ResolvedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -117,4 +146,21 @@ func (q *Queries) UnmatchedEventPrune(ctx context.Context, db DBTX, arg Unmatche
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const unmatchedEventResolve = `-- name: UnmatchedEventResolve :exec
+UPDATE unmatched_events
+SET resolution = $1::text, resolution_detail = $2::text, resolved_at = now()
+WHERE id = $3::bigint AND resolution IS NULL
+`
+
+type UnmatchedEventResolveParams struct {
+	Resolution string
+	Detail     string
+	ID         int64
+}
+
+func (q *Queries) UnmatchedEventResolve(ctx context.Context, db DBTX, arg UnmatchedEventResolveParams) error {
+	_, err := db.Exec(ctx, unmatchedEventResolve, arg.Resolution, arg.Detail, arg.ID)
+	return err
 }

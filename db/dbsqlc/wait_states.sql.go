@@ -198,6 +198,17 @@ func (q *Queries) WaitStateDeferResume(ctx context.Context, db DBTX, arg WaitSta
 	return err
 }
 
+const waitStateDelete = `-- name: WaitStateDelete :exec
+DELETE FROM execution_wait_states WHERE id = $1::uuid
+`
+
+// A redriven node that runs from scratch (a timer, a wait that could not be set up)
+// registers its wait again; the finished one makes way.
+func (q *Queries) WaitStateDelete(ctx context.Context, db DBTX, id uuid.UUID) error {
+	_, err := db.Exec(ctx, waitStateDelete, id)
+	return err
+}
+
 const waitStateDeleteFinishedBefore = `-- name: WaitStateDeleteFinishedBefore :execrows
 DELETE FROM execution_wait_states
 WHERE id IN (
@@ -598,6 +609,26 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.MatchKeys,
 	)
 	return i, err
+}
+
+const waitStateHasEventKey = `-- name: WaitStateHasEventKey :one
+SELECT EXISTS (
+    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    WHERE w.execution_id = $1::uuid AND r->>'key' = $2::text
+)
+`
+
+type WaitStateHasEventKeyParams struct {
+	ExecutionID uuid.UUID
+	Key         string
+}
+
+// Whether a wait of the execution recorded an event under this idempotency key.
+func (q *Queries) WaitStateHasEventKey(ctx context.Context, db DBTX, arg WaitStateHasEventKeyParams) (bool, error) {
+	row := db.QueryRow(ctx, waitStateHasEventKey, arg.ExecutionID, arg.Key)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
 }
 
 const waitStateInsert = `-- name: WaitStateInsert :one
@@ -1145,4 +1176,76 @@ func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitSt
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitStateReopen = `-- name: WaitStateReopen :one
+UPDATE execution_wait_states
+SET status = 'waiting',
+    error = NULL,
+    expected_events = $1::jsonb,
+    timed_out_events = '[]',
+    expires_at = $2::timestamptz,
+    next_deadline_at = $3::timestamptz,
+    resumed_at = NULL,
+    resumed_by = NULL,
+    version = version + 1,
+    updated_at = clock_timestamp()
+WHERE id = $4::uuid AND version = $5::bigint AND status IN ('timeout', 'failed', 'cancelled')
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys
+`
+
+type WaitStateReopenParams struct {
+	ExpectedEvents json.RawMessage
+	ExpiresAt      time.Time
+	NextDeadlineAt time.Time
+	ID             uuid.UUID
+	Version        int64
+}
+
+// A redrive opens a finished event wait again: waiting, with fresh deadlines, its
+// recorded events and payloads kept, nothing timed out, not resumed. The version moves,
+// so an event or a sweeper that decided against the finished row misses its fence and
+// decides again against the open one.
+func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReopenParams) (ExecutionWaitState, error) {
+	row := db.QueryRow(ctx, waitStateReopen,
+		arg.ExpectedEvents,
+		arg.ExpiresAt,
+		arg.NextDeadlineAt,
+		arg.ID,
+		arg.Version,
+	)
+	var i ExecutionWaitState
+	err := row.Scan(
+		&i.ID,
+		&i.ExecutionID,
+		&i.NodeID,
+		&i.CorrelationID,
+		&i.AggregationStrategy,
+		&i.RequiredEvents,
+		&i.EnabledEvents,
+		&i.ExpectedEvents,
+		&i.ApiCallEnabled,
+		&i.KafkaEventEnabled,
+		&i.ApiResponseData,
+		&i.KafkaEventData,
+		&i.ReceivedEvents,
+		&i.OnTimeout,
+		&i.OutputMapping,
+		&i.Status,
+		&i.Error,
+		&i.ResumedAt,
+		&i.ResumedBy,
+		&i.Version,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.NextDeadlineAt,
+		&i.TimedOutEvents,
+		&i.WaitType,
+		&i.Timer,
+		&i.TraceParent,
+		&i.EventData,
+		&i.MatchKeys,
+	)
+	return i, err
 }

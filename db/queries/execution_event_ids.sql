@@ -8,3 +8,8 @@ ON CONFLICT DO NOTHING;
 SELECT EXISTS (
     SELECT 1 FROM execution_event_ids WHERE execution_id = @execution_id::uuid AND event_id = @event_id::text
 );
+
+-- name: ExecutionEventIDDelete :exec
+-- A dead-lettered event's id is forgotten when the event is replayed, so that the replay
+-- is not taken for a duplicate of the send that was never applied.
+DELETE FROM execution_event_ids WHERE execution_id = @execution_id::uuid AND event_id = @event_id::text;

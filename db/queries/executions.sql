@@ -1,6 +1,8 @@
 -- name: ExecutionInsert :one
-INSERT INTO executions (id, workflow_name, workflow_version, status, input)
-VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, 'running', @input::jsonb)
+-- restarted_from links a restart to the execution it restarts.
+INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
+VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, 'running', @input::jsonb,
+        sqlc.narg(restarted_from)::uuid)
 RETURNING *;
 
 -- name: ExecutionGet :one
@@ -83,3 +85,57 @@ SELECT pg_try_advisory_lock(hashtext(current_schema() || ':rendezvous-retention'
 
 -- name: RetentionUnlock :one
 SELECT pg_advisory_unlock(hashtext(current_schema() || ':rendezvous-retention'));
+
+-- name: ExecutionRedrive :one
+-- A failed execution runs again: only a failed one moves, so of two redrives racing on
+-- the row lock the second finds it running and changes nothing (no row).
+UPDATE executions
+SET status = 'running',
+    error = NULL,
+    finished_at = NULL,
+    updated_at = now(),
+    redrive_count = redrive_count + 1,
+    redriven_at = now()
+WHERE id = @id::uuid AND status = 'failed'
+RETURNING *;
+
+-- name: ExecutionSetRestartedAs :execrows
+-- An execution is restarted once: of two restarts racing on its row lock, the second
+-- finds the link set and changes nothing.
+UPDATE executions
+SET restarted_as = @restarted_as::uuid,
+    updated_at = now()
+WHERE id = @id::uuid AND restarted_as IS NULL;
+
+-- name: ExecutionCountFailed :one
+-- The failed executions a bulk redrive would take: the dry run's count.
+SELECT count(*)::bigint FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= @failed_before::timestamptz
+  AND (sqlc.narg(failed_after)::timestamptz IS NULL OR e.finished_at >= sqlc.narg(failed_after)::timestamptz)
+  AND (sqlc.narg(workflow)::text IS NULL OR e.workflow_name = sqlc.narg(workflow)::text)
+  AND (sqlc.narg(error_contains)::text IS NULL OR strpos(lower(e.error), lower(sqlc.narg(error_contains)::text)) > 0)
+  AND (sqlc.narg(node)::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = sqlc.narg(node)::text AND n.status = 'failed'));
+
+-- name: ExecutionClaimFailed :many
+-- The next batch of a bulk redrive: failed executions matching the filter, in the
+-- order they failed, after the cursor, locked until the batch commits. SKIP LOCKED:
+-- a row someone else holds (an operator redriving it, another bulk run) is left to
+-- them, so a batch never waits and never holds more than @max rows. failed_before is
+-- fixed when a run starts, so an execution that fails again during the run is not
+-- taken twice.
+SELECT e.id, e.finished_at FROM executions AS e
+WHERE e.status = 'failed'
+  AND e.finished_at <= @failed_before::timestamptz
+  AND (sqlc.narg(failed_after)::timestamptz IS NULL OR e.finished_at >= sqlc.narg(failed_after)::timestamptz)
+  AND (sqlc.narg(workflow)::text IS NULL OR e.workflow_name = sqlc.narg(workflow)::text)
+  AND (sqlc.narg(error_contains)::text IS NULL OR strpos(lower(e.error), lower(sqlc.narg(error_contains)::text)) > 0)
+  AND (sqlc.narg(node)::text IS NULL OR EXISTS (
+      SELECT 1 FROM node_executions AS n
+      WHERE n.execution_id = e.id AND n.node_id = sqlc.narg(node)::text AND n.status = 'failed'))
+  AND (e.finished_at, e.id) > (@after_finished_at::timestamptz, @after_id::uuid)
+ORDER BY e.finished_at, e.id
+LIMIT @max::integer
+FOR NO KEY UPDATE SKIP LOCKED;

@@ -51,3 +51,14 @@ SET status = 'cancelled',
     finished_at = now()
 WHERE execution_id = @execution_id::uuid
   AND status IN ('pending', 'running', 'waiting_for_events');
+
+-- name: NodeExecutionReopen :exec
+-- A redrive hands the nodes that failed, or were cancelled when the execution failed,
+-- back to the graph: pending, as if never reached, with their attempts kept as history.
+UPDATE node_executions
+SET status = 'pending',
+    output = NULL,
+    error = NULL,
+    updated_at = now(),
+    finished_at = NULL
+WHERE execution_id = @execution_id::uuid AND status IN ('failed', 'cancelled');

@@ -24,3 +24,12 @@ WHERE id IN (
     ORDER BY u.id
     LIMIT @max::integer
 );
+
+-- name: UnmatchedEventGetForUpdate :one
+-- As EventDeadLetterGetForUpdate: one resolution per row.
+SELECT * FROM unmatched_events WHERE id = @id::bigint FOR UPDATE;
+
+-- name: UnmatchedEventResolve :exec
+UPDATE unmatched_events
+SET resolution = @resolution::text, resolution_detail = @detail::text, resolved_at = now()
+WHERE id = @id::bigint AND resolution IS NULL;

@@ -301,3 +301,34 @@ SELECT count(*)::bigint FROM (
 -- Serialises registrations of waiters of one match type until commit, so the admission
 -- count cannot be passed by concurrent registrations. Per schema, like retention's lock.
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' || @key::text));
+
+-- name: WaitStateReopen :one
+-- A redrive opens a finished event wait again: waiting, with fresh deadlines, its
+-- recorded events and payloads kept, nothing timed out, not resumed. The version moves,
+-- so an event or a sweeper that decided against the finished row misses its fence and
+-- decides again against the open one.
+UPDATE execution_wait_states
+SET status = 'waiting',
+    error = NULL,
+    expected_events = @expected_events::jsonb,
+    timed_out_events = '[]',
+    expires_at = @expires_at::timestamptz,
+    next_deadline_at = @next_deadline_at::timestamptz,
+    resumed_at = NULL,
+    resumed_by = NULL,
+    version = version + 1,
+    updated_at = clock_timestamp()
+WHERE id = @id::uuid AND version = @version::bigint AND status IN ('timeout', 'failed', 'cancelled')
+RETURNING *;
+
+-- name: WaitStateDelete :exec
+-- A redriven node that runs from scratch (a timer, a wait that could not be set up)
+-- registers its wait again; the finished one makes way.
+DELETE FROM execution_wait_states WHERE id = @id::uuid;
+
+-- name: WaitStateHasEventKey :one
+-- Whether a wait of the execution recorded an event under this idempotency key.
+SELECT EXISTS (
+    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    WHERE w.execution_id = @execution_id::uuid AND r->>'key' = @key::text
+);

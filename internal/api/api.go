@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -38,8 +39,9 @@ type Access struct {
 // Register adds the API routes, and the OpenAPI document describing them, to e. Who may
 // call which route is decided before the handlers run (auth.Authenticator.Middleware);
 // the handlers only narrow it where the request decides (a sender's workflow prefix).
-func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, acc Access) {
-	h := &handlers{ex: ex, agg: agg, access: acc}
+// logger receives a line per recovery action.
+func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, acc Access, logger *slog.Logger) {
+	h := &handlers{ex: ex, agg: agg, access: acc, logger: logger}
 	e.GET("/api/v1/workflows", h.listWorkflows)
 	// Echo tries the static segment first and falls back to :name for other methods, so
 	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
@@ -61,6 +63,7 @@ func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, a
 	e.POST("/api/v1/tokens", h.createToken)
 	e.POST("/api/v1/tokens/:name/revoke", h.revokeToken)
 	e.GET("/api/v1/audit", h.listAudit)
+	h.recoveryRoutes(e)
 	e.GET(OpenAPIPath, serveOpenAPI)
 }
 
@@ -68,6 +71,7 @@ type handlers struct {
 	ex     *executor.Executor
 	agg    *aggregator.Aggregator
 	access Access
+	logger *slog.Logger
 }
 
 func readBody(c echo.Context) ([]byte, error) {

@@ -30,6 +30,17 @@ const (
 	ActionEventSend       Action = "event.send"
 	ActionTokenCreate     Action = "token.create"
 	ActionTokenRevoke     Action = "token.revoke"
+	// The recovery actions: redriving a failed execution (one, or every one a filter
+	// selects), restarting one, replaying or dismissing a dead letter or an unmatched
+	// event, dismissing every dead letter a filter selects.
+	ActionExecutionRedrive      Action = "execution.redrive"
+	ActionExecutionRedriveMany  Action = "execution.redrive_many"
+	ActionExecutionRestart      Action = "execution.restart"
+	ActionDeadLetterReplay      Action = "dead_letter.replay"
+	ActionDeadLetterDismiss     Action = "dead_letter.dismiss"
+	ActionDeadLetterDismissMany Action = "dead_letter.dismiss_many"
+	ActionUnmatchedReplay       Action = "unmatched_event.replay"
+	ActionUnmatchedDismiss      Action = "unmatched_event.dismiss"
 )
 
 // Outcome values of a row. A change that committed is OutcomeOK (or what the change

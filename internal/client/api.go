@@ -189,6 +189,31 @@ func (c *Client) CancelExecution(ctx context.Context, id uuid.UUID, reason strin
 	return &out, nil
 }
 
+// Redrive continues a failed execution from its failed nodes. An execution that is not
+// failed is refused with 409 execution-not-failed.
+func (c *Client) Redrive(ctx context.Context, id uuid.UUID) (*Redriven, error) {
+	var out Redriven
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/"+id.String()+"/redrive", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Restart starts a new execution in place of an old one (cancelled first when still
+// open), linked both ways. A second restart is refused with 409
+// execution-already-restarted.
+func (c *Client) Restart(ctx context.Context, id uuid.UUID, opts RestartOptions) (*Restarted, error) {
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	var out Restarted
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/"+id.String()+"/restart", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // What the execution does after one of its waits is cancelled.
 const (
 	ThenFail     = "fail"
@@ -305,4 +330,68 @@ func (c *Client) CollectOpenWaits(ctx context.Context, f WaitFilter, max int) (i
 		return items[:max], true, nil
 	}
 	return items, more, nil
+}
+
+// Replay applies a dead letter or an unmatched event again, through the path of a live
+// event, to its execution or to execution when not uuid.Nil. Each is resolved once: a
+// second replay is refused with 409 event-resolved; an event that does nothing with 409
+// replay-not-applied.
+func (c *Client) Replay(ctx context.Context, rows EventRows, id int64, execution uuid.UUID) (*Replayed, error) {
+	var req struct {
+		ExecutionID *uuid.UUID `json:"execution_id,omitempty"`
+	}
+	if execution != uuid.Nil {
+		req.ExecutionID = &execution
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out Replayed
+	path := "/api/v1/events/" + string(rows) + "/" + strconv.FormatInt(id, 10) + "/replay"
+	if _, err := c.do(ctx, http.MethodPost, path, nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Dismiss marks a dead letter or an unmatched event dismissed, with why.
+func (c *Client) Dismiss(ctx context.Context, rows EventRows, id int64, reason string) error {
+	body, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{reason})
+	if err != nil {
+		return err
+	}
+	path := "/api/v1/events/" + string(rows) + "/" + strconv.FormatInt(id, 10) + "/dismiss"
+	_, err = c.do(ctx, http.MethodPost, path, nil, body, nil)
+	return err
+}
+
+// RedriveMany redrives, in bounded batches, up to f.Limit of the failed executions f
+// selects (or only counts them, f.DryRun).
+func (c *Client) RedriveMany(ctx context.Context, f RedriveFilter) (*RedrivenMany, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	var out RedrivenMany
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/executions/redrive", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DismissDeadLetters dismisses, in bounded batches, up to f.Limit of the unresolved dead
+// letters f selects (or only counts them, f.DryRun).
+func (c *Client) DismissDeadLetters(ctx context.Context, f DismissFilter) (*DismissedMany, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	var out DismissedMany
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/events/dead-letters/dismiss", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -114,9 +114,39 @@ type Execution struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      *time.Time      `json:"finished_at,omitempty"`
-	Nodes           []Node          `json:"nodes"`
-	Waits           []WaitState     `json:"wait_states"`
-	Raw             json.RawMessage `json:"-"`
+	// RedriveCount is how often the execution was redriven, RedrivenAt when last.
+	RedriveCount int32      `json:"redrive_count"`
+	RedrivenAt   *time.Time `json:"redriven_at,omitempty"`
+	// RestartedFrom is the execution this one restarts; RestartedAs the one that
+	// restarted it.
+	RestartedFrom *uuid.UUID      `json:"restarted_from,omitempty"`
+	RestartedAs   *uuid.UUID      `json:"restarted_as,omitempty"`
+	Nodes         []Node          `json:"nodes"`
+	Waits         []WaitState     `json:"wait_states"`
+	Raw           json.RawMessage `json:"-"`
+}
+
+// Redriven is the answer to a redrive: the execution's status and redrive count after
+// it, and what it did with each node it set going again.
+type Redriven struct {
+	ExecutionID  uuid.UUID       `json:"execution_id"`
+	Status       string          `json:"status"`
+	RedriveCount int32           `json:"redrive_count"`
+	Nodes        []RedrivenNode  `json:"nodes"`
+	Raw          json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Redriven) UnmarshalJSON(b []byte) error {
+	type plain Redriven
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// RedrivenNode is one node a redrive set going: Action is run (queued to run again),
+// reopened (its wait opened again) or call_resent (reopened, its call sent again).
+type RedrivenNode struct {
+	ID     string `json:"id"`
+	Action string `json:"action"`
 }
 
 // UnmarshalJSON decodes the object and keeps it in Raw.
@@ -153,6 +183,34 @@ type StartedExecution struct {
 func (s *StartedExecution) UnmarshalJSON(b []byte) error {
 	type plain StartedExecution
 	return decodeKeepingRaw(b, (*plain)(s), &s.Raw)
+}
+
+// Restarted is the answer to a restart: the new execution, the one it restarts, and
+// whether that one was still open and got cancelled.
+type Restarted struct {
+	ID              uuid.UUID       `json:"id"`
+	Workflow        string          `json:"workflow"`
+	WorkflowVersion int32           `json:"workflow_version"`
+	Status          string          `json:"status"`
+	CreatedAt       time.Time       `json:"created_at"`
+	RestartedFrom   uuid.UUID       `json:"restarted_from"`
+	Cancelled       bool            `json:"cancelled"`
+	Raw             json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Restarted) UnmarshalJSON(b []byte) error {
+	type plain Restarted
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// RestartOptions adjust a restart: Version "same" (the default when empty) or
+// "latest"; Input replaces the old input when set; Reason is recorded with the old
+// execution when the restart cancels it.
+type RestartOptions struct {
+	Version string          `json:"version,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
 }
 
 // Wait types.
@@ -313,4 +371,73 @@ type UnmatchedEvent struct {
 func (u *UnmatchedEvent) UnmarshalJSON(b []byte) error {
 	type plain UnmatchedEvent
 	return decodeKeepingRaw(b, (*plain)(u), &u.Raw)
+}
+
+// Replayed is the answer to replaying a dead letter or an unmatched event: what the
+// event did at its execution (delivered, buffered, recorded, completed or duplicate).
+type Replayed struct {
+	ID          int64           `json:"id"`
+	ExecutionID uuid.UUID       `json:"execution_id"`
+	Outcome     string          `json:"outcome"`
+	Raw         json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the object and keeps it in Raw.
+func (r *Replayed) UnmarshalJSON(b []byte) error {
+	type plain Replayed
+	return decodeKeepingRaw(b, (*plain)(r), &r.Raw)
+}
+
+// EventRows names the rows an event replay or dismissal acts on.
+type EventRows string
+
+// Event rows.
+const (
+	DeadLetters     EventRows = "dead-letters"
+	UnmatchedEvents EventRows = "unmatched"
+)
+
+// RedriveFilter selects failed executions for a bulk redrive; zero fields do not filter.
+type RedriveFilter struct {
+	Workflow      string     `json:"workflow,omitempty"`
+	Node          string     `json:"node,omitempty"`
+	ErrorContains string     `json:"error_contains,omitempty"`
+	FailedAfter   *time.Time `json:"failed_after,omitempty"`
+	FailedBefore  *time.Time `json:"failed_before,omitempty"`
+	DryRun        bool       `json:"dry_run,omitempty"`
+	Limit         int        `json:"limit,omitempty"`
+	Batch         int        `json:"batch,omitempty"`
+}
+
+// RedrivenMany reports one bulk redrive call: More says to call again.
+type RedrivenMany struct {
+	Matched  int64 `json:"matched"`
+	Redriven int   `json:"redriven"`
+	Batches  int   `json:"batches"`
+	DryRun   bool  `json:"dry_run"`
+	More     bool  `json:"more"`
+}
+
+// DismissFilter selects unresolved dead letters for a bulk dismissal (zero fields do not
+// filter) and says why they are dismissed.
+type DismissFilter struct {
+	ExecutionID      *uuid.UUID `json:"execution_id,omitempty"`
+	Workflow         string     `json:"workflow,omitempty"`
+	EventType        string     `json:"event_type,omitempty"`
+	DeadLetterReason string     `json:"dead_letter_reason,omitempty"`
+	CreatedAfter     *time.Time `json:"created_after,omitempty"`
+	CreatedBefore    *time.Time `json:"created_before,omitempty"`
+	Reason           string     `json:"reason,omitempty"`
+	DryRun           bool       `json:"dry_run,omitempty"`
+	Limit            int        `json:"limit,omitempty"`
+	Batch            int        `json:"batch,omitempty"`
+}
+
+// DismissedMany reports one bulk dismissal call: More says to call again.
+type DismissedMany struct {
+	Matched   int64 `json:"matched"`
+	Dismissed int   `json:"dismissed"`
+	Batches   int   `json:"batches"`
+	DryRun    bool  `json:"dry_run"`
+	More      bool  `json:"more"`
 }

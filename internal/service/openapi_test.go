@@ -455,6 +455,32 @@ func TestOpenAPIResponses(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	call("POST", "/api/v1/executions/{id}/cancel", "/api/v1/executions/"+done+"/cancel", map[string]any{"reason": "late"}, http.StatusConflict)
 	call("POST", "/api/v1/executions/{id}/cancel", "/api/v1/executions/"+other+"/cancel", nil, http.StatusOK)
+
+	// A redrive: refused for an execution that did not fail, then of one whose wait an
+	// operator failed.
+	redrive := "/api/v1/executions/{id}/redrive"
+	call("POST", redrive, "/api/v1/executions/"+other+"/redrive", nil, http.StatusConflict)
+	call("POST", redrive, "/api/v1/executions/"+uuid.NewString()+"/redrive", nil, http.StatusNotFound)
+	call("POST", redrive, "/api/v1/executions/e-1/redrive", nil, http.StatusBadRequest)
+	failing := call("POST", "/api/v1/workflows/{name}/executions", "/api/v1/workflows/orders/executions", nil, http.StatusCreated).json["id"].(string)
+	require.Eventually(t, func() bool {
+		w := call("GET", "/api/v1/wait-states", "/api/v1/wait-states?status=waiting&execution="+failing, nil, http.StatusOK)
+		return len(w.json["items"].([]any)) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	call("POST", "/api/v1/executions/{id}/waits/{node}/cancel", "/api/v1/executions/"+failing+"/waits/wait/cancel", map[string]any{"then": "fail"}, http.StatusOK)
+	call("POST", redrive, "/api/v1/executions/"+failing+"/redrive", nil, http.StatusOK)
+	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
+	bulk := "/api/v1/executions/redrive"
+	call("POST", bulk, bulk, map[string]any{"workflow": "orders", "dry_run": true}, http.StatusOK)
+	call("POST", bulk, bulk, map[string]any{"workflow": "orders", "limit": 5, "batch": 2}, http.StatusOK)
+	call("POST", bulk, bulk, map[string]any{"limit": 100000}, http.StatusBadRequest)
+	call("POST", bulk, bulk, map[string]any{"flow": "orders"}, http.StatusBadRequest)
+	restart := "/api/v1/executions/{id}/restart"
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", map[string]any{"version": "latest", "input": map[string]any{"n": 2}}, http.StatusCreated)
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", nil, http.StatusConflict)
+	call("POST", restart, "/api/v1/executions/"+failing+"/restart", map[string]any{"version": "newest"}, http.StatusBadRequest)
+	call("POST", restart, "/api/v1/executions/"+uuid.NewString()+"/restart", nil, http.StatusNotFound)
+	call("GET", "/api/v1/executions/{id}", "/api/v1/executions/"+failing, nil, http.StatusOK)
 	list := call("GET", "/api/v1/executions", "/api/v1/executions?limit=1", nil, http.StatusOK)
 	require.NotEmpty(t, list.json["next_cursor"])
 	call("GET", "/api/v1/executions", "/api/v1/executions?limit=1&cursor="+url.QueryEscape(list.json["next_cursor"].(string)), nil, http.StatusOK)
@@ -491,6 +517,28 @@ func TestOpenAPIResponses(t *testing.T) {
 	dead := call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution="+approved, nil, http.StatusOK)
 	require.Len(t, dead.json["items"], 1)
 	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution=e-1", nil, http.StatusBadRequest)
+
+	// Replay and dismissal: the dead letter went with a completed execution, so its replay
+	// is not applied; it is dismissed, then resolved. An unmatched event likewise.
+	dl := fmt.Sprint(dead.json["items"].([]any)[0].(map[string]any)["id"])
+	replayDL, dismissDL := "/api/v1/events/dead-letters/{id}/replay", "/api/v1/events/dead-letters/{id}/dismiss"
+	call("POST", replayDL, "/api/v1/events/dead-letters/"+dl+"/replay", nil, http.StatusConflict)
+	call("POST", replayDL, "/api/v1/events/dead-letters/x/replay", nil, http.StatusBadRequest)
+	call("POST", replayDL, "/api/v1/events/dead-letters/999999/replay", nil, http.StatusNotFound)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{}, http.StatusBadRequest)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusOK)
+	call("POST", dismissDL, "/api/v1/events/dead-letters/"+dl+"/dismiss", map[string]any{"reason": "test"}, http.StatusConflict)
+	call("GET", "/api/v1/events/dead-letters", "/api/v1/events/dead-letters?execution="+approved, nil, http.StatusOK)
+	dismissMany := "/api/v1/events/dead-letters/dismiss"
+	call("POST", dismissMany, dismissMany, map[string]any{"workflow": "approve", "dry_run": true}, http.StatusOK)
+	call("POST", dismissMany, dismissMany, map[string]any{"event_type": "other", "reason": "test", "limit": 10}, http.StatusOK)
+	call("POST", dismissMany, dismissMany, map[string]any{"event_type": "other"}, http.StatusBadRequest)
+	um := fmt.Sprint(unmatched.json["items"].([]any)[0].(map[string]any)["id"])
+	replayUM, dismissUM := "/api/v1/events/unmatched/{id}/replay", "/api/v1/events/unmatched/{id}/dismiss"
+	call("POST", replayUM, "/api/v1/events/unmatched/999999/replay", map[string]any{"execution_id": approved}, http.StatusNotFound)
+	call("POST", dismissUM, "/api/v1/events/unmatched/"+um+"/dismiss", map[string]any{"reason": "test"}, http.StatusOK)
+	call("POST", replayUM, "/api/v1/events/unmatched/"+um+"/replay", nil, http.StatusConflict)
+	call("GET", "/api/v1/events/unmatched", "/api/v1/events/unmatched?limit=1", nil, http.StatusOK)
 
 	// Not found and refused.
 	call("GET", "/api/v1/wait-states/{id}", "/api/v1/wait-states/"+uuid.NewString(), nil, http.StatusNotFound)

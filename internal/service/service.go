@@ -245,7 +245,7 @@ func (s *Service) init(ctx context.Context) error {
 	if cfg.AdminAddr != "" {
 		admin = s.newEcho(authn)
 	}
-	api.Register(admin, ex, agg, api.Access{Auth: authn, Pool: s.pool})
+	api.Register(admin, ex, agg, api.Access{Auth: authn, Pool: s.pool}, s.logger.With("instance_id", cfg.InstanceID))
 	api.RegisterSchemas(admin)
 	ui.Register(admin)
 	admin.GET("/metrics", echo.WrapHandler(s.tel.MetricsHandler()))
