@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 
 // Why an event matched nothing, as listed by GET /api/v1/events/unmatched and counted
@@ -177,17 +178,19 @@ const janitorBatch = 1000
 // JanitorInterval until ctx ends.
 // Every replica runs it: the statements take small batches and skip locked rows.
 func (a *Aggregator) RunJanitor(ctx context.Context) {
-	t := time.NewTicker(a.cfg.JanitorInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	startstop.Every(a.cfg.JanitorInterval, a.cfg.JanitorInterval, func(ctx context.Context) {
 		if _, err := a.Janitor(ctx); err != nil && ctx.Err() == nil {
 			a.logger.WarnContext(ctx, "event janitor failed; retrying", "err", err, "instance_id", a.cfg.InstanceID)
 		}
+	})(ctx)
+}
+
+// Services are the aggregator's background loops, for the service to start and stop:
+// the deadline sweeper and the janitor.
+func (a *Aggregator) Services() []startstop.Service {
+	return []startstop.Service{
+		startstop.NewLoop("deadline sweeper", a.RunSweeper),
+		startstop.NewLoop("event janitor", a.RunJanitor),
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 
 // Reasons a record was not applied (besides being applied: "recorded", "completed").
@@ -198,6 +199,12 @@ func (c *Consumer) Ready(ctx context.Context) error {
 type tp struct {
 	topic     string
 	partition int32
+}
+
+// Service is Run as a background loop, for the service to start and stop: stopping it
+// finishes and commits the batch in hand, then leaves the group.
+func (c *Consumer) Service() startstop.Service {
+	return startstop.NewLoop("kafka consumer", func(ctx context.Context) { _ = c.Run(ctx) })
 }
 
 // Run consumes until ctx ends, then leaves the group and closes the client.

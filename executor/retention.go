@@ -7,6 +7,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 
 // Retention defaults.
@@ -31,14 +32,9 @@ func (e *Executor) runRetention(ctx context.Context) {
 	if e.cfg.Retention < 0 {
 		return
 	}
-	t := time.NewTimer(time.Minute) // not at start: a rolling restart would purge N times
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	// The first pass a minute after start, not at once: a rolling restart would purge N
+	// times.
+	startstop.Every(time.Minute, e.cfg.RetentionInterval, func(ctx context.Context) {
 		p, err := e.Purge(ctx, time.Now().Add(-e.cfg.Retention))
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -48,8 +44,7 @@ func (e *Executor) runRetention(ctx context.Context) {
 			e.logger.InfoContext(ctx, "retention pass", "instance_id", e.cfg.InstanceID,
 				"executions_deleted", p.Executions, "waits_deleted", p.Waits, "audit_rows_deleted", p.Audit)
 		}
-		t.Reset(e.cfg.RetentionInterval)
-	}
+	})(ctx)
 }
 
 // Purge deletes executions that finished before cutoff (their nodes, waits, queued work

@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -30,21 +31,30 @@ var errLeaseLost = errors.New("lease lost")
 // Config.ShutdownTimeout for work in flight and hands back whatever it had claimed but
 // not finished, so another pod takes it over at once.
 func (e *Executor) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() { defer wg.Done(); e.listen(ctx) }()
-	go func() { defer wg.Done(); e.runRetention(ctx) }()
-	go func() { defer wg.Done(); e.notifier(ctx) }()
-	go func() {
-		defer wg.Done()
-		runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimWork, e.processWork)
-	}()
-	go func() {
-		defer wg.Done()
-		runLoop(ctx, e, "outbox", e.cfg.OutboxWorkers, e.wakeOutbox, e.claimOutbox, e.processOutbox)
-	}()
-	wg.Wait()
+	services := e.Services()
+	if err := startstop.StartAll(ctx, services...); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	startstop.StopAll(services...)
 	return nil
+}
+
+// Services are the executor's background loops, for the service to start and stop: the
+// run-queue workers, the outbox sender, the LISTEN for other replicas' wake-ups, the
+// notifier that sends this replica's, and the retention pass.
+func (e *Executor) Services() []startstop.Service {
+	return []startstop.Service{
+		startstop.NewLoop("run queue workers", func(ctx context.Context) {
+			runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimWork, e.processWork)
+		}),
+		startstop.NewLoop("outbox sender", func(ctx context.Context) {
+			runLoop(ctx, e, "outbox", e.cfg.OutboxWorkers, e.wakeOutbox, e.claimOutbox, e.processOutbox)
+		}),
+		startstop.NewLoop("wake-up listener", e.listen),
+		startstop.NewLoop("wake-up notifier", e.notifier),
+		startstop.NewLoop("retention", e.runRetention),
+	}
 }
 
 // runLoop claims up to slots items at a time and processes each in its own goroutine.

@@ -217,7 +217,7 @@ func TestMakeDevCtrlC(t *testing.T) {
 
 func TestCommandNames(t *testing.T) {
 	t.Parallel()
-	want := []string{"dev", "serve", "migrate", "dev-kafka", "healthcheck", "version"}
+	want := []string{"dev", "serve", "migrate", "dev-kafka", "dlq", "healthcheck", "version"}
 	for _, g := range cliGroups() {
 		want = append(want, g.name)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/api"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/ui"
 )
@@ -393,6 +394,18 @@ func (s *Service) Routes() []string {
 // then close the pool. It returns nil after a clean shutdown.
 func (s *Service) Run(ctx context.Context) error {
 	s.logger.InfoContext(ctx, "rendezvous serving", "http_addr", s.Addr(), "admin_addr", s.AdminAddr(), "instance_id", s.cfg.InstanceID)
+	// Every background loop, started here and stopped below: the intake first, so that
+	// the batch in hand is applied and committed while the executor still runs.
+	var intake []startstop.Service
+	if s.Consumer != nil {
+		intake = append(intake, s.Consumer.Service())
+	}
+	work := slices.Concat(s.Exec.Services(), s.Agg.Services())
+	// The loops outlive ctx: they stop in order once the HTTP servers have drained.
+	loopCtx := context.WithoutCancel(ctx)
+	if err := startstop.StartAll(loopCtx, slices.Concat(work, intake)...); err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
 	httpErr := make(chan error, 2)
 	var adminSrv *http.Server
@@ -409,20 +422,6 @@ func (s *Service) Run(ctx context.Context) error {
 			httpErr <- err
 		}
 	}()
-	execCtx, stopExec := context.WithCancel(context.WithoutCancel(ctx))
-	execDone := make(chan struct{})
-	go func() { _ = s.Exec.Run(execCtx); close(execDone) }()
-	sweepDone := make(chan struct{})
-	go func() { s.Agg.RunSweeper(execCtx); close(sweepDone) }()
-	janitorDone := make(chan struct{})
-	go func() { s.Agg.RunJanitor(execCtx); close(janitorDone) }()
-	consCtx, stopCons := context.WithCancel(context.WithoutCancel(ctx))
-	consDone := make(chan struct{})
-	if s.Consumer != nil {
-		go func() { _ = s.Consumer.Run(consCtx); close(consDone) }()
-	} else {
-		close(consDone)
-	}
 
 	var runErr error
 	select {
@@ -437,12 +436,8 @@ func (s *Service) Run(ctx context.Context) error {
 		_ = adminSrv.Shutdown(shutdownCtx)
 	}
 	cancel()
-	stopCons() // finishes and commits the batch in hand, then leaves the group
-	<-consDone
-	stopExec()
-	<-execDone
-	<-sweepDone
-	<-janitorDone
+	startstop.StopAll(intake...) // finishes and commits the batch in hand, then leaves the group
+	startstop.StopAll(work...)
 	s.pool.Close()
 	s.shutdownTelemetry()
 	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)
