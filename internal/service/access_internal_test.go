@@ -11,8 +11,8 @@ import (
 func TestRouteWithoutDecisionStopsTheStart(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, checkRouteAccess([]string{"GET /healthz", "PUT /api/v1/workflows/:name"}))
-	err := checkRouteAccess([]string{"GET /healthz", "POST /api/v1/executions/:id/redrive", "DELETE /api/v1/workflows/:name"})
+	err := checkRouteAccess([]string{"GET /healthz", "POST /api/v1/executions/:id/pause", "DELETE /api/v1/workflows/:name"})
 	require.ErrorContains(t, err, "DELETE /api/v1/workflows/:name")
-	require.ErrorContains(t, err, "POST /api/v1/executions/:id/redrive")
+	require.ErrorContains(t, err, "POST /api/v1/executions/:id/pause")
 	require.ErrorContains(t, err, "internal/service/access.go")
 }

@@ -60,6 +60,14 @@ var expectedAccess = map[string][]auth.Role{
 	"POST /api/v1/tokens":                              {auth.RoleAdmin},
 	"POST /api/v1/tokens/{name}/revoke":                {auth.RoleAdmin},
 	"GET /api/v1/audit":                                {auth.RoleAdmin},
+	"POST /api/v1/executions/{id}/redrive":             {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/executions/redrive":                  {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/executions/{id}/restart":             {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/events/dead-letters/{id}/replay":     {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/events/dead-letters/{id}/dismiss":    {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/events/dead-letters/dismiss":         {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/events/unmatched/{id}/replay":        {auth.RoleAdmin, auth.RoleOperator},
+	"POST /api/v1/events/unmatched/{id}/dismiss":       {auth.RoleAdmin, auth.RoleOperator},
 	"POST /api/internal/callbacks/{service}":           nil,
 	"GET /healthz":                                     nil,
 	"GET /readyz":                                      nil,
@@ -429,6 +437,10 @@ func TestAuditRows(t *testing.T) {
 	}
 	ex = s.do(t, s.tokens["operator"], "POST", "/api/v1/executions/"+id2+"/waits/wait/cancel", map[string]any{"then": "fail", "reason": "lost"})
 	require.Equal(t, http.StatusOK, ex.status, "%s", ex.body)
+	// The failed execution is redriven once; a second redrive is refused, and audited too.
+	ex = s.do(t, s.tokens["operator"], "POST", "/api/v1/executions/"+id2+"/redrive", nil)
+	require.Equal(t, http.StatusOK, ex.status, "%s", ex.body)
+	require.Equal(t, http.StatusConflict, s.do(t, s.tokens["operator"], "POST", "/api/v1/executions/"+id2+"/redrive", nil).status)
 
 	ex = s.do(t, s.tokens["admin"], "GET", "/api/v1/audit?limit=500", nil)
 	require.Equal(t, http.StatusOK, ex.status, "%s", ex.body)
@@ -465,6 +477,8 @@ func TestAuditRows(t *testing.T) {
 		"token:t-operator execution.start /api/v1/workflows/nope/executions refused 404",
 		"token:t-operator execution.start execution/" + id2 + " ok",
 		"token:t-operator wait.cancel execution/" + id2 + "/waits/wait ok",
+		"token:t-operator execution.redrive execution/" + id2 + " ok",
+		"token:t-operator execution.redrive /api/v1/executions/" + id2 + "/redrive refused 409",
 	}
 	require.Equal(t, want, got)
 
