@@ -38,6 +38,8 @@ type ExecutionView struct {
 	Input json.RawMessage `json:"input"`
 	Nodes []NodeView      `json:"nodes"`
 	Waits []WaitView      `json:"wait_states"`
+	// Timeline is what happened to the execution, oldest first (see Timeline).
+	Timeline []TimelineEntry `json:"timeline"`
 }
 
 // NodeView is one node execution.
@@ -184,5 +186,6 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 		}
 		v.Waits = append(v.Waits, wv.WaitView)
 	}
+	v.Timeline = timeline(v)
 	return v, nil
 }

@@ -103,16 +103,45 @@ func getPage[T any](t *testing.T, e *env, path string) page[T] {
 	return decodePage[T](t, e.do(t, http.MethodGet, path, nil))
 }
 
-// unmatchedOf lists the unmatched events of one execution with a reason, newest first.
+// unmatchedOf lists the unmatched events of one execution with a reason, newest first,
+// through the list's own execution filter.
 func (e *env) unmatchedOf(t *testing.T, execID, reason string) []unmatched {
 	t.Helper()
-	var out []unmatched
-	for _, u := range getPage[unmatched](t, e, "/api/v1/events/unmatched?limit=500&reason="+reason).Items {
-		if u.ExecutionID != nil && u.ExecutionID.String() == execID {
-			out = append(out, u)
-		}
+	out := getPage[unmatched](t, e, "/api/v1/events/unmatched?limit=500&reason="+reason+"&execution="+execID).Items
+	for _, u := range out {
+		require.NotNil(t, u.ExecutionID, "the execution filter let through an event naming none")
+		require.Equal(t, execID, u.ExecutionID.String(), "the execution filter let through another execution's event")
 	}
 	return out
+}
+
+// TestUnmatchedByExecution: the execution filter keeps the events that named that
+// execution, of every reason, and nothing else.
+func TestUnmatchedByExecution(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	eventDefs(t, e)
+	a, b := e.startWaiting(t, "gated", 1), e.startWaiting(t, "gated", 1)
+	for _, id := range []string{a, b, a} {
+		s := e.send(t, id, map[string]any{"type": "approved", "payload": id}, http.StatusAccepted)
+		require.Equal(t, "buffered", s.Outcome)
+	}
+	all := getPage[unmatched](t, e, "/api/v1/events/unmatched").Items
+	require.Len(t, all, 3)
+
+	ofA := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+a).Items
+	require.Len(t, ofA, 2)
+	require.Greater(t, ofA[0].ID, ofA[1].ID, "newest first")
+	ofB := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+b+"&reason="+aggregator.UnmatchedBuffered).Items
+	require.Len(t, ofB, 1)
+	require.Equal(t, b, ofB[0].ExecutionID.String())
+	require.JSONEq(t, `"`+b+`"`, ofB[0].PayloadExcerpt)
+
+	// Paged by the same cursor as the whole list.
+	items, sizes := walk[unmatched](t, e, "/api/v1/events/unmatched?execution="+a, 1, nil)
+	require.Equal(t, []int{1, 1}, sizes)
+	require.Equal(t, ofA[0].ID, items[0].ID)
+	require.Empty(t, getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+uuid.NewString()).Items)
 }
 
 // receivedNames are the names of the events a finished wait node's output lists.
@@ -429,7 +458,8 @@ func TestEventLists(t *testing.T) {
 			{"/api/v1/events/unmatched?limit=501", "limit", "must be an integer from 1 to 500"},
 			{"/api/v1/events/unmatched?cursor=x", "cursor", "not a cursor of this list"},
 			{"/api/v1/events/unmatched?cursor=dQAAAAAAAAAA", "cursor", "not a cursor of this list"}, // id 0
-			{"/api/v1/events/unmatched?execution=" + uuid.NewString(), "execution", "unknown parameter; this endpoint takes reason, limit, cursor"},
+			{"/api/v1/events/unmatched?node=wait", "node", "unknown parameter; this endpoint takes reason, execution, limit, cursor"},
+			{"/api/v1/events/unmatched?execution=e-1", "execution", "not a UUID"},
 			{"/api/v1/events/unmatched?limit=1&limit=2", "limit", "given more than once"},
 			{"/api/v1/events/dead-letters?execution=e-1", "execution", "not a UUID"},
 			{"/api/v1/events/dead-letters?reason=expired", "reason", "unknown parameter"},
