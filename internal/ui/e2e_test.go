@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -583,6 +584,41 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	v = awaitExec(t, p, "the late callback listed as unmatched", func(v execPage) bool { return len(v.Unmatched) == 1 })
 	require.Equal(t, []string{"late"}, v.Unmatched, "the wait had ended")
 
+	// The unmatched events page, filtered by the execution, lists it too.
+	p.navigate(t, base+"/ui/#/unmatched?execution="+shipment)
+	reasons := await(t, p, "the unmatched events page", `[...document.querySelectorAll('#unmatched tbody tr')].map((tr) => tr.querySelector('[data-reason]').dataset.reason + ' ' + tr.textContent)`,
+		func(r []string) bool { return len(r) == 1 })
+	require.True(t, strings.HasPrefix(reasons[0], "late "), reasons[0])
+	require.Contains(t, reasons[0], "callback acme")
+
+	// The executions list pages by the API's cursor, and what finished is listed from the
+	// API, so it is there after a reload.
+	p.navigate(t, base+"/ui/#/executions?limit=2")
+	p.reload(t)
+	type listPage struct {
+		Page     string   `json:"page"`
+		IDs      []string `json:"ids"`
+		Next     bool     `json:"next"`
+		Finished []string `json:"finished"`
+	}
+	const listJS = `(() => ({ page: document.querySelector('#executions-result .pager .muted').textContent,
+  ids: [...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId),
+  next: !document.querySelector('#executions-result [data-page=next]').disabled,
+  finished: [...document.querySelectorAll('#finished tbody tr')].map((tr) => tr.dataset.executionId + ' ' + tr.dataset.status) }))()`
+	var seen []string
+	for i, want := range []int{2, 2, 1} {
+		lp := await(t, p, fmt.Sprintf("page %d of the executions", i+1), listJS, func(lp listPage) bool {
+			return lp.Page == fmt.Sprintf("page %d", i+1) && len(lp.IDs) == want && len(lp.Finished) > 0 && !slices.Contains(seen, lp.IDs[0])
+		})
+		require.Equal(t, i < 2, lp.Next, "page %d: a next page", i+1)
+		require.Equal(t, []string{shipment + " completed"}, lp.Finished, "recently finished, from the API")
+		seen = append(seen, lp.IDs...)
+		if lp.Next {
+			p.click(t, "#executions-result [data-page=next]")
+		}
+	}
+	require.ElementsMatch(t, []string{shipment, other, sendTo, cancelIn, timer}, seen, "every execution once")
+
 	// Send an event from the page: the editor refuses a payload that is not JSON, then
 	// the event is delivered and the approved branch runs.
 	p.navigate(t, base+"/ui/#/executions/"+sendTo)
@@ -630,6 +666,10 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	p.navigate(t, base+"/ui/#/executions/"+timer)
 	awaitExec(t, p, "the timer execution", func(v execPage) bool { return v.ID == timer && v.Nodes["cool_off"].Spinning })
 	p.block(t, base+"/api/v1/executions/"+timer)
+	// An event no node waits for is buffered; the cancel then dead-letters it.
+	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/events", map[string]any{"type": "reminder", "payload": map[string]any{"n": 1}})
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Equal(t, "buffered", body["outcome"])
 	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/cancel", map[string]any{"reason": "e2e"})
 	require.Equal(t, http.StatusOK, status, body)
 	await(t, p, "the page told the API is out of reach", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "error" })
@@ -649,6 +689,14 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	p.block(t)
 	awaitExec(t, p, "the cancel seen once the API is reachable", func(v execPage) bool { return v.Status == "cancelled" && len(v.Actions) == 0 })
 	p.screenshot(t, "6-problem", "an event sent to an execution cancelled meanwhile: the 409 problem rendered as its title, detail and execution status; the page then shows the execution cancelled, without actions")
+
+	// The dead letters page shows the buffered event the cancel dead-lettered.
+	p.navigate(t, base+"/ui/#/dead-letters?execution="+timer)
+	dead := await(t, p, "the dead letter listed", `[...document.querySelectorAll('#dead-letters tbody tr')].map((tr) => tr.textContent)`,
+		func(r []string) bool { return len(r) == 1 })
+	require.Contains(t, dead[0], "execution finished")
+	require.Contains(t, dead[0], "reminder")
+	require.Contains(t, dead[0], timer)
 
 	// A timer wait is listed with its countdown.
 	timer2 := start("cool-off")

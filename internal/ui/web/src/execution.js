@@ -6,7 +6,7 @@
 import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, pretty, fmtTime } from './format.js';
-import { idText, badge, deadline, when, table, empty, confirmAction } from './widgets.js';
+import { idText, badge, deadline, when, table, empty, confirmAction, latest } from './widgets.js';
 import { eventStates, unmatchedColumns } from './lists.js';
 import { GraphView } from './graph.js';
 import { ACTIONS, canAct, renderAnswer } from './actions.js';
@@ -198,11 +198,14 @@ export function executionView(id, params) {
     renderTimeline();
   }
 
+  const begin = latest();
   async function refresh() {
+    const newest = begin();
     const [a, u] = await Promise.all([
       get(`executions/${encodeURIComponent(id)}`),
       get('events/unmatched', { execution: id, limit: 50 }),
     ]);
+    if (!newest()) return true;
     if (!a.ok) {
       replace(problem, renderProblem(a.problem));
       return a.status !== 0;
@@ -212,6 +215,7 @@ export function executionView(id, params) {
     const key = `${exec.workflow}@${exec.workflow_version}`;
     if (key !== graphKey) {
       const wf = await get(`workflows/${encodeURIComponent(exec.workflow)}`, { version: exec.workflow_version });
+      if (!newest()) return true;
       if (wf.ok) {
         graphKey = key;
         graph = new GraphView(wf.body.definition, select);

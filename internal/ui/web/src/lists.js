@@ -5,9 +5,15 @@
 import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, UUID_RE, pretty } from './format.js';
-import { idText, badge, deadline, when, since, table, Pager, empty } from './widgets.js';
+import { idText, badge, deadline, when, since, table, Pager, empty, latest } from './widgets.js';
 
 const PAGE = 25;
+
+// pageSize is the page size a list's address asks for (?limit=, 1 to 500), else PAGE.
+function pageSize(params) {
+  const n = Number(params.get('limit'));
+  return Number.isInteger(n) && n >= 1 && n <= 500 ? n : PAGE;
+}
 const FINISHED = ['completed', 'failed', 'cancelled'];
 const EXECUTION_STATUSES = ['running', 'waiting', ...FINISHED];
 
@@ -49,7 +55,7 @@ function failure(answer) {
 export function executionsView(params) {
   const f = {
     q: params.get('q') || '', workflow: params.get('workflow') || '', status: params.get('status') || '',
-    from: params.get('from') || '', to: params.get('to') || '',
+    from: params.get('from') || '', to: params.get('to') || '', limit: params.has('limit') ? String(pageSize(params)) : '',
   };
   const pager = new Pager(() => refresh());
   const out = h('div', { id: 'executions-result' });
@@ -99,18 +105,22 @@ export function executionsView(params) {
     return { items };
   }
 
+  const begin = latest();
   async function refresh() {
+    const newest = begin();
     let items, next = '';
     if (f.q) {
       const r = await search();
+      if (!newest()) return true;
       if (r.problem) { replace(out, renderProblem(r.problem)); return true; }
       if (r.answer) { replace(out, failure(r.answer)); return r.answer.status !== 0; }
       items = r.items;
     } else {
       const a = await get('executions', {
         workflow: f.workflow, status: f.status, created_from: toRFC3339(f.from), created_to: toRFC3339(f.to),
-        limit: PAGE, cursor: pager.cursor,
+        limit: f.limit || PAGE, cursor: pager.cursor,
       });
+      if (!newest()) return true;
       if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
       items = a.body.items;
       next = a.body.next_cursor || '';
@@ -118,14 +128,15 @@ export function executionsView(params) {
     pager.next = next;
     replace(out, items.length ? table('executions', columns, items, rowAttrs) : empty('No execution matches.'),
       f.q ? null : pager.view('executions'));
-    await refreshFinished();
+    await refreshFinished(newest);
     return true;
   }
 
   // The recently finished come from the API, so they survive a reload: the newest
   // finished executions of each final status, merged by when they finished.
-  async function refreshFinished() {
+  async function refreshFinished(newest) {
     const answers = await Promise.all(FINISHED.map((s) => get('executions', { status: s, workflow: f.workflow, limit: 10 })));
+    if (!newest()) return;
     const bad = answers.find((a) => !a.ok);
     if (bad) { replace(finished, failure(bad)); return; }
     const items = answers.flatMap((a) => a.body.items)
@@ -167,6 +178,7 @@ export function eventChips(w) {
 }
 
 export function waitsView(params) {
+  const limit = pageSize(params);
   const f = { workflow: params.get('workflow') || '' };
   const sections = {
     waiting: { pager: new Pager(() => refresh()), out: h('div', { id: 'waiting-result' }) },
@@ -200,9 +212,12 @@ export function waitsView(params) {
   };
   const rowAttrs = (w) => ({ 'data-wait-id': w.id, 'data-wait-status': w.status, 'data-execution-id': w.execution_id, 'data-node-id': w.node_id });
 
+  const begin = latest();
   async function refresh() {
+    const newest = begin();
     const answers = await Promise.all(Object.entries(sections).map(([status, s]) =>
-      get('wait-states', { status, workflow: f.workflow, limit: PAGE, cursor: s.pager.cursor })));
+      get('wait-states', { status, workflow: f.workflow, limit, cursor: s.pager.cursor })));
+    if (!newest()) return true;
     let reached = true;
     Object.entries(sections).forEach(([status, s], i) => {
       const a = answers[i];
@@ -235,6 +250,7 @@ export const unmatchedColumns = [
 ];
 
 export function unmatchedView(params) {
+  const limit = pageSize(params);
   const f = { reason: params.get('reason') || '', execution: params.get('execution') || '' };
   const pager = new Pager(() => refresh());
   const out = h('div', { id: 'unmatched-result' });
@@ -256,8 +272,11 @@ export function unmatchedView(params) {
     { title: 'Correlation', cell: (u) => (u.correlation_id ? idText(u.correlation_id) : '') },
     ...unmatchedColumns.slice(3)];
 
+  const begin = latest();
   async function refresh() {
-    const a = await get('events/unmatched', { reason: f.reason, execution: f.execution, limit: PAGE, cursor: pager.cursor });
+    const newest = begin();
+    const a = await get('events/unmatched', { reason: f.reason, execution: f.execution, limit, cursor: pager.cursor });
+    if (!newest()) return true;
     if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
     replace(out, a.body.items.length ? table('unmatched', columns, a.body.items, (u) => ({ 'data-unmatched-id': u.id }))
@@ -270,6 +289,7 @@ export function unmatchedView(params) {
 }
 
 export function deadLettersView(params) {
+  const limit = pageSize(params);
   const f = { execution: params.get('execution') || '' };
   const pager = new Pager(() => refresh());
   const out = h('div', { id: 'dead-letters-result' });
@@ -292,8 +312,11 @@ export function deadLettersView(params) {
     { title: 'Buffered', cell: (d) => when(d.buffered_at) },
     { title: 'Payload', cell: (d) => h('pre', { class: 'json' }, pretty(d.payload)) },
   ];
+  const begin = latest();
   async function refresh() {
-    const a = await get('events/dead-letters', { execution: f.execution, limit: PAGE, cursor: pager.cursor });
+    const newest = begin();
+    const a = await get('events/dead-letters', { execution: f.execution, limit, cursor: pager.cursor });
+    if (!newest()) return true;
     if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
     replace(out, a.body.items.length ? table('dead-letters', columns, a.body.items, (d) => ({ 'data-dead-letter-id': d.id }))

@@ -121,6 +121,17 @@ export function confirmAction(title, lines, confirmLabel) {
   });
 }
 
+// latest tells a refresh whether it is still the newest one: a poll and a click (a
+// filter, a page, an action) may read at once, and the older answer must not be shown
+// over the newer. begin() returns a function that is true while no later begin() ran.
+export function latest() {
+  let n = 0;
+  return () => {
+    const mine = ++n;
+    return () => mine === n;
+  };
+}
+
 export function empty(text) {
   return h('p', { class: 'empty' }, text);
 }
