@@ -687,6 +687,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Equal(t, map[string]string{"execution status": "cancelled"}, ext, "the problem's extension members")
 	require.NotContains(t, v.Answer.Text, `"detail"`, "a problem is rendered, not shown as JSON")
 	p.block(t)
+	await(t, p, "the page told the API is reachable again", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "ok" })
 	awaitExec(t, p, "the cancel seen once the API is reachable", func(v execPage) bool { return v.Status == "cancelled" && len(v.Actions) == 0 })
 	p.screenshot(t, "6-problem", "an event sent to an execution cancelled meanwhile: the 409 problem rendered as its title, detail and execution status; the page then shows the execution cancelled, without actions")
 
