@@ -127,7 +127,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, `
 rendezvous dev
   HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
-  web view                 http://%[1]s/ui/
+  web console              http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s

@@ -225,8 +225,11 @@ export function executionView(id, params) {
       }
     }
     if (!selected) {
+      // Where the execution stands: its open wait, else the node that failed.
       const open = exec.wait_states.find((w) => OPEN_WAIT.has(w.status));
+      const failed = exec.nodes.find((n) => n.status === 'failed');
       if (open) selected = open.node_id;
+      else if (failed) selected = failed.id;
     }
     render();
     if (u.ok) {
