@@ -175,8 +175,7 @@ export function executionView(id, params) {
         w.error ? [h('dt', {}, w.status === 'cancelled' ? 'Reason' : 'Error'), h('dd', { class: 'detail-error' }, w.error)] : null,
         w.resumed_at ? [h('dt', {}, 'Resumed'), h('dd', {}, when(w.resumed_at), w.resumed_by ? ` by ${w.resumed_by}` : '')] : null),
       rows.length ? table('wait-events', [
-        { title: 'Event', cell: (e) => h('code', {}, e.name) },
-        { title: 'Required', cell: (e) => (e.required ? 'yes' : '') },
+        { title: 'Event', cell: (e) => [h('code', {}, e.name), e.required ? [' ', h('span', { class: 'chip-required' }, 'required')] : null] },
         { title: 'State', cell: (e) => h('span', { class: 'chip', 'data-event-state': e.state }, e.state.replace('_', ' ')) },
         { title: 'When', cell: (e) => (e.received ? when(e.received.received_at) : '') },
         { title: 'Source', cell: (e) => (e.received ? sourceText(e.received.source) : '') },
