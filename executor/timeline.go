@@ -94,9 +94,22 @@ func timeline(v *ExecutionView) []TimelineEntry {
 		out = append(out, e)
 	}
 	// By time; at the same instant, in the order above (the execution before its nodes,
-	// a wait's start before its events), which is the order they happened in.
+	// a wait's start before its events), which is the order they happened in. The times
+	// come from the database's clock (a transaction's start) and the service's (an
+	// event's arrival, a resume), so entries of one transaction can be a few
+	// milliseconds out of order; the execution's start and finish, which bound
+	// everything else by definition, are kept first and last.
+	rank := func(k TimelineKind) int {
+		switch k {
+		case TimelineExecutionStarted:
+			return 0
+		case TimelineExecutionFinished:
+			return 2
+		}
+		return 1
+	}
 	slices.SortStableFunc(out, func(a, b TimelineEntry) int {
-		return cmp.Compare(a.At.UnixNano(), b.At.UnixNano())
+		return cmp.Or(cmp.Compare(rank(a.Kind), rank(b.Kind)), cmp.Compare(a.At.UnixNano(), b.At.UnixNano()))
 	})
 	return out
 }

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -65,6 +66,15 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, "replica-1", got[7].Detail)
 	require.Equal(t, "boom", got[9].Detail)
 	require.Equal(t, "boom", got[10].Detail)
+
+	// The execution's finish is last even when a clock dated another entry after it
+	// (a resume dated by the service a millisecond after the database's finish).
+	late := *v
+	late.Waits = slices.Clone(v.Waits)
+	late.Waits[0].ResumedAt = at(10)
+	got = timeline(&late)
+	require.Equal(t, TimelineWaitResumed, got[len(got)-2].Kind)
+	require.Equal(t, TimelineExecutionFinished, got[len(got)-1].Kind)
 
 	// A new execution: started, nothing else.
 	fresh := timeline(&ExecutionView{ExecutionSummary: ExecutionSummary{CreatedAt: t0, Status: "running"}})

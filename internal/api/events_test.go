@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/executor"
 )
 
 // approval is the send event every definition here waits for.
@@ -471,4 +472,42 @@ func TestEventLists(t *testing.T) {
 			require.Equal(t, tt.param, r.JSON["param"])
 		}
 	})
+}
+
+// TestExecutionTimeline: an execution's view tells what happened to it, in order: it
+// started, its node began waiting, the sent event arrived (from the send endpoint), the
+// wait ended completed and was resumed, the node finished and the execution completed.
+func TestExecutionTimeline(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	eventDefs(t, e)
+	id := e.startWaiting(t, "approve", 1)
+	e.send(t, id, map[string]any{"type": "approved", "payload": map[string]any{"decision": "yes"}}, http.StatusAccepted)
+	e.awaitStatus(t, id, status("completed"))
+
+	var v executor.ExecutionView
+	r := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.NoError(t, json.Unmarshal(r.Raw, &v))
+	kinds := map[executor.TimelineKind]executor.TimelineEntry{}
+	var order []executor.TimelineKind
+	for i, en := range v.Timeline {
+		if i > 0 && en.Kind != executor.TimelineExecutionFinished {
+			require.False(t, en.At.Before(v.Timeline[i-1].At), "oldest first")
+		}
+		kinds[en.Kind] = en
+		order = append(order, en.Kind)
+	}
+	require.ElementsMatch(t, []executor.TimelineKind{
+		executor.TimelineExecutionStarted, executor.TimelineNodeStarted, executor.TimelineWaitStarted,
+		executor.TimelineEventReceived, executor.TimelineWaitEnded, executor.TimelineWaitResumed,
+		executor.TimelineNodeFinished, executor.TimelineExecutionFinished,
+	}, order)
+	require.Equal(t, executor.TimelineExecutionStarted, order[0])
+	require.Equal(t, executor.TimelineExecutionFinished, order[len(order)-1])
+	require.Equal(t, "approval", kinds[executor.TimelineEventReceived].Event)
+	require.Equal(t, &aggregator.Source{Kind: "send"}, kinds[executor.TimelineEventReceived].Source)
+	require.Equal(t, "wait", kinds[executor.TimelineWaitEnded].NodeID)
+	require.Equal(t, "completed", kinds[executor.TimelineExecutionFinished].Status)
+	require.Equal(t, *v.FinishedAt, kinds[executor.TimelineExecutionFinished].At)
 }
