@@ -489,6 +489,9 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		},
 	})
 	put(map[string]any{"name": "cool-off", "nodes": []any{map[string]any{"id": "cool_off", "type": "wait", "data": map[string]any{"for": "1h"}}}})
+	put(map[string]any{"name": "short", "nodes": []any{map[string]any{"id": "short", "type": "wait_events", "data": map[string]any{
+		"events": []any{map[string]any{"name": "nudge", "source": "send", "type": "nudge"}}, "timeout": 1,
+	}}}})
 
 	shipment := start("shipment")
 	call := fake.nextCall(t)
@@ -619,6 +622,10 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{shipment, other, sendTo, cancelIn, timer}, seen, "every execution once")
 
+	// Started after the paging, which counts five executions; its one-second wait has
+	// timed out by the time the test opens it.
+	timedOut := start("short")
+
 	// Send an event from the page: the editor refuses a payload that is not JSON, then
 	// the event is delivered and the approved branch runs.
 	p.navigate(t, base+"/ui/#/executions/"+sendTo)
@@ -699,6 +706,21 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Contains(t, dead[0], "reminder")
 	require.Contains(t, dead[0], timer)
 
+	// A wait whose deadline passed: its event timed out, and the timeline says so.
+	p.navigate(t, base+"/ui/#/executions/"+timedOut)
+	v = awaitExec(t, p, "the wait timed out", func(v execPage) bool {
+		return v.ID == timedOut && v.Wait != nil && v.Wait.Status == "timeout" && v.Status == "failed"
+	})
+	require.Equal(t, graphNode{State: "failed"}, v.Nodes["short"], "a wait that timed out with nowhere to go fails its node")
+	require.Contains(t, v.Wait.Text, "timed out waiting for nudge")
+	require.Equal(t, map[string]string{"nudge": "timed_out"}, v.Wait.Events)
+	require.False(t, v.Nodes["short"].Spinning)
+	require.Contains(t, v.Timeline, "wait_ended:short")
+	ended, err := eval[string](p, `document.querySelector('#timeline li[data-kind=wait_ended]').textContent`)
+	require.NoError(t, err)
+	require.Contains(t, ended, "timed out: nudge")
+	p.screenshot(t, "7-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
+
 	// A timer wait is listed with its countdown.
 	timer2 := start("cool-off")
 	p.navigate(t, base+"/ui/#/waits")
@@ -712,7 +734,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		func(r *timerRow) bool { return r != nil })
 	require.Equal(t, "running", tr.State)
 	require.Regexp(t, `^in (59m \d\ds|1h 00m)$`, tr.Countdown)
-	p.screenshot(t, "7-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
+	p.screenshot(t, "8-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
