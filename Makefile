@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # BIN is where build puts the binaries.
 BIN ?= bin
 
-.PHONY: all build deps generate verify vet test dev run bench chaos fuzz clean image compose-up compose-down
+.PHONY: all build deps generate ui verify vet test dev run bench chaos fuzz clean image compose-up compose-down
 
 all: build
 
@@ -24,10 +24,20 @@ build:
 generate:
 	$(SQLC) generate
 
-## verify: fail when generated code is stale or Go files are unformatted
+## ui: build the web console from internal/ui/web (npm, esbuild) into internal/ui/static,
+## which is committed and embedded; needs Node.js 20 and npm
+UI_WEB := internal/ui/web
+ui:
+	cd $(UI_WEB) && npm ci --no-audit --no-fund --prefer-offline >/dev/null && node build.mjs ../static
+
+## verify: fail when generated code (sqlc, the web console's bundle) is stale or Go files are unformatted
 verify:
 	$(SQLC) diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@command -v node >/dev/null || { echo "verify: node is needed to check internal/ui/static (Node.js 20 and npm)"; exit 1; }
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(UI_WEB) && npm ci --no-audit --no-fund --prefer-offline >/dev/null && node build.mjs "$$tmp") && \
+	diff -r "$$tmp" internal/ui/static >/dev/null || { echo "internal/ui/static is stale: run make ui and commit it"; exit 1; }
 
 vet:
 	go vet ./...

@@ -259,15 +259,26 @@ type UnmatchedEvent struct {
 	ResolvedAt       *time.Time `json:"resolved_at,omitempty"`
 }
 
-// ListUnmatched returns recent unmatched events, newest first: at most limit, only
-// reason when not empty, only ids below beforeID when not zero (keyset paging).
-func (a *Aggregator) ListUnmatched(ctx context.Context, reason string, beforeID int64, limit int) ([]UnmatchedEvent, error) {
-	p := dbsqlc.UnmatchedEventListParams{Max: int32(limit)}
-	if reason != "" {
-		p.Reason = &reason
+// UnmatchedFilter selects and pages the unmatched events; zero fields do not filter.
+type UnmatchedFilter struct {
+	// Reason, when not empty, is one of UnmatchedReasons.
+	Reason string
+	// ExecutionID, when set, keeps the events that named that execution.
+	ExecutionID *uuid.UUID
+	// BeforeID, when not zero, keeps ids below it (keyset paging, newest first).
+	BeforeID int64
+	// Limit is how many to return at most.
+	Limit int
+}
+
+// ListUnmatched returns recent unmatched events, newest first, as f selects them.
+func (a *Aggregator) ListUnmatched(ctx context.Context, f UnmatchedFilter) ([]UnmatchedEvent, error) {
+	p := dbsqlc.UnmatchedEventListParams{Max: int32(f.Limit), ExecutionID: f.ExecutionID}
+	if f.Reason != "" {
+		p.Reason = &f.Reason
 	}
-	if beforeID > 0 {
-		p.BeforeID = &beforeID
+	if f.BeforeID > 0 {
+		p.BeforeID = &f.BeforeID
 	}
 	rows, err := a.q.UnmatchedEventList(ctx, a.pool, p)
 	if err != nil {

@@ -280,7 +280,7 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	require.Equal(t, aggregator.SendNoExecution, h.send(t, uuid.New(), "a", obj{}, "").Outcome)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE execution_id = $1 AND reason = 'execution_finished'`, id))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'no_execution'`))
-	list, err := h.agg.ListUnmatched(context.Background(), "", 0, 10)
+	list, err := h.agg.ListUnmatched(context.Background(), aggregator.UnmatchedFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list, 4)
 	require.Equal(t, aggregator.UnmatchedNoExecution, list[0].Reason, "newest first")

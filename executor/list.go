@@ -127,6 +127,11 @@ func (e *Executor) WaitState(ctx context.Context, id uuid.UUID) (WaitStateView, 
 type ExecutionFilter struct {
 	Status   string
 	Workflow string
+	// CorrelationID, when set, keeps the execution whose wait has that correlation id.
+	CorrelationID *uuid.UUID
+	// CreatedFrom and CreatedTo, when set, keep executions created at or after From and
+	// before To.
+	CreatedFrom, CreatedTo *time.Time
 	// Limit and Cursor page as in WaitStateFilter.
 	Limit  int
 	Cursor string
@@ -138,7 +143,10 @@ func (e *Executor) ListExecutions(ctx context.Context, f ExecutionFilter) (Page[
 	if err != nil {
 		return Page[ExecutionSummary]{}, err
 	}
-	p := dbsqlc.ExecutionListParams{Max: int32(limit + 1)}
+	p := dbsqlc.ExecutionListParams{Max: int32(limit + 1), CorrelationID: f.CorrelationID, CreatedFrom: f.CreatedFrom, CreatedTo: f.CreatedTo}
+	if f.CreatedFrom != nil && f.CreatedTo != nil && !f.CreatedFrom.Before(*f.CreatedTo) {
+		return Page[ExecutionSummary]{}, &QueryError{Param: "created_to", Reason: "must be after created_from"}
+	}
 	if p.Status, err = oneOf("status", f.Status, ExecutionStatuses); err != nil {
 		return Page[ExecutionSummary]{}, err
 	}

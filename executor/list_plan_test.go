@@ -118,16 +118,21 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 	tests := []struct {
 		name, query string
 		args        map[string]string
+		// oneRow: the filter names one row by a unique key, so sorting it costs nothing.
+		oneRow bool
 	}{
-		{"wait states, first page", "WaitStateList", map[string]string{"max": "51"}},
-		{"wait states, a later page", "WaitStateList", with(cursor, "max", "51")},
-		{"waiting wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'waiting'")},
-		{"completed wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'completed'")},
-		{"executions, first page", "ExecutionList", map[string]string{"max": "51"}},
-		{"executions, a later page", "ExecutionList", with(cursor, "max", "51")},
-		{"waiting executions", "ExecutionList", with(cursor, "max", "51", "status", "'waiting'")},
-		{"executions of a workflow", "ExecutionList", with(cursor, "max", "51", "workflow", "'wf7'")},
-		{"workflows, a later page", "WorkflowList", map[string]string{"max": "11", "after_name": "'wf20'"}},
+		{"wait states, first page", "WaitStateList", map[string]string{"max": "51"}, false},
+		{"wait states, a later page", "WaitStateList", with(cursor, "max", "51"), false},
+		{"waiting wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'waiting'"), false},
+		{"completed wait states, a later page", "WaitStateList", with(cursor, "max", "51", "status", "'completed'"), false},
+		{"executions, first page", "ExecutionList", map[string]string{"max": "51"}, false},
+		{"executions, a later page", "ExecutionList", with(cursor, "max", "51"), false},
+		{"waiting executions", "ExecutionList", with(cursor, "max", "51", "status", "'waiting'"), false},
+		{"executions of a workflow", "ExecutionList", with(cursor, "max", "51", "workflow", "'wf7'"), false},
+		{"executions by correlation id", "ExecutionList", map[string]string{"max": "51", "correlation_id": "'00000000-0000-0000-0000-000000000001'"}, true},
+		{"executions created in a window", "ExecutionList", map[string]string{"max": "51",
+			"created_from": "(now() - interval '2 days')", "created_to": "(now() - interval '1 day')"}, false},
+		{"workflows, a later page", "WorkflowList", map[string]string{"max": "11", "after_name": "'wf20'"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +147,9 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 			usesIndex := false
 			for _, n := range nodes {
 				require.NotContains(t, n, "Seq Scan", "a page must not scan a table: %v", nodes)
-				require.NotContains(t, n, "Sort", "a page must come in index order: %v", nodes)
+				if !tt.oneRow {
+					require.NotContains(t, n, "Sort", "a page must come in index order: %v", nodes)
+				}
 				usesIndex = usesIndex || strings.Contains(n, " using ")
 			}
 			require.True(t, usesIndex, "%v", nodes)

@@ -45,6 +45,8 @@ type ExecutionView struct {
 	RestartedAs   *uuid.UUID `json:"restarted_as,omitempty"`
 	Nodes         []NodeView `json:"nodes"`
 	Waits         []WaitView `json:"wait_states"`
+	// Timeline is what happened to the execution, oldest first (see Timeline).
+	Timeline []TimelineEntry `json:"timeline"`
 }
 
 // NodeView is one node execution.
@@ -195,5 +197,6 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 		}
 		v.Waits = append(v.Waits, wv.WaitView)
 	}
+	v.Timeline = timeline(v)
 	return v, nil
 }

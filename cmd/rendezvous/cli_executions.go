@@ -81,12 +81,14 @@ func executionsList() *cliCommand {
 			"rendezvous executions list --status waiting",
 			"rendezvous executions list --workflow order-approval --limit 20",
 			"rendezvous executions list --status failed -o json | jq -r '.[].id'",
+			"rendezvous executions list --correlation-id 01a21302-9c3e-7f41-b2a5-3d1c0e6f8a90",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var f client.ExecutionFilter
 			var limit int
 			fs.StringVar(&f.Status, "status", "", "only executions with this status: running, waiting, completed, failed, cancelled")
 			fs.StringVar(&f.Workflow, "workflow", "", "only executions of this workflow")
+			fs.StringVar(&f.CorrelationID, "correlation-id", "", "only the execution whose wait has this correlation id")
 			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
 			return func(ctx context.Context, cl *cli, _ []string) error {
 				if limit < 0 {

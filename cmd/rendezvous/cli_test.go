@@ -257,6 +257,9 @@ func TestCLIWalkthrough(t *testing.T) {
 	}
 	f.jsonOut(t, &first, "waits", "list", "--execution", approved)
 	require.Len(t, first, 1)
+	out = f.ok(t, "executions", "list", "--correlation-id", first[0].CorrelationID)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, "the header and the one execution:\n%s", out)
+	require.Equal(t, approved, row(t, out, approved)[0])
 	call := map[string]any{"execution_id": first[0].ExecutionID, "correlation_id": first[0].CorrelationID, "decision": "approved"}
 	body, _ := json.Marshal(call)
 	resp, err := http.Post(f.server+"/api/internal/callbacks/approvals", "application/json", bytes.NewReader(body))

@@ -173,7 +173,7 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 rendezvous dev
   HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
   authentication           %[5]s
-  web view                 http://%[1]s/ui/
+  web console              http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s

@@ -18,15 +18,22 @@ SELECT id, workflow_name, workflow_version, status, error, created_at, updated_a
 FROM executions
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR workflow_name = $2::text)
-  AND ($3::timestamptz IS NULL
-       OR (created_at, id) < ($3::timestamptz, $4::uuid))
+  AND ($3::uuid IS NULL
+       OR id = (SELECT c.execution_id FROM execution_wait_states AS c WHERE c.correlation_id = $3::uuid))
+  AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+  AND ($6::timestamptz IS NULL
+       OR (created_at, id) < ($6::timestamptz, $7::uuid))
 ORDER BY created_at DESC, id DESC
-LIMIT $5::integer
+LIMIT $8::integer
 `
 
 type ExecutionListParams struct {
 	Status          *string
 	Workflow        *string
+	CorrelationID   *uuid.UUID
+	CreatedFrom     *time.Time
+	CreatedTo       *time.Time
 	BeforeCreatedAt *time.Time
 	BeforeID        *uuid.UUID
 	Max             int32
@@ -43,11 +50,16 @@ type ExecutionListRow struct {
 	FinishedAt      *time.Time
 }
 
-// Executions without their input, newest first.
+// Executions without their input, newest first. A correlation id names exactly one wait
+// (its index is unique), so that filter is one index probe; the time window bounds
+// created_at, the order key, so it narrows the same index walk.
 func (q *Queries) ExecutionList(ctx context.Context, db DBTX, arg ExecutionListParams) ([]ExecutionListRow, error) {
 	rows, err := db.Query(ctx, executionList,
 		arg.Status,
 		arg.Workflow,
+		arg.CorrelationID,
+		arg.CreatedFrom,
+		arg.CreatedTo,
 		arg.BeforeCreatedAt,
 		arg.BeforeID,
 		arg.Max,

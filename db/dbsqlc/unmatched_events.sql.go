@@ -75,20 +75,28 @@ func (q *Queries) UnmatchedEventInsertMany(ctx context.Context, db DBTX, arg Unm
 const unmatchedEventList = `-- name: UnmatchedEventList :many
 SELECT id, reason, source, event_name, event_type, execution_id, correlation_id, detail, payload_excerpt, created_at, resolution, resolution_detail, resolved_at FROM unmatched_events
 WHERE ($1::text IS NULL OR reason = $1::text)
-  AND ($2::bigint IS NULL OR id < $2::bigint)
+  AND ($2::uuid IS NULL OR execution_id = $2::uuid)
+  AND ($3::bigint IS NULL OR id < $3::bigint)
 ORDER BY id DESC
-LIMIT $3::integer
+LIMIT $4::integer
 `
 
 type UnmatchedEventListParams struct {
-	Reason   *string
-	BeforeID *int64
-	Max      int32
+	Reason      *string
+	ExecutionID *uuid.UUID
+	BeforeID    *int64
+	Max         int32
 }
 
-// Newest first, keyset on id.
+// Newest first, keyset on id. The execution filter walks the primary key backwards
+// without an index of its own: retention bounds the table to its newest rows.
 func (q *Queries) UnmatchedEventList(ctx context.Context, db DBTX, arg UnmatchedEventListParams) ([]UnmatchedEvent, error) {
-	rows, err := db.Query(ctx, unmatchedEventList, arg.Reason, arg.BeforeID, arg.Max)
+	rows, err := db.Query(ctx, unmatchedEventList,
+		arg.Reason,
+		arg.ExecutionID,
+		arg.BeforeID,
+		arg.Max,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -31,11 +31,17 @@ ORDER BY w.created_at, w.id
 LIMIT sqlc.narg(max)::integer;
 
 -- name: ExecutionList :many
--- Executions without their input, newest first.
+-- Executions without their input, newest first. A correlation id names exactly one wait
+-- (its index is unique), so that filter is one index probe; the time window bounds
+-- created_at, the order key, so it narrows the same index walk.
 SELECT id, workflow_name, workflow_version, status, error, created_at, updated_at, finished_at
 FROM executions
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(workflow)::text IS NULL OR workflow_name = sqlc.narg(workflow)::text)
+  AND (sqlc.narg(correlation_id)::uuid IS NULL
+       OR id = (SELECT c.execution_id FROM execution_wait_states AS c WHERE c.correlation_id = sqlc.narg(correlation_id)::uuid))
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR created_at < sqlc.narg(created_to)::timestamptz)
   AND (sqlc.narg(before_created_at)::timestamptz IS NULL
        OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
 ORDER BY created_at DESC, id DESC

@@ -6,9 +6,11 @@ SELECT unnest(@reasons::text[]), unnest(@sources::jsonb[]), nullif(unnest(@event
        unnest(@details::text[]), unnest(@payload_excerpts::text[]);
 
 -- name: UnmatchedEventList :many
--- Newest first, keyset on id.
+-- Newest first, keyset on id. The execution filter walks the primary key backwards
+-- without an index of its own: retention bounds the table to its newest rows.
 SELECT * FROM unmatched_events
 WHERE (sqlc.narg(reason)::text IS NULL OR reason = sqlc.narg(reason)::text)
+  AND (sqlc.narg(execution_id)::uuid IS NULL OR execution_id = sqlc.narg(execution_id)::uuid)
   AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
 ORDER BY id DESC
 LIMIT @max::integer;

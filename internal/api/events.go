@@ -277,19 +277,27 @@ func pageByID[T any](rows []T, limit int, kind byte, id func(T) int64) executor.
 
 // listUnmatched lists recent events that no wait took, newest first, with why.
 func (h *handlers) listUnmatched(c echo.Context) error {
-	q, err := queryParams(c, "reason", "limit", "cursor")
+	q, err := queryParams(c, "reason", "execution", "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	reason := q["reason"]
-	if reason != "" && !slices.Contains(aggregator.UnmatchedReasons, reason) {
-		return invalidQuery("reason", fmt.Sprintf("%q is not one of %s", reason, strings.Join(aggregator.UnmatchedReasons, ", ")))
+	f := aggregator.UnmatchedFilter{Reason: q["reason"]}
+	if f.Reason != "" && !slices.Contains(aggregator.UnmatchedReasons, f.Reason) {
+		return invalidQuery("reason", fmt.Sprintf("%q is not one of %s", f.Reason, strings.Join(aggregator.UnmatchedReasons, ", ")))
+	}
+	if s, ok := q["execution"]; ok {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return invalidQuery("execution", "not a UUID")
+		}
+		f.ExecutionID = &id
 	}
 	limit, before, err := idPage(q, cursorUnmatched)
 	if err != nil {
 		return err
 	}
-	rows, err := h.agg.ListUnmatched(c.Request().Context(), reason, before, limit+1)
+	f.BeforeID, f.Limit = before, limit+1
+	rows, err := h.agg.ListUnmatched(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/executor"
 )
 
 // approval is the send event every definition here waits for.
@@ -103,16 +104,45 @@ func getPage[T any](t *testing.T, e *env, path string) page[T] {
 	return decodePage[T](t, e.do(t, http.MethodGet, path, nil))
 }
 
-// unmatchedOf lists the unmatched events of one execution with a reason, newest first.
+// unmatchedOf lists the unmatched events of one execution with a reason, newest first,
+// through the list's own execution filter.
 func (e *env) unmatchedOf(t *testing.T, execID, reason string) []unmatched {
 	t.Helper()
-	var out []unmatched
-	for _, u := range getPage[unmatched](t, e, "/api/v1/events/unmatched?limit=500&reason="+reason).Items {
-		if u.ExecutionID != nil && u.ExecutionID.String() == execID {
-			out = append(out, u)
-		}
+	out := getPage[unmatched](t, e, "/api/v1/events/unmatched?limit=500&reason="+reason+"&execution="+execID).Items
+	for _, u := range out {
+		require.NotNil(t, u.ExecutionID, "the execution filter let through an event naming none")
+		require.Equal(t, execID, u.ExecutionID.String(), "the execution filter let through another execution's event")
 	}
 	return out
+}
+
+// TestUnmatchedByExecution: the execution filter keeps the events that named that
+// execution, of every reason, and nothing else.
+func TestUnmatchedByExecution(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	eventDefs(t, e)
+	a, b := e.startWaiting(t, "gated", 1), e.startWaiting(t, "gated", 1)
+	for _, id := range []string{a, b, a} {
+		s := e.send(t, id, map[string]any{"type": "approved", "payload": id}, http.StatusAccepted)
+		require.Equal(t, "buffered", s.Outcome)
+	}
+	all := getPage[unmatched](t, e, "/api/v1/events/unmatched").Items
+	require.Len(t, all, 3)
+
+	ofA := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+a).Items
+	require.Len(t, ofA, 2)
+	require.Greater(t, ofA[0].ID, ofA[1].ID, "newest first")
+	ofB := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+b+"&reason="+aggregator.UnmatchedBuffered).Items
+	require.Len(t, ofB, 1)
+	require.Equal(t, b, ofB[0].ExecutionID.String())
+	require.JSONEq(t, `"`+b+`"`, ofB[0].PayloadExcerpt)
+
+	// Paged by the same cursor as the whole list.
+	items, sizes := walk[unmatched](t, e, "/api/v1/events/unmatched?execution="+a, 1, nil)
+	require.Equal(t, []int{1, 1}, sizes)
+	require.Equal(t, ofA[0].ID, items[0].ID)
+	require.Empty(t, getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+uuid.NewString()).Items)
 }
 
 // receivedNames are the names of the events a finished wait node's output lists.
@@ -429,7 +459,8 @@ func TestEventLists(t *testing.T) {
 			{"/api/v1/events/unmatched?limit=501", "limit", "must be an integer from 1 to 500"},
 			{"/api/v1/events/unmatched?cursor=x", "cursor", "not a cursor of this list"},
 			{"/api/v1/events/unmatched?cursor=dQAAAAAAAAAA", "cursor", "not a cursor of this list"}, // id 0
-			{"/api/v1/events/unmatched?execution=" + uuid.NewString(), "execution", "unknown parameter; this endpoint takes reason, limit, cursor"},
+			{"/api/v1/events/unmatched?node=wait", "node", "unknown parameter; this endpoint takes reason, execution, limit, cursor"},
+			{"/api/v1/events/unmatched?execution=e-1", "execution", "not a UUID"},
 			{"/api/v1/events/unmatched?limit=1&limit=2", "limit", "given more than once"},
 			{"/api/v1/events/dead-letters?execution=e-1", "execution", "not a UUID"},
 			{"/api/v1/events/dead-letters?reason=expired", "reason", "unknown parameter"},
@@ -441,4 +472,42 @@ func TestEventLists(t *testing.T) {
 			require.Equal(t, tt.param, r.JSON["param"])
 		}
 	})
+}
+
+// TestExecutionTimeline: an execution's view tells what happened to it, in order: it
+// started, its node began waiting, the sent event arrived (from the send endpoint), the
+// wait ended completed and was resumed, the node finished and the execution completed.
+func TestExecutionTimeline(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	eventDefs(t, e)
+	id := e.startWaiting(t, "approve", 1)
+	e.send(t, id, map[string]any{"type": "approved", "payload": map[string]any{"decision": "yes"}}, http.StatusAccepted)
+	e.awaitStatus(t, id, status("completed"))
+
+	var v executor.ExecutionView
+	r := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.NoError(t, json.Unmarshal(r.Raw, &v))
+	kinds := map[executor.TimelineKind]executor.TimelineEntry{}
+	var order []executor.TimelineKind
+	for i, en := range v.Timeline {
+		if i > 0 && en.Kind != executor.TimelineExecutionFinished {
+			require.False(t, en.At.Before(v.Timeline[i-1].At), "oldest first")
+		}
+		kinds[en.Kind] = en
+		order = append(order, en.Kind)
+	}
+	require.ElementsMatch(t, []executor.TimelineKind{
+		executor.TimelineExecutionStarted, executor.TimelineNodeStarted, executor.TimelineWaitStarted,
+		executor.TimelineEventReceived, executor.TimelineWaitEnded, executor.TimelineWaitResumed,
+		executor.TimelineNodeFinished, executor.TimelineExecutionFinished,
+	}, order)
+	require.Equal(t, executor.TimelineExecutionStarted, order[0])
+	require.Equal(t, executor.TimelineExecutionFinished, order[len(order)-1])
+	require.Equal(t, "approval", kinds[executor.TimelineEventReceived].Event)
+	require.Equal(t, &aggregator.Source{Kind: "send"}, kinds[executor.TimelineEventReceived].Source)
+	require.Equal(t, "wait", kinds[executor.TimelineWaitEnded].NodeID)
+	require.Equal(t, "completed", kinds[executor.TimelineExecutionFinished].Status)
+	require.Equal(t, *v.FinishedAt, kinds[executor.TimelineExecutionFinished].At)
 }

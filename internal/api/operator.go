@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -184,11 +185,30 @@ func (h *handlers) validateWorkflow(c echo.Context) error {
 }
 
 func (h *handlers) listExecutions(c echo.Context) error {
-	q, err := queryParams(c, "status", "workflow", "limit", "cursor")
+	q, err := queryParams(c, "status", "workflow", "correlation_id", "created_from", "created_to", "limit", "cursor")
 	if err != nil {
 		return err
 	}
 	f := executor.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
+	if s, ok := q["correlation_id"]; ok {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return invalidQuery("correlation_id", "not a UUID")
+		}
+		f.CorrelationID = &id
+	}
+	for _, tp := range []struct {
+		param string
+		dst   **time.Time
+	}{{"created_from", &f.CreatedFrom}, {"created_to", &f.CreatedTo}} {
+		if s, ok := q[tp.param]; ok {
+			at, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return invalidQuery(tp.param, "must be an RFC 3339 time, such as 2026-01-02T15:04:05Z")
+			}
+			*tp.dst = &at
+		}
+	}
 	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
 		return err
 	}

@@ -623,10 +623,29 @@ func TestListExecutions(t *testing.T) {
 		require.NotContains(t, item, k)
 	}
 
+	// A correlation id finds the one execution whose wait has it.
+	w := waitStates(t, e, "?execution="+slow[1])
+	require.Len(t, w, 1)
+	first := byID[slow[0]].CreatedAt
+	last := byID[slow[0]].CreatedAt
+	for _, it := range items {
+		first, last = minTime(first, it.CreatedAt), maxTime(last, it.CreatedAt)
+	}
+	at := func(t time.Time) string { return url.QueryEscape(t.Format(time.RFC3339Nano)) }
+	all := append(append([]string{}, slow...), done...)
+
 	tests := []struct {
 		query string
 		want  []string
 	}{
+		{"?correlation_id=" + w[0].CorrelationID.String(), slow[1:2]},
+		{"?correlation_id=" + w[0].CorrelationID.String() + "&status=completed", nil},
+		{"?correlation_id=" + uuid.NewString(), nil},
+		{"?created_from=" + at(first), all},
+		{"?created_from=" + at(first) + "&created_to=" + at(last), without(all, newest(items))},
+		{"?created_from=" + at(last), []string{newest(items)}},
+		{"?created_from=" + at(last.Add(time.Microsecond)), nil},
+		{"?created_to=" + at(first), nil},
 		{"?status=completed", done},
 		{"?status=waiting", slow},
 		{"?workflow=quick", done},
@@ -703,7 +722,11 @@ func TestListBadParameters(t *testing.T) {
 		{"/api/v1/executions?cursor=" + waitCursor, "cursor", "cursor: not a cursor of this list"},
 		{"/api/v1/wait-states?cursor=" + wfCursor, "cursor", "cursor: not a cursor of this list"},
 		{"/api/v1/workflows?cursor=" + waitCursor, "cursor", "cursor: not a cursor of this list"},
-		{"/api/v1/executions?node=wait", "node", "node: unknown parameter; this endpoint takes status, workflow, limit, cursor"},
+		{"/api/v1/executions?node=wait", "node", "node: unknown parameter; this endpoint takes status, workflow, correlation_id, created_from, created_to, limit, cursor"},
+		{"/api/v1/executions?correlation_id=c-1", "correlation_id", "correlation_id: not a UUID"},
+		{"/api/v1/executions?created_from=yesterday", "created_from", "created_from: must be an RFC 3339 time"},
+		{"/api/v1/executions?created_to=2026-01-02", "created_to", "created_to: must be an RFC 3339 time"},
+		{"/api/v1/executions?created_from=2026-01-02T00:00:00Z&created_to=2026-01-01T00:00:00Z", "created_to", "created_to: must be after created_from"},
 		{"/api/v1/workflows?status=waiting", "status", "status: unknown parameter; this endpoint takes limit, cursor"},
 		// Of several mistakes, one is reported: unknown and repeated parameters first, then
 		// the page, then the filters.
@@ -722,4 +745,31 @@ func TestListBadParameters(t *testing.T) {
 		require.Len(t, p.Items, 1, path)
 		require.Nil(t, p.NextCursor, path)
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// newest is the id of the first item of a list newest first.
+func newest(items []executor.ExecutionSummary) string { return items[0].ID.String() }
+
+func without(ids []string, id string) []string {
+	var out []string
+	for _, x := range ids {
+		if x != id {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -154,6 +154,8 @@ func (c *Client) StartExecution(ctx context.Context, workflow string, input json
 type ExecutionFilter struct {
 	Status   string
 	Workflow string
+	// CorrelationID keeps the execution whose wait has this correlation id.
+	CorrelationID string
 }
 
 // Executions lists executions, newest first.
@@ -161,6 +163,7 @@ func (c *Client) Executions(ctx context.Context, f ExecutionFilter, p PageReques
 	q := url.Values{}
 	setIf(q, "status", f.Status)
 	setIf(q, "workflow", f.Workflow)
+	setIf(q, "correlation_id", f.CorrelationID)
 	return list[ExecutionSummary](ctx, c, "/api/v1/executions", q, p)
 }
 

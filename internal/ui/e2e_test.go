@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -38,12 +38,13 @@ import (
 const (
 	// chromiumEnv names a Chrome or Chromium binary to use instead of the one on PATH.
 	chromiumEnv = "RENDEZVOUS_CHROMIUM"
-	// screenshotDirEnv is where screenshots go; default os.TempDir(). They are artifacts
-	// of a run, never part of the repository.
+	// screenshotDirEnv is where screenshots go; default the test's artifact directory
+	// (kept with `go test -artifacts`, else removed with the test). They are artifacts of
+	// a run, never part of the repository.
 	screenshotDirEnv = "RENDEZVOUS_UI_SCREENSHOT_DIR"
 )
 
-// stepTimeout bounds each thing the test waits to see. The page polls every 2 s, so a
+// stepTimeout bounds each thing the test waits to see. The console polls every 2 s, so a
 // change shows within a few seconds; the margin is for -race on a loaded machine.
 const stepTimeout = 30 * time.Second
 
@@ -113,8 +114,6 @@ func startService(t *testing.T, cluster *kfake.Cluster) *service.Service {
 	schema := dbtest.NewSchema(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := service.New(ctx, service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-e2e", AutoMigrate: true, DBMaxConns: 8,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
@@ -165,6 +164,9 @@ type page struct {
 	mu       sync.Mutex
 	problems []string // script errors, CSP violations, failed loads of the page's own files
 	foreign  []string // requests to any origin other than the service's
+	// authorizations are the Authorization headers of the API requests, in order ("" for
+	// none).
+	authorizations []string
 }
 
 // openBrowser starts headless Chromium (flags for a container run as root) with one tab.
@@ -249,8 +251,14 @@ func (p *page) observe(ev any) {
 		}
 		p.problems = append(p.problems, fmt.Sprintf("log %s: %s %s", e.Source, e.Text, e.URL))
 	case *network.EventRequestWillBeSent:
-		if !strings.HasPrefix(ev.Request.URL, p.base+"/") {
+		// data: URLs are the browser's own (the calendar icon of a date input draws one);
+		// they reach no network.
+		if !strings.HasPrefix(ev.Request.URL, p.base+"/") && !strings.HasPrefix(ev.Request.URL, "data:") {
 			p.foreign = append(p.foreign, ev.Request.URL)
+		}
+		if strings.HasPrefix(ev.Request.URL, p.base+"/api/") {
+			auth, _ := ev.Request.Headers["Authorization"].(string)
+			p.authorizations = append(p.authorizations, auth)
 		}
 	}
 }
@@ -262,158 +270,172 @@ func describeException(d *runtime.ExceptionDetails) string {
 	return " " + d.Exception.Description
 }
 
-// chip, countdown, row and view mirror what snapshotJS reads from the page.
-type chip struct {
-	State string `json:"state"`
-	Text  string `json:"text"`
-}
-
-type countdown struct {
-	State       string `json:"state"`
-	Text        string `json:"text"`
-	SecondsLeft int    `json:"secondsLeft"`
-}
-
-type row struct {
-	Table           string            `json:"table"`
-	WaitStatus      string            `json:"waitStatus"`
-	ExecutionID     string            `json:"executionId"`
-	Workflow        string            `json:"workflow"`
-	Node            string            `json:"node"`
-	Version         string            `json:"version"`
-	ExecutionStatus string            `json:"executionStatus"`
-	Events          map[string]chip   `json:"events"`
-	Nodes           map[string]string `json:"nodes"`
-	Warnings        map[string]string `json:"warnings"` // node id → its warning, as shown
-	Countdown       *countdown        `json:"countdown"`
-	Text            string            `json:"text"`
-}
-
-type view struct {
-	API          string `json:"api"`
-	APIText      string `json:"apiText"`
-	Stale        bool   `json:"stale"`
-	WaitingEmpty bool   `json:"waitingEmpty"`
-	SummaryWaits string `json:"summaryWaits"`
-	Rows         int    `json:"rows"` // rows in the waiting table
-	Row          *row   `json:"row"`  // the wait's row, in either table
-}
-
-// snapshotJS reads the view through its data attributes (the text is kept only for
-// failure messages). %s is the wait id as a JSON string.
-const snapshotJS = `(() => {
-  const id = %s;
-  const $ = (s) => document.querySelector(s);
-  const find = (table) => $('#' + table + ' tbody tr[data-wait-id="' + CSS.escape(id) + '"]');
-  const tr = find('waiting') || find('finished');
-  const out = {
-    api: $('#api-status').dataset.state, apiText: $('#api-status').textContent,
-    stale: document.body.classList.contains('stale'),
-    waitingEmpty: !$('#waiting-empty').hidden, summaryWaits: $('#summary').dataset.waits,
-    rows: document.querySelectorAll('#waiting tbody tr').length, row: null,
-  };
-  if (!tr) return out;
-  const r = {
-    table: tr.closest('table').id, waitStatus: tr.dataset.waitStatus, executionId: tr.dataset.executionId,
-    workflow: tr.dataset.workflow, node: tr.dataset.nodeId, version: tr.dataset.version,
-    executionStatus: (tr.querySelector('[data-execution-status]') || {dataset: {}}).dataset.executionStatus || '',
-    events: {}, nodes: {}, warnings: {}, countdown: null, text: tr.textContent.replace(/\s+/g, ' ').trim(),
-  };
-  for (const c of tr.querySelectorAll('[data-event-name]')) r.events[c.dataset.eventName] = {state: c.dataset.eventState, text: c.textContent};
-  for (const n of tr.querySelectorAll('[data-node-status]')) r.nodes[n.dataset.nodeId] = n.dataset.nodeStatus;
-  for (const w of tr.querySelectorAll('[data-node-id] [data-warning]')) r.warnings[w.closest('[data-node-id]').dataset.nodeId] = w.textContent;
-  const cd = tr.querySelector('[data-countdown]');
-  if (cd) r.countdown = {state: cd.dataset.countdown, text: cd.textContent, secondsLeft: Number(cd.dataset.secondsLeft)};
-  out.row = r;
-  return out;
-})()`
-
-func (p *page) snapshot(waitID string) (view, error) {
-	id, _ := json.Marshal(waitID)
+// eval runs a script in the page and decodes its value into a T.
+func eval[T any](p *page, js string) (T, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	return chromedp.Run(ctx, chromedp.Evaluate[view](fmt.Sprintf(snapshotJS, id)))
+	return chromedp.Run(ctx, chromedp.Evaluate[T](js))
 }
 
-// await polls the page until cond holds for the wait's view, and fails with the last
-// view seen when it does not within stepTimeout.
-func (p *page) await(t *testing.T, what, waitID string, cond func(v view) bool) view {
+// do runs a script in the page for its effect; the script returns true when it found
+// what it acts on.
+func (p *page) do(t *testing.T, what, js string) {
+	t.Helper()
+	ok, err := eval[bool](p, js)
+	require.NoError(t, err, what)
+	require.True(t, ok, "%s: not on the page", what)
+}
+
+// await polls the page's state (read by js into a T) until cond holds, and fails with
+// the last state seen when it does not within stepTimeout.
+func await[T any](t *testing.T, p *page, what, js string, cond func(T) bool) T {
 	t.Helper()
 	deadline := time.Now().Add(stepTimeout)
-	var last view
-	var lastErr error
 	for {
-		v, err := p.snapshot(waitID)
+		v, err := eval[T](p, js)
 		if err == nil && cond(v) {
 			return v
 		}
-		last, lastErr = v, err
 		if time.Now().After(deadline) {
-			raw, _ := json.MarshalIndent(last, "", "  ")
-			t.Fatalf("%s: not seen within %s (last error: %v); the page showed:\n%s", what, stepTimeout, lastErr, raw)
+			raw, _ := json.MarshalIndent(v, "", "  ")
+			t.Fatalf("%s: not seen within %s (last error: %v); the page showed:\n%s", what, stepTimeout, err, raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-func (p *page) screenshot(t *testing.T, name string) {
+// q quotes a Go string as a JavaScript string literal.
+func q(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// click clicks the first element matching a CSS selector (SVG elements have no click(),
+// so the event is dispatched).
+func (p *page) click(t *testing.T, selector string) {
+	t.Helper()
+	p.do(t, "click "+selector, fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el) return false;
+  el.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true})); return true; })()`, q(selector)))
+}
+
+// fill sets an input's value as typing does.
+func (p *page) fill(t *testing.T, selector, value string) {
+	t.Helper()
+	p.do(t, "fill "+selector, fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el) return false;
+  el.value = %s; el.dispatchEvent(new Event('input', {bubbles: true})); return true; })()`, q(selector), q(value)))
+}
+
+// confirm answers the confirmation dialog an action opened, and returns its text.
+func (p *page) confirm(t *testing.T) string {
+	t.Helper()
+	text := await(t, p, "the confirmation dialog", `(() => { const d = document.querySelector('dialog.confirm[open]'); return d ? d.textContent : ''; })()`,
+		func(s string) bool { return s != "" })
+	p.click(t, "dialog.confirm[open] [data-confirm=yes]")
+	return text
+}
+
+func (p *page) navigate(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, stepTimeout)
+	defer cancel()
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(url))
+	require.NoError(t, err)
+	// Another fragment of the page loaded is no new response: the console routes it.
+	if resp != nil {
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+	}
+}
+
+func (p *page) reload(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, stepTimeout)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, chromedp.Reload()))
+}
+
+// screenshot writes the page as it looks into the test's output directory.
+func (p *page) screenshot(t *testing.T, name, shows string) {
 	t.Helper()
 	dir := os.Getenv(screenshotDirEnv)
 	if dir == "" {
-		dir = os.TempDir()
+		dir = t.ArtifactDir()
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is a lossless PNG
 	require.NoError(t, err)
-	path := filepath.Join(dir, "rendezvous-ui-"+name+".png")
+	path := filepath.Join(dir, "console-"+name+".png")
 	require.NoError(t, os.WriteFile(path, png, 0o644))
-	t.Logf("screenshot: %s", path)
+	t.Logf("screenshot %s: %s", path, shows)
 }
 
-// blockAPI makes the tab's requests to the API fail (as when the service is unreachable
-// from the operator's browser), or lets them through again.
-func (p *page) blockAPI(t *testing.T, block bool) {
+// graphNode, execPage and answer mirror what execPageJS reads from an execution's page.
+type graphNode struct {
+	State    string `json:"state"`
+	Spinning bool   `json:"spinning"`
+}
+
+type answer struct {
+	Action  string `json:"action"`
+	Outcome string `json:"outcome"`
+	Text    string `json:"text"`
+}
+
+type execPage struct {
+	ID         string               `json:"id"`
+	Status     string               `json:"status"`
+	Nodes      map[string]graphNode `json:"nodes"`
+	Conditions []string             `json:"conditions"`
+	Selected   string               `json:"selected"`
+	Wait       *struct {
+		Status string            `json:"status"`
+		Events map[string]string `json:"events"`
+		Needs  string            `json:"needs"`
+		Text   string            `json:"text"`
+	} `json:"wait"`
+	Timeline  []string `json:"timeline"`
+	Unmatched []string `json:"unmatched"`
+	Actions   []string `json:"actions"`
+	Answer    *answer  `json:"answer"`
+}
+
+// execPageJS reads an execution's page through its data attributes.
+const execPageJS = `(() => {
+  const $ = (s, r) => (r || document).querySelector(s), $$ = (s, r) => [...(r || document).querySelectorAll(s)];
+  const st = $('#execution-status');
+  const out = { id: ($('#execution-head .id') || {dataset: {}}).dataset.id || '', status: st ? st.dataset.executionStatus : '',
+    nodes: {}, conditions: $$('.graph .edge-label').map((e) => e.dataset.condition),
+    selected: ($('.graph .node.selected') || {dataset: {}}).dataset.nodeId || '', wait: null,
+    timeline: $$('#timeline li').map((li) => li.dataset.kind + (li.dataset.nodeId ? ':' + li.dataset.nodeId : '')),
+    unmatched: $$('#execution-unmatched tr[data-reason]').map((tr) => tr.dataset.reason),
+    actions: $$('.action-block').filter((b) => !b.hidden).map((b) => b.dataset.actionBlock), answer: null };
+  for (const n of $$('.graph .node')) out.nodes[n.dataset.nodeId] = { state: n.dataset.nodeState, spinning: n.dataset.spinning === 'true' };
+  const w = $('#wait');
+  if (w) {
+    out.wait = { status: w.dataset.waitStatus, events: {}, needs: ($('#wait-needs') || {}).textContent || '', text: w.textContent.replace(/\s+/g, ' ') };
+    for (const tr of $$('tr[data-event-name]', w)) out.wait.events[tr.dataset.eventName] = tr.dataset.eventState;
+  }
+  const a = $('#action-result .action-answer');
+  if (a) out.answer = { action: a.dataset.action, outcome: a.dataset.outcome, text: a.textContent.replace(/\s+/g, ' ') };
+  return out;
+})()`
+
+func awaitExec(t *testing.T, p *page, what string, cond func(execPage) bool) execPage {
 	t.Helper()
-	var patterns []*network.BlockPattern
-	if block {
-		patterns = []*network.BlockPattern{{URLPattern: p.base + "/api/*", Block: true}}
-	}
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-	defer cancel()
-	_, err := chromedp.Call(ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: patterns})
-	require.NoError(t, err)
+	return await(t, p, what, execPageJS, cond)
 }
 
-func (p *page) typeFilter(t *testing.T, text string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-	defer cancel()
-	// Setting the value and sending the input event is what typing does; clearing by
-	// keystrokes would need one per character.
-	arg, _ := json.Marshal(text)
-	require.NoError(t, chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
-		`(() => { const f = document.getElementById('filter-workflow'); f.value = %s; f.dispatchEvent(new Event('input', {bubbles: true})); })()`, arg))))
-}
-
-func (p *page) location(t *testing.T) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-	defer cancel()
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	require.NoError(t, err)
-	return loc
-}
-
-// TestWebViewFollowsAWaitToCompletion is the view end to end, in headless Chromium
-// against a real service, PostgreSQL and Kafka-protocol broker: a wait for a callback
-// and a Kafka record is listed with both events missing and a running countdown; the
-// record arrives and its chip turns arrived while the callback stays missing; the API
-// becomes unreachable and the page says so, then recovers; the callback arrives and the
-// wait leaves the waiting list and shows completed, with the execution's nodes
-// completed. The page loads nothing from any other origin and logs no error.
-func TestWebViewFollowsAWaitToCompletion(t *testing.T) {
+// TestConsoleFollowsAndActsOnExecutions is the console end to end, in headless Chromium
+// against a real service, PostgreSQL and Kafka-protocol broker. An execution waiting for
+// a callback and a Kafka record is found by its correlation id and opened: its graph
+// shows the waiting node spinning; the record and then the callback arrive, and the wait
+// node turns completed while the timeline grows. On a second workflow an event is sent
+// from the page, and a wait is cancelled with continue, taking the branch for cancelled
+// waits; a refused action shows its problem. A timer wait is listed with its countdown.
+// Every API request carries the session's bearer token; the page loads nothing from
+// another origin and logs no error.
+func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t) // first: without a browser, fail before setting anything up
 	const topic = "ui.e2e.shipments"
@@ -428,8 +450,17 @@ func TestWebViewFollowsAWaitToCompletion(t *testing.T) {
 	svc := startService(t, cluster)
 	base := "http://" + svc.Addr()
 
-	def := map[string]any{
-		"name": "ui-e2e", "vars": map[string]any{"svc": fake.url},
+	put := func(def map[string]any) {
+		status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/"+def["name"].(string), def)
+		require.Equal(t, http.StatusCreated, status, body)
+	}
+	start := func(name string) string {
+		status, body := doJSON(t, http.MethodPost, base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": map[string]any{"order": 7}})
+		require.Equal(t, http.StatusCreated, status, body)
+		return body["id"].(string)
+	}
+	put(map[string]any{
+		"name": "shipment", "vars": map[string]any{"svc": fake.url},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall":             map[string]any{"url": "@{_vars.svc}/process"},
@@ -442,170 +473,298 @@ func TestWebViewFollowsAWaitToCompletion(t *testing.T) {
 			}},
 		},
 		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
-	}
-	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-e2e", def)
-	require.Equal(t, http.StatusCreated, status, body)
-	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-e2e/executions", map[string]any{"input": map[string]any{}})
-	require.Equal(t, http.StatusCreated, status, body)
-	execID := body["id"].(string)
+	})
+	put(map[string]any{
+		"name": "approval", "vars": map[string]any{"svc": fake.url},
+		"nodes": []any{
+			map[string]any{"id": "approval", "type": "wait_events", "data": map[string]any{
+				"events": []any{map[string]any{"name": "approval", "source": "send", "type": "approved"}}, "timeout": 600,
+			}},
+			map[string]any{"id": "approved", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+			map[string]any{"id": "escalate", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+		},
+		"edges": []any{
+			map[string]any{"source": "approval", "target": "approved", "condition": "output.cancelled != true"},
+			map[string]any{"source": "approval", "target": "escalate", "condition": "output.cancelled == true"},
+		},
+	})
+	put(map[string]any{"name": "cool-off", "nodes": []any{map[string]any{"id": "cool_off", "type": "wait", "data": map[string]any{"for": "1h"}}}})
+	put(map[string]any{"name": "short", "nodes": []any{map[string]any{"id": "short", "type": "wait_events", "data": map[string]any{
+		"events": []any{map[string]any{"name": "nudge", "source": "send", "type": "nudge"}}, "timeout": 1,
+	}}}})
+
+	shipment := start("shipment")
 	call := fake.nextCall(t)
-	require.Equal(t, execID, call["execution_id"])
+	require.Equal(t, shipment, call["execution_id"])
 	corrID := call["correlation_id"].(string)
-	status, body = doJSON(t, http.MethodGet, base+"/api/v1/executions/"+execID, nil)
-	require.Equal(t, http.StatusOK, status, body)
-	waits := body["wait_states"].([]any)
-	require.Len(t, waits, 1)
-	waitID := waits[0].(map[string]any)["id"].(string)
+	// Another execution of the same workflow, started in the same second: its id shares
+	// the first digits, and the search must still find exactly one.
+	other := start("shipment")
+	fake.nextCall(t)
+	sendTo, cancelIn, timer := start("approval"), start("approval"), start("cool-off")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
-	// The bare path redirects to the view.
-	navCtx, navCancel := context.WithTimeout(p.ctx, stepTimeout)
-	resp, err := chromedp.Run(navCtx, chromedp.NavigateResponse(base+"/ui"))
-	navCancel()
-	require.NoError(t, err)
-	require.Equal(t, int64(http.StatusOK), resp.Status)
+	// The bare path redirects to the console; the session's token is sent from then on.
+	p.navigate(t, base+"/ui")
 	require.Equal(t, base+"/ui/", p.location(t))
+	p.do(t, "store a token", `(() => { sessionStorage.setItem('rendezvous.token', 'e2e-token'); return true; })()`)
+	p.mu.Lock()
+	p.authorizations = nil
+	p.mu.Unlock()
+	p.navigate(t, base+"/ui/#/executions")
+	p.reload(t)
 
-	// Listed as waiting: both events missing, a running countdown, the wait's node.
-	v := p.await(t, "the wait listed with both events missing", waitID, func(v view) bool {
-		r := v.Row
-		return v.API == "ok" && r != nil && r.Table == "waiting" && r.Nodes["wait"] != "" &&
-			r.Events["api_response"].State == "missing" && r.Events["kafka_event"].State == "missing" &&
-			r.Countdown != nil && r.Countdown.State == "running"
+	// Found by correlation id: one row, the whole id, which opens its page.
+	await(t, p, "the executions listed", `document.querySelectorAll('#executions tbody tr').length`, func(n int) bool { return n == 5 })
+	p.fill(t, "#filter-q", corrID)
+	p.do(t, "search", `(() => { document.querySelector('form[role=search]').requestSubmit(); return true; })()`)
+	rows := await(t, p, "the search answer", `[...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId + ' ' + tr.textContent)`,
+		func(rows []string) bool { return len(rows) == 1 && strings.HasPrefix(rows[0], shipment) })
+	require.Contains(t, rows[0], shipment, "the full id is shown")
+	require.NotContains(t, rows[0], other)
+	require.Contains(t, p.location(t), "q="+corrID, "the search is kept in the address")
+	p.click(t, "#executions tbody tr a.id")
+
+	// The graph: the wait node waiting and spinning, the next node not reached yet; the
+	// wait's two events missing, with what the strategy still needs.
+	v := awaitExec(t, p, "the execution page with its waiting node", func(v execPage) bool {
+		return v.ID == shipment && v.Nodes["wait"].Spinning && v.Wait != nil && len(v.Wait.Events) == 2
 	})
-	require.Equal(t, "waiting", v.Row.WaitStatus)
-	require.Equal(t, execID, v.Row.ExecutionID)
-	require.Equal(t, "ui-e2e", v.Row.Workflow)
-	require.Equal(t, "wait", v.Row.Node)
-	require.Equal(t, "1", v.Row.Version)
-	require.Len(t, v.Row.Events, 2, "exactly the enabled events")
-	require.Equal(t, "waiting_for_events", v.Row.Nodes["wait"])
-	require.Equal(t, "waiting", v.Row.ExecutionStatus)
-	require.Contains(t, v.Row.Text, execID[:8], "the short execution id")
-	require.Contains(t, v.Row.Text, "all", "the strategy")
-	require.Regexp(t, `^in (9|10)m \d\ds$`, v.Row.Countdown.Text, "counting down the 600 s timeout")
-	require.Equal(t, "1", v.SummaryWaits)
+	require.Equal(t, "waiting", v.Status)
+	require.Equal(t, graphNode{State: "waiting_for_events", Spinning: true}, v.Nodes["wait"])
+	require.Equal(t, graphNode{State: "pending"}, v.Nodes["notify"])
+	require.Equal(t, "wait", v.Selected, "the waiting node is selected first")
+	require.Equal(t, map[string]string{"api_response": "missing", "kafka_event": "missing"}, v.Wait.Events)
+	require.Equal(t, "all of: api_response, kafka_event", v.Wait.Needs)
+	require.Contains(t, v.Wait.Text, corrID)
+	require.Regexp(t, `in (9|10)m \d\ds`, v.Wait.Text, "the countdown to the 600 s deadline")
+	require.Contains(t, v.Timeline, "wait_started:wait")
+	require.ElementsMatch(t, []string{"cancel-execution", "send-event", "cancel-wait-continue", "cancel-wait-fail"}, v.Actions)
+	spin, err := eval[string](p, `getComputedStyle(document.querySelector('.graph .node[data-node-id="wait"] .spinner-arc')).animationName`)
+	require.NoError(t, err)
+	require.Equal(t, "spin", spin, "the waiting node's spinner turns")
+	p.screenshot(t, "1-waiting", "the shipment execution found by correlation id: its graph with the wait node amber and spinning, notify blue (pending); the panel lists api_response and kafka_event missing, the countdown and 'all of: …'")
 
-	// The countdown is live: it moves without anything changing on the server.
-	first := v.Row.Countdown.SecondsLeft
-	p.await(t, "the countdown moving", waitID, func(v view) bool {
-		return v.Row != nil && v.Row.Countdown != nil && v.Row.Countdown.SecondsLeft < first
-	})
-
-	// The filter hides what does not match and keeps the choice in the address.
-	p.typeFilter(t, "no-such-workflow")
-	p.await(t, "the wait hidden by the filter", waitID, func(v view) bool { return v.Row == nil && v.Rows == 0 && v.SummaryWaits == "0" })
-	require.Contains(t, p.location(t), "?workflow=no-such-workflow")
-	p.typeFilter(t, "E2E")
-	p.await(t, "the wait shown again by a matching filter", waitID, func(v view) bool { return v.Row != nil && v.Row.Table == "waiting" })
-
-	// The Kafka record arrives: its chip turns arrived, with its source; the callback
-	// is still missing.
-	value, err := json.Marshal(map[string]any{"execution_id": execID, "correlation_id": corrID, "status": "shipped"})
+	// The Kafka record arrives: the event turns arrived with its topic, partition and
+	// offset, and the timeline records it.
+	value, err := json.Marshal(map[string]any{"execution_id": shipment, "correlation_id": corrID, "status": "shipped"})
 	require.NoError(t, err)
 	pctx, pcancel := context.WithTimeout(ctx, stepTimeout)
 	require.NoError(t, prod.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: value}).FirstErr())
 	pcancel()
-	v = p.await(t, "the record arrived and the callback still missing", waitID, func(v view) bool {
-		r := v.Row
-		return r != nil && r.Table == "waiting" && r.Events["kafka_event"].State == "arrived" && r.Events["api_response"].State == "missing"
-	})
-	require.Contains(t, v.Row.Events["kafka_event"].Text, "kafka "+topic, "the arrival names its source")
-	require.Equal(t, "2", v.Row.Version, "the event bumped the wait's version")
-	p.screenshot(t, "waiting")
+	v = awaitExec(t, p, "the record arrived", func(v execPage) bool { return v.Wait != nil && v.Wait.Events["kafka_event"] == "arrived" })
+	require.Equal(t, "missing", v.Wait.Events["api_response"])
+	require.Contains(t, v.Wait.Text, "kafka "+topic+" partition 0 offset 0")
+	require.Equal(t, "all of: api_response", v.Wait.Needs)
+	require.Contains(t, v.Timeline, "event_received:wait")
+	require.True(t, v.Nodes["wait"].Spinning)
+	before := len(v.Timeline)
+	p.screenshot(t, "2-record-arrived", "the Kafka record arrived: kafka_event green with its topic, partition and offset; api_response still missing; the timeline lists the event")
 
-	// The API becomes unreachable: the page says so and keeps the last answer; then it
-	// recovers by itself.
-	p.blockAPI(t, true)
-	v = p.await(t, "the API reported unreachable", waitID, func(v view) bool { return v.API == "error" && v.Stale })
-	require.NotNil(t, v.Row, "the last answer stays on screen")
-	require.Contains(t, v.APIText, "API unreachable")
-	p.blockAPI(t, false)
-	p.await(t, "the API reported reachable again", waitID, func(v view) bool { return v.API == "ok" && !v.Stale && v.Row != nil })
-
-	// The callback completes the wait: it leaves the waiting list and shows completed,
-	// and the continuation's node completes.
-	status, body = doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
-		map[string]any{"execution_id": execID, "correlation_id": corrID, "decision": "approved"})
+	// The callback completes the wait: the node turns completed and stops spinning, the
+	// next node runs, the timeline grows to the finish.
+	status, body := doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "approved"})
 	require.Equal(t, http.StatusAccepted, status, body)
-	require.Equal(t, "completed", body["status"])
-	v = p.await(t, "the wait completed", waitID, func(v view) bool {
-		r := v.Row
-		return r != nil && r.Table == "finished" && r.WaitStatus == "completed" &&
-			r.Nodes["wait"] == "completed" && r.Nodes["notify"] == "completed" && r.ExecutionStatus == "completed"
+	v = awaitExec(t, p, "the execution completed", func(v execPage) bool {
+		return v.Status == "completed" && v.Nodes["notify"].State == "completed"
 	})
-	require.Equal(t, "arrived", v.Row.Events["api_response"].State)
-	require.Contains(t, v.Row.Events["api_response"].Text, "callback acme")
-	require.Equal(t, "arrived", v.Row.Events["kafka_event"].State)
-	require.Nil(t, v.Row.Countdown, "a finished wait has no countdown")
-	require.True(t, v.WaitingEmpty, "nothing else is waiting")
-	require.Zero(t, v.Rows)
-	p.screenshot(t, "completed")
+	require.Equal(t, graphNode{State: "completed"}, v.Nodes["wait"])
+	require.Equal(t, map[string]string{"api_response": "arrived", "kafka_event": "arrived"}, v.Wait.Events)
+	require.Contains(t, v.Wait.Text, "callback acme")
+	require.Greater(t, len(v.Timeline), before)
+	require.Equal(t, "execution_finished", v.Timeline[len(v.Timeline)-1])
+	require.Contains(t, v.Timeline, "node_finished:notify")
+	require.Empty(t, v.Actions, "nothing to do on a finished execution")
+	p.screenshot(t, "3-completed", "both events arrived: wait and notify green, no spinner, no actions; the timeline runs from the start through both events, the wait's end and resume to the finish")
+
+	// A late callback is refused and shows under the execution's unmatched events.
+	status, body = doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "again"})
+	require.Equal(t, http.StatusConflict, status, body)
+	v = awaitExec(t, p, "the late callback listed as unmatched", func(v execPage) bool { return len(v.Unmatched) == 1 })
+	require.Equal(t, []string{"late"}, v.Unmatched, "the wait had ended")
+
+	// The unmatched events page, filtered by the execution, lists it too.
+	p.navigate(t, base+"/ui/#/unmatched?execution="+shipment)
+	reasons := await(t, p, "the unmatched events page", `[...document.querySelectorAll('#unmatched tbody tr')].map((tr) => tr.querySelector('[data-reason]').dataset.reason + ' ' + tr.textContent)`,
+		func(r []string) bool { return len(r) == 1 })
+	require.True(t, strings.HasPrefix(reasons[0], "late "), reasons[0])
+	require.Contains(t, reasons[0], "callback acme")
+
+	// The executions list pages by the API's cursor, and what finished is listed from the
+	// API, so it is there after a reload.
+	p.navigate(t, base+"/ui/#/executions?limit=2")
+	p.reload(t)
+	type listPage struct {
+		Page     string   `json:"page"`
+		IDs      []string `json:"ids"`
+		Next     bool     `json:"next"`
+		Finished []string `json:"finished"`
+	}
+	const listJS = `(() => ({ page: document.querySelector('#executions-result .pager .muted').textContent,
+  ids: [...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId),
+  next: !document.querySelector('#executions-result [data-page=next]').disabled,
+  finished: [...document.querySelectorAll('#finished tbody tr')].map((tr) => tr.dataset.executionId + ' ' + tr.dataset.status) }))()`
+	var seen []string
+	for i, want := range []int{2, 2, 1} {
+		lp := await(t, p, fmt.Sprintf("page %d of the executions", i+1), listJS, func(lp listPage) bool {
+			return lp.Page == fmt.Sprintf("page %d", i+1) && len(lp.IDs) == want && len(lp.Finished) > 0 && !slices.Contains(seen, lp.IDs[0])
+		})
+		require.Equal(t, i < 2, lp.Next, "page %d: a next page", i+1)
+		require.Equal(t, []string{shipment + " completed"}, lp.Finished, "recently finished, from the API")
+		seen = append(seen, lp.IDs...)
+		if lp.Next {
+			p.click(t, "#executions-result [data-page=next]")
+		}
+	}
+	require.ElementsMatch(t, []string{shipment, other, sendTo, cancelIn, timer}, seen, "every execution once")
+
+	// Started after the paging, which counts five executions; its one-second wait has
+	// timed out by the time the test opens it.
+	timedOut := start("short")
+
+	// Send an event from the page: the editor refuses a payload that is not JSON, then
+	// the event is delivered and the approved branch runs.
+	p.navigate(t, base+"/ui/#/executions/"+sendTo)
+	v = awaitExec(t, p, "the approval execution", func(v execPage) bool { return v.ID == sendTo && v.Nodes["approval"].Spinning })
+	require.ElementsMatch(t, []string{"output.cancelled != true", "output.cancelled == true"}, v.Conditions, "edge conditions as labels")
+	p.fill(t, "#send-type", "approved")
+	p.fill(t, "#send-payload", `{"decision": `)
+	p.click(t, `button[data-action="send-event"]`)
+	v = awaitExec(t, p, "the payload refused", func(v execPage) bool { return v.Answer == nil })
+	refused, err := eval[string](p, `document.querySelector('#action-result').textContent`)
+	require.NoError(t, err)
+	require.Contains(t, refused, "The payload is not JSON.")
+	p.fill(t, "#send-payload", `{"decision": "yes"}`)
+	p.click(t, `button[data-action="send-event"]`)
+	require.Contains(t, p.confirm(t), "Send a approved event?")
+	v = awaitExec(t, p, "the event delivered", func(v execPage) bool {
+		return v.Answer != nil && v.Nodes["approved"].State == "completed" && v.Status == "completed"
+	})
+	require.Equal(t, answer{Action: "send-event", Outcome: "ok", Text: v.Answer.Text}, *v.Answer)
+	require.Contains(t, v.Answer.Text, "Outcome: delivered.")
+	require.Contains(t, v.Answer.Text, "approval: taken as approval, completed")
+	require.Equal(t, "completed", v.Nodes["approval"].State)
+	require.Equal(t, "skipped", v.Nodes["escalate"].State, "the branch for cancelled waits is not taken")
+	p.screenshot(t, "4-event-sent", "an approved event sent from the page's editor: the answer says delivered, approval and approved green, escalate skipped (dashed)")
+
+	// Cancel a wait with continue: the branch for cancelled waits runs.
+	p.navigate(t, base+"/ui/#/executions/"+cancelIn)
+	awaitExec(t, p, "the second approval execution", func(v execPage) bool { return v.ID == cancelIn && v.Nodes["approval"].Spinning })
+	p.fill(t, "#cancel-wait-continue-reason", "approved by phone")
+	p.click(t, `button[data-action="cancel-wait-continue"]`)
+	require.Contains(t, p.confirm(t), "Cancel the wait of node approval?")
+	v = awaitExec(t, p, "the cancelled branch taken", func(v execPage) bool {
+		return v.Answer != nil && v.Nodes["escalate"].State == "completed" && v.Status == "completed"
+	})
+	require.Equal(t, "ok", v.Answer.Outcome, v.Answer.Text)
+	require.Contains(t, v.Answer.Text, "Wait is cancelled")
+	require.Equal(t, "skipped", v.Nodes["approved"].State)
+	require.Equal(t, "cancelled", v.Wait.Status)
+	require.Contains(t, v.Wait.Text, "approved by phone")
+	p.screenshot(t, "5-wait-cancelled", "the approval wait cancelled with continue: the answer, the wait cancelled with its reason, escalate green, approved skipped (dashed)")
+
+	// A refused action shows the API's problem, not JSON. The page cannot read the
+	// execution any more (its reads are blocked), so it still shows it waiting when
+	// another operator cancels it; the event sent then is refused.
+	p.navigate(t, base+"/ui/#/executions/"+timer)
+	awaitExec(t, p, "the timer execution", func(v execPage) bool { return v.ID == timer && v.Nodes["cool_off"].Spinning })
+	p.block(t, base+"/api/v1/executions/"+timer)
+	// An event no node waits for is buffered; the cancel then dead-letters it.
+	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/events", map[string]any{"type": "reminder", "payload": map[string]any{"n": 1}})
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Equal(t, "buffered", body["outcome"])
+	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/cancel", map[string]any{"reason": "e2e"})
+	require.Equal(t, http.StatusOK, status, body)
+	await(t, p, "the page told the API is out of reach", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "error" })
+	v = awaitExec(t, p, "the last answer kept", func(v execPage) bool { return v.Status == "waiting" })
+	require.Contains(t, v.Actions, "send-event")
+	p.fill(t, "#send-type", "approved")
+	p.fill(t, "#send-payload", `{}`)
+	p.click(t, `button[data-action="send-event"]`)
+	p.confirm(t)
+	v = awaitExec(t, p, "the problem shown", func(v execPage) bool { return v.Answer != nil && v.Answer.Outcome == "problem" })
+	require.Contains(t, v.Answer.Text, "execution is already cancelled; the event was not applied")
+	require.Contains(t, v.Answer.Text, "Conflict (409)")
+	ext, err := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll('#action-result .problem-extra dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]))`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"execution status": "cancelled"}, ext, "the problem's extension members")
+	require.NotContains(t, v.Answer.Text, `"detail"`, "a problem is rendered, not shown as JSON")
+	p.block(t)
+	await(t, p, "the page told the API is reachable again", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "ok" })
+	awaitExec(t, p, "the cancel seen once the API is reachable", func(v execPage) bool { return v.Status == "cancelled" && len(v.Actions) == 0 })
+	p.screenshot(t, "6-problem", "an event sent to an execution cancelled meanwhile: the 409 problem rendered as its title, detail and execution status; the page then shows the execution cancelled, without actions")
+
+	// The dead letters page shows the buffered event the cancel dead-lettered.
+	p.navigate(t, base+"/ui/#/dead-letters?execution="+timer)
+	dead := await(t, p, "the dead letter listed", `[...document.querySelectorAll('#dead-letters tbody tr')].map((tr) => tr.textContent)`,
+		func(r []string) bool { return len(r) == 1 })
+	require.Contains(t, dead[0], "execution finished")
+	require.Contains(t, dead[0], "reminder")
+	require.Contains(t, dead[0], timer)
+
+	// A wait whose deadline passed: its event timed out, and the timeline says so.
+	p.navigate(t, base+"/ui/#/executions/"+timedOut)
+	v = awaitExec(t, p, "the wait timed out", func(v execPage) bool {
+		return v.ID == timedOut && v.Wait != nil && v.Wait.Status == "timeout" && v.Status == "failed"
+	})
+	require.Equal(t, graphNode{State: "failed"}, v.Nodes["short"], "a wait that timed out with nowhere to go fails its node")
+	require.Contains(t, v.Wait.Text, "timed out waiting for nudge")
+	require.Equal(t, map[string]string{"nudge": "timed_out"}, v.Wait.Events)
+	require.False(t, v.Nodes["short"].Spinning)
+	require.Contains(t, v.Timeline, "wait_ended:short")
+	ended, err := eval[string](p, `document.querySelector('#timeline li[data-kind=wait_ended]').textContent`)
+	require.NoError(t, err)
+	require.Contains(t, ended, "timed out: nudge")
+	p.screenshot(t, "7-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
+
+	// A timer wait is listed with its countdown.
+	timer2 := start("cool-off")
+	p.navigate(t, base+"/ui/#/waits")
+	type timerRow struct {
+		Execution string `json:"execution"`
+		Countdown string `json:"countdown"`
+		State     string `json:"state"`
+	}
+	tr := await(t, p, "the timer listed", fmt.Sprintf(`(() => { const tr = document.querySelector('#scheduled tr[data-execution-id=%s]'); if (!tr) return null;
+  const c = tr.querySelector('[data-deadline]'); return { execution: tr.dataset.executionId, countdown: c.textContent, state: c.dataset.countdown }; })()`, q(timer2)),
+		func(r *timerRow) bool { return r != nil })
+	require.Equal(t, "running", tr.State)
+	require.Regexp(t, `^in (59m \d\ds|1h 00m)$`, tr.Countdown)
+	p.screenshot(t, "8-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	require.Empty(t, p.problems, "the page logged errors")
 	require.Empty(t, p.foreign, "the page loaded something from another origin")
+	require.NotEmpty(t, p.authorizations)
+	for _, a := range p.authorizations {
+		require.Equal(t, "Bearer e2e-token", a, "every API request carries the session's token")
+	}
 }
 
-// TestWebViewShowsANodeWarning: a wait that times out and continues with partial data
-// leaves the waiting list for the finished one with its node completed and the warning
-// shown beside it; a node without one shows none.
-func TestWebViewShowsANodeWarning(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
-	require.NoError(t, err)
-	t.Cleanup(cluster.Close)
-	fake := newFakeService(t)
-	svc := startService(t, cluster)
-	base := "http://" + svc.Addr()
-
-	def := map[string]any{
-		"name": "ui-partial", "vars": map[string]any{"svc": fake.url},
-		"nodes": []any{
-			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
-				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 4, "onTimeout": "continue_with_partial",
-			}},
-			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
-		},
-		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
+// block makes the tab's requests to URLs matching patterns fail (as when the service is
+// unreachable from the operator's browser); no patterns lets everything through again.
+func (p *page) block(t *testing.T, patterns ...string) {
+	t.Helper()
+	var list []*network.BlockPattern
+	for _, pat := range patterns {
+		list = append(list, &network.BlockPattern{URLPattern: pat, Block: true})
 	}
-	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def)
-	require.Equal(t, http.StatusCreated, status, body)
-	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
-	require.Equal(t, http.StatusCreated, status, body)
-	execID := body["id"].(string)
-	fake.nextCall(t)
-	status, body = doJSON(t, http.MethodGet, base+"/api/v1/executions/"+execID, nil)
-	require.Equal(t, http.StatusOK, status, body)
-	waitID := body["wait_states"].([]any)[0].(map[string]any)["id"].(string)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
-	navCtx, navCancel := context.WithTimeout(p.ctx, stepTimeout)
-	_, err = chromedp.Run(navCtx, chromedp.Navigate(base+"/ui/"))
-	navCancel()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	_, err := chromedp.Call(ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: list})
 	require.NoError(t, err)
+}
 
-	v := p.await(t, "the wait listed as waiting, without a warning", waitID, func(v view) bool {
-		return v.Row != nil && v.Row.Table == "waiting" && v.Row.Nodes["wait"] == "waiting_for_events"
-	})
-	require.Empty(t, v.Row.Warnings)
-	v = p.await(t, "the wait timed out and its node completed with a warning", waitID, func(v view) bool {
-		r := v.Row
-		return r != nil && r.Table == "finished" && r.WaitStatus == "timeout" && r.Nodes["wait"] == "completed" &&
-			r.Nodes["notify"] == "completed" && r.Warnings["wait"] != ""
-	})
-	require.Equal(t, "warning: timed out; continued with partial data, without api_response", v.Row.Warnings["wait"])
-	require.NotContains(t, v.Row.Warnings, "notify")
-	p.screenshot(t, "warning")
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	require.Empty(t, p.problems, "the page logged errors")
-	require.Empty(t, p.foreign, "the page loaded something from another origin")
+func (p *page) location(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	return loc
 }

@@ -1,14 +1,18 @@
-// Package ui serves the operator's web view at /ui/: a page listing the waits that are
-// still waiting, with each expected event arrived or missing, a live countdown to the
-// next deadline and the execution's node statuses.
+// Package ui serves the operator's web console at /ui/: lists of executions (found by
+// workflow, status, creation time, id or correlation id), waits (waiting and scheduled
+// timers), unmatched events and dead letters; and a page per execution with its
+// workflow's graph coloured by node state, each wait's events and deadlines, the
+// execution's timeline, the unmatched events that named it, and the actions the API
+// offers on it.
 //
-// The page is plain HTML, CSS and JavaScript embedded in the binary, and it reads
-// nothing but the public HTTP API (/api/v1), which it polls. That is deliberate: there
-// is no build step, no toolchain besides Go to run or change it, no CDN to reach from
-// an operator's network, and no second way into the data — what the page shows is what
-// the API answers, so the API's tests cover its data and the page holds presentation
-// only. The Content-Security-Policy allows only the service's own origin, so text from
-// the database can never become script even if a rendering bug let it into markup.
+// The console is JavaScript built from web/ (npm dependencies pinned by its lockfile,
+// bundled by esbuild; `make ui`) into static/, which is committed and embedded, so `go
+// build` alone gives a working binary and `make verify` fails when static/ is not what
+// web/ builds. It reads and acts through nothing but the public HTTP API (/api/v1),
+// which it polls: what it shows is what the API answers, and the API's tests cover the
+// data, the page only its presentation. The Content-Security-Policy allows only the
+// service's own origin, and the script builds the page with DOM calls and textContent
+// only, so text from the database can never become markup or script.
 //
 // The package does not own the API, authentication or the service's routing; it adds
 // two routes (Register) to the service's Echo.

@@ -152,6 +152,9 @@ func TestIndexReferencesOnlyServedFiles(t *testing.T) {
 	}
 	require.Subset(t, loaded, []string{"app.js", "style.css"})
 	for _, ref := range loaded {
+		if strings.HasPrefix(ref, "#") {
+			continue // a page of the console, routed by the script
+		}
 		require.NotContains(t, ref, ":", "%s is not a relative URL", ref)
 		require.False(t, strings.HasPrefix(ref, "/"), "%s is not relative to /ui/", ref)
 		rec := get(t, e, "/ui/"+ref, nil)
@@ -192,6 +195,8 @@ func TestNoExternalResources(t *testing.T) {
 	}
 	for _, name := range staticFiles(t) {
 		body := get(t, e, "/ui/"+name, nil).Body.String()
+		// The SVG namespace is a name that looks like a URL; nothing fetches it.
+		body = strings.ReplaceAll(body, `"http://www.w3.org/2000/svg"`, "")
 		for _, re := range external {
 			require.Empty(t, re.FindAllString(body, -1), "%s references another host (%s)", name, re)
 		}

@@ -1,0 +1,17 @@
+// Builds the console into a directory (default ../static, which the binary embeds):
+// app.js bundled from src/main.js with its npm dependencies, style.css bundled from
+// src/style.css, index.html copied. `make ui` runs it; `make verify` runs it into a
+// temporary directory and fails when the result differs from what is committed.
+import { build } from 'esbuild';
+import { copyFileSync, mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const out = resolve(process.argv[2] || join(here, '..', 'static'));
+mkdirSync(out, { recursive: true });
+
+const common = { bundle: true, minify: true, legalComments: 'none', logLevel: 'warning', charset: 'utf8' };
+await build({ ...common, entryPoints: [join(here, 'src', 'main.js')], outfile: join(out, 'app.js'), format: 'iife', target: 'es2020' });
+await build({ ...common, entryPoints: [join(here, 'src', 'style.css')], outfile: join(out, 'style.css') });
+copyFileSync(join(here, 'src', 'index.html'), join(out, 'index.html'));

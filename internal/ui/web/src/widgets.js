@@ -1,0 +1,139 @@
+// Small pieces every page uses: ids, status badges, countdowns, tables, pagers and the
+// confirmation dialog.
+
+import { h, replace } from './dom.js';
+import { countdown, fmtTime, ago } from './format.js';
+
+// idText shows a full id in monospace with a copy button: ids of executions started in
+// the same minute share their first digits (UUIDv7 begins with the time), so only the
+// whole id tells them apart. link, when given, is where the id leads.
+export function idText(id, link) {
+  const text = link ? h('a', { class: 'id', href: link, 'data-id': id }, id) : h('code', { class: 'id', 'data-id': id }, id);
+  const btn = h('button', { type: 'button', class: 'copy', title: 'Copy the id', 'aria-label': `Copy ${id}` }, 'copy');
+  btn.addEventListener('click', async (ev) => {
+    ev.preventDefault();
+    ev.stopPropagation();
+    try {
+      await navigator.clipboard.writeText(id);
+      btn.textContent = 'copied';
+    } catch {
+      // No clipboard (an insecure origin): select the id so that the operator can copy it.
+      const range = document.createRange();
+      range.selectNodeContents(text);
+      const sel = window.getSelection();
+      sel.removeAllRanges();
+      sel.addRange(range);
+      btn.textContent = 'selected';
+    }
+    setTimeout(() => { btn.textContent = 'copy'; }, 1500);
+  });
+  return h('span', { class: 'id-wrap' }, text, btn);
+}
+
+export function badge(status) {
+  return h('span', { class: 'badge', 'data-status': status || '' }, (status || '').replace(/_/g, ' '));
+}
+
+// deadline is a live countdown element; tick() refreshes every [data-deadline] on the page.
+export function deadline(iso) {
+  const el = h('span', { class: 'countdown', 'data-deadline': iso, title: fmtTime(iso) });
+  updateCountdown(el);
+  return el;
+}
+
+function updateCountdown(el) {
+  const c = countdown(el.dataset.deadline);
+  if (!c) return;
+  el.dataset.countdown = c.state;
+  el.dataset.secondsLeft = String(c.seconds);
+  el.textContent = c.text;
+}
+
+export function tickCountdowns(root) {
+  for (const el of root.querySelectorAll('[data-deadline]')) updateCountdown(el);
+  for (const el of root.querySelectorAll('[data-ago]')) el.textContent = ago(el.dataset.ago);
+}
+
+export function when(iso) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  return h('time', { datetime: iso, title: fmtTime(iso) }, fmtTime(iso));
+}
+
+export function since(iso) {
+  return h('span', { class: 'muted', 'data-ago': iso, title: fmtTime(iso) }, ago(iso));
+}
+
+// table makes a table of columns [{title, cell(item) → node|string}] and rows; row(item)
+// may return attributes of the row.
+export function table(id, columns, items, row) {
+  return h('div', { class: 'table-wrap' },
+    h('table', { id, class: 'list' },
+      h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c.title)))),
+      h('tbody', {}, items.map((it) => h('tr', row ? row(it) : {}, columns.map((c) => h('td', { class: c.class }, c.cell(it))))))));
+}
+
+// Pager keeps keyset paging through a list: the cursors of the pages before the current
+// one, so that "previous" goes back and "first" starts over. The API gives only
+// next_cursor; a page is always read fresh, so an item is never shown twice on one page.
+export class Pager {
+  constructor(onChange) {
+    this.stack = [];   // cursors of the pages before the current one ('' is the first)
+    this.cursor = '';  // the current page's cursor
+    this.next = '';    // next_cursor of the current page
+    this.onChange = onChange;
+  }
+
+  reset() {
+    this.stack = [];
+    this.cursor = '';
+    this.next = '';
+  }
+
+  view(name) {
+    const first = h('button', { type: 'button', 'data-page': 'first', disabled: this.stack.length === 0 }, 'First');
+    const prev = h('button', { type: 'button', 'data-page': 'previous', disabled: this.stack.length === 0 }, 'Previous');
+    const next = h('button', { type: 'button', 'data-page': 'next', disabled: !this.next }, 'Next');
+    first.addEventListener('click', () => { this.reset(); this.onChange(); });
+    prev.addEventListener('click', () => { this.cursor = this.stack.pop() || ''; this.onChange(); });
+    next.addEventListener('click', () => { this.stack.push(this.cursor); this.cursor = this.next; this.onChange(); });
+    return h('nav', { class: 'pager', 'aria-label': `Pages of ${name}` }, first, prev,
+      h('span', { class: 'muted' }, `page ${this.stack.length + 1}`), next);
+  }
+}
+
+// confirm asks before an action, in a modal dialog of the page (the browser's own
+// confirm() blocks the page's updates). It resolves true when the operator confirms.
+export function confirmAction(title, lines, confirmLabel) {
+  return new Promise((resolve) => {
+    const ok = h('button', { type: 'button', class: 'danger', 'data-confirm': 'yes' }, confirmLabel || 'Confirm');
+    const no = h('button', { type: 'button', 'data-confirm': 'no' }, 'Keep it');
+    const dlg = h('dialog', { class: 'confirm', 'aria-labelledby': 'confirm-title' },
+      h('h2', { id: 'confirm-title' }, title),
+      lines.map((l) => h('p', {}, l)),
+      h('div', { class: 'dialog-buttons' }, no, ok));
+    const done = (v) => { dlg.close(); dlg.remove(); resolve(v); };
+    ok.addEventListener('click', () => done(true));
+    no.addEventListener('click', () => done(false));
+    dlg.addEventListener('cancel', (ev) => { ev.preventDefault(); done(false); });
+    document.body.appendChild(dlg);
+    dlg.showModal();
+    no.focus();
+  });
+}
+
+// latest tells a refresh whether it is still the newest one: a poll and a click (a
+// filter, a page, an action) may read at once, and the older answer must not be shown
+// over the newer. begin() returns a function that is true while no later begin() ran.
+export function latest() {
+  let n = 0;
+  return () => {
+    const mine = ++n;
+    return () => mine === n;
+  };
+}
+
+export function empty(text) {
+  return h('p', { class: 'empty' }, text);
+}
+
+export { replace };
