@@ -176,7 +176,7 @@ func TestReplayUnmatched(t *testing.T) {
 	var notReplayable *aggregator.NotReplayableError
 	require.ErrorAs(t, err, &notReplayable)
 	require.NoError(t, h.agg.DismissUnmatched(ctx, truncated, "the order was re-sent"))
-	list, err := h.agg.ListUnmatched(ctx, "", 0, 10)
+	list, err := h.agg.ListUnmatched(ctx, aggregator.UnmatchedFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, aggregator.ResolutionDismissed, list[0].Resolution)
 	require.Equal(t, "the order was re-sent", list[0].ResolutionDetail)
