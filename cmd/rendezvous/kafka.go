@@ -86,6 +86,8 @@ func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 // dev runs everything in one process: embedded broker, migrations, example
 // definitions, and a replica.
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// Ctrl-C is for dev alone, so that `make dev` ends with dev's own exit status.
+	defer takeTerminal()()
 	var cfg service.Config
 	var c common
 	var noMigrate bool

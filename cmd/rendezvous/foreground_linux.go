@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+	"unsafe"
+)
+
+// takeTerminal makes the process the terminal's foreground process group, when it runs
+// in the foreground of one, and returns the function that gives the terminal back.
+//
+// Ctrl-C sends SIGINT to the terminal's foreground group. Under `make dev` that group
+// is make's, and make, interrupted, kills itself with the signal once its child is done:
+// the shell reports 130 although dev shut down cleanly and exited 0. In a group of its
+// own and in the foreground, dev alone receives the Ctrl-C, exits 0, and so does make —
+// what an interactive shell does for the jobs it starts. Run in the background, or
+// without a terminal, nothing changes.
+func takeTerminal() (restore func()) {
+	noop := func() {}
+	tty := int(os.Stdin.Fd())
+	fg, err := tcgetpgrp(tty)
+	if err != nil || fg != syscall.Getpgrp() {
+		return noop // no terminal, or not in its foreground
+	}
+	if err := syscall.Setpgid(0, 0); err != nil {
+		return noop
+	}
+	// A group not in the foreground that sets the foreground group is stopped by
+	// SIGTTOU unless it ignores it.
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	if err := tcsetpgrp(tty, syscall.Getpgrp()); err != nil {
+		_ = syscall.Setpgid(0, fg)
+		return noop
+	}
+	return func() {
+		signal.Ignore(syscall.SIGTTOU)
+		defer signal.Reset(syscall.SIGTTOU)
+		_ = tcsetpgrp(tty, fg)
+	}
+}
+
+func tcgetpgrp(fd int) (int, error) {
+	var pgrp int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
+		return 0, errno
+	}
+	return int(pgrp), nil
+}
+
+func tcsetpgrp(fd, pgrp int) error {
+	p := int32(pgrp)
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&p))); errno != 0 {
+		return errno
+	}
+	return nil
+}
