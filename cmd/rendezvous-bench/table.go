@@ -125,6 +125,7 @@ func figures(o options, r results) []figure {
 			plain("m", "matched/s, lookback on ÷ off", r.LookbackToPlain, "×")
 			if e := lb.Early; e != nil {
 				rate("", fmt.Sprintf("early records kept/s (%d, no wait yet)", e.Records), e.KeptPerSecond)
+				rate("", fmt.Sprintf("waits registered, nothing kept for them/s (%d)", e.Records), e.RegisteredPerSecond)
 				rate("", fmt.Sprintf("waits registered taking a kept record/s (%d)", e.Records), e.TakenPerSecond)
 			}
 		}

@@ -42,12 +42,17 @@ type MatchResult struct {
 // EarlyResult is the cost of records that beat their waits, with lookback on: each is
 // kept (its key locked, the waits looked up again, a row written), then a wait
 // registering with its value takes it in the registering transaction and completes.
+//
+// RegisteredPerSecond is the reference: as many waits registered, at the same number of
+// open waits of the type, with nothing kept for them.
 type EarlyResult struct {
-	Records        int     `json:"records"`
-	KeptSeconds    float64 `json:"kept_seconds"`
-	KeptPerSecond  float64 `json:"kept_per_second"`
-	TakeSeconds    float64 `json:"take_seconds"`
-	TakenPerSecond float64 `json:"taken_per_second"`
+	Records             int     `json:"records"`
+	KeptSeconds         float64 `json:"kept_seconds"`
+	KeptPerSecond       float64 `json:"kept_per_second"`
+	RegisterSeconds     float64 `json:"register_seconds"`
+	RegisteredPerSecond float64 `json:"registered_per_second"`
+	TakeSeconds         float64 `json:"take_seconds"`
+	TakenPerSecond      float64 `json:"taken_per_second"`
 }
 
 const (
@@ -309,41 +314,64 @@ func matchEarly(ctx context.Context, pool *pgxpool.Pool, agg *aggregator.Aggrega
 		return EarlyResult{}, fmt.Errorf("keep early records: %w", err)
 	}
 	res.KeptPerSecond = float64(n) / res.KeptSeconds
-	res.TakeSeconds, err = run(n, func(lo, hi int) (int, error) {
-		taken := 0
-		for _, v := range values[lo:hi] {
-			value, _ := aggregator.MatchValue(v)
-			err := db.Tx(ctx, pool, func(tx pgx.Tx) error {
-				execID := db.NewID()
-				if _, err := tx.Exec(ctx, `INSERT INTO executions (id, workflow_name, workflow_version, status, input)
-					VALUES ($1, $2, 1, 'running', jsonb_build_object('order_id', $3::text))`, execID, matchWorkflow, v); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at)
-					VALUES ($1, 'wait', 'waiting_for_events', 1, now())`, execID); err != nil {
-					return err
-				}
-				ws, err := agg.Register(ctx, tx, aggregator.Registration{ExecutionID: execID, NodeID: "wait", CorrelationID: db.NewID(),
-					Strategy: aggregator.StrategyAll, Timeout: 7 * 24 * time.Hour, OnTimeout: aggregator.OnTimeoutFail,
-					OutputMapping: map[string]string{"paid": "paid"},
-					Expected: []aggregator.Expected{{Name: "paid", Source: aggregator.SourceKafka, Topic: matchTopic, Required: true,
-						Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}, LookbackMS: lookback.Milliseconds()}}})
-				if err != nil {
-					return err
-				}
-				r, err := agg.TakeBuffered(ctx, tx, ws)
-				if r.Outcome == aggregator.Completed {
-					taken++
-				}
+	// register registers a wait for value as the executor does and reports whether the
+	// outcome of what it took is want ("" when nothing is to be taken).
+	register := func(v string, want aggregator.Outcome) (bool, error) {
+		value, _ := aggregator.MatchValue(v)
+		ok := false
+		err := db.Tx(ctx, pool, func(tx pgx.Tx) error {
+			execID := db.NewID()
+			if _, err := tx.Exec(ctx, `INSERT INTO executions (id, workflow_name, workflow_version, status, input)
+				VALUES ($1, $2, 1, 'running', jsonb_build_object('order_id', $3::text))`, execID, matchWorkflow, v); err != nil {
 				return err
-			})
-			if err != nil {
-				return taken, err
 			}
-		}
-		return taken, nil
-	})
-	if err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at)
+				VALUES ($1, 'wait', 'waiting_for_events', 1, now())`, execID); err != nil {
+				return err
+			}
+			ws, err := agg.Register(ctx, tx, aggregator.Registration{ExecutionID: execID, NodeID: "wait", CorrelationID: db.NewID(),
+				Strategy: aggregator.StrategyAll, Timeout: 7 * 24 * time.Hour, OnTimeout: aggregator.OnTimeoutFail,
+				OutputMapping: map[string]string{"paid": "paid"},
+				Expected: []aggregator.Expected{{Name: "paid", Source: aggregator.SourceKafka, Topic: matchTopic, Required: true,
+					Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}, LookbackMS: lookback.Milliseconds()}}})
+			if err != nil {
+				return err
+			}
+			r, err := agg.TakeBuffered(ctx, tx, ws)
+			if err != nil {
+				return err
+			}
+			ok = r.Outcome == want
+			if want == "" {
+				// The reference's wait stops waiting too, so the open waits the
+				// admission count reads stay as many as the taking registrations see.
+				_, err = tx.Exec(ctx, `UPDATE execution_wait_states SET status = 'cancelled' WHERE id = $1`, ws.ID)
+			}
+			return err
+		})
+		return ok, err
+	}
+	registerAll := func(prefix string, want aggregator.Outcome) (float64, error) {
+		return run(n, func(lo, hi int) (int, error) {
+			done := 0
+			for i := lo; i < hi; i++ {
+				ok, err := register(fmt.Sprintf("%s-%d", prefix, i), want)
+				if err != nil {
+					return done, err
+				}
+				if ok {
+					done++
+				}
+			}
+			return done, nil
+		})
+	}
+	// First as many registrations with nothing kept for them, as a reference.
+	if res.RegisterSeconds, err = registerAll("plain", ""); err != nil {
+		return EarlyResult{}, fmt.Errorf("register waits: %w", err)
+	}
+	res.RegisteredPerSecond = float64(n) / res.RegisterSeconds
+	if res.TakeSeconds, err = registerAll("early", aggregator.Completed); err != nil {
 		return EarlyResult{}, fmt.Errorf("take early records: %w", err)
 	}
 	res.TakenPerSecond = float64(n) / res.TakeSeconds
