@@ -15,7 +15,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
-// Early records for payload matches: the sent-event buffer's design (seeds 000 and 001)
+// Early records for payload matches: the design of the sent-event buffer (send.go)
 // carried to Kafka records correlated by payload. A record that reaches no open wait is
 // kept in match_lookback under each match key an event with a lookback computes for it,
 // for that lookback (at most Config.MaxLookback). A wait that registers with one of those
