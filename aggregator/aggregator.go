@@ -97,6 +97,10 @@ type Event struct {
 	// MatchKeys, instead of the two ids, correlate a Kafka record by its payload
 	// (MatchKeys computes them): it is delivered to every open wait holding one of them.
 	MatchKeys []string
+	// Keep, for an event correlated by payload, lists the match keys under which it is
+	// kept when it reaches no open wait, and for how long (KeepFor computes them; capped
+	// by Config.MaxLookback): a wait registering later with one of them takes it.
+	Keep map[string]time.Duration
 	// Link is the trace context the event arrived with (a callback's or a Kafka record's
 	// traceparent), linked from the event's span in the wait's trace. Optional.
 	Link trace.SpanContext
@@ -171,6 +175,8 @@ type Result struct {
 	// Continued, for a Completed wait, says its continuation was handed over inside the
 	// transaction (ContinueWith), so the commit needs no Continued call for it.
 	Continued bool
+	// KeptUntil, for an event Kept, is when the last of its kept rows expires.
+	KeptUntil time.Time
 	// Expired is set when a Late event found its wait past a deadline no sweeper had
 	// written yet, wrote it itself (see ApplyTx), and that ended the wait; Observe
 	// announces it after the commit as a sweeper would.
@@ -263,6 +269,11 @@ type Config struct {
 	// JanitorInterval is how often RunJanitor expires buffered events and prunes
 	// unmatched ones. Default JanitorIntervalDefault.
 	JanitorInterval time.Duration
+	// MaxLookback bounds the lookback of a payload match (how long a record that
+	// reached no wait is kept for one registering later): definitions asking for more
+	// are refused where they are stored, and one stored under a larger bound is held to
+	// this one. Default MaxLookbackDefault.
+	MaxLookback time.Duration
 
 	// TracerProvider and MeterProvider receive the aggregator's spans and metrics;
 	// no-ops when nil.
@@ -300,6 +311,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JanitorInterval <= 0 {
 		c.JanitorInterval = JanitorIntervalDefault
+	}
+	if c.MaxLookback <= 0 {
+		c.MaxLookback = MaxLookbackDefault
 	}
 	return c
 }

@@ -46,6 +46,9 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 		}
 	}
 	results = foldMatches(events, origin, results)
+	if err := a.keepEarly(ctx, tx, events, results); err != nil {
+		return nil, err
+	}
 	if err := a.recordUnmatched(ctx, tx, unmatchedOf(events, results)); err != nil {
 		return nil, err
 	}

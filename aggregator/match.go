@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,9 @@ const keySep = "\x1f"
 type MatchSpec struct {
 	Type string
 	Left string
+	// Lookback is how long a record matching the spec that reaches no wait is kept for
+	// a wait registering later (KeepFor); 0 keeps none.
+	Lookback time.Duration
 }
 
 // MatchValue is the canonical form of a scalar for matching: its JSON for strings and

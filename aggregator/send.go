@@ -260,7 +260,9 @@ func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, vers
 // TakeBuffered gives a wait just registered (inside the caller's transaction, under the
 // execution's row lock) the events sent to its execution before it existed: for each of
 // its send events, the oldest buffered event of the type its filter accepts (fifo), or
-// the newest (last_write_wins, the older ones going to the dead letters as superseded).
+// the newest (last_write_wins, the older ones going to the dead letters as superseded);
+// and for each payload match with a lookback, likewise a Kafka record kept because it
+// reached no wait (see lookback.go).
 // If they satisfy the wait it completes in this transaction — the node never suspends.
 // The caller marks the node waiting before calling it, and calls Continued after its
 // commit when the result is Completed.
@@ -314,11 +316,21 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 			break
 		}
 	}
-	if len(taken) == 0 {
+	// Then the Kafka records its payload matches with a lookback found no wait for.
+	keptOutcome, keptName, keptTaken, _, err := a.takeKept(ctx, tx, w, now)
+	if err != nil {
+		return res, err
+	}
+	if keptTaken > 0 {
+		res.Outcome, res.Event = keptOutcome, keptName
+	}
+	if len(taken) == 0 && keptTaken == 0 {
 		return res, nil
 	}
-	if err := a.q.EventBufferDelete(ctx, tx, taken); err != nil {
-		return res, fmt.Errorf("take buffered events: %w", err)
+	if len(taken) > 0 {
+		if err := a.q.EventBufferDelete(ctx, tx, taken); err != nil {
+			return res, fmt.Errorf("take buffered events: %w", err)
+		}
 	}
 	if len(superseded) > 0 {
 		if _, err := a.q.EventBufferSupersede(ctx, tx, superseded); err != nil {

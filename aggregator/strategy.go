@@ -37,8 +37,12 @@ type Expected struct {
 	// Match, for a Kafka event correlated by its payload: the dot path and the value
 	// (canonical JSON, resolved at registration) it must hold.
 	Match *ExpectedMatch `json:"match,omitempty"`
-	// Buffer is a send event's buffer policy: fifo (default) or last_write_wins.
+	// Buffer is the buffer policy of a send event, or of a payload match with a
+	// lookback: fifo (default) or last_write_wins.
 	Buffer string `json:"buffer,omitempty"`
+	// LookbackMS, for a payload match: how old a record kept because it reached no wait
+	// may be for this wait to take it at registration (0: none is taken).
+	LookbackMS int64 `json:"lookback_ms,omitempty"`
 }
 
 // Filter maps dot paths to the scalars a payload must hold there. It reads its numbers

@@ -36,6 +36,7 @@ type instruments struct {
 	admission   metric.Int64Counter
 	buffered    metric.Int64Counter
 	deadLetters metric.Int64Counter
+	lookback    metric.Int64Counter
 }
 
 func (a *Aggregator) initTelemetry() error {
@@ -67,6 +68,7 @@ func (a *Aggregator) initTelemetry() error {
 		{&in.admission, "rendezvous.waits.rejected", "Waits refused at registration because their match type has --max-waiters-per-type open waiters, by type."},
 		{&in.buffered, "rendezvous.events.buffered", "Events sent to an execution before a node waited for their type, by outcome (buffered, taken, superseded, expired, execution_finished)."},
 		{&in.deadLetters, "rendezvous.events.dead_lettered", "Buffered events moved to event_dead_letters, by reason (expired, superseded)."},
+		{&in.lookback, "rendezvous.events.lookback", "Kafka records matched by payload that reached no wait, by outcome: kept for a lookback, taken by a wait registering later, superseded (last_write_wins), expired untaken."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
 			return err
@@ -84,6 +86,9 @@ func (a *Aggregator) initTelemetry() error {
 		for _, outcome := range []string{"fail", "continue", "partial"} {
 			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", onTimeout), attribute.String("outcome", outcome)))
 		}
+	}
+	for _, outcome := range lookbackOutcomes {
+		in.lookback.Add(ctx, 0, metric.WithAttributes(attribute.String("outcome", outcome)))
 	}
 	for _, reason := range UnmatchedReasons {
 		in.unmatched.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", reason)))
@@ -210,6 +215,9 @@ func (a *Aggregator) observe(ctx context.Context, ev Event, res Result, unmatche
 	}
 	if reason := reasonOf(res.Outcome); reason != "" && unmatched {
 		a.countUnmatched(ctx, reason)
+	}
+	if res.Outcome == Kept {
+		a.ins.lookback.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", "kept")))
 	}
 	if res.Outcome == Completed && res.FirstEvent != "" {
 		a.ins.firstEvent.Add(ctx, 1, metric.WithAttributes(attribute.String("event", res.FirstEvent)))

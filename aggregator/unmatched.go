@@ -23,7 +23,7 @@ import (
 const (
 	UnmatchedNoExecution       = "no_execution"       // sent to an execution that does not exist
 	UnmatchedExecutionFinished = "execution_finished" // sent to a finished execution (409)
-	UnmatchedBuffered          = "buffered"           // no node waits for its type yet: held in the buffer
+	UnmatchedBuffered          = "buffered"           // no node waits for its type (or payload-match value) yet: held in the buffer
 	UnmatchedMatchValueDiffers = "match_value_differs"
 	UnmatchedFilterFailed      = "filter_failed"
 	UnmatchedIDMismatch        = "id_mismatch"
@@ -75,6 +75,8 @@ func reasonOf(o Outcome) string {
 		return UnmatchedAlreadyRecorded
 	case NoMatch:
 		return UnmatchedMatchValueDiffers
+	case Kept:
+		return UnmatchedBuffered
 	}
 	return ""
 }
@@ -95,6 +97,13 @@ func unmatchedOf(events []Event, results []Result) []unmatched {
 		switch res.Outcome {
 		case NoMatch:
 			u.detail = "no open wait expects the value this record holds"
+		case Kept:
+			u.detail = "no open wait expects the value this record holds yet; kept for a wait registering with it until " +
+				res.KeptUntil.Format(time.RFC3339)
+		case Duplicate:
+			if !res.KeptUntil.IsZero() {
+				u.detail = "already kept (or taken) under the value it holds: a redelivery"
+			}
 		case Late:
 			u.detail = "the wait is already " + res.Status
 		case NotFound:
@@ -173,8 +182,9 @@ const JanitorIntervalDefault = time.Second
 // janitorBatch bounds the rows one janitor statement moves or deletes.
 const janitorBatch = 1000
 
-// RunJanitor moves expired buffered events to the dead letters and keeps
-// unmatched_events, event_dead_letters and callback_webhook_ids bounded, every
+// RunJanitor moves expired buffered events to the dead letters, deletes expired early
+// records of payload matches, and keeps unmatched_events, event_dead_letters and
+// callback_webhook_ids bounded, every
 // JanitorInterval until ctx ends.
 // Every replica runs it: the statements take small batches and skip locked rows.
 func (a *Aggregator) RunJanitor(ctx context.Context) {
@@ -224,6 +234,9 @@ func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
 		if n < janitorBatch {
 			break
 		}
+	}
+	if err := a.pruneKept(ctx); err != nil {
+		return expired, err
 	}
 	if _, err := a.q.EventDeadLetterDeleteBefore(ctx, a.pool, dbsqlc.EventDeadLetterDeleteBeforeParams{Cutoff: cutoff, Max: janitorBatch}); err != nil {
 		return expired, fmt.Errorf("prune dead letters: %w", err)

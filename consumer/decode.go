@@ -42,9 +42,12 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 		return poison(poisonUnstorable, unstorableReason(err), payload)
 	}
 	events, reason := extract(payload, r, fields)
-	if keys := aggregator.MatchKeys(r.Topic, payload, c.matchSpecsFor(r.Topic)); len(keys) > 0 {
-		// Besides its ids, if any: a record may answer waits of both kinds.
-		events = append(events, aggregator.Event{MatchKeys: keys, Payload: r.Value, Source: sourceOf(r)})
+	specs := c.matchSpecsFor(r.Topic)
+	if keys := aggregator.MatchKeys(r.Topic, payload, specs); len(keys) > 0 {
+		// Besides its ids, if any: a record may answer waits of both kinds. Keep: the keys
+		// it is kept under for a wait registering later, should it reach none now.
+		events = append(events, aggregator.Event{MatchKeys: keys, Keep: aggregator.KeepFor(r.Topic, payload, specs),
+			Payload: r.Value, Source: sourceOf(r)})
 	}
 	// A record may also start executions, whether or not it answers waits.
 	starts, err := c.starts(r, payload)

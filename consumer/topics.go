@@ -86,7 +86,7 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 				addFields(e.Topic, defaults)
 				continue
 			}
-			spec := aggregator.MatchSpec{Type: e.Type, Left: e.Match.Left}
+			spec := aggregator.MatchSpec{Type: e.Type, Left: e.Match.Left, Lookback: e.Lookback}
 			if !slices.Contains(matches[e.Topic], spec) {
 				matches[e.Topic] = append(matches[e.Topic], spec)
 			}

@@ -250,6 +250,11 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 	if err != nil && !errors.As(err, &verr) {
 		return StoredWorkflow{}, err
 	}
+	if err == nil {
+		if errs := e.checkLimits(wf); len(errs) > 0 {
+			verr = &workflow.ValidationError{Errors: errs}
+		}
+	}
 	// The name is checked even when the definition has other errors, so that one answer
 	// lists them all.
 	var head struct {
@@ -300,6 +305,34 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		}
 		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
 	}
+}
+
+// checkLimits finds what in a valid definition exceeds this service's limits: a payload
+// match whose lookback is longer than the aggregator keeps early records
+// (--max-lookback). It is checked where definitions are stored, not when they are
+// compiled: a definition stored under a larger bound must still run (its lookback is
+// then held to the bound).
+func (e *Executor) checkLimits(wf *workflow.Workflow) []workflow.FieldError {
+	if e.agg == nil {
+		return nil
+	}
+	maxLookback := e.agg.MaxLookback()
+	var errs []workflow.FieldError
+	for i, n := range wf.Nodes() {
+		cfg, ok := n.Config.(*workflow.WaitEvents)
+		if !ok {
+			continue
+		}
+		for j, ev := range cfg.Events {
+			if ev.Lookback > maxLookback {
+				errs = append(errs, workflow.FieldError{
+					Path:    fmt.Sprintf("nodes[%d].data.events[%d].lookback", i, j),
+					Message: fmt.Sprintf("%s exceeds this service's maximum lookback of %s (--max-lookback)", ev.Lookback, maxLookback),
+				})
+			}
+		}
+	}
+	return errs
 }
 
 // sameJSON reports whether two definitions are the same JSON, numbers compared by exact

@@ -286,6 +286,9 @@ func (e *Executor) ValidateWorkflow(raw []byte) (Validated, error) {
 	if err != nil {
 		return Validated{}, err
 	}
+	if errs := e.checkLimits(wf); len(errs) > 0 {
+		return Validated{}, &workflow.ValidationError{Errors: errs}
+	}
 	return Validated{Valid: true, Nodes: len(wf.Nodes())}, nil
 }
 

@@ -150,7 +150,7 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 	for _, e := range expected {
 		exp := aggregator.Expected{
 			Name: e.Name, Source: e.Source, Topic: e.Topic, Type: e.Type, Filter: e.Filter, Buffer: e.Buffer,
-			Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(),
+			Required: e.Required, TimeoutMS: e.Timeout.Milliseconds(), LookbackMS: e.Lookback.Milliseconds(),
 		}
 		if e.Match != nil {
 			// Resolved now, once: the value is stored with the wait and indexed, so a record

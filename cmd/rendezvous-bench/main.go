@@ -48,6 +48,7 @@ type options struct {
 	matchSmall   int
 	matchLarge   int
 	matchEvents  int
+	lookback     time.Duration
 	wideClients  int
 	only         map[string]bool
 	out          string
@@ -73,6 +74,7 @@ func main() {
 	flag.IntVar(&o.matchSmall, "match-small", 10000, "(m) open waits in the table, small run")
 	flag.IntVar(&o.matchLarge, "match-large", 1000000, "(m) open waits in the table, large run")
 	flag.IntVar(&o.matchEvents, "match-events", 5000, "(m) events correlated by payload, each completing one of the open waits")
+	flag.DurationVar(&o.lookback, "match-lookback", 10*time.Minute, "(m) lookback of the small run's second pass, which also keeps and takes as many early records; 0 skips it")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -155,6 +157,11 @@ type results struct {
 	MatchSmall        bench.MatchResult `json:"match_small"`
 	MatchLarge        bench.MatchResult `json:"match_large"`
 	MatchLargeToSmall float64           `json:"match_large_to_small"`
+	// MatchSmallLookback is MatchSmall again with the match's lookback on;
+	// LookbackToPlain the ratio of their throughputs (what lookback costs records that
+	// find their waits).
+	MatchSmallLookback bench.MatchResult `json:"match_small_lookback"`
+	LookbackToPlain    float64           `json:"match_lookback_to_plain"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -315,20 +322,38 @@ func run(ctx context.Context, o options) error {
 		r.TimerRatio = r.Timers.PerSecond / r.Baseline.PerSecond
 	}
 	if o.runs("match") {
-		for _, run := range []struct {
-			dst     *bench.MatchResult
-			waiting int
-		}{{&r.MatchSmall, o.matchSmall}, {&r.MatchLarge, o.matchLarge}} {
+		type matchRun struct {
+			dst      *bench.MatchResult
+			waiting  int
+			lookback time.Duration
+		}
+		runs := []matchRun{{&r.MatchSmall, o.matchSmall, 0}}
+		if o.lookback > 0 {
+			runs = append(runs, matchRun{&r.MatchSmallLookback, o.matchSmall, o.lookback})
+		}
+		if o.matchLarge > 0 {
+			runs = append(runs, matchRun{&r.MatchLarge, o.matchLarge, 0})
+		}
+		for _, run := range runs {
 			s, err := newSchema()
 			if err != nil {
 				return err
 			}
-			fmt.Printf("(m) payload match: %d events, each completing one of %d open waits …\n", o.matchEvents, run.waiting)
-			if *run.dst, err = bench.Match(ctx, s.URL, run.waiting, o.matchEvents, o.concurrency, logger); err != nil {
+			with := ""
+			if run.lookback > 0 {
+				with = fmt.Sprintf(" with lookback %s (then as many early records kept and taken)", run.lookback)
+			}
+			fmt.Printf("(m) payload match: %d events, each completing one of %d open waits%s …\n", o.matchEvents, run.waiting, with)
+			if *run.dst, err = bench.Match(ctx, s.URL, run.waiting, o.matchEvents, o.concurrency, run.lookback, logger); err != nil {
 				return fmt.Errorf("match: %w", err)
 			}
 		}
-		r.MatchLargeToSmall = r.MatchLarge.PerSecond / r.MatchSmall.PerSecond
+		if r.MatchLarge.Matched > 0 {
+			r.MatchLargeToSmall = r.MatchLarge.PerSecond / r.MatchSmall.PerSecond
+		}
+		if r.MatchSmallLookback.Matched > 0 {
+			r.LookbackToPlain = r.MatchSmallLookback.PerSecond / r.MatchSmall.PerSecond
+		}
 	}
 	if r.Callbacks.Waits > 0 {
 		r.Ratio = r.Callbacks.PerSecond / r.Baseline.PerSecond

@@ -120,6 +120,15 @@ func figures(o options, r results) []figure {
 			latency("", fmt.Sprintf("match lookup p99, %d waiting", l.Waiting), l.Lookup.P99, 0.99)
 			plain("m", "matched/s, large ÷ small table", r.MatchLargeToSmall, "×")
 		}
+		if lb := r.MatchSmallLookback; lb.Matched > 0 {
+			rate("m", fmt.Sprintf("payload-matched events/s, %d waiting, lookback %s", lb.Waiting, lb.Lookback), lb.PerSecond)
+			plain("m", "matched/s, lookback on ÷ off", r.LookbackToPlain, "×")
+			if e := lb.Early; e != nil {
+				rate("", fmt.Sprintf("early records kept/s (%d, no wait yet)", e.Records), e.KeptPerSecond)
+				rate("", fmt.Sprintf("waits registered, nothing kept for them/s (%d)", e.Records), e.RegisteredPerSecond)
+				rate("", fmt.Sprintf("waits registered taking a kept record/s (%d)", e.Records), e.TakenPerSecond)
+			}
+		}
 	}
 	return out
 }

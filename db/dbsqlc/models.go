@@ -132,6 +132,18 @@ type ExecutionWaitState struct {
 	MatchKeys           []string
 }
 
+type MatchLookback struct {
+	ID        int64
+	MatchKey  string
+	EventKey  string
+	Payload   json.RawMessage
+	Source    json.RawMessage
+	Status    string
+	TakenBy   *uuid.UUID
+	KeptAt    time.Time
+	ExpiresAt time.Time
+}
+
 type NodeExecution struct {
 	ExecutionID uuid.UUID
 	NodeID      string

@@ -66,6 +66,7 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.Deliveries.Answers[409], "late callbacks refused")
 	require.Positive(t, rep.Deliveries.Records)
 	require.Positive(t, rep.Deliveries.MatchRecorded, "records matched by payload recorded")
+	require.Positive(t, rep.Deliveries.MatchEarly, "records matched by payload, produced before their wait, recorded")
 	require.Positive(t, rep.Deliveries.SendAnswers["202 delivered"], "events sent by type delivered")
 	require.Positive(t, rep.Deliveries.SendAnswers["200"], "second sends of one id answered as duplicates")
 	require.Positive(t, rep.Deliveries.SentRecorded, "events sent by type as records of %s recorded", SentTopic)

@@ -110,9 +110,15 @@ type Deliveries struct {
 	// MatchRecorded counts EventMatch events recorded by their own wait: records
 	// correlated by payload alone, by values a float64 cannot tell apart.
 	MatchRecorded int `json:"match_recorded"`
-	Crossed       int `json:"crossed"`
-	Calls         int `json:"calls"`
-	CallRetries   int `json:"call_retries"`
+	// MatchEarly counts those produced before their wait existed (ModeEarly): kept for
+	// the definition's lookback and taken at registration, or delivered live.
+	MatchEarly int `json:"match_early"`
+	// MatchKept counts the early ones that reached no wait, were kept and then taken by
+	// their wait at its registration (the others arrived after it, live).
+	MatchKept   int `json:"match_kept"`
+	Crossed     int `json:"crossed"`
+	Calls       int `json:"calls"`
+	CallRetries int `json:"call_retries"`
 	// CallsHeld counts waits whose call never left because a fault held its outbox
 	// claim past the wait's deadline.
 	CallsHeld int `json:"calls_held"`
@@ -214,7 +220,7 @@ func Verify(cfg Config, plan Plan, log RunLog, obs Observed) *Report {
 		Seed: plan.Seed, Replay: ReplayCommand(cfg), Executions: len(plan.Executions), Replicas: cfg.Replicas,
 		PGRestart: cfg.PGRestart, Duration: log.End.Sub(log.Start), Faults: log.Faults, Notes: log.Notes,
 		Outcomes:   Outcomes{Certain: map[string]int{}, Actual: map[string]int{}},
-		Deliveries: Deliveries{Answers: map[int]int{}, SendAnswers: map[string]int{}},
+		Deliveries: Deliveries{Answers: map[int]int{}, SendAnswers: map[string]int{}, MatchKept: obs.KeptTaken},
 		Violations: []Violation{},
 	}
 	c := &checker{cfg: cfg, plan: plan, log: log, obs: obs, report: rep, counts: map[string]*Row{}, disturbed: disturbances(log)}
@@ -424,6 +430,9 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 		}
 		if r.Name == EventMatch && known && !o.crossed && o.exec == p.Index {
 			c.report.Deliveries.MatchRecorded++
+			if eventLog(e, EventMatch).Mode == ModeEarly {
+				c.report.Deliveries.MatchEarly++
+			}
 		}
 		if ev := eventLog(e, r.Name); ev != nil && (kafkaSourced(r.Name) || sentAsRecords(*ev)) && known && !o.crossed && o.exec == p.Index {
 			if r.Source.Partition == nil || r.Source.Offset == nil || !slices.ContainsFunc(ev.Records, func(x Produced) bool {
@@ -453,7 +462,10 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 			} `json:"chaos"`
 		}
 		_ = json.Unmarshal(data, &v)
-		if v.Chaos.ExecutionID != e.ID.String() || v.Chaos.CorrelationID != w.CorrelationID.String() {
+		// An early record was produced before its wait existed: it names the execution
+		// only.
+		early := name == EventMatch && v.Chaos.CorrelationID == uuid.Nil.String() && eventLog(e, name).Mode == ModeEarly
+		if v.Chaos.ExecutionID != e.ID.String() || (v.Chaos.CorrelationID != w.CorrelationID.String() && !early) {
 			c.violate(InvForeign, p.Index, e.ID, "%s data was sent for execution %s / wait %s", name, v.Chaos.ExecutionID, v.Chaos.CorrelationID)
 		}
 		if !slices.Contains(recorded, name) {

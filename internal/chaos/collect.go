@@ -29,7 +29,11 @@ type Observed struct {
 	Outbox   int    `json:"outbox"`
 	// Buffered counts events sent by type still held for a wait; DeadLetters maps the id
 	// of each event sent by type that no wait took to why it was moved out.
-	Buffered    int               `json:"buffered"`
+	Buffered int `json:"buffered"`
+	// KeptTaken counts records matched by payload that reached no wait, were kept for a
+	// lookback and taken by a wait registering later (the rest of the early ones arrived
+	// live).
+	KeptTaken   int               `json:"kept_taken"`
 	DeadLetters map[string]string `json:"-"`
 	// SentUnmatched maps the position ("partition/offset") of a record of SentTopic to
 	// the reasons unmatched_events gives for it: one per application no wait took.
@@ -176,8 +180,9 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		return obs, fmt.Errorf("read node executions: %w", err)
 	}
 
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox), (SELECT count(*) FROM event_buffer)`).
-		Scan(&obs.RunQueue, &obs.Outbox, &obs.Buffered); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_queue), (SELECT count(*) FROM outbox), (SELECT count(*) FROM event_buffer),
+		(SELECT count(*) FROM match_lookback WHERE status = 'taken')`).
+		Scan(&obs.RunQueue, &obs.Outbox, &obs.Buffered, &obs.KeptTaken); err != nil {
 		return obs, fmt.Errorf("read queues: %w", err)
 	}
 	rows, err = pool.Query(ctx, `SELECT coalesce(event_id, ''), reason FROM event_dead_letters`)

@@ -75,7 +75,14 @@ type Definition struct {
 	// KafkaIDs is how records carry ids (IDs*); Filter adds {"type": "chaos.done"}.
 	KafkaIDs string
 	Filter   bool
+	// Lookback gives EventMatch a lookback (MatchLookback): a record produced before
+	// the wait exists is kept and taken when the wait registers (ModeEarly).
+	Lookback bool
 }
+
+// MatchLookback is the lookback of the definitions with Lookback: longer than a
+// replica's restart, so an early record outlasts any delay of its wait.
+const MatchLookback = 5 * time.Minute
 
 // EventDef is one enabled event of a definition.
 type EventDef struct {
@@ -126,6 +133,8 @@ type variant struct {
 	events  []eventVariant
 	ids     string
 	filter  bool
+	// lookback: see Definition.Lookback.
+	lookback bool
 }
 
 type eventVariant struct {
@@ -164,6 +173,8 @@ var variants = []variant{
 		events: []eventVariant{{EventAPI, true, 0}, {EventMatch, true, 0.5}}},
 	{key: "any-match", strategy: "any", timeout: 1,
 		events: []eventVariant{{EventMatch, false, 0}}},
+	{key: "all-match-lookback", strategy: "all", timeout: 1, lookback: true,
+		events: []eventVariant{{EventAPI, true, 0}, {EventMatch, true, 0}}},
 	{key: "all-send", strategy: "all", timeout: 1, ids: IDsFields,
 		events: []eventVariant{{EventKafka, true, 0}, {EventSend, true, 0.5}}},
 	{key: "any-send", strategy: "any", timeout: 1,
@@ -183,7 +194,7 @@ func Definitions(base time.Duration) []Definition {
 		for _, ot := range onTimeouts {
 			d := Definition{
 				Name: fmt.Sprintf("chaos-%s-%s", v.key, ot), Strategy: v.strategy, OnTimeout: ot,
-				Custom: v.custom, Timeout: scale(v.timeout), KafkaIDs: v.ids, Filter: v.filter,
+				Custom: v.custom, Timeout: scale(v.timeout), KafkaIDs: v.ids, Filter: v.filter, Lookback: v.lookback,
 			}
 			for _, e := range v.events {
 				d.Events = append(d.Events, EventDef{Name: e.name, Required: e.required, Timeout: scale(e.timeout)})
@@ -247,6 +258,9 @@ func (d *Definition) JSON(fakeURL string) ([]byte, error) {
 			}
 			if e.Timeout > 0 {
 				ev["timeout"] = e.Timeout.String()
+			}
+			if d.Lookback {
+				ev["lookback"] = MatchLookback.String()
 			}
 			named = append(named, ev)
 		case EventSend:

@@ -336,6 +336,17 @@ func (r *runner) markStarted(e *execRun, id uuid.UUID) {
 	e.mu.Unlock()
 	r.byID.Store(id, e)
 	r.started.Add(1)
+	// Early records race the wait the execution is about to register: produced now,
+	// they are in most cases applied before it exists. Their correlation id is unknown
+	// yet (nil in the payload).
+	for i, ep := range e.plan.Events {
+		if ep.Mode == ModeEarly {
+			e.mu.Lock()
+			e.log.Events[i].Planned = time.Now()
+			e.mu.Unlock()
+			r.record(e, i, WaitInfo{})
+		}
+	}
 }
 
 func (r *runner) failStart(e *execRun, reason string) {
@@ -449,8 +460,8 @@ func (r *runner) schedule(e *execRun, w WaitInfo) {
 		deadline := w.Deadlines[ep.Name]
 		var at time.Time
 		switch ep.Mode {
-		case ModeNone:
-			continue
+		case ModeNone, ModeEarly:
+			continue // early: produced when the execution started
 		case ModeOnTime:
 			at = w.Created.Add(time.Duration(ep.Frac * float64(deadline.Sub(w.Created))))
 		default:

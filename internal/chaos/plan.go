@@ -17,6 +17,10 @@ const (
 	ModeRacing = "racing"
 	// ModeNone never sends it.
 	ModeNone = "none"
+	// ModeEarly produces a payload-match record as soon as its execution is started,
+	// before its wait exists (every EventMatch of a definition with Lookback): the wait
+	// takes it when it registers, or, when the wait wins the race, it arrives live.
+	ModeEarly = "early"
 )
 
 // RacingWindow is how close to its deadline a racing event is sent.
@@ -134,6 +138,11 @@ func NewPlan(cfg Config) Plan {
 				ep.Mode, ep.Offset = ModeRacing, uniform(-RacingWindow, RacingWindow)
 			default:
 				ep.Mode = ModeNone
+			}
+			if ev.Name == EventMatch && def.Lookback {
+				// What these definitions are for; the other match variants cover the
+				// other modes.
+				ep.Mode, ep.Frac, ep.Offset = ModeEarly, 0, 0
 			}
 			switch ev.Name {
 			case EventAPI, EventSend:

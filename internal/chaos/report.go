@@ -62,8 +62,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "sends      %d events sent by type twice (one id): %d requests, answers %s; %d sent as %d records of %s, %d recorded\n",
 		d.Sends, d.SendRequests, strings.Join(sendAnswers, ", "), d.SentAsRecords, d.SentRecords, SentTopic, d.SentRecorded)
-	fmt.Fprintf(w, "kafka      %d records (%d re-produced, %d filtered noise, %d matched by payload); produce→recorded %s; undisturbed by faults %s\n",
-		d.Records, d.Reproduced, d.Noise, d.MatchRecorded, r.Kafka, r.KafkaCalm)
+	fmt.Fprintf(w, "kafka      %d records (%d re-produced, %d filtered noise, %d matched by payload, %d of them produced before their wait, %d kept until it registered); produce→recorded %s; undisturbed by faults %s\n",
+		d.Records, d.Reproduced, d.Noise, d.MatchRecorded, d.MatchEarly, d.MatchKept, r.Kafka, r.KafkaCalm)
 	fmt.Fprintf(w, "triggers   %d records of %s (every third key produced twice) started %d executions of %s\n",
 		r.Triggers.Records, TriggerTopic, r.Triggers.Executions, TriggerWorkflow)
 	fmt.Fprintf(w, "calls      %d correlated calls (%d answered 503 on purpose and retried, %d held past their wait by a fault); %d crossed deliveries; %d continuations redelivered after a fault\n",

@@ -117,7 +117,12 @@ type NamedEvent struct {
 	Filter   map[string]any // dot path -> scalar the payload must hold
 	Timeout  time.Duration  // default: the node's overall timeout
 	Required bool           // default true
-	Buffer   string         // source send: BufferFIFO (default) | BufferLastWriteWins
+	// Buffer: which early event the wait takes, BufferFIFO (default) or
+	// BufferLastWriteWins; source send, and source kafka with a Lookback.
+	Buffer string
+	// Lookback, source kafka with Match only: how long a record that matched no
+	// wait is kept for a wait that registers later with its value; 0 keeps none.
+	Lookback time.Duration
 }
 
 // Match correlates a Kafka record by its payload: the value at Left (a dot
@@ -149,6 +154,7 @@ type ExpectedEvent struct {
 	Required bool
 	Timeout  time.Duration
 	Buffer   string
+	Lookback time.Duration
 }
 
 // Expected returns the enabled events: api_response, kafka_event, then the
@@ -167,7 +173,7 @@ func (w *WaitEvents) Expected() []ExpectedEvent {
 	}
 	for _, e := range w.Events {
 		out = append(out, ExpectedEvent{Name: e.Name, Source: e.Source, Topic: e.Topic, Type: e.Type, Match: e.Match,
-			Filter: e.Filter, Required: e.Required, Timeout: e.Timeout, Buffer: e.Buffer})
+			Filter: e.Filter, Required: e.Required, Timeout: e.Timeout, Buffer: e.Buffer, Lookback: e.Lookback})
 	}
 	return out
 }
@@ -350,6 +356,13 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 			e.Match = &Match{Left: mc.dotPathField("left", ""), Op: mc.str("op", MatchOpEq), Right: mc.str("right", "")}
 			if _, ok := mc.checkable("right"); ok {
 				checkTemplate(c.errs, mc.p("right"), e.Match.RightTemplate())
+			}
+			if e.Source == SourceKafka {
+				// The schema allows lookback (and then buffer) only here; the
+				// server's maximum is checked where definitions are stored.
+				if e.Lookback = c.duration("lookback", 0); e.Lookback > 0 {
+					e.Buffer = c.str("buffer", BufferFIFO)
+				}
 			}
 		}
 		out = append(out, e)

@@ -184,6 +184,31 @@ func TestWaitEventsDefaults(t *testing.T) {
 				OutputMapping:       map[string]string{"apiResponse": "api_response"},
 			},
 		},
+		{
+			name: "payload matches with lookback: buffer defaults to fifo, and only with lookback",
+			data: `{"events": [
+			          {"name": "paid", "source": "kafka", "topic": "payments", "type": "payment.settled", "lookback": "10m",
+			           "match": {"left": "order.id", "op": "eq", "right": "input.order_id"}},
+			          {"name": "latest", "source": "kafka", "topic": "payments", "lookback": 90, "buffer": "last_write_wins",
+			           "match": {"left": "order.id", "op": "eq", "right": "input.order_id"}},
+			          {"name": "live", "source": "kafka", "topic": "payments",
+			           "match": {"left": "order.id", "op": "eq", "right": "input.order_id"}}
+			        ], "aggregationStrategy": "any"}`,
+			want: &WaitEvents{
+				Events: []NamedEvent{
+					{Name: "paid", Source: SourceKafka, Topic: "payments", Type: "payment.settled", Required: true, Timeout: 300 * time.Second,
+						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}, Lookback: 10 * time.Minute, Buffer: BufferFIFO},
+					{Name: "latest", Source: SourceKafka, Topic: "payments", Required: true, Timeout: 300 * time.Second,
+						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}, Lookback: 90 * time.Second, Buffer: BufferLastWriteWins},
+					{Name: "live", Source: SourceKafka, Topic: "payments", Required: true, Timeout: 300 * time.Second,
+						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}},
+				},
+				AggregationStrategy: "any",
+				Timeout:             300 * time.Second,
+				OnTimeout:           "fail",
+				OutputMapping:       map[string]string{"paid": "paid", "latest": "latest", "live": "live"},
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
