@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
@@ -130,7 +132,7 @@ func NewSchema(tb testing.TB) Schema {
 	name := "rdv_test_" + hex.EncodeToString(b[:])
 	ctx := context.Background()
 
-	admin, err := pgx.Connect(ctx, base)
+	admin, err := connect(ctx, base)
 	if err != nil {
 		tb.Fatalf("dbtest: connect: %v", err)
 	}
@@ -139,7 +141,7 @@ func NewSchema(tb testing.TB) Schema {
 		tb.Fatalf("dbtest: create schema: %v", err)
 	}
 	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
+		c, err := connect(context.Background(), base)
 		if err != nil {
 			return
 		}
@@ -148,15 +150,51 @@ func NewSchema(tb testing.TB) Schema {
 	})
 	s := Schema{Name: name, URL: withSearchPath(base, name)}
 
-	pool, err := db.Connect(ctx, s.URL, 2)
+	for deadline := time.Now().Add(busyWait); ; time.Sleep(100 * time.Millisecond) {
+		err = migrate(ctx, s.URL)
+		if err == nil || !serverBusy(err) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
+	return s
+}
+
+// migrate applies every migration to the schema url names.
+func migrate(ctx context.Context, url string) error {
+	pool, err := db.Connect(ctx, url, 2)
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	if err := db.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
-		tb.Fatalf("dbtest: migrate: %v", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
-	return s
+	return nil
+}
+
+// busyWait bounds how long a test waits for the server to accept a connection while
+// every one of its connection slots is taken (the whole suite's packages share one
+// server and run side by side).
+const busyWait = 30 * time.Second
+
+// serverBusy reports the server refusing a connection because all its slots are taken
+// (SQLSTATE 53300): a moment's load, not a failure of the test.
+func serverBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
+}
+
+// connect connects to url, waiting up to busyWait while the server is full.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	for deadline := time.Now().Add(busyWait); ; time.Sleep(100 * time.Millisecond) {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil || !serverBusy(err) || time.Now().After(deadline) {
+			return conn, err
+		}
+	}
 }
 
 // NewPool returns a pool on a fresh migrated schema, closed when the test ends.
