@@ -146,6 +146,7 @@ func TestWebViewAsksForAToken(t *testing.T) {
 		return v.FormShown && strings.Contains(v.Why, "may not read") && strings.Contains(v.Principal, "(sender)")
 	})
 	require.Zero(t, v.Rows)
+	p.screenshot(t, "token-refused", "a sender's token given to the console: the header names token:events-only (sender) and says it may not read; the form asks for a viewer, operator or admin token; the page is empty")
 
 	ctx2, cancel2 := context.WithTimeout(p.ctx, 5*time.Second)
 	require.NoError(t, chromedp.Do(ctx2, chromedp.Click("#forget-token", chromedp.NodeVisible)))

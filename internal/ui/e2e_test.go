@@ -30,6 +30,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -108,12 +109,16 @@ func (f *fakeService) nextCall(t *testing.T) map[string]any {
 	}
 }
 
-// startService runs one replica consuming from cluster and stops it when the test ends.
+// startService runs one replica, without authentication, consuming from cluster and
+// stops it when the test ends.
 func startService(t *testing.T, cluster *kfake.Cluster) *service.Service {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := service.New(ctx, service.Config{
+		// Authentication off: the page's token is sent and not checked (auth_e2e_test.go
+		// covers a service that checks it).
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-e2e", AutoMigrate: true, DBMaxConns: 8,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
@@ -736,7 +741,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Zero(t, dr.Buttons, "a dismissed dead letter offers no action")
 	require.Contains(t, dr.Answer, "ok ")
 	require.Contains(t, dr.Answer, "dismissed: reminder no longer needed")
-	p.screenshot(t, "9-dead-letter-dismissed", "the dead letters page: the reminder dismissed from its row with a reason, its resolution shown, no action left on it")
+	p.screenshot(t, "7-dead-letter-dismissed", "the dead letters page: the reminder dismissed from its row with a reason, its resolution shown, no action left on it")
 
 	// Recovery: a wait cancelled with fail fails its execution, which then offers redrive
 	// and restart; redriven from the page, its wait reopens and the node waits again.
@@ -748,7 +753,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	v = awaitExec(t, p, "the execution failed", func(v execPage) bool { return v.Status == "failed" && len(v.Actions) == 2 })
 	require.ElementsMatch(t, []string{"redrive", "restart"}, v.Actions)
 	require.Equal(t, graphNode{State: "failed"}, v.Nodes["approval"])
-	p.screenshot(t, "10-failed", "the approval wait cancelled with fail: node and execution failed, the page offers Redrive and Restart")
+	p.screenshot(t, "8-failed", "the approval wait cancelled with fail: node and execution failed, the page offers Redrive and Restart")
 	p.click(t, `button[data-action="redrive"]`)
 	require.Contains(t, p.confirm(t), "Failed nodes: approval.")
 	v = awaitExec(t, p, "the execution redriven", func(v execPage) bool {
@@ -763,7 +768,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	redriven, err := eval[string](p, `(document.getElementById('execution-redriven') || {}).textContent || ''`)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(redriven, "1 time, last "), redriven)
-	p.screenshot(t, "11-redriven", "the failed execution redriven from the page: the answer lists the node reopened, approval amber and spinning again, the execution waiting with its actions back")
+	p.screenshot(t, "9-redriven", "the failed execution redriven from the page: the answer lists the node reopened, approval amber and spinning again, the execution waiting with its actions back")
 
 	// A wait whose deadline passed: its event timed out, and the timeline says so.
 	p.navigate(t, base+"/ui/#/executions/"+timedOut)
@@ -778,7 +783,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	ended, err := eval[string](p, `document.querySelector('#timeline li[data-kind=wait_ended]').textContent`)
 	require.NoError(t, err)
 	require.Contains(t, ended, "timed out: nudge")
-	p.screenshot(t, "7-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
+	p.screenshot(t, "10-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
 
 	// A timer wait is listed with its countdown.
 	timer2 := start("cool-off")
@@ -793,7 +798,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		func(r *timerRow) bool { return r != nil })
 	require.Equal(t, "running", tr.State)
 	require.Regexp(t, `^in (59m \d\ds|1h 00m)$`, tr.Countdown)
-	p.screenshot(t, "8-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
+	p.screenshot(t, "11-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

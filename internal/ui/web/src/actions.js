@@ -96,7 +96,9 @@ export const ACTIONS = [
   },
   {
     id: 'restart', scope: 'execution', access: Access.OPERATE, label: 'Restart',
-    applies: (ctx) => (ctx.execution.status === 'failed' || ctx.execution.status === 'cancelled') && !ctx.execution.restarted_as,
+    // Like redrive, on a failed execution: the API would also restart a cancelled or open
+    // one (cancelling it first), which the page's Cancel already covers.
+    applies: (ctx) => ctx.execution.status === 'failed' && !ctx.execution.restarted_as,
     input: restartInput,
     confirm: (ctx, body) => ({
       title: 'Restart this execution?',
