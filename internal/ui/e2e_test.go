@@ -604,6 +604,23 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		func(r []string) bool { return len(r) == 1 })
 	require.True(t, strings.HasPrefix(reasons[0], "late "), reasons[0])
 	require.Contains(t, reasons[0], "callback acme")
+	// Replaying it is refused, the execution having finished: the problem is shown as
+	// text, and the row stays as it was, still offering its actions.
+	p.click(t, `#unmatched button[data-action="replay-unmatched"]`)
+	require.Contains(t, p.confirm(t), "Replay unmatched event")
+	replayed := await(t, p, "the replay's answer", `(() => { const a = document.querySelector('#action-result .action-answer'); return a ? a.dataset.outcome + ' ' + a.textContent : ''; })()`,
+		func(s string) bool { return s != "" })
+	require.True(t, strings.HasPrefix(replayed, "problem Replay: refused"), replayed)
+	require.Contains(t, replayed, "Conflict (409)")
+	require.Contains(t, replayed, "was not applied to execution "+shipment+": late")
+	replayExt, err := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll('#action-result .problem-extra dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]))`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"execution id": shipment, "outcome": "late"}, replayExt, "the problem's extension members")
+	still, err := eval[int](p, `document.querySelectorAll('#unmatched tbody tr button[data-action]').length`)
+	require.NoError(t, err)
+	require.Equal(t, 2, still, "a refused replay leaves the row unresolved, with Replay and Dismiss")
+	p.screenshot(t, "3a-replay-refused", "the unmatched events page: replaying the late callback refused, the 409 problem rendered with its execution id and outcome; the row keeps Replay and Dismiss")
+	require.NotContains(t, replayed, `"detail"`, "a problem is rendered, not shown as JSON")
 
 	// The executions list pages by the API's cursor, and what finished is listed from the
 	// API, so it is there after a reload.
