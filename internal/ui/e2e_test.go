@@ -597,6 +597,9 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, body)
 	v = awaitExec(t, p, "the late callback listed as unmatched", func(v execPage) bool { return len(v.Unmatched) == 1 })
 	require.Equal(t, []string{"late"}, v.Unmatched, "the wait had ended")
+	rowButtons, err := eval[[]string](p, `[...document.querySelectorAll('#execution-unmatched tbody button[data-action]')].map((b) => b.dataset.action)`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"replay-unmatched", "dismiss-unmatched"}, rowButtons, "an unmatched event is replayed or dismissed from the execution's page too")
 
 	// The unmatched events page, filtered by the execution, lists it too.
 	p.navigate(t, base+"/ui/#/unmatched?execution="+shipment)
@@ -782,6 +785,9 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.True(t, v.Nodes["approval"].Spinning, "the reopened wait spins again")
 	require.Equal(t, "waiting", v.Wait.Status)
 	require.ElementsMatch(t, []string{"cancel-execution", "send-event", "cancel-wait-continue", "cancel-wait-fail"}, v.Actions)
+	reason, err := eval[string](p, `document.getElementById('cancel-wait-fail-reason').value`)
+	require.NoError(t, err)
+	require.Empty(t, reason, "the reason of the cancel done is not left to be sent again")
 	redriven, err := eval[string](p, `(document.getElementById('execution-redriven') || {}).textContent || ''`)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(redriven, "1 time, last "), redriven)

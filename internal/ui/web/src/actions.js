@@ -25,8 +25,8 @@ const execLink = (id) => h('a', { href: `#/executions/${encodeURIComponent(id)}`
 
 // Each action: id; scope 'execution', 'wait', 'dead-letter' or 'unmatched'; access (what
 // its route needs); label; applies(ctx) with ctx {execution, wait?} or, on a row, {item};
-// input(ctx) → {el, read() → body or throws Error with a message} (optional; a row's
-// input shows in the confirmation); confirm(ctx, body) → {title, lines, button};
+// input(ctx) → {el, read() → body or throws Error with a message, reset()?} (optional; a
+// row's input shows in the confirmation); confirm(ctx, body) → {title, lines, button};
 // request(ctx, body) → Answer; done(answer, ctx) → what to show (text or elements).
 export const ACTIONS = [
   {
@@ -147,6 +147,7 @@ function restartInput() {
   return {
     el: h('span', { class: 'restart-input' }, version, reason.el),
     read: () => ({ version: version.value, ...reason.read() }),
+    reset: () => { version.value = 'same'; reason.reset(); },
   };
 }
 
@@ -155,6 +156,7 @@ function reasonInput(id, required) {
   const input = h('input', { id, type: 'text', placeholder: required ? 'reason (required)' : 'reason (optional)', maxlength: '500', class: 'reason-input', required: Boolean(required) });
   return {
     el: input,
+    reset: () => { input.value = ''; },
     read: () => {
       const r = input.value.trim();
       if (required && !r) throw new Error('A reason is required: say why.');
@@ -232,6 +234,8 @@ export async function runAction(action, ctx, input, out, { inDialog = false } = 
   }
   const answer = await action.request(ctx, body);
   replaceChildren(out, renderAnswer(action, answer, ctx));
+  // Done: a reason typed for it is not left to be sent again with the next action.
+  if (answer.ok && input && input.reset) input.reset();
   return true;
 }
 

@@ -7,7 +7,7 @@ import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, pretty, fmtTime } from './format.js';
 import { idText, badge, deadline, when, table, empty, latest } from './widgets.js';
-import { eventStates, unmatchedColumns } from './lists.js';
+import { eventStates, unmatchedColumns, resolutionColumn, rowActions } from './lists.js';
 import { GraphView } from './graph.js';
 import { ACTIONS, canAct, runAction } from './actions.js';
 
@@ -194,6 +194,10 @@ export function executionView(id, params) {
     renderTimeline();
   }
 
+  // The unmatched events that named it, each with its resolution and, to an operator,
+  // Replay and Dismiss; their answers show with the page's other actions'.
+  const unmatchedColumnsHere = [...unmatchedColumns, resolutionColumn, rowActions('unmatched', result, () => refresh())];
+
   const begin = latest();
   async function refresh() {
     const newest = begin();
@@ -229,7 +233,7 @@ export function executionView(id, params) {
     }
     render();
     if (u.ok) {
-      replace(unmatched, u.body.items.length ? table('unmatched', unmatchedColumns, u.body.items, (x) => ({ 'data-unmatched-id': x.id, 'data-reason': x.reason }))
+      replace(unmatched, u.body.items.length ? table('unmatched', unmatchedColumnsHere, u.body.items, (x) => ({ 'data-unmatched-id': x.id, 'data-reason': x.reason, 'data-resolution': x.resolution || '' }))
         : empty('No event that named this execution went unmatched.'));
     } else {
       replace(unmatched, renderProblem(u.problem));

@@ -239,7 +239,7 @@ export function waitsView(params) {
 // ---- unmatched events and dead letters ---------------------------------------------
 
 // resolutionColumn shows what became of a row: replayed or dismissed, with the detail.
-const resolutionColumn = {
+export const resolutionColumn = {
   title: 'Resolution',
   cell: (x) => (x.resolution ? h('span', { class: 'resolution', 'data-resolution': x.resolution, title: x.resolved_at || '' },
     badge(x.resolution), x.resolution_detail ? ` ${x.resolution_detail}` : '') : ''),
@@ -248,7 +248,7 @@ const resolutionColumn = {
 // rowActions is the column of a row's actions (scope 'dead-letter' or 'unmatched'); each
 // answer goes to out, and the list is read again. The buttons are rebuilt with the rows
 // at every poll; an open confirmation is not part of the table, so a poll does not close it.
-function rowActions(scope, out, refresh) {
+export function rowActions(scope, out, refresh) {
   const actions = ACTIONS.filter((a) => a.scope === scope);
   return {
     title: 'Actions',
