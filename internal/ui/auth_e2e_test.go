@@ -42,7 +42,7 @@ const authJS = `(() => {
   return {
     api: $('#api-status').dataset.state, apiText: $('#api-status').textContent,
     formShown: !$('#token-form').hidden, why: $('#token-why').textContent,
-    principal: $('#principal').textContent, rows: document.querySelectorAll('#waiting tbody tr').length,
+    principal: $('#principal').textContent, rows: document.querySelectorAll('#executions tbody tr').length,
     stored: sessionStorage.getItem('rendezvous.token') || '', cookie: document.cookie, location: location.href,
   };
 })()`
@@ -91,13 +91,10 @@ func apiCall(t *testing.T, token, method, url string, body any) map[string]any {
 	return out
 }
 
-// TestWebViewAsksForAToken: against a service with authentication on, the view asks for
-// a token, says when the token's role may not read, keeps the token in the tab's
-// session storage only (no cookie, not in the address), and shows the waits with a
-// viewer token, naming who it reads as.
-func TestWebViewAsksForAToken(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
+// startAuthService runs a service with authentication on, whose bootstrap token is
+// e2eBootstrap, and returns its base URL and a function that creates a token.
+func startAuthService(t *testing.T) (string, func(name string, role auth.Role) string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := service.New(ctx, service.Config{
 		Auth:        auth.Config{BootstrapToken: e2eBootstrap},
@@ -113,10 +110,19 @@ func TestWebViewAsksForAToken(t *testing.T) {
 	go func() { defer close(done); _ = svc.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	base := "http://" + svc.Addr()
-
-	token := func(name string, role auth.Role) string {
+	return base, func(name string, role auth.Role) string {
 		return apiCall(t, e2eBootstrap, "POST", base+"/api/v1/tokens", map[string]any{"name": name, "role": role})["token"].(string)
 	}
+}
+
+// TestWebViewAsksForAToken: against a service with authentication on, the view asks for
+// a token, says when the token's role may not read, keeps the token in the tab's
+// session storage only (no cookie, not in the address), and shows the executions with a
+// viewer token, naming who it reads as.
+func TestWebViewAsksForAToken(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	base, token := startAuthService(t)
 	viewer, sender := token("ops-viewer", auth.RoleViewer), token("events-only", auth.RoleSender)
 	apiCall(t, e2eBootstrap, "PUT", base+"/api/v1/workflows/approve", map[string]any{"name": "approve", "nodes": []any{
 		map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
@@ -127,7 +133,7 @@ func TestWebViewAsksForAToken(t *testing.T) {
 	t.Cleanup(bcancel)
 	p := openBrowser(t, bctx, chromium, base)
 	navCtx, navCancel := context.WithTimeout(p.ctx, stepTimeout)
-	_, err = chromedp.Run(navCtx, chromedp.NavigateResponse(base+"/ui/"))
+	_, err := chromedp.Run(navCtx, chromedp.NavigateResponse(base+"/ui/"))
 	navCancel()
 	require.NoError(t, err)
 
@@ -140,6 +146,7 @@ func TestWebViewAsksForAToken(t *testing.T) {
 		return v.FormShown && strings.Contains(v.Why, "may not read") && strings.Contains(v.Principal, "(sender)")
 	})
 	require.Zero(t, v.Rows)
+	p.screenshot(t, "token-refused", "a sender's token given to the console: the header names token:events-only (sender) and says it may not read; the form asks for a viewer, operator or admin token; the page is empty")
 
 	ctx2, cancel2 := context.WithTimeout(p.ctx, 5*time.Second)
 	require.NoError(t, chromedp.Do(ctx2, chromedp.Click("#forget-token", chromedp.NodeVisible)))
@@ -147,7 +154,7 @@ func TestWebViewAsksForAToken(t *testing.T) {
 	p.awaitAuth(t, "the token forgotten", func(v authView) bool { return v.FormShown && v.Stored == "" && v.Principal == "" })
 
 	p.useToken(t, viewer)
-	v = p.awaitAuth(t, "the waits, read with the viewer's token", func(v authView) bool {
+	v = p.awaitAuth(t, "the executions, read with the viewer's token", func(v authView) bool {
 		return !v.FormShown && v.API == "ok" && v.Rows == 1
 	})
 	require.Equal(t, "as token:ops-viewer (viewer)", v.Principal)
@@ -155,6 +162,51 @@ func TestWebViewAsksForAToken(t *testing.T) {
 	require.Empty(t, v.Cookie, "never in a cookie")
 	require.NotContains(t, v.Location, viewer, "never in the address")
 	require.Equal(t, base+"/ui/", v.Location)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Empty(t, p.problems, "script errors or CSP violations")
+	require.Empty(t, p.foreign, fmt.Sprintf("requests to other origins: %v", p.foreign))
+}
+
+// TestConsoleOffersActionsByRole: the actions an execution's page offers follow the role
+// whoami names. A viewer reads the waiting execution, its graph and its wait, without a
+// single action; the same page read with an operator's token offers the execution's and
+// the wait's actions.
+func TestConsoleOffersActionsByRole(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	base, token := startAuthService(t)
+	viewer, operator := token("ops-viewer", auth.RoleViewer), token("ops-operator", auth.RoleOperator)
+	apiCall(t, e2eBootstrap, "PUT", base+"/api/v1/workflows/approve", map[string]any{"name": "approve", "nodes": []any{
+		map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+			"events": []any{map[string]any{"name": "approved", "source": "send", "type": "approved"}}, "timeout": 600}}}})
+	id := apiCall(t, e2eBootstrap, "POST", base+"/api/v1/workflows/approve/executions", map[string]any{"input": map[string]any{}})["id"].(string)
+
+	bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(bcancel)
+	p := openBrowser(t, bctx, chromium, base)
+	p.navigate(t, base+"/ui/#/executions/"+id)
+	p.awaitAuth(t, "the token form", func(v authView) bool { return v.FormShown })
+	p.useToken(t, viewer)
+	v := awaitExec(t, p, "the execution read by a viewer", func(v execPage) bool {
+		return v.ID == id && v.Nodes["wait"].Spinning && v.Wait != nil && v.Wait.Status == "waiting"
+	})
+	require.Equal(t, "wait", v.Selected)
+	require.Empty(t, v.Actions, "a viewer is offered no action")
+	buttons, err := eval[int](p, `[...document.querySelectorAll('button.action')].filter((b) => b.offsetParent !== null).length`)
+	require.NoError(t, err)
+	require.Zero(t, buttons, "no action button is visible to a viewer")
+	who, err := eval[string](p, `document.getElementById('principal').textContent`)
+	require.NoError(t, err)
+	require.Equal(t, "as token:ops-viewer (viewer)", who)
+	p.screenshot(t, "viewer", "an execution's page read with a viewer token: the graph and the wait, the header naming token:ops-viewer (viewer), and no action")
+
+	p.click(t, "#forget-token")
+	p.awaitAuth(t, "the token forgotten", func(v authView) bool { return v.FormShown && v.Stored == "" })
+	p.useToken(t, operator)
+	v = awaitExec(t, p, "the execution read by an operator", func(v execPage) bool { return v.ID == id && len(v.Actions) > 0 })
+	require.ElementsMatch(t, []string{"cancel-execution", "send-event", "cancel-wait-continue", "cancel-wait-fail"}, v.Actions)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -108,12 +109,16 @@ func (f *fakeService) nextCall(t *testing.T) map[string]any {
 	}
 }
 
-// startService runs one replica consuming from cluster and stops it when the test ends.
+// startService runs one replica, without authentication, consuming from cluster and
+// stops it when the test ends.
 func startService(t *testing.T, cluster *kfake.Cluster) *service.Service {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := service.New(ctx, service.Config{
+		// Authentication off: the page's token is sent and not checked (auth_e2e_test.go
+		// covers a service that checks it).
+		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-e2e", AutoMigrate: true, DBMaxConns: 8,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
@@ -374,6 +379,8 @@ func (p *page) screenshot(t *testing.T, name, shows string) {
 type graphNode struct {
 	State    string `json:"state"`
 	Spinning bool   `json:"spinning"`
+	// Warning is the text of the node's warning mark, when the mark is visible.
+	Warning string `json:"warning"`
 }
 
 type answer struct {
@@ -410,7 +417,11 @@ const execPageJS = `(() => {
     timeline: $$('#timeline li').map((li) => li.dataset.kind + (li.dataset.nodeId ? ':' + li.dataset.nodeId : '')),
     unmatched: $$('#execution-unmatched tr[data-reason]').map((tr) => tr.dataset.reason),
     actions: $$('.action-block').filter((b) => !b.hidden).map((b) => b.dataset.actionBlock), answer: null };
-  for (const n of $$('.graph .node')) out.nodes[n.dataset.nodeId] = { state: n.dataset.nodeState, spinning: n.dataset.spinning === 'true' };
+  for (const n of $$('.graph .node')) {
+    const mark = $('.node-warning', n);
+    const shown = mark && getComputedStyle(mark).visibility === 'visible' && mark.getBoundingClientRect().width > 0;
+    out.nodes[n.dataset.nodeId] = { state: n.dataset.nodeState, spinning: n.dataset.spinning === 'true', warning: shown ? $('title', mark).textContent : '' };
+  }
   const w = $('#wait');
   if (w) {
     out.wait = { status: w.dataset.waitStatus, events: {}, needs: ($('#wait-needs') || {}).textContent || '', text: w.textContent.replace(/\s+/g, ' ') };
@@ -586,6 +597,9 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, body)
 	v = awaitExec(t, p, "the late callback listed as unmatched", func(v execPage) bool { return len(v.Unmatched) == 1 })
 	require.Equal(t, []string{"late"}, v.Unmatched, "the wait had ended")
+	rowButtons, err := eval[[]string](p, `[...document.querySelectorAll('#execution-unmatched tbody button[data-action]')].map((b) => b.dataset.action)`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"replay-unmatched", "dismiss-unmatched"}, rowButtons, "an unmatched event is replayed or dismissed from the execution's page too")
 
 	// The unmatched events page, filtered by the execution, lists it too.
 	p.navigate(t, base+"/ui/#/unmatched?execution="+shipment)
@@ -593,6 +607,23 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		func(r []string) bool { return len(r) == 1 })
 	require.True(t, strings.HasPrefix(reasons[0], "late "), reasons[0])
 	require.Contains(t, reasons[0], "callback acme")
+	// Replaying it is refused, the execution having finished: the problem is shown as
+	// text, and the row stays as it was, still offering its actions.
+	p.click(t, `#unmatched button[data-action="replay-unmatched"]`)
+	require.Contains(t, p.confirm(t), "Replay unmatched event")
+	replayed := await(t, p, "the replay's answer", `(() => { const a = document.querySelector('#action-result .action-answer'); return a ? a.dataset.outcome + ' ' + a.textContent : ''; })()`,
+		func(s string) bool { return s != "" })
+	require.True(t, strings.HasPrefix(replayed, "problem Replay: refused"), replayed)
+	require.Contains(t, replayed, "Conflict (409)")
+	require.Contains(t, replayed, "was not applied to execution "+shipment+": late")
+	replayExt, err := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll('#action-result .problem-extra dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]))`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"execution id": shipment, "outcome": "late"}, replayExt, "the problem's extension members")
+	still, err := eval[int](p, `document.querySelectorAll('#unmatched tbody tr button[data-action]').length`)
+	require.NoError(t, err)
+	require.Equal(t, 2, still, "a refused replay leaves the row unresolved, with Replay and Dismiss")
+	p.screenshot(t, "3a-replay-refused", "the unmatched events page: replaying the late callback refused, the 409 problem rendered with its execution id and outcome; the row keeps Replay and Dismiss")
+	require.NotContains(t, replayed, `"detail"`, "a problem is rendered, not shown as JSON")
 
 	// The executions list pages by the API's cursor, and what finished is listed from the
 	// API, so it is there after a reload.
@@ -625,6 +656,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	// Started after the paging, which counts five executions; its one-second wait has
 	// timed out by the time the test opens it.
 	timedOut := start("short")
+	toRedrive := start("approval")
 
 	// Send an event from the page: the editor refuses a payload that is not JSON, then
 	// the event is delivered and the approved branch runs.
@@ -706,6 +738,61 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	require.Contains(t, dead[0], "reminder")
 	require.Contains(t, dead[0], timer)
 
+	// An operator dismisses the dead letter from its row: without a reason the page does
+	// not send it; with one, the row is marked dismissed and offers nothing more.
+	p.click(t, `#dead-letters button[data-action="dismiss-dead-letter"]`)
+	await(t, p, "the dismissal's confirmation", `!!document.querySelector('dialog.confirm[open] #dismiss-dead-letter-reason')`, func(b bool) bool { return b })
+	p.click(t, "dialog.confirm[open] [data-confirm=yes]")
+	notSent := await(t, p, "the dismissal refused without a reason", `document.querySelector('#action-result').textContent`,
+		func(s string) bool { return s != "" })
+	require.Contains(t, notSent, "A reason is required")
+	p.click(t, `#dead-letters button[data-action="dismiss-dead-letter"]`)
+	await(t, p, "the dismissal's confirmation", `!!document.querySelector('dialog.confirm[open] #dismiss-dead-letter-reason')`, func(b bool) bool { return b })
+	p.fill(t, "dialog.confirm[open] #dismiss-dead-letter-reason", "reminder no longer needed")
+	p.click(t, "dialog.confirm[open] [data-confirm=yes]")
+	type deadRow struct {
+		Resolution string `json:"resolution"`
+		Buttons    int    `json:"buttons"`
+		Answer     string `json:"answer"`
+	}
+	dr := await(t, p, "the dead letter dismissed", `(() => { const tr = document.querySelector('#dead-letters tbody tr'); const a = document.querySelector('#action-result .action-answer');
+  return { resolution: tr ? tr.dataset.resolution : '', buttons: tr ? tr.querySelectorAll('button[data-action]').length : -1, answer: a ? a.dataset.outcome + ' ' + a.textContent : '' }; })()`,
+		func(r deadRow) bool { return r.Resolution == "dismissed" })
+	require.Zero(t, dr.Buttons, "a dismissed dead letter offers no action")
+	require.Contains(t, dr.Answer, "ok ")
+	require.Contains(t, dr.Answer, "dismissed: reminder no longer needed")
+	p.screenshot(t, "7-dead-letter-dismissed", "the dead letters page: the reminder dismissed from its row with a reason, its resolution shown, no action left on it")
+
+	// Recovery: a wait cancelled with fail fails its execution, which then offers redrive
+	// and restart; redriven from the page, its wait reopens and the node waits again.
+	p.navigate(t, base+"/ui/#/executions/"+toRedrive)
+	awaitExec(t, p, "the execution to redrive", func(v execPage) bool { return v.ID == toRedrive && v.Nodes["approval"].Spinning })
+	p.fill(t, "#cancel-wait-fail-reason", "wrong approver")
+	p.click(t, `button[data-action="cancel-wait-fail"]`)
+	require.Contains(t, p.confirm(t), "the node fails, and with it the execution")
+	v = awaitExec(t, p, "the execution failed", func(v execPage) bool { return v.Status == "failed" && len(v.Actions) == 2 })
+	require.ElementsMatch(t, []string{"redrive", "restart"}, v.Actions)
+	require.Equal(t, graphNode{State: "failed"}, v.Nodes["approval"])
+	p.screenshot(t, "8-failed", "the approval wait cancelled with fail: node and execution failed, the page offers Redrive and Restart")
+	p.click(t, `button[data-action="redrive"]`)
+	require.Contains(t, p.confirm(t), "Failed nodes: approval.")
+	v = awaitExec(t, p, "the execution redriven", func(v execPage) bool {
+		return v.Answer != nil && v.Answer.Action == "redrive" && v.Status == "waiting" && v.Nodes["approval"].State == "waiting_for_events"
+	})
+	require.Equal(t, "ok", v.Answer.Outcome, v.Answer.Text)
+	require.Contains(t, v.Answer.Text, "(redrive 1)")
+	require.Contains(t, v.Answer.Text, "approval:")
+	require.True(t, v.Nodes["approval"].Spinning, "the reopened wait spins again")
+	require.Equal(t, "waiting", v.Wait.Status)
+	require.ElementsMatch(t, []string{"cancel-execution", "send-event", "cancel-wait-continue", "cancel-wait-fail"}, v.Actions)
+	reason, err := eval[string](p, `document.getElementById('cancel-wait-fail-reason').value`)
+	require.NoError(t, err)
+	require.Empty(t, reason, "the reason of the cancel done is not left to be sent again")
+	redriven, err := eval[string](p, `(document.getElementById('execution-redriven') || {}).textContent || ''`)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(redriven, "1 time, last "), redriven)
+	p.screenshot(t, "9-redriven", "the failed execution redriven from the page: the answer lists the node reopened, approval amber and spinning again, the execution waiting with its actions back")
+
 	// A wait whose deadline passed: its event timed out, and the timeline says so.
 	p.navigate(t, base+"/ui/#/executions/"+timedOut)
 	v = awaitExec(t, p, "the wait timed out", func(v execPage) bool {
@@ -719,7 +806,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	ended, err := eval[string](p, `document.querySelector('#timeline li[data-kind=wait_ended]').textContent`)
 	require.NoError(t, err)
 	require.Contains(t, ended, "timed out: nudge")
-	p.screenshot(t, "7-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
+	p.screenshot(t, "10-timed-out", "a wait whose one-second deadline passed: nudge timed out (red), the node and execution failed without a spinner, the timeline's wait end naming the timed-out event")
 
 	// A timer wait is listed with its countdown.
 	timer2 := start("cool-off")
@@ -734,7 +821,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		func(r *timerRow) bool { return r != nil })
 	require.Equal(t, "running", tr.State)
 	require.Regexp(t, `^in (59m \d\ds|1h 00m)$`, tr.Countdown)
-	p.screenshot(t, "8-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
+	p.screenshot(t, "11-timer-listed", "the waits page: the cool-off timer under Timers (scheduled) with its countdown to the hour")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -767,4 +854,61 @@ func (p *page) location(t *testing.T) string {
 	loc, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
 	return loc
+}
+
+// TestConsoleShowsANodeWarning: a wait that times out with continue_with_partial
+// completes its node with a warning; the console marks the node in the graph and names
+// the warning in the node's panel, and only on that node.
+func TestConsoleShowsANodeWarning(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	fake := newFakeService(t)
+	svc := startService(t, cluster)
+	base := "http://" + svc.Addr()
+
+	def := map[string]any{
+		"name": "ui-partial", "vars": map[string]any{"svc": fake.url},
+		"nodes": []any{
+			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 4, "onTimeout": "continue_with_partial",
+			}},
+			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+		},
+		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
+	}
+	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def)
+	require.Equal(t, http.StatusCreated, status, body)
+	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
+	require.Equal(t, http.StatusCreated, status, body)
+	execID := body["id"].(string)
+	fake.nextCall(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	p := openBrowser(t, ctx, chromium, base)
+	p.navigate(t, base+"/ui/#/executions/"+execID)
+
+	v := awaitExec(t, p, "the wait waiting, without a warning", func(v execPage) bool {
+		return v.ID == execID && v.Nodes["wait"].State == "waiting_for_events"
+	})
+	require.Empty(t, v.Nodes["wait"].Warning)
+	v = awaitExec(t, p, "the wait timed out and its node completed with a warning", func(v execPage) bool {
+		return v.Wait != nil && v.Wait.Status == "timeout" && v.Nodes["wait"].State == "completed" &&
+			v.Nodes["notify"].State == "completed" && v.Nodes["wait"].Warning != ""
+	})
+	require.Equal(t, "warning: timed out; continued with partial data, without api_response", v.Nodes["wait"].Warning)
+	require.Empty(t, v.Nodes["notify"].Warning)
+	require.Equal(t, "wait", v.Selected)
+	panel, err := eval[string](p, `(document.getElementById('node-warning') || {}).textContent || ''`)
+	require.NoError(t, err)
+	require.Equal(t, "timed out; continued with partial data, without api_response", panel, "the node panel names the warning")
+	p.screenshot(t, "warning", "a wait that timed out with continue_with_partial: its node green with an amber warning mark, the panel's Warning line naming the missing api_response; notify green without one")
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Empty(t, p.problems, "the page logged errors")
+	require.Empty(t, p.foreign, "the page loaded something from another origin")
 }

@@ -22,13 +22,31 @@ export function url(path, params) {
   return u;
 }
 
-function token() {
-  try {
-    return sessionStorage.getItem(TOKEN_KEY) || '';
-  } catch {
-    return ''; // storage disabled: no token
-  }
-}
+// tokenStore keeps the token in sessionStorage: this tab only, gone when it closes.
+// With storage disabled there is no token to keep, and the API answers 401.
+export const tokenStore = {
+  get() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || '';
+    } catch {
+      return '';
+    }
+  },
+  set(t) {
+    try {
+      sessionStorage.setItem(TOKEN_KEY, t);
+    } catch {
+      // storage disabled: nothing is kept
+    }
+  },
+  clear() {
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+    } catch {
+      // nothing was kept
+    }
+  },
+};
 
 // Answer is what a request came back with: ok, status, and body (the parsed JSON, a
 // problem for errors). Status 0 means no answer (network, timeout).
@@ -51,7 +69,7 @@ export class Answer {
 // request sends one request and never throws: every outcome is an Answer.
 export async function request(method, path, { params, body } = {}) {
   const headers = { Accept: 'application/json, application/problem+json' };
-  const t = token();
+  const t = tokenStore.get();
   if (t) headers.Authorization = `Bearer ${t}`;
   const init = { method, headers, cache: 'no-store', credentials: 'omit' };
   if (body !== undefined) {

@@ -6,10 +6,10 @@
 import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, pretty, fmtTime } from './format.js';
-import { idText, badge, deadline, when, table, empty, confirmAction, latest } from './widgets.js';
-import { eventStates, unmatchedColumns } from './lists.js';
+import { idText, badge, deadline, when, table, empty, latest } from './widgets.js';
+import { eventStates, unmatchedColumns, resolutionColumn, rowActions } from './lists.js';
 import { GraphView } from './graph.js';
-import { ACTIONS, canAct, renderAnswer } from './actions.js';
+import { ACTIONS, canAct, runAction } from './actions.js';
 
 const OPEN_WAIT = new Set(['waiting', 'scheduled']);
 
@@ -87,21 +87,12 @@ export function executionView(id, params) {
     const btn = h('button', { type: 'button', class: 'action', 'data-action': action.id }, action.label);
     const block = h('div', { class: 'action-block', 'data-action-block': action.id }, input ? input.el : null, btn);
     btn.addEventListener('click', async () => {
-      const c = ctx();
-      let body = {};
-      try {
-        body = input ? input.read() : {};
-      } catch (err) {
-        replace(result, renderProblem({ title: 'Not sent', detail: err.message }));
-        return;
-      }
-      const q = action.confirm(c, body);
-      if (!(await confirmAction(q.title, q.lines, q.button))) return;
       btn.disabled = true;
-      const answer = await action.request(c, body);
-      btn.disabled = false;
-      replace(result, renderAnswer(action, answer, c));
-      await refresh();
+      try {
+        if (await runAction(action, ctx(), input, result)) await refresh();
+      } finally {
+        btn.disabled = false;
+      }
     });
     return { action, block, show: (c) => { block.hidden = !(canAct(action) && action.applies(c)); } };
   }
@@ -118,6 +109,9 @@ export function executionView(id, params) {
         h('dt', {}, 'Started'), h('dd', {}, when(exec.created_at)),
         h('dt', {}, 'Finished'), h('dd', {}, when(exec.finished_at)),
         exec.error ? [h('dt', {}, 'Error'), h('dd', { class: 'detail-error' }, exec.error)] : null,
+        exec.redrive_count ? [h('dt', {}, 'Redriven'), h('dd', { id: 'execution-redriven' }, `${exec.redrive_count} time${exec.redrive_count === 1 ? '' : 's'}, last `, when(exec.redriven_at))] : null,
+        exec.restarted_from ? [h('dt', {}, 'Restart of'), h('dd', {}, idText(exec.restarted_from, `#/executions/${encodeURIComponent(exec.restarted_from)}`))] : null,
+        exec.restarted_as ? [h('dt', {}, 'Restarted as'), h('dd', { id: 'execution-restarted-as' }, idText(exec.restarted_as, `#/executions/${encodeURIComponent(exec.restarted_as)}`))] : null,
         h('dt', {}, 'Input'), h('dd', {}, h('pre', { class: 'json' }, pretty(exec.input)))));
   }
 
@@ -126,7 +120,8 @@ export function executionView(id, params) {
     const states = new Map(exec.nodes.map((n) => [n.id, n.status]));
     const spinning = new Set(exec.nodes.filter((n) => n.status === 'waiting_for_events').map((n) => n.id));
     for (const w of exec.wait_states) if (OPEN_WAIT.has(w.status)) spinning.add(w.node_id);
-    graph.update(states, spinning, selected);
+    const warnings = new Map(exec.nodes.filter((n) => n.warning).map((n) => [n.id, n.warning]));
+    graph.update(states, spinning, selected, warnings);
   }
 
   function renderNode() {
@@ -136,12 +131,14 @@ export function executionView(id, params) {
       replace(nodeInfo, empty('Select a node of the graph to see its output, attempts and wait.'));
     } else {
       replace(nodeInfo,
-        h('h3', {}, 'Node ', h('code', {}, selected), ' ', badge(n ? n.status : 'not_reached')),
+        h('h3', {}, 'Node ', h('code', {}, selected), ' ', badge(n ? n.status : 'not_reached'),
+          n && n.warning ? [' ', h('span', { class: 'badge badge-warning', 'data-warning': '', title: n.warning }, 'warning')] : null),
         n ? h('dl', { class: 'facts' },
           h('dt', {}, 'Attempts'), h('dd', { id: 'node-attempts' }, String(n.attempts)),
           h('dt', {}, 'Started'), h('dd', {}, when(n.started_at)),
           h('dt', {}, 'Finished'), h('dd', {}, when(n.finished_at)),
           n.error ? [h('dt', {}, 'Error'), h('dd', { id: 'node-error', class: 'detail-error' }, n.error)] : null,
+          n.warning ? [h('dt', {}, 'Warning'), h('dd', { id: 'node-warning', class: 'detail-warning', role: 'note' }, n.warning)] : null,
           n.output !== undefined ? [h('dt', {}, 'Output'), h('dd', {}, h('pre', { id: 'node-output', class: 'json' }, pretty(n.output)))] : null)
           : h('p', { class: 'muted' }, 'This node has not run in this execution.'),
         w ? waitSection(w) : null);
@@ -197,6 +194,10 @@ export function executionView(id, params) {
     renderTimeline();
   }
 
+  // The unmatched events that named it, each with its resolution and, to an operator,
+  // Replay and Dismiss; their answers show with the page's other actions'.
+  const unmatchedColumnsHere = [...unmatchedColumns, resolutionColumn, rowActions('unmatched', result, () => refresh())];
+
   const begin = latest();
   async function refresh() {
     const newest = begin();
@@ -232,7 +233,7 @@ export function executionView(id, params) {
     }
     render();
     if (u.ok) {
-      replace(unmatched, u.body.items.length ? table('unmatched', unmatchedColumns, u.body.items, (x) => ({ 'data-unmatched-id': x.id, 'data-reason': x.reason }))
+      replace(unmatched, u.body.items.length ? table('unmatched', unmatchedColumnsHere, u.body.items, (x) => ({ 'data-unmatched-id': x.id, 'data-reason': x.reason, 'data-resolution': x.resolution || '' }))
         : empty('No event that named this execution went unmatched.'));
     } else {
       replace(unmatched, renderProblem(u.problem));

@@ -57,16 +57,20 @@ export class GraphView {
       const status = s('text', { x: left + PAD, y: top + 44, class: 'node-status' });
       const spinner = s('g', { class: 'spinner', transform: `translate(${left + w - PAD - 8} ${top + 18})` },
         s('circle', { r: 8, class: 'spinner-track' }), s('circle', { r: 8, class: 'spinner-arc' }));
+      // The warning mark takes the spinner's place: a node with a warning has finished.
+      const warningTitle = s('title', {});
+      const warning = s('g', { class: 'node-warning', transform: `translate(${left + w - PAD - 8} ${top + 18})`, role: 'note' },
+        s('path', { d: 'M 0 -9 L 9 7 L -9 7 Z' }), s('text', { x: 0, y: 5, 'text-anchor': 'middle' }, '!'), warningTitle);
       const group = s('g', { class: 'node', 'data-node-id': id, 'data-node-type': node.type || '', 'data-node-state': 'not_reached', tabindex: '0', role: 'button', 'aria-label': `node ${id}` },
         s('rect', { x: left, y: top, width: w, height: hgt, rx: 8 }),
         s('text', { x: left + PAD, y: top + 20, class: 'node-id' }, id),
         s('text', { x: left + PAD, y: top + 32, class: 'node-type' }, node.type || ''),
-        status, spinner, s('title', {}, id));
+        status, spinner, warning, s('title', {}, id));
       group.addEventListener('click', () => onSelect(id));
       group.addEventListener('keydown', (ev) => {
         if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); onSelect(id); }
       });
-      this.nodes.set(id, { group, status });
+      this.nodes.set(id, { group, status, warningTitle });
       nodeLayer.appendChild(group);
     }
     this.el = s('svg', { class: 'graph', id: 'graph', viewBox: `0 0 ${Math.ceil(width)} ${Math.ceil(height)}`, width: Math.ceil(width), height: Math.ceil(height), role: 'img', 'aria-label': 'The workflow graph' },
@@ -74,13 +78,18 @@ export class GraphView {
   }
 
   // update sets each node's state (its node execution's status, or not_reached), the
-  // spinner on the nodes in spinning, and the selection.
-  update(states, spinning, selected) {
-    for (const [id, { group, status }] of this.nodes) {
+  // spinner on the nodes in spinning, the warning of the nodes in warnings (node id →
+  // text), and the selection.
+  update(states, spinning, selected, warnings) {
+    for (const [id, { group, status, warningTitle }] of this.nodes) {
       const st = states.get(id) || 'not_reached';
+      const warn = (warnings && warnings.get(id)) || '';
       group.dataset.nodeState = st;
       group.dataset.spinning = spinning.has(id) ? 'true' : 'false';
       group.classList.toggle('selected', id === selected);
+      if (warn) group.dataset.warning = warn;
+      else delete group.dataset.warning;
+      warningTitle.textContent = warn ? `warning: ${warn}` : '';
       status.textContent = st.replace(/_/g, ' ');
     }
   }

@@ -6,6 +6,7 @@ import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, UUID_RE, pretty } from './format.js';
 import { idText, badge, deadline, when, since, table, Pager, empty, latest } from './widgets.js';
+import { ACTIONS, canAct, runAction } from './actions.js';
 
 const PAGE = 25;
 
@@ -237,6 +238,40 @@ export function waitsView(params) {
 
 // ---- unmatched events and dead letters ---------------------------------------------
 
+// resolutionColumn shows what became of a row: replayed or dismissed, with the detail.
+export const resolutionColumn = {
+  title: 'Resolution',
+  cell: (x) => (x.resolution ? h('span', { class: 'resolution', 'data-resolution': x.resolution, title: x.resolved_at || '' },
+    badge(x.resolution), x.resolution_detail ? ` ${x.resolution_detail}` : '') : ''),
+};
+
+// rowActions is the column of a row's actions (scope 'dead-letter' or 'unmatched'); each
+// answer goes to out, and the list is read again. The buttons are rebuilt with the rows
+// at every poll; an open confirmation is not part of the table, so a poll does not close it.
+export function rowActions(scope, out, refresh) {
+  const actions = ACTIONS.filter((a) => a.scope === scope);
+  return {
+    title: 'Actions',
+    cell: (item) => {
+      const ctx = { item };
+      const shown = actions.filter((a) => canAct(a) && a.applies(ctx));
+      if (!shown.length) return '';
+      return h('span', { class: 'row-actions' }, shown.map((a) => {
+        const btn = h('button', { type: 'button', 'data-action': a.id }, a.label);
+        btn.addEventListener('click', async () => {
+          btn.disabled = true;
+          try {
+            if (await runAction(a, ctx, a.input ? a.input(ctx) : null, out, { inDialog: true })) await refresh();
+          } finally {
+            btn.disabled = false;
+          }
+        });
+        return btn;
+      }));
+    },
+  };
+}
+
 const UNMATCHED_REASONS = ['no_execution', 'execution_finished', 'buffered', 'match_value_differs', 'filter_failed',
   'id_mismatch', 'duplicate', 'no_wait', 'late', 'not_expected', 'already_recorded'];
 
@@ -254,6 +289,7 @@ export function unmatchedView(params) {
   const f = { reason: params.get('reason') || '', execution: params.get('execution') || '' };
   const pager = new Pager(() => refresh());
   const out = h('div', { id: 'unmatched-result' });
+  const answerOut = h('div', { id: 'action-result', 'aria-live': 'polite' });
   const reason = select('reason', UNMATCHED_REASONS, f.reason, 'any');
   const exec = h('input', { id: 'filter-execution', name: 'execution', type: 'search', value: f.execution, class: 'mono wide', placeholder: 'execution id', spellcheck: 'false' });
   const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter unmatched events' },
@@ -270,7 +306,7 @@ export function unmatchedView(params) {
   const columns = [...unmatchedColumns.slice(0, 3),
     { title: 'Execution', cell: (u) => (u.execution_id ? idText(u.execution_id, execLink(u.execution_id)) : '') },
     { title: 'Correlation', cell: (u) => (u.correlation_id ? idText(u.correlation_id) : '') },
-    ...unmatchedColumns.slice(3)];
+    ...unmatchedColumns.slice(3), resolutionColumn, rowActions('unmatched', answerOut, () => refresh())];
 
   const begin = latest();
   async function refresh() {
@@ -279,12 +315,12 @@ export function unmatchedView(params) {
     if (!newest()) return true;
     if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
-    replace(out, a.body.items.length ? table('unmatched', columns, a.body.items, (u) => ({ 'data-unmatched-id': u.id }))
+    replace(out, a.body.items.length ? table('unmatched', columns, a.body.items, (u) => ({ 'data-unmatched-id': u.id, 'data-resolution': u.resolution || '' }))
       : empty('No unmatched event.'), pager.view('unmatched events'));
     return true;
   }
   const root = h('div', {}, h('h2', {}, 'Unmatched events'),
-    h('p', { class: 'hint' }, 'Recent events that reached no wait, and why; the newest are kept.'), form, out);
+    h('p', { class: 'hint' }, 'Recent events that reached no wait, and why; the newest are kept. An operator may replay one through the path of a live event, or dismiss it with a reason.'), form, answerOut, out);
   return { title: 'Unmatched events', root, refresh };
 }
 
@@ -293,6 +329,7 @@ export function deadLettersView(params) {
   const f = { execution: params.get('execution') || '' };
   const pager = new Pager(() => refresh());
   const out = h('div', { id: 'dead-letters-result' });
+  const answerOut = h('div', { id: 'action-result', 'aria-live': 'polite' });
   const exec = h('input', { id: 'filter-execution', name: 'execution', type: 'search', value: f.execution, class: 'mono wide', placeholder: 'execution id', spellcheck: 'false' });
   const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter dead letters' }, field('Execution', exec), h('button', { type: 'submit' }, 'Apply'));
   form.addEventListener('submit', (ev) => {
@@ -311,6 +348,7 @@ export function deadLettersView(params) {
     { title: 'Source', cell: (d) => sourceText(d.source) },
     { title: 'Buffered', cell: (d) => when(d.buffered_at) },
     { title: 'Payload', cell: (d) => h('pre', { class: 'json' }, pretty(d.payload)) },
+    resolutionColumn, rowActions('dead-letter', answerOut, () => refresh()),
   ];
   const begin = latest();
   async function refresh() {
@@ -319,11 +357,11 @@ export function deadLettersView(params) {
     if (!newest()) return true;
     if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
-    replace(out, a.body.items.length ? table('dead-letters', columns, a.body.items, (d) => ({ 'data-dead-letter-id': d.id }))
+    replace(out, a.body.items.length ? table('dead-letters', columns, a.body.items, (d) => ({ 'data-dead-letter-id': d.id, 'data-resolution': d.resolution || '' }))
       : empty('No dead letter.'), pager.view('dead letters'));
     return true;
   }
   const root = h('div', {}, h('h2', {}, 'Dead letters'),
-    h('p', { class: 'hint' }, 'Events sent by type that no wait took before they expired, were superseded, or their execution ended.'), form, out);
+    h('p', { class: 'hint' }, 'Events sent by type that no wait took before they expired, were superseded, or their execution ended. An operator may replay one, to its execution, or dismiss it with a reason.'), form, answerOut, out);
   return { title: 'Dead letters', root, refresh };
 }

@@ -103,13 +103,15 @@ export class Pager {
 
 // confirm asks before an action, in a modal dialog of the page (the browser's own
 // confirm() blocks the page's updates). It resolves true when the operator confirms.
-export function confirmAction(title, lines, confirmLabel) {
+// field, when given, is an input shown in the dialog (a dismissal's reason).
+export function confirmAction(title, lines, confirmLabel, field) {
   return new Promise((resolve) => {
     const ok = h('button', { type: 'button', class: 'danger', 'data-confirm': 'yes' }, confirmLabel || 'Confirm');
     const no = h('button', { type: 'button', 'data-confirm': 'no' }, 'Keep it');
     const dlg = h('dialog', { class: 'confirm', 'aria-labelledby': 'confirm-title' },
       h('h2', { id: 'confirm-title' }, title),
       lines.map((l) => h('p', {}, l)),
+      field ? h('p', { class: 'dialog-field' }, field) : null,
       h('div', { class: 'dialog-buttons' }, no, ok));
     const done = (v) => { dlg.close(); dlg.remove(); resolve(v); };
     ok.addEventListener('click', () => done(true));
@@ -117,7 +119,7 @@ export function confirmAction(title, lines, confirmLabel) {
     dlg.addEventListener('cancel', (ev) => { ev.preventDefault(); done(false); });
     document.body.appendChild(dlg);
     dlg.showModal();
-    no.focus();
+    (field || no).focus();
   });
 }
 
