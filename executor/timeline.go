@@ -2,6 +2,7 @@ package executor
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -21,6 +22,9 @@ const (
 	TimelineWaitEnded         TimelineKind = "wait_ended"
 	TimelineWaitResumed       TimelineKind = "wait_resumed"
 	TimelineExecutionFinished TimelineKind = "execution_finished"
+	// TimelineExecutionRedriven is the execution's latest redrive (its count in Detail);
+	// what failed before it is no longer stored.
+	TimelineExecutionRedriven TimelineKind = "execution_redriven"
 )
 
 // TimelineEntry is one thing that happened to an execution.
@@ -85,6 +89,10 @@ func timeline(v *ExecutionView) []TimelineEntry {
 			}
 			out = append(out, e)
 		}
+	}
+	if v.RedrivenAt != nil {
+		out = append(out, TimelineEntry{At: *v.RedrivenAt, Kind: TimelineExecutionRedriven,
+			Detail: fmt.Sprintf("redrive %d", v.RedriveCount)})
 	}
 	if v.FinishedAt != nil {
 		e := TimelineEntry{At: *v.FinishedAt, Kind: TimelineExecutionFinished, Status: v.Status}

@@ -76,6 +76,13 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, TimelineWaitResumed, got[len(got)-2].Kind)
 	require.Equal(t, TimelineExecutionFinished, got[len(got)-1].Kind)
 
+	// A redriven execution: its latest redrive, with the count.
+	redriven := *v
+	redriven.RedrivenAt, redriven.RedriveCount = at(11), 2
+	got = timeline(&redriven)
+	require.Equal(t, TimelineExecutionRedriven, got[len(got)-2].Kind)
+	require.Equal(t, "redrive 2", got[len(got)-2].Detail)
+
 	// A new execution: started, nothing else.
 	fresh := timeline(&ExecutionView{ExecutionSummary: ExecutionSummary{CreatedAt: t0, Status: "running"}})
 	require.Equal(t, []TimelineEntry{{At: t0, Kind: TimelineExecutionStarted}}, fresh)

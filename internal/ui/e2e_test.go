@@ -791,6 +791,9 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	redriven, err := eval[string](p, `(document.getElementById('execution-redriven') || {}).textContent || ''`)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(redriven, "1 time, last "), redriven)
+	v = awaitExec(t, p, "the redrive in the timeline", func(v execPage) bool {
+		return slices.Contains(v.Timeline, "execution_redriven")
+	})
 	p.screenshot(t, "9-redriven", "the failed execution redriven from the page: the answer lists the node reopened, approval amber and spinning again, the execution waiting with its actions back")
 
 	// A wait whose deadline passed: its event timed out, and the timeline says so.

@@ -43,6 +43,7 @@ function timelineText(e) {
     case 'wait_ended': return `${node}wait ended ${e.status}${e.timed_out_events && e.timed_out_events.length ? ` — timed out: ${e.timed_out_events.join(', ')}` : ''}${e.detail ? ` — ${e.detail}` : ''}`;
     case 'wait_resumed': return `${node}execution resumed${e.detail ? ` by ${e.detail}` : ''}`;
     case 'execution_finished': return `Execution ${e.status}${e.detail ? ` — ${e.detail}` : ''}`;
+    case 'execution_redriven': return `Execution redriven (${e.detail})`;
     default: return `${node}${e.kind}`;
   }
 }
