@@ -5,7 +5,9 @@
 // The parts: (a) the baseline, a versioned UPDATE loop; (b) Kafka
 // records applied per second; (c) callbacks correlated per second; (d) produce or
 // callback → continuation latency at a fixed offered rate of half of (b); (e) a burst of
-// deadlines due at once; (f) (b) again with a million other waits in the table.
+// deadlines due at once; (f) (b) again with a million other waits in the table; (m)
+// payload-matched events; (p) the peer, DBOS Transact, parking workflows and delivering
+// one event to each side by side with rendezvous.
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +30,7 @@ import (
 )
 
 // parts are the names --only accepts, in the order they run.
-var parts = []string{"callbacks", "kafka", "filled", "latency", "deadlines", "timers", "match"}
+var parts = []string{"peer", "callbacks", "kafka", "filled", "latency", "deadlines", "timers", "match"}
 
 // options are the command's flags.
 type options struct {
@@ -49,6 +52,9 @@ type options struct {
 	matchLarge   int
 	matchEvents  int
 	wideClients  int
+	peerFlows    int
+	peerSenders  []int
+	peerRounds   int
 	only         map[string]bool
 	out          string
 }
@@ -73,11 +79,23 @@ func main() {
 	flag.IntVar(&o.matchSmall, "match-small", 10000, "(m) open waits in the table, small run")
 	flag.IntVar(&o.matchLarge, "match-large", 1000000, "(m) open waits in the table, large run")
 	flag.IntVar(&o.matchEvents, "match-events", 5000, "(m) events correlated by payload, each completing one of the open waits")
+	flag.IntVar(&o.peerFlows, "peer-workflows", 2000, "(p) workflows each system parks and then delivers one event to, per round and number of senders")
+	peerSenders := flag.String("peer-senders", "8,64", "(p) concurrent starters and senders, comma-separated; each number is a run of both systems per round")
+	flag.IntVar(&o.peerRounds, "peer-rounds", 3, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	o.rounds = max(o.rounds, 1)
+	o.peerRounds = max(o.peerRounds, 1)
+	for f := range strings.SplitSeq(*peerSenders, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			fmt.Fprintf(os.Stderr, "rendezvous-bench: --peer-senders: %q is not a positive number\n", f)
+			os.Exit(2)
+		}
+		o.peerSenders = append(o.peerSenders, c)
+	}
 	if *only != "" {
 		o.only = map[string]bool{}
 		for p := range strings.SplitSeq(*only, ",") {
@@ -155,6 +173,9 @@ type results struct {
 	MatchSmall        bench.MatchResult `json:"match_small"`
 	MatchLarge        bench.MatchResult `json:"match_large"`
 	MatchLargeToSmall float64           `json:"match_large_to_small"`
+	// Peer is (p): rendezvous and DBOS Transact parking workflows and delivering one
+	// event to each, side by side.
+	Peer bench.PeerResult `json:"peer"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -190,6 +211,14 @@ func run(ctx context.Context, o options) error {
 	pool.Close()
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
+	}
+
+	if o.runs("peer") {
+		fmt.Printf("(p) peer: rendezvous and DBOS each park %d workflows and deliver one event to each, senders %v, %d interleaved rounds …\n",
+			o.peerFlows, o.peerSenders, o.peerRounds)
+		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, logger); err != nil {
+			return fmt.Errorf("peer: %w", err)
+		}
 	}
 
 	if o.runs("callbacks") {

@@ -11,11 +11,12 @@ import (
 
 // figure is one line of the table (and of the JSON file's figures).
 type figure struct {
-	// Part is the part's letter, a to f (m: payload match), on the figures that have a target or define a
+	// Part is the part's letter, a to f (m: payload match, p: the DBOS peer), on the figures that have a target or define a
 	// part; lines that explain a part leave it empty.
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
-	// Value is in Unit: "/s" (per second), "ms", "%" or "×".
+	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written) or
+	// "tx" (transactions).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Ratio is Value against the baseline's figure of the same kind: its updates per
@@ -51,6 +52,8 @@ func figures(o options, r results) []figure {
 	target := func(f *figure, text string, met bool) { f.Target, f.Met = text, &met }
 	const latencyTarget = 50 * time.Millisecond
 
+	peerFigures(r, plain, target)
+
 	rate("a", "baseline versioned UPDATEs/s", base.PerSecond)
 	latency("", "baseline UPDATE p50", base.Latency.P50, 0.5)
 	latency("", "baseline UPDATE p99", base.Latency.P99, 0.99)
@@ -73,6 +76,13 @@ func figures(o options, r results) []figure {
 	}
 	if c := r.CallbacksWide; c.Waits > 0 {
 		rate("", fmt.Sprintf("callbacks correlated/s, %d clients", c.Concurrency), c.PerSecond)
+		for _, m := range r.Peer.Medians {
+			if m.Senders == c.Concurrency && m.DBOS.EventsPerSecond > 0 {
+				v := c.PerSecond / m.DBOS.EventsPerSecond
+				target(plain("c", fmt.Sprintf("callbacks/s at %d clients ÷ DBOS delivery at %d (p)", c.Concurrency, m.Senders), v, "×"),
+					"≥ 3.00×", v >= 3.0)
+			}
+		}
 		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
 	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
@@ -156,6 +166,8 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.1f %%", f.Value)
 	case "×":
 		return fmt.Sprintf("%.2f", f.Value)
+	case "rows", "tx":
+		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
 	default:
 		return fmt.Sprintf("%.0f", f.Value)
 	}
@@ -173,5 +185,36 @@ func printStages(w io.Writer, runs ...bench.LatencyResult) {
 		for _, s := range r.Stages {
 			fmt.Fprintf(w, "    %-66s %8.2f ms %8.2f ms\n", s.Name, ms(s.Latency.P50), ms(s.Latency.P99))
 		}
+	}
+}
+
+// peerFigures lays out (p): per number of senders, each system's medians and
+// rendezvous' ratio to DBOS, with the targets.
+func peerFigures(r results, plain func(part, name string, v float64, unit string) *figure, target func(*figure, string, bool)) {
+	for _, m := range r.Peer.Medians {
+		rdv, peer := m.Rendezvous, m.DBOS
+		at := fmt.Sprintf(", %d senders", m.Senders)
+		plain("p", "rendezvous delivered events/s"+at, rdv.EventsPerSecond, "/s")
+		plain("", "DBOS delivered events/s"+at, peer.EventsPerSecond, "/s")
+		v := rdv.EventsPerSecond / peer.EventsPerSecond
+		target(plain("p", "delivery events/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 2.00×", v >= 2.0)
+		plain("", "rendezvous send → completion p50"+at, ms(rdv.SendToCompletion.P50), "ms")
+		plain("", "DBOS send → completion p50"+at, ms(peer.SendToCompletion.P50), "ms")
+		plain("", "rendezvous send → completion p99"+at, ms(rdv.SendToCompletion.P99), "ms")
+		plain("", "DBOS send → completion p99"+at, ms(peer.SendToCompletion.P99), "ms")
+		v = float64(rdv.SendToCompletion.P99) / float64(peer.SendToCompletion.P99)
+		target(plain("p", "send → completion p99, rendezvous ÷ DBOS"+at, v, "×"), "≤ 0.50×", v <= 0.5)
+		plain("p", "rendezvous parked workflows/s"+at, rdv.ParkedPerSecond, "/s")
+		plain("", "DBOS parked workflows/s"+at, peer.ParkedPerSecond, "/s")
+		v = rdv.ParkedPerSecond / peer.ParkedPerSecond
+		target(plain("p", "parked/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 1.50×", v >= 1.5)
+		target(plain("p", "rendezvous rows written per parked workflow"+at, rdv.RowsPerParked, "rows"), "≤ 4", rdv.RowsPerParked <= 4)
+		plain("", "DBOS rows written per parked workflow"+at, peer.RowsPerParked, "rows")
+		target(plain("p", "rendezvous rows written per delivered event"+at, rdv.RowsPerEvent, "rows"), "≤ 3", rdv.RowsPerEvent <= 3)
+		plain("", "DBOS rows written per delivered event"+at, peer.RowsPerEvent, "rows")
+		plain("", "rendezvous transactions per parked workflow"+at, rdv.TransactionsPerParked, "tx")
+		plain("", "    … per delivered event"+at, rdv.TransactionsPerEvent, "tx")
+		plain("", "DBOS transactions per parked workflow"+at, peer.TransactionsPerParked, "tx")
+		plain("", "    … per delivered event"+at, peer.TransactionsPerEvent, "tx")
 	}
 }

@@ -153,3 +153,28 @@ func TestFill(t *testing.T) {
 		Scan(&stillWaiting))
 	require.Equal(t, n, stillWaiting, "the filler waits are never touched")
 }
+
+// TestPeerCountsWholeRows runs the peer comparison small and checks what it counts:
+// both systems park and deliver every workflow, and the rows each writes come out as
+// whole numbers per workflow — every backend's counters were read in the window they
+// belong to (a counter reported late would leave a fraction here and an excess there).
+func TestPeerCountsWholeRows(t *testing.T) {
+	t.Parallel()
+	const workflows = 20
+	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Len(t, res.Rounds, 1)
+	require.Len(t, res.Medians, 1)
+	for _, s := range []PeerSide{res.Rounds[0].Rendezvous, res.Rounds[0].DBOS} {
+		require.Positive(t, s.ParkedPerSecond, s.System)
+		require.Positive(t, s.EventsPerSecond, s.System)
+		require.Positive(t, s.SendToCompletion.P99, s.System)
+		for _, rows := range []float64{s.RowsPerParked, s.RowsPerEvent} {
+			require.GreaterOrEqual(t, rows, 1.0, s.System)
+			require.Equal(t, float64(int(rows)), rows, "%s: rows per workflow are whole", s.System)
+		}
+		require.Positive(t, s.TransactionsPerParked, s.System)
+		require.Positive(t, s.TransactionsPerEvent, s.System)
+	}
+	require.Equal(t, res.Rounds[0].DBOS, res.Medians[0].DBOS, "the median of one round is that round")
+}
