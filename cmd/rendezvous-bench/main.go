@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/bench"
 )
@@ -173,6 +174,13 @@ type results struct {
 	MatchSmall        bench.MatchResult `json:"match_small"`
 	MatchLarge        bench.MatchResult `json:"match_large"`
 	MatchLargeToSmall float64           `json:"match_large_to_small"`
+	// KafkaFloor, CallbacksFloor, CallbacksWideFloor and SendFloors are the bare writes
+	// of the same events' rows, in the service's batches at its concurrency (SendFloors:
+	// one per number of peer senders).
+	KafkaFloor         bench.FloorResult   `json:"kafka_floor"`
+	CallbacksFloor     bench.FloorResult   `json:"callbacks_floor"`
+	CallbacksWideFloor bench.FloorResult   `json:"callbacks_wide_floor"`
+	SendFloors         []bench.FloorResult `json:"send_floors"`
 	// Peer is (p): rendezvous and DBOS Transact parking workflows and delivering one
 	// event to each, side by side.
 	Peer bench.PeerResult `json:"peer"`
@@ -219,6 +227,13 @@ func run(ctx context.Context, o options) error {
 		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, logger); err != nil {
 			return fmt.Errorf("peer: %w", err)
 		}
+		for _, c := range o.peerSenders {
+			f, err := eventFloor(ctx, newSchema, "send", o.peerFlows, groupBatch(c), aggregator.ApplyGroupsDefault)
+			if err != nil {
+				return err
+			}
+			r.SendFloors = append(r.SendFloors, f)
+		}
 	}
 
 	if o.runs("callbacks") {
@@ -231,6 +246,12 @@ func run(ctx context.Context, o options) error {
 			if r.CallbacksWide, err = bench.Callbacks(ctx, schema.URL, o.wideClients, 2*o.waits, logger); err != nil {
 				return fmt.Errorf("callbacks: %w", err)
 			}
+			if r.CallbacksWideFloor, err = eventFloor(ctx, newSchema, "callbacks", 2*o.waits, groupBatch(o.wideClients), aggregator.ApplyGroupsDefault); err != nil {
+				return err
+			}
+		}
+		if r.CallbacksFloor, err = eventFloor(ctx, newSchema, "callbacks", o.waits, groupBatch(o.concurrency), aggregator.ApplyGroupsDefault); err != nil {
+			return err
 		}
 	}
 
@@ -285,6 +306,11 @@ func run(ctx context.Context, o options) error {
 					return fmt.Errorf("kafka, filled table: %w", err)
 				}
 				r.KafkaFilledRuns = append(r.KafkaFilledRuns, res)
+			}
+		}
+		if o.runs("kafka") {
+			if r.KafkaFloor, err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+				return err
 			}
 		}
 		r.Kafka = medianRun(r.KafkaRuns)
@@ -377,6 +403,25 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	return nil
+}
+
+// groupBatch is the batch the aggregator's group commit forms with clients in flight.
+func groupBatch(clients int) int {
+	return bench.GroupBatch(clients, aggregator.ApplyGroupsDefault, aggregator.MaxGroupDefault)
+}
+
+// eventFloor measures a path's floor on a schema of its own.
+func eventFloor(ctx context.Context, newSchema func() (*bench.Schema, error), path string, events, batch, workers int) (bench.FloorResult, error) {
+	s, err := newSchema()
+	if err != nil {
+		return bench.FloorResult{}, err
+	}
+	fmt.Printf("    floor: bare writes of %d %s events' rows, %d a statement, %d at once …\n", events, path, batch, workers)
+	f, err := bench.EventFloor(ctx, s.URL, path, events, batch, workers)
+	if err != nil {
+		return bench.FloorResult{}, fmt.Errorf("floor: %w", err)
+	}
+	return f, nil
 }
 
 // medianRun is the run with the median throughput.

@@ -65,12 +65,18 @@ func figures(o options, r results) []figure {
 			rate("", "kafka records applied/s, tracing off", r.KafkaUntraced.PerSecond)
 			plain("", "tracing cost (1 − on/off)", 100*r.TracingCost, "%")
 		}
+		if f := r.KafkaFloor; f.Events > 0 {
+			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
+			v := k.PerSecond / f.PerSecond
+			target(plain("b", "kafka records applied/s, of its floor", v, "×"), "≥ 0.80×", v >= 0.8)
+		}
 		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
 		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)
 	}
 	if c := r.Callbacks; c.Waits > 0 {
 		target(rate("c", "callbacks correlated/s (202 answered)", c.PerSecond), "≥ 1.00×", r.Ratio >= 1.0)
 		rate("", "callbacks: continuations committed/s", c.ResumedPerSecond)
+		callbackFloor(r.CallbacksFloor, c, rate, plain)
 		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
 		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
 	}
@@ -84,6 +90,7 @@ func figures(o options, r results) []figure {
 			}
 		}
 		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
+		callbackFloor(r.CallbacksWideFloor, c, rate, plain)
 	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
 		share := ""
@@ -108,8 +115,12 @@ func figures(o options, r results) []figure {
 		f := latency("e", "deadline → timeout committed p99", d.Lateness.P99, 0.99)
 		target(f, "≤ 1000 ms", d.Lateness.P99 <= time.Second)
 		latency("", "deadline → timeout committed max", d.Lateness.Max, 0.99)
-		plain("", fmt.Sprintf("floor: bare writes of %d decisions (wait, node, queue), %d at once", d.Due, d.Workers),
+		plain("", fmt.Sprintf("floor: bare writes of the decisions, %d a statement, %d at once", d.Batch, d.Workers),
 			d.FloorSeconds*1000, "ms")
+		if d.FloorSeconds > 0 {
+			v := d.Lateness.P99.Seconds() / d.FloorSeconds
+			target(plain("e", "deadline → timeout committed p99, of its floor", v, "×"), "≤ 1.50×", v <= 1.5)
+		}
 	}
 	if t := r.Timers; t.Due > 0 {
 		rate("", fmt.Sprintf("timers resumed/s (%d due at once)", t.Due), t.PerSecond)
@@ -188,6 +199,16 @@ func printStages(w io.Writer, runs ...bench.LatencyResult) {
 	}
 }
 
+// callbackFloor lays out a callbacks run's floor and the run's share of it.
+func callbackFloor(f bench.FloorResult, c bench.CallbackResult, rate func(part, name string, v float64) *figure,
+	plain func(part, name string, v float64, unit string) *figure) {
+	if f.Events == 0 {
+		return
+	}
+	rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
+	plain("c", fmt.Sprintf("callbacks correlated/s, %d clients, of its floor", c.Concurrency), c.PerSecond/f.PerSecond, "×")
+}
+
 // peerFigures lays out (p): per number of senders, each system's medians and
 // rendezvous' ratio to DBOS, with the targets.
 func peerFigures(r results, plain func(part, name string, v float64, unit string) *figure, target func(*figure, string, bool)) {
@@ -196,6 +217,13 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		at := fmt.Sprintf(", %d senders", m.Senders)
 		plain("p", "rendezvous delivered events/s"+at, rdv.EventsPerSecond, "/s")
 		plain("", "DBOS delivered events/s"+at, peer.EventsPerSecond, "/s")
+		for _, f := range r.SendFloors {
+			if f.Batch == groupBatch(m.Senders) && f.Events > 0 {
+				plain("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond, "/s")
+				plain("p", "rendezvous delivered events/s, of its floor"+at, rdv.EventsPerSecond/f.PerSecond, "×")
+				break
+			}
+		}
 		v := rdv.EventsPerSecond / peer.EventsPerSecond
 		target(plain("p", "delivery events/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 2.00×", v >= 2.0)
 		plain("", "rendezvous send → completion p50"+at, ms(rdv.SendToCompletion.P50), "ms")

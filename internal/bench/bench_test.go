@@ -178,3 +178,33 @@ func TestPeerCountsWholeRows(t *testing.T) {
 	}
 	require.Equal(t, res.Rounds[0].DBOS, res.Medians[0].DBOS, "the median of one round is that round")
 }
+
+// TestEventFloorWritesEveryEvent checks that the floor writes what it claims for every
+// parked wait, across batches that do not divide the waits evenly: each wait completed
+// with the event recorded, its node and its execution completed.
+func TestEventFloorWritesEveryEvent(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	const events = 250
+	f, err := EventFloor(t.Context(), s.URL, "send", events, 16, 3)
+	require.NoError(t, err)
+	require.Equal(t, FloorResult{Path: "send", Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond}, f)
+	require.Positive(t, f.PerSecond)
+	pool, err := db.Connect(t.Context(), s.URL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	var waits, nodes, execs int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND jsonb_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
+		(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
+		(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
+	require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
+}
+
+func TestGroupBatch(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 1, GroupBatch(1, 4, 128))
+	require.Equal(t, 2, GroupBatch(8, 4, 128))
+	require.Equal(t, 16, GroupBatch(64, 4, 128))
+	require.Equal(t, 128, GroupBatch(10_000, 4, 128), "bounded by the largest group")
+}
