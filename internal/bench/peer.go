@@ -49,8 +49,10 @@ type PeerSide struct {
 	// EventsPerSecond: events sent by Senders concurrent senders, one per parked
 	// workflow, from the first send until the last workflow completed (committed).
 	EventsPerSecond float64 `json:"events_per_second"`
-	// SendToCompletion: from a send's start to its workflow's completion, as stamped
-	// inside the completing transaction (DBOS stamps milliseconds).
+	// SendToCompletion: from a send's start to its workflow's completion: the start of
+	// the completing transaction as stamped inside it (DBOS stamps milliseconds), or the
+	// send's return when that is later — a workflow completed in the send's own
+	// transaction has committed only once the send returns.
 	SendToCompletion Latencies `json:"send_to_completion"`
 	// Rows are tuples inserted, updated and deleted in the system's tables, and
 	// Transactions those committed or rolled back in its database, per parked workflow
@@ -203,11 +205,13 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	side.RowsPerParked, side.TransactionsPerParked = parked.minus(before, workflows)
 
 	// Deliver.
-	sent := make([]time.Time, workflows)
+	sent, returned := make([]time.Time, workflows), make([]time.Time, workflows)
 	start = time.Now()
 	if err := fanOut(c, workflows, func(i int) error {
 		sent[i] = time.Now()
-		return sys.send(ctx, ids[i])
+		err := sys.send(ctx, ids[i])
+		returned[i] = time.Now()
+		return err
 	}); err != nil {
 		return side, fmt.Errorf("%s: send: %w", sys.name(), err)
 	}
@@ -218,7 +222,10 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	lat := make([]time.Duration, workflows)
 	last := start
 	for i, t := range done {
-		lat[i] = max(t.Sub(sent[i]), 0)
+		// A completion stamp is its transaction's start; a workflow completed by the
+		// send's own transaction has committed only by the time the send returns.
+		t = latest(t, returned[i])
+		lat[i] = t.Sub(sent[i])
 		if t.After(last) {
 			last = t
 		}
@@ -231,6 +238,14 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	}
 	side.RowsPerEvent, side.TransactionsPerEvent = delivered.minus(parked, workflows)
 	return side, nil
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // fanOut runs do(0 … n-1) on c goroutines and returns the first error.
