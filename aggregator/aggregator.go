@@ -210,10 +210,11 @@ type Completion = dbsqlc.WaitStateRecordEventsRow
 type ContinueFunc func(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]Completion, error)) error
 
 // ContinueWith has ApplyBatch hand the continuations of the waits it completes to f,
-// inside its transaction. The executor calls it with itself when it is built on this
-// aggregator. Other paths (ApplyTx, deadlines, events sent by a node, buffered events)
-// still queue their continuations: they run inside transactions that may already hold
-// other rows, where locking executions could deadlock.
+// inside its transaction, and Send those of the waits a sent event completes. The
+// executor calls it with itself when it is built on this aggregator. Other paths
+// (ApplyTx, SendTx, deadlines, events sent by a node, buffered events) still queue their
+// continuations: they run inside transactions that may already hold other rows, where
+// locking executions could deadlock.
 func (a *Aggregator) ContinueWith(f ContinueFunc) {
 	a.continuer.Store(&f)
 }

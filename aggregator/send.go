@@ -74,11 +74,15 @@ type SendResult struct {
 func (r SendResult) Queued() bool { return Queued(r.Deliveries) }
 
 // Send delivers a sent event in a transaction of its own and announces continuations.
+// With a ContinueFunc set (ContinueWith), the execution whose wait the event completes
+// is continued in that transaction, as a batch of callbacks or records continues its
+// executions: the transaction holds no row but this execution's, which it locks before
+// its waits, so the continuation's locks keep the order every writer takes.
 func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 	var res SendResult
 	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
 		var err error
-		if res, err = a.SendTx(ctx, tx, s); err != nil {
+		if res, err = a.sendTx(ctx, tx, s, a.continuer.Load()); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, "execution/"+s.ExecutionID.String(), string(res.Outcome), "type "+s.Type)
@@ -97,8 +101,16 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 }
 
 // SendTx delivers a sent event inside the caller's transaction; the caller calls
-// ObserveSent, and Continued when res.Queued(), after its commit.
+// ObserveSent, and Continued when res.Queued(), after its commit. A completed wait's
+// continuation is always queued: the caller's transaction may hold other executions'
+// rows already, where continuing would lock executions out of order.
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
+	return a.sendTx(ctx, tx, s, a.continuer.Load())
+}
+
+// sendTx is SendTx, continuing the executions of the waits it completes with cont when
+// not nil (see ContinueFunc).
+func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent, cont *ContinueFunc) (SendResult, error) {
 	if err := CheckStorable(s.Payload); err != nil {
 		return SendResult{}, err
 	}
@@ -171,7 +183,7 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 	}
 	res := SendResult{ExecutionStatus: exec.Status}
 	if len(events) > 0 {
-		if res.Deliveries, err = a.applyBatch(ctx, tx, events, nil); err != nil {
+		if res.Deliveries, err = a.applyBatch(ctx, tx, events, cont); err != nil {
 			return SendResult{}, err
 		}
 		for i := range res.Deliveries {

@@ -33,6 +33,37 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 	h.requireQueuesEmpty(t, id)
 }
 
+// TestSentEventContinuesInDecidingTransaction: an event sent by type that completes a
+// wait continues the execution in Send's own transaction, as a batch does. With no
+// worker running, the commit alone has marked the wait resumed and queued the next node;
+// no continuation was ever queued.
+func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("sent-then-after", []obj{
+		sendWait("wait", sendEv("go", "go")),
+		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+	}, []obj{edge("wait", "after", "")}))
+	stop := h.run(t)
+	id := h.start(t, name, nil)
+	h.waitStatus(t, id, "waiting")
+	stop() // no worker from here on
+
+	res := h.send(t, id, "go", obj{}, "")
+	require.Equal(t, aggregator.SendDelivered, res.Outcome)
+	require.False(t, res.Queued(), "nothing for the run queue to announce")
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states
+		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
+	require.Equal(t, "running", nodeOf(t, h.view(t, id), "after").Status)
+
+	h.run(t)
+	h.waitStatus(t, id, "completed")
+	require.Equal(t, 1, h.fake.count("/after"))
+	h.requireQueuesEmpty(t, id)
+}
+
 // TestContinueFailureQueues: a continuation that fails inside the deciding transaction
 // is rolled back to its savepoint and queued instead; the event stays applied, the
 // caller sees no error, and the queued continuation resumes the wait exactly once.

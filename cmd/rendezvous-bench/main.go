@@ -5,7 +5,9 @@
 // The parts: (a) the baseline, a versioned UPDATE loop; (b) Kafka
 // records applied per second; (c) callbacks correlated per second; (d) produce or
 // callback → continuation latency at a fixed offered rate of half of (b); (e) a burst of
-// deadlines due at once; (f) (b) again with a million other waits in the table.
+// deadlines due at once; (f) (b) again with a million other waits in the table; (m)
+// payload-matched events; (p) the peer, DBOS Transact, parking workflows and delivering
+// one event to each side by side with rendezvous.
 package main
 
 import (
@@ -18,16 +20,18 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/bench"
 )
 
 // parts are the names --only accepts, in the order they run.
-var parts = []string{"callbacks", "kafka", "filled", "latency", "deadlines", "timers", "match"}
+var parts = []string{"peer", "callbacks", "kafka", "filled", "latency", "deadlines", "timers", "match"}
 
 // options are the command's flags.
 type options struct {
@@ -50,6 +54,9 @@ type options struct {
 	matchEvents  int
 	lookback     time.Duration
 	wideClients  int
+	peerFlows    int
+	peerSenders  []int
+	peerRounds   int
 	only         map[string]bool
 	out          string
 }
@@ -75,11 +82,23 @@ func main() {
 	flag.IntVar(&o.matchLarge, "match-large", 1000000, "(m) open waits in the table, large run")
 	flag.IntVar(&o.matchEvents, "match-events", 5000, "(m) events correlated by payload, each completing one of the open waits")
 	flag.DurationVar(&o.lookback, "match-lookback", 10*time.Minute, "(m) lookback of the small run's second pass, which also keeps and takes as many early records; 0 skips it")
+	flag.IntVar(&o.peerFlows, "peer-workflows", 2000, "(p) workflows each system parks and then delivers one event to, per round and number of senders")
+	peerSenders := flag.String("peer-senders", "8,64", "(p) concurrent starters and senders, comma-separated; each number is a run of both systems per round")
+	flag.IntVar(&o.peerRounds, "peer-rounds", 3, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	o.rounds = max(o.rounds, 1)
+	o.peerRounds = max(o.peerRounds, 1)
+	for f := range strings.SplitSeq(*peerSenders, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			fmt.Fprintf(os.Stderr, "rendezvous-bench: --peer-senders: %q is not a positive number\n", f)
+			os.Exit(2)
+		}
+		o.peerSenders = append(o.peerSenders, c)
+	}
 	if *only != "" {
 		o.only = map[string]bool{}
 		for p := range strings.SplitSeq(*only, ",") {
@@ -162,6 +181,16 @@ type results struct {
 	// find their waits).
 	MatchSmallLookback bench.MatchResult `json:"match_small_lookback"`
 	LookbackToPlain    float64           `json:"match_lookback_to_plain"`
+	// KafkaFloor, CallbacksFloor, CallbacksWideFloor and SendFloors are the bare writes
+	// of the same events' rows, in the service's batches at its concurrency (SendFloors:
+	// one per number of peer senders).
+	KafkaFloor         bench.FloorResult   `json:"kafka_floor"`
+	CallbacksFloor     bench.FloorResult   `json:"callbacks_floor"`
+	CallbacksWideFloor bench.FloorResult   `json:"callbacks_wide_floor"`
+	SendFloors         []bench.FloorResult `json:"send_floors"`
+	// Peer is (p): rendezvous and DBOS Transact parking workflows and delivering one
+	// event to each, side by side.
+	Peer bench.PeerResult `json:"peer"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -199,6 +228,21 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("baseline: %w", err)
 	}
 
+	if o.runs("peer") {
+		fmt.Printf("(p) peer: rendezvous and DBOS each park %d workflows and deliver one event to each, senders %v, %d interleaved rounds …\n",
+			o.peerFlows, o.peerSenders, o.peerRounds)
+		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, logger); err != nil {
+			return fmt.Errorf("peer: %w", err)
+		}
+		for _, c := range o.peerSenders {
+			f, err := eventFloor(ctx, newSchema, "send", o.peerFlows, groupBatch(c), aggregator.ApplyGroupsDefault)
+			if err != nil {
+				return err
+			}
+			r.SendFloors = append(r.SendFloors, f)
+		}
+	}
+
 	if o.runs("callbacks") {
 		fmt.Printf("(c) callbacks: %d waits answered by %d concurrent clients …\n", o.waits, o.concurrency)
 		if r.Callbacks, err = bench.Callbacks(ctx, schema.URL, o.concurrency, o.waits, logger); err != nil {
@@ -209,6 +253,12 @@ func run(ctx context.Context, o options) error {
 			if r.CallbacksWide, err = bench.Callbacks(ctx, schema.URL, o.wideClients, 2*o.waits, logger); err != nil {
 				return fmt.Errorf("callbacks: %w", err)
 			}
+			if r.CallbacksWideFloor, err = eventFloor(ctx, newSchema, "callbacks", 2*o.waits, groupBatch(o.wideClients), aggregator.ApplyGroupsDefault); err != nil {
+				return err
+			}
+		}
+		if r.CallbacksFloor, err = eventFloor(ctx, newSchema, "callbacks", o.waits, groupBatch(o.concurrency), aggregator.ApplyGroupsDefault); err != nil {
+			return err
 		}
 	}
 
@@ -263,6 +313,11 @@ func run(ctx context.Context, o options) error {
 					return fmt.Errorf("kafka, filled table: %w", err)
 				}
 				r.KafkaFilledRuns = append(r.KafkaFilledRuns, res)
+			}
+		}
+		if o.runs("kafka") {
+			if r.KafkaFloor, err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+				return err
 			}
 		}
 		r.Kafka = medianRun(r.KafkaRuns)
@@ -373,6 +428,25 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	return nil
+}
+
+// groupBatch is the batch the aggregator's group commit forms with clients in flight.
+func groupBatch(clients int) int {
+	return bench.GroupBatch(clients, aggregator.ApplyGroupsDefault, aggregator.MaxGroupDefault)
+}
+
+// eventFloor measures a path's floor on a schema of its own.
+func eventFloor(ctx context.Context, newSchema func() (*bench.Schema, error), path string, events, batch, workers int) (bench.FloorResult, error) {
+	s, err := newSchema()
+	if err != nil {
+		return bench.FloorResult{}, err
+	}
+	fmt.Printf("    floor: bare writes of %d %s events' rows, %d a statement, %d at once …\n", events, path, batch, workers)
+	f, err := bench.EventFloor(ctx, s.URL, path, events, batch, workers)
+	if err != nil {
+		return bench.FloorResult{}, fmt.Errorf("floor: %w", err)
+	}
+	return f, nil
 }
 
 // medianRun is the run with the median throughput.

@@ -11,11 +11,12 @@ import (
 
 // figure is one line of the table (and of the JSON file's figures).
 type figure struct {
-	// Part is the part's letter, a to f (m: payload match), on the figures that have a target or define a
+	// Part is the part's letter, a to f (m: payload match, p: the DBOS peer), on the figures that have a target or define a
 	// part; lines that explain a part leave it empty.
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
-	// Value is in Unit: "/s" (per second), "ms", "%" or "×".
+	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written) or
+	// "tx" (transactions).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Ratio is Value against the baseline's figure of the same kind: its updates per
@@ -51,6 +52,8 @@ func figures(o options, r results) []figure {
 	target := func(f *figure, text string, met bool) { f.Target, f.Met = text, &met }
 	const latencyTarget = 50 * time.Millisecond
 
+	peerFigures(r, plain, target)
+
 	rate("a", "baseline versioned UPDATEs/s", base.PerSecond)
 	latency("", "baseline UPDATE p50", base.Latency.P50, 0.5)
 	latency("", "baseline UPDATE p99", base.Latency.P99, 0.99)
@@ -62,18 +65,32 @@ func figures(o options, r results) []figure {
 			rate("", "kafka records applied/s, tracing off", r.KafkaUntraced.PerSecond)
 			plain("", "tracing cost (1 − on/off)", 100*r.TracingCost, "%")
 		}
+		if f := r.KafkaFloor; f.Events > 0 {
+			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
+			v := k.PerSecond / f.PerSecond
+			target(plain("b", "kafka records applied/s, of its floor", v, "×"), "≥ 0.80×", v >= 0.8)
+		}
 		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
 		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)
 	}
 	if c := r.Callbacks; c.Waits > 0 {
 		target(rate("c", "callbacks correlated/s (202 answered)", c.PerSecond), "≥ 1.00×", r.Ratio >= 1.0)
 		rate("", "callbacks: continuations committed/s", c.ResumedPerSecond)
+		callbackFloor(r.CallbacksFloor, c, rate, plain)
 		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
 		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
 	}
 	if c := r.CallbacksWide; c.Waits > 0 {
 		rate("", fmt.Sprintf("callbacks correlated/s, %d clients", c.Concurrency), c.PerSecond)
+		for _, m := range r.Peer.Medians {
+			if m.Senders == c.Concurrency && m.DBOS.EventsPerSecond > 0 {
+				v := c.PerSecond / m.DBOS.EventsPerSecond
+				target(plain("c", fmt.Sprintf("callbacks/s at %d clients ÷ DBOS delivery at %d (p)", c.Concurrency, m.Senders), v, "×"),
+					"≥ 3.00×", v >= 3.0)
+			}
+		}
 		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
+		callbackFloor(r.CallbacksWideFloor, c, rate, plain)
 	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
 		share := ""
@@ -98,8 +115,12 @@ func figures(o options, r results) []figure {
 		f := latency("e", "deadline → timeout committed p99", d.Lateness.P99, 0.99)
 		target(f, "≤ 1000 ms", d.Lateness.P99 <= time.Second)
 		latency("", "deadline → timeout committed max", d.Lateness.Max, 0.99)
-		plain("", fmt.Sprintf("floor: bare writes of %d decisions (wait, node, queue), %d at once", d.Due, d.Workers),
+		plain("", fmt.Sprintf("floor: bare writes of the decisions, %d a statement, %d at once", d.Batch, d.Workers),
 			d.FloorSeconds*1000, "ms")
+		if d.FloorSeconds > 0 {
+			v := d.Lateness.P99.Seconds() / d.FloorSeconds
+			target(plain("e", "deadline → timeout committed p99, of its floor", v, "×"), "≤ 1.50×", v <= 1.5)
+		}
 	}
 	if t := r.Timers; t.Due > 0 {
 		rate("", fmt.Sprintf("timers resumed/s (%d due at once)", t.Due), t.PerSecond)
@@ -165,6 +186,8 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.1f %%", f.Value)
 	case "×":
 		return fmt.Sprintf("%.2f", f.Value)
+	case "rows", "tx":
+		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
 	default:
 		return fmt.Sprintf("%.0f", f.Value)
 	}
@@ -182,5 +205,53 @@ func printStages(w io.Writer, runs ...bench.LatencyResult) {
 		for _, s := range r.Stages {
 			fmt.Fprintf(w, "    %-66s %8.2f ms %8.2f ms\n", s.Name, ms(s.Latency.P50), ms(s.Latency.P99))
 		}
+	}
+}
+
+// callbackFloor lays out a callbacks run's floor and the run's share of it.
+func callbackFloor(f bench.FloorResult, c bench.CallbackResult, rate func(part, name string, v float64) *figure,
+	plain func(part, name string, v float64, unit string) *figure) {
+	if f.Events == 0 {
+		return
+	}
+	rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
+	plain("c", fmt.Sprintf("callbacks correlated/s, %d clients, of its floor", c.Concurrency), c.PerSecond/f.PerSecond, "×")
+}
+
+// peerFigures lays out (p): per number of senders, each system's medians and
+// rendezvous' ratio to DBOS, with the targets.
+func peerFigures(r results, plain func(part, name string, v float64, unit string) *figure, target func(*figure, string, bool)) {
+	for _, m := range r.Peer.Medians {
+		rdv, peer := m.Rendezvous, m.DBOS
+		at := fmt.Sprintf(", %d senders", m.Senders)
+		plain("p", "rendezvous delivered events/s"+at, rdv.EventsPerSecond, "/s")
+		plain("", "DBOS delivered events/s"+at, peer.EventsPerSecond, "/s")
+		for _, f := range r.SendFloors {
+			if f.Batch == groupBatch(m.Senders) && f.Events > 0 {
+				plain("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond, "/s")
+				plain("p", "rendezvous delivered events/s, of its floor"+at, rdv.EventsPerSecond/f.PerSecond, "×")
+				break
+			}
+		}
+		v := rdv.EventsPerSecond / peer.EventsPerSecond
+		target(plain("p", "delivery events/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 2.00×", v >= 2.0)
+		plain("", "rendezvous send → completion p50"+at, ms(rdv.SendToCompletion.P50), "ms")
+		plain("", "DBOS send → completion p50"+at, ms(peer.SendToCompletion.P50), "ms")
+		plain("", "rendezvous send → completion p99"+at, ms(rdv.SendToCompletion.P99), "ms")
+		plain("", "DBOS send → completion p99"+at, ms(peer.SendToCompletion.P99), "ms")
+		v = float64(rdv.SendToCompletion.P99) / float64(peer.SendToCompletion.P99)
+		target(plain("p", "send → completion p99, rendezvous ÷ DBOS"+at, v, "×"), "≤ 0.50×", v <= 0.5)
+		plain("p", "rendezvous parked workflows/s"+at, rdv.ParkedPerSecond, "/s")
+		plain("", "DBOS parked workflows/s"+at, peer.ParkedPerSecond, "/s")
+		v = rdv.ParkedPerSecond / peer.ParkedPerSecond
+		target(plain("p", "parked/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 1.50×", v >= 1.5)
+		target(plain("p", "rendezvous rows written per parked workflow"+at, rdv.RowsPerParked, "rows"), "≤ 4", rdv.RowsPerParked <= 4)
+		plain("", "DBOS rows written per parked workflow"+at, peer.RowsPerParked, "rows")
+		target(plain("p", "rendezvous rows written per delivered event"+at, rdv.RowsPerEvent, "rows"), "≤ 3", rdv.RowsPerEvent <= 3)
+		plain("", "DBOS rows written per delivered event"+at, peer.RowsPerEvent, "rows")
+		plain("", "rendezvous transactions per parked workflow"+at, rdv.TransactionsPerParked, "tx")
+		plain("", "    … per delivered event"+at, rdv.TransactionsPerEvent, "tx")
+		plain("", "DBOS transactions per parked workflow"+at, peer.TransactionsPerParked, "tx")
+		plain("", "    … per delivered event"+at, peer.TransactionsPerEvent, "tx")
 	}
 }

@@ -19,7 +19,9 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 		"testing", "github.com/stretchr/testify", "github.com/testcontainers/testcontainers-go",
 		"go.uber.org/goleak", "github.com/chromedp/chromedp", "github.com/rendezvous-run/rendezvous/internal/dbtest",
 	}
-	harnesses := []string{"github.com/rendezvous-run/rendezvous/internal/chaos", "github.com/rendezvous-run/rendezvous/internal/bench"}
+	harnesses := []string{"github.com/rendezvous-run/rendezvous/internal/chaos", "github.com/rendezvous-run/rendezvous/internal/bench",
+		// The peer the bench measures rendezvous against; the service never needs it.
+		"github.com/dbos-inc"}
 	for cmd, forbidden := range map[string][]string{
 		"rendezvous":       slices.Concat(testOnly, harnesses),
 		"rendezvous-chaos": testOnly,

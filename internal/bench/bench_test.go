@@ -153,3 +153,58 @@ func TestFill(t *testing.T) {
 		Scan(&stillWaiting))
 	require.Equal(t, n, stillWaiting, "the filler waits are never touched")
 }
+
+// TestPeerCountsWholeRows runs the peer comparison small and checks what it counts:
+// both systems park and deliver every workflow, and the rows each writes come out as
+// whole numbers per workflow — every backend's counters were read in the window they
+// belong to (a counter reported late would leave a fraction here and an excess there).
+func TestPeerCountsWholeRows(t *testing.T) {
+	t.Parallel()
+	const workflows = 20
+	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Len(t, res.Rounds, 1)
+	require.Len(t, res.Medians, 1)
+	for _, s := range []PeerSide{res.Rounds[0].Rendezvous, res.Rounds[0].DBOS} {
+		require.Positive(t, s.ParkedPerSecond, s.System)
+		require.Positive(t, s.EventsPerSecond, s.System)
+		require.Positive(t, s.SendToCompletion.P99, s.System)
+		for _, rows := range []float64{s.RowsPerParked, s.RowsPerEvent} {
+			require.GreaterOrEqual(t, rows, 1.0, s.System)
+			require.Equal(t, float64(int(rows)), rows, "%s: rows per workflow are whole", s.System)
+		}
+		require.Positive(t, s.TransactionsPerParked, s.System)
+		require.Positive(t, s.TransactionsPerEvent, s.System)
+	}
+	require.Equal(t, res.Rounds[0].DBOS, res.Medians[0].DBOS, "the median of one round is that round")
+}
+
+// TestEventFloorWritesEveryEvent checks that the floor writes what it claims for every
+// parked wait, across batches that do not divide the waits evenly: each wait completed
+// with the event recorded, its node and its execution completed.
+func TestEventFloorWritesEveryEvent(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	const events = 250
+	f, err := EventFloor(t.Context(), s.URL, "send", events, 16, 3)
+	require.NoError(t, err)
+	require.Equal(t, FloorResult{Path: "send", Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond}, f)
+	require.Positive(t, f.PerSecond)
+	pool, err := db.Connect(t.Context(), s.URL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	var waits, nodes, execs int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND jsonb_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
+		(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
+		(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
+	require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
+}
+
+func TestGroupBatch(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 1, GroupBatch(1, 4, 128))
+	require.Equal(t, 2, GroupBatch(8, 4, 128))
+	require.Equal(t, 16, GroupBatch(64, 4, 128))
+	require.Equal(t, 128, GroupBatch(10_000, 4, 128), "bounded by the largest group")
+}

@@ -2,14 +2,11 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -31,8 +28,8 @@ type DeadlineResult struct {
 	Lateness Latencies `json:"lateness"`
 	// FloorSeconds is how long the rows the sweeper's decisions write take to write alone,
 	// with nothing decided: each wait's status, its node's status, and its continuation
-	// queued (the execution itself is failed later, by the executor), by bare statements
-	// — one per sweeper transaction in flight, each over its own range of the waits. With
+	// queued (the execution itself is failed later, by the executor), by bare set-based
+	// statements of the sweeper's batch of waits each, as many in flight as it runs. With
 	// FloorSeconds past a lateness target, no sweeper writing these rows meets the target
 	// on this machine. Measured for event waits only (zero for timers).
 	FloorSeconds float64 `json:"floor_seconds"`
@@ -51,37 +48,14 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		return DeadlineResult{}, err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, `INSERT INTO workflows (name, version, definition) VALUES ('bench-deadlines', 1, '{}')`); err != nil {
-		return DeadlineResult{}, err
-	}
 	far := time.Now().Add(24 * time.Hour)
 	kind, waitCols := "events", `'events', NULL, 'waiting'`
 	if timers {
 		kind, waitCols = "timers", `'timer', '{"for":"4s"}', 'scheduled'`
 	}
-	const chunk = 20000
 	parkStart := time.Now()
-	for left := due; left > 0; left -= chunk {
-		n := min(left, chunk)
-		if _, err := pool.Exec(ctx, `
-WITH e AS (
-    INSERT INTO executions (id, workflow_name, workflow_version, status)
-    SELECT `+uuidV7("now()")+`, 'bench-deadlines', 1, 'waiting' FROM generate_series(1, $1::integer)
-    RETURNING id
-), n AS (
-    INSERT INTO node_executions (execution_id, node_id, status, started_at)
-    SELECT id, 'wait', 'waiting_for_events', now() FROM e
-)
-INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy,
-    required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled,
-    on_timeout, output_mapping, expires_at, next_deadline_at, wait_type, timer, status)
-SELECT `+uuidV7("now()")+`, id, 'wait', `+uuidV7("now()")+`, 'all',
-    '["api_response","kafka_event"]', '["api_response","kafka_event"]',
-    '[{"name":"api_response","source":"callback","required":true,"timeout_ms":5000},{"name":"kafka_event","source":"kafka","topic":"bench","required":true,"timeout_ms":5000}]',
-    true, true, 'fail', '{"apiResponse":"api_response","kafkaEvent":"kafka_event"}', $2, $2, `+waitCols+`
-FROM e`, n, far); err != nil {
-			return DeadlineResult{}, fmt.Errorf("park waits: %w", err)
-		}
+	if err := parkBare(ctx, pool, "bench-deadlines", due, far, waitCols); err != nil {
+		return DeadlineResult{}, err
 	}
 	// The shared deadline must still be ahead once the rows carry it and are vacuumed,
 	// which takes about as long again as inserting them did (every row and its deadline
@@ -139,7 +113,7 @@ FROM e`, n, far); err != nil {
 	secs := last.Sub(deadline).Seconds()
 	var floor time.Duration
 	if !timers {
-		if floor, err = statusFloor(ctx, pool, workers); err != nil {
+		if floor, err = statusFloor(ctx, pool, batch, workers); err != nil {
 			return DeadlineResult{}, fmt.Errorf("floor: %w", err)
 		}
 	}
@@ -151,9 +125,9 @@ FROM e`, n, far); err != nil {
 
 // statusFloor puts the swept waits and their nodes back as they were parked, empties the
 // run queue, vacuums all three as the sweep found them (fresh, without dead rows), then
-// times the bare writes of every decision, split into workers ranges of ids written at
-// once.
-func statusFloor(ctx context.Context, pool *pgxpool.Pool, workers int) (time.Duration, error) {
+// times the bare writes of every decision: set-based statements of batch waits each,
+// workers of them in flight, as the sweeper runs its transactions.
+func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
 	for _, q := range []string{
 		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL,
 		     next_deadline_at = now() - interval '1 second'`,
@@ -165,37 +139,11 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, workers int) (time.Dur
 			return 0, err
 		}
 	}
-	// Range bounds: the ids at each worker's share of the ordered waits.
-	var bounds []uuid.UUID
-	rows, err := pool.Query(ctx, `SELECT id FROM (
-		SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total FROM execution_wait_states) AS t
-		WHERE (n - 1) % greatest(total / $1::integer, 1) = 0 AND n > 1 ORDER BY id LIMIT $1::integer - 1`, workers)
-	if err != nil {
-		return 0, err
-	}
-	if bounds, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for i := range workers {
-		var lo, hi *uuid.UUID // nil: open
-		if i > 0 && i-1 < len(bounds) {
-			lo = &bounds[i-1]
-		}
-		if i < len(bounds) {
-			hi = &bounds[i]
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = pool.Exec(ctx, `
+	return batchedWrites(ctx, pool, batch, workers, `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'
-    WHERE status = 'waiting' AND next_deadline_at <= now()
-      AND ($1::uuid IS NULL OR id >= $1::uuid) AND ($2::uuid IS NULL OR id < $2::uuid)
+    WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND next_deadline_at <= now()
     RETURNING execution_id, node_id
 ), n AS (
     UPDATE node_executions AS n SET status = 'failed', error = 'timed out', updated_at = now(), finished_at = now()
@@ -203,9 +151,5 @@ WITH w AS (
 )
 INSERT INTO run_queue (execution_id, node_id, kind)
 SELECT execution_id, node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING`, lo, hi)
-		}()
-	}
-	wg.Wait()
-	return time.Since(start), errors.Join(errs...)
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING`)
 }
