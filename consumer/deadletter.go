@@ -42,15 +42,13 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			continue
 		}
 		r := it.rec
+		seen, _ := c.firstSeen.LoadOrStore(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), time.Now().UTC())
 		if c.dlqTopics.knownMissing(r.Topic) {
-			c.firstSeen.LoadOrStore(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), time.Now().UTC())
 			err := fmt.Errorf("dead-letter topic %s%s does not exist and could not be created: %w", r.Topic, c.cfg.DLQSuffix, kerr.UnknownTopicOrPartition)
 			c.dlqWriteFailed(ctx, it, err, dlqFailUnknownTopic)
 			failed[r] = err
 			continue
 		}
-		key := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
-		seen, _ := c.firstSeen.LoadOrStore(key, time.Now().UTC())
 		headers := append([]kgo.RecordHeader{}, r.Headers...)
 		headers = append(headers,
 			kgo.RecordHeader{Key: HeaderReason, Value: []byte(it.poison)},
