@@ -231,7 +231,7 @@ func run(ctx context.Context, o options) error {
 	if o.runs("peer") {
 		fmt.Printf("(p) peer: rendezvous and DBOS each park %d workflows and deliver one event to each, senders %v, %d interleaved rounds …\n",
 			o.peerFlows, o.peerSenders, o.peerRounds)
-		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, logger); err != nil {
+		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, 0, logger); err != nil {
 			return fmt.Errorf("peer: %w", err)
 		}
 		for _, c := range o.peerSenders {

@@ -161,7 +161,7 @@ func TestFill(t *testing.T) {
 func TestPeerCountsWholeRows(t *testing.T) {
 	t.Parallel()
 	const workflows = 20
-	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, slog.New(slog.DiscardHandler))
+	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, 4, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.Len(t, res.Rounds, 1)
 	require.Len(t, res.Medians, 1)

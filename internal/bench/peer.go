@@ -35,9 +35,9 @@ const (
 	PeerDBOS       PeerSystem = "dbos"
 )
 
-// peerConns is both systems' connection pool size: the service's default, so that
-// neither has more connections to the server than the other.
-const peerConns = service.DBMaxConnsDefault
+// PeerConnsDefault is both systems' connection pool size by default: the service's
+// default, so that neither has more connections to the server than the other.
+const PeerConnsDefault = service.DBMaxConnsDefault
 
 // PeerSide is one system's figures for one round at one number of senders.
 type PeerSide struct {
@@ -90,7 +90,13 @@ type PeerResult struct {
 // real sender would; DBOS through Send) from that many concurrent senders. Which system
 // goes first alternates round by round, so that a neighbour's burst on a shared machine
 // hits both alike.
-func Peer(ctx context.Context, serverURL string, workflows int, senders []int, rounds int, logger *slog.Logger) (PeerResult, error) {
+//
+// conns is each system's connection pool size (0: PeerConnsDefault); tests run it small,
+// beside the suite's other packages on one server.
+func Peer(ctx context.Context, serverURL string, workflows int, senders []int, rounds, conns int, logger *slog.Logger) (PeerResult, error) {
+	if conns <= 0 {
+		conns = PeerConnsDefault
+	}
 	rdvDB, err := newDatabase(ctx, serverURL, "rdv_bench_rdv_")
 	if err != nil {
 		return PeerResult{}, err
@@ -102,12 +108,12 @@ func Peer(ctx context.Context, serverURL string, workflows int, senders []int, r
 	}
 	defer dbosDB.drop()
 
-	rdv, err := startRendezvousPeer(ctx, rdvDB.url, logger)
+	rdv, err := startRendezvousPeer(ctx, rdvDB.url, conns, logger)
 	if err != nil {
 		return PeerResult{}, fmt.Errorf("rendezvous: %w", err)
 	}
 	defer rdv.close()
-	peer, err := startDBOSPeer(ctx, dbosDB.url, logger)
+	peer, err := startDBOSPeer(ctx, dbosDB.url, conns, logger)
 	if err != nil {
 		return PeerResult{}, fmt.Errorf("dbos: %w", err)
 	}
@@ -431,7 +437,7 @@ const (
 	peerEventType = "bench.peer"
 )
 
-func startRendezvousPeer(ctx context.Context, dbURL string, logger *slog.Logger) (*rendezvousPeer, error) {
+func startRendezvousPeer(ctx context.Context, dbURL string, conns int, logger *slog.Logger) (*rendezvousPeer, error) {
 	schema, err := NewSchema(ctx, dbURL)
 	if err != nil {
 		return nil, err
@@ -444,7 +450,7 @@ func startRendezvousPeer(ctx context.Context, dbURL string, logger *slog.Logger)
 	svc, err := service.New(runCtx, service.Config{
 		// The bench measures the event paths on loopback; authentication is not what it measures.
 		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-peer", DBMaxConns: peerConns, Logger: logger,
+		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-peer", DBMaxConns: int32(conns), Logger: logger,
 	})
 	if err != nil {
 		stop()
@@ -577,12 +583,12 @@ func dbosReceive(ctx dbos.Context, _ string) (string, error) {
 	return dbos.Recv[string](ctx, dbosTopic, time.Hour)
 }
 
-func startDBOSPeer(ctx context.Context, dbURL string, logger *slog.Logger) (*dbosPeer, error) {
+func startDBOSPeer(ctx context.Context, dbURL string, conns int, logger *slog.Logger) (*dbosPeer, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = peerConns
+	cfg.MaxConns = int32(conns)
 	own, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
