@@ -55,9 +55,12 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector
+## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector.
+## One package at a time (-p 1): every package's tests start services on the one local
+## PostgreSQL, and two heavy packages side by side came within a few connections of its
+## max_connections (100); each package's own tests still run in parallel.
 test: deps vet verify
-	go test -race -count=1 -timeout 12m ./...
+	go test -race -count=1 -p 1 -timeout 12m ./...
 
 ## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples.
 ## The binary is built, then run by exec: Ctrl-C reaches it alone through the shell, it
