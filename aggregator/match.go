@@ -16,7 +16,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
-// Payload match (seed 002): a Kafka event may be correlated by a value in its payload
+// Payload match: a Kafka event may be correlated by a value in its payload
 // instead of by rendezvous ids. The value the wait expects is resolved when the wait is
 // registered and stored as a key in match_keys; an incoming record computes the same key
 // from its payload and finds its waits through a GIN index on that column. A key names

@@ -131,8 +131,8 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 }
 
 // TooManyWaitersError refuses a wait whose match type already has the configured number
-// of open waiters (admission control, seed 002): the lookup of one incoming record stays
-// bounded. The executor fails the node with it.
+// of open waiters (admission control): the lookup of one incoming record stays bounded.
+// The executor fails the node with it.
 type TooManyWaitersError struct {
 	Topic, Type string
 	Max         int

@@ -188,7 +188,7 @@ func TestTwoWaitersOfOneType(t *testing.T) {
 	require.Equal(t, obj{"by": "ana"}, output(t, nodeOf(t, v, "right"))["ok"])
 }
 
-// TestHumanInTheLoopRace is seed 000's Promise.race: the first of two event types wins,
+// TestHumanInTheLoopRace races two event types, as Promise.race would: the first wins,
 // and with neither the wait times out with timeout: true in its output.
 func TestHumanInTheLoopRace(t *testing.T) {
 	t.Parallel()
