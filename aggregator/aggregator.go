@@ -629,12 +629,24 @@ func (e *Expected) accepts(ev Event) bool {
 	if err != nil {
 		return false
 	}
-	if e.Type != "" && e.Source == SourceKafka {
-		if got, ok := dotpath.Get(payload, "type"); !ok || got != e.Type {
+	typ := ""
+	if e.Source == SourceKafka {
+		typ = e.Type
+	}
+	return HoldsTypeAndFilter(payload, typ, e.Filter)
+}
+
+// HoldsTypeAndFilter reports whether a decoded payload (numbers as json.Number) carries
+// the top-level type field typ (when not empty) and every scalar of filter at its dot
+// path, numbers compared by exact value: what a Kafka record must hold to be an expected
+// event, or to start an execution through a trigger.
+func HoldsTypeAndFilter(payload any, typ string, filter map[string]any) bool {
+	if typ != "" {
+		if got, ok := dotpath.Get(payload, "type"); !ok || got != typ {
 			return false
 		}
 	}
-	for path, want := range e.Filter {
+	for path, want := range filter {
 		got, ok := dotpath.Get(payload, path)
 		if !ok || !jsonnum.Equal(got, want) {
 			return false

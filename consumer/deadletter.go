@@ -42,7 +42,7 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			continue
 		}
 		r := it.rec
-		seen, _ := c.firstSeen.LoadOrStore(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), time.Now().UTC())
+		seen, _ := c.firstSeen.LoadOrStore(positionKey(r), time.Now().UTC())
 		if c.dlqTopics.knownMissing(r.Topic) {
 			err := fmt.Errorf("dead-letter topic %s%s does not exist and could not be created: %w", r.Topic, c.cfg.DLQSuffix, kerr.UnknownTopicOrPartition)
 			c.dlqWriteFailed(ctx, it, err, dlqFailUnknownTopic)
@@ -92,7 +92,7 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			c.remember(r)
 			c.count(ReasonPoison)
 			c.deadLettered(ctx, r.Topic, it.poisonCategory)
-			c.firstSeen.Delete(fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset))
+			c.firstSeen.Delete(positionKey(r))
 			c.logger.WarnContext(recordCtx(ctx, r), "poison record dead-lettered",
 				append(c.deadLetterAttrs(it), "dlq_topic", res.Record.Topic, "reason", it.poison)...)
 		case <-writeCtx.Done():
@@ -108,6 +108,12 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 		}
 	}
 	return failed
+}
+
+// positionKey names a record by its position, as firstSeen keys it (forgetPartitions
+// drops a partition's keys by their "topic/partition/" prefix).
+func positionKey(r *kgo.Record) string {
+	return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
 }
 
 // dlqWriteFailed reports a failed dead-letter write of it's record: counted, logged, and

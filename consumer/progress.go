@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,13 +147,7 @@ func (p *progress) stalls() []Stall {
 		}
 	}
 	slices.SortFunc(out, func(a, b Stall) int {
-		if a.Topic != b.Topic {
-			if a.Topic < b.Topic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Partition - b.Partition)
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out
 }

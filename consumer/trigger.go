@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/executor"
@@ -64,7 +65,7 @@ func (c *Consumer) starts(r *kgo.Record, payload any) ([]start, error) {
 	var out []start
 	for _, spec := range c.triggersFor(r.Topic) {
 		t := spec.trigger
-		if !accepts(t, payload) {
+		if !aggregator.HoldsTypeAndFilter(payload, t.Type, t.Filter) {
 			continue
 		}
 		dedupe := fmt.Sprintf("p:%s/%d/%d", r.Topic, r.Partition, r.Offset)
@@ -81,22 +82,6 @@ func (c *Consumer) starts(r *kgo.Record, payload any) ([]start, error) {
 		out = append(out, start{workflow: spec.workflow, input: input, dedupe: dedupe})
 	}
 	return out, nil
-}
-
-// accepts reports whether a record's value has the trigger's type and filter.
-func accepts(t workflow.Trigger, payload any) bool {
-	if t.Type != "" {
-		if got, ok := dotpath.Get(payload, "type"); !ok || got != t.Type {
-			return false
-		}
-	}
-	for path, want := range t.Filter {
-		got, ok := dotpath.Get(payload, path)
-		if !ok || !jsonnum.Equal(got, want) {
-			return false
-		}
-	}
-	return true
 }
 
 // triggerInput is the execution input a trigger builds from r: its mapping, else the
