@@ -12,6 +12,10 @@ const out = resolve(process.argv[2] || join(here, '..', 'static'));
 mkdirSync(out, { recursive: true });
 
 const common = { bundle: true, minify: true, legalComments: 'none', logLevel: 'warning', charset: 'utf8' };
-await build({ ...common, entryPoints: [join(here, 'src', 'main.js')], outfile: join(out, 'app.js'), format: 'iife', target: 'es2020' });
+// The builder is React (JSX, automatic runtime) in production mode.
+await build({
+  ...common, entryPoints: [join(here, 'src', 'main.js')], outfile: join(out, 'app.js'), format: 'iife', target: 'es2020',
+  jsx: 'automatic', define: { 'process.env.NODE_ENV': '"production"' },
+});
 await build({ ...common, entryPoints: [join(here, 'src', 'style.css')], outfile: join(out, 'style.css') });
 copyFileSync(join(here, 'src', 'index.html'), join(out, 'index.html'));

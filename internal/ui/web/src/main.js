@@ -8,6 +8,7 @@
 import { h, replace } from './dom.js';
 import { executionsView, waitsView, unmatchedView, deadLettersView } from './lists.js';
 import { executionView } from './execution.js';
+import { builderView } from './builder/index.jsx';
 import { tickCountdowns } from './widgets.js';
 import { tokenStore } from './api.js';
 import { session, SessionState } from './session.js';
@@ -20,6 +21,7 @@ const routes = [
   { re: /^waits$/, view: (m, p) => waitsView(p), nav: 'waits' },
   { re: /^unmatched$/, view: (m, p) => unmatchedView(p), nav: 'unmatched' },
   { re: /^dead-letters$/, view: (m, p) => deadLettersView(p), nav: 'dead-letters' },
+  { re: /^builder(?:\/([^/?]+))?$/, view: (m) => builderView(m[1] ? decodeURIComponent(m[1]) : ''), nav: 'builder' },
 ];
 
 const main = document.getElementById('view');
@@ -48,6 +50,7 @@ function mount() {
     if (m) { route = r; break; }
   }
   generation++;
+  if (current && current.dispose) current.dispose();
   if (!route) {
     current = null;
     replace(main, h('p', { class: 'empty' }, 'No such page. ', h('a', { href: '#/executions' }, 'Executions')));
