@@ -169,10 +169,29 @@ func TestWebViewAsksForAToken(t *testing.T) {
 	require.Empty(t, p.foreign, fmt.Sprintf("requests to other origins: %v", p.foreign))
 }
 
-// TestConsoleOffersActionsByRole: the actions an execution's page offers follow the role
-// whoami names. A viewer reads the waiting execution, its graph and its wait, without a
-// single action; the same page read with an operator's token offers the execution's and
-// the wait's actions.
+// builderRole is what the builder offers the token's role.
+type builderRole struct {
+	Drawn          bool   `json:"drawn"`
+	Editable       string `json:"editable"`
+	Palette        bool   `json:"palette"`
+	Save           bool   `json:"save"`
+	Start          bool   `json:"start"`
+	DisabledFields bool   `json:"disabledFields"`
+}
+
+const builderRoleJS = `(() => {
+  const $ = (s) => document.querySelector(s), b = $('.builder');
+  const fields = [...document.querySelectorAll('.builder-side input, .builder-side select, .builder-side textarea')];
+  return { drawn: Boolean(b && $('.rdv-node[data-node-id=wait]')), editable: b ? b.dataset.editable : '',
+    palette: Boolean($('.builder-palette')), save: Boolean($('#builder-save')), start: Boolean($('#builder-start')),
+    disabledFields: fields.length > 0 && fields.every((f) => f.disabled || f.readOnly) };
+})()`
+
+// TestConsoleOffersActionsByRole: the actions an execution's page offers, and the
+// builder's authoring, follow the role whoami names. A viewer reads the waiting
+// execution, its graph and its wait, without a single action; the same page read with an
+// operator's token offers the execution's and the wait's actions, and the builder shows
+// the workflow read-only with Start; with an admin's token the builder may author it.
 func TestConsoleOffersActionsByRole(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
@@ -207,6 +226,18 @@ func TestConsoleOffersActionsByRole(t *testing.T) {
 	p.useToken(t, operator)
 	v = awaitExec(t, p, "the execution read by an operator", func(v execPage) bool { return v.ID == id && len(v.Actions) > 0 })
 	require.ElementsMatch(t, []string{"cancel-execution", "send-event", "cancel-wait-continue", "cancel-wait-fail"}, v.Actions)
+
+	// The builder: an operator may start the stored workflow but not store definitions,
+	// so it sees the workflow read-only; an admin (the bootstrap token) may author it.
+	p.navigate(t, base+"/ui/#/builder/approve")
+	b := await(t, p, "the builder read-only for an operator", builderRoleJS, func(b builderRole) bool { return b.Drawn })
+	require.Equal(t, builderRole{Drawn: true, Editable: "false", Start: true, DisabledFields: true}, b)
+	p.screenshot(t, "builder-operator", "the builder for an operator: approve drawn, no palette and no Save, the panel's fields disabled, Start execution offered")
+	p.click(t, "#forget-token")
+	p.awaitAuth(t, "the token forgotten", func(v authView) bool { return v.FormShown && v.Stored == "" })
+	p.useToken(t, e2eBootstrap)
+	b = await(t, p, "the builder editable for an admin", builderRoleJS, func(b builderRole) bool { return b.Drawn && b.Editable == "true" })
+	require.Equal(t, builderRole{Drawn: true, Editable: "true", Palette: true, Save: true, Start: true}, b)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

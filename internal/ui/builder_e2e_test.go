@@ -97,7 +97,7 @@ func (p *page) addNode(t *testing.T, typ string) {
 func (p *page) selectNode(t *testing.T, id string) {
 	t.Helper()
 	p.do(t, "select node "+id, fmt.Sprintf(`(() => { const el = document.querySelector('.react-flow__node[data-id=%q]'); if (!el) return false;
-  for (const type of ['mousedown', 'mouseup', 'click']) el.dispatchEvent(new MouseEvent(type, {bubbles: true, cancelable: true, button: 0}));
+  for (const type of ['mousedown', 'mouseup', 'click']) el.dispatchEvent(new MouseEvent(type, {bubbles: true, cancelable: true, button: 0, view: window}));
   return true; })()`, id))
 	await(t, p, "node "+id+" selected", `(document.querySelector('[data-panel=node]') || {dataset: {}}).dataset.nodeId || ''`,
 		func(s string) bool { return s == id })
@@ -185,7 +185,7 @@ func TestBuilderAuthorsExampleOne(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	base := startBuilderService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/builder")
@@ -245,7 +245,7 @@ func TestBuilderChangesAStoredExample(t *testing.T) {
 	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/expense-approval", example)
 	require.Equal(t, http.StatusCreated, status, body)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/builder/expense-approval")
@@ -258,7 +258,7 @@ func TestBuilderChangesAStoredExample(t *testing.T) {
 	p.selectNode(t, "paid")
 	p.set(t, "#data_timeout", "96h")
 	diff := p.save(t, 2)
-	require.Equal(t, []string{`-          "timeout": "168h"`, `+          "timeout": "96h"`}, diff)
+	require.Equal(t, []string{`-        "timeout": "168h"`, `+        "timeout": "96h"`}, diff)
 	p.screenshot(t, "builder-diff", "saving expense-approval as version 2: the diff folds the unchanged lines and shows only paid's timeout, 168h → 96h")
 	p.confirmSave(t, 2)
 
@@ -277,7 +277,7 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 	chromium := chromiumPath(t)
 	base := startBuilderService(t)
 	fake := newFakeService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/builder")
@@ -337,7 +337,7 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 	base := startBuilderService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
 
@@ -345,6 +345,7 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 		want := readJSON(t, filepath.Join("testdata", "builder", fmt.Sprintf("example-%d.json", n))).(map[string]any)
 		name := want["name"].(string)
 		node := want["nodes"].([]any)[0].(map[string]any)
+		t.Logf("T %v example %d", time.Now().Format("15:04:05.000"), n)
 		p.navigate(t, base+"/ui/#/builder")
 		p.reload(t)
 		awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" && len(s.Nodes) == 0 })
@@ -355,6 +356,7 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 		awaitBuilder(t, p, "the node renamed", func(s builderState) bool { _, ok := s.Nodes[node["id"].(string)]; return ok })
 		p.fillForm(t, "data", node["data"].(map[string]any))
 		awaitBuilder(t, p, name+" valid", func(s builderState) bool { return s.Check == "valid" })
+		t.Logf("T %v example %d filled", time.Now().Format("15:04:05.000"), n)
 		p.screenshot(t, fmt.Sprintf("builder-example-%d", n), fmt.Sprintf("configuration example %d authored in the panel, valid, before saving", n))
 		p.save(t, 1)
 		p.confirmSave(t, 1)

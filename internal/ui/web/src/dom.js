@@ -1,6 +1,6 @@
 // DOM building. Every piece of text, wherever it came from, enters the page as a text
-// node or an attribute value, never as markup: there is no innerHTML anywhere in the
-// console, so an event payload or a workflow name cannot become an element or a script.
+// node or an attribute value, never as markup: the console has no HTML-parsing sink at
+// all, so an event payload or a workflow name cannot become an element or a script.
 
 // SVG is the namespace of SVG elements: an identifier, never fetched.
 export const SVG = 'http://www.w3.org/2000/svg';

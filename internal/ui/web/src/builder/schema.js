@@ -1,7 +1,7 @@
 // The definition format as the builder knows it: nothing but the JSON Schemas the
 // service serves under /schemas/ (the ones its own validation uses). From them it
 //  - validates the whole document in the browser (@cfworker/json-schema, an interpreter:
-//    the console's CSP forbids the compiled validators that build code with new Function),
+//    the console's CSP forbids validators that compile schemas into code at run time),
 //    each error at the JSON path the service's own errors use (nodes[0].data.apiCall.url);
 //  - derives each form's shape (formSchema): the fields a value may have, for the
 //    schema-driven form (@rjsf/core) to render. Conditions (if/then/else, allOf) are rules
@@ -95,7 +95,7 @@ export class Schemas {
     delete properties.nodes;
     delete properties.edges;
     delete properties.$schema;
-    return { ...s, properties };
+    return { type: 'object', properties };
   }
 }
 
@@ -138,7 +138,7 @@ function types(s) {
   return t.filter((x) => x !== 'null');
 }
 
-// isForbidding: a subschema that only refuses (not: {}, false, or a maxItems: 0 rule).
+// isForbidding: a subschema that only refuses (not: {} or false).
 const isForbidding = (s) => s === false || (s && typeof s === 'object' && ('not' in s));
 
 // collect merges a schema with the branches it is made of into one flat schema: its own
@@ -168,7 +168,7 @@ function collect(ctx, s, file, depth, acc) {
 }
 
 // shape turns a schema into the form schema rjsf renders. Kinds of value the form cannot
-// edit field by field become text widgets named by ui:field-kind (see widgets.jsx): a
+// edit field by field become text widgets named by x-kind (see widgets.jsx): a
 // free JSON value, a number-or-duration, a scalar.
 function shape(ctx, schema, file, depth) {
   const acc = collect(ctx, schema, file, depth, { own: {}, properties: {} });

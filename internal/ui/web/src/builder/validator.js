@@ -1,5 +1,5 @@
 // The validator @rjsf/core asks while it renders a form. rjsf's own validator compiles
-// schemas with new Function, which the console's CSP forbids; this one interprets them
+// schemas into code at run time, which the console's CSP forbids; this one interprets them
 // (@cfworker/json-schema). The form itself validates nothing: the builder checks the
 // whole definition against the served schemas (schema.js) and the service, and hands
 // the form the errors at its fields (extraErrors), so a field shows the same error

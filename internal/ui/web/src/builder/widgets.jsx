@@ -46,7 +46,8 @@ function common(props) {
 
 // TemplateWidget: a text field whose suggestions include the templates in scope.
 export function TemplateWidget(props) {
-  const { id, value, onChange, schema, formContext } = props;
+  const { id, value, onChange, schema } = props;
+  const formContext = props.registry && props.registry.formContext;
   const hasList = stringExamples(schema).length || ((formContext && formContext.templateNames) || []).length;
   return (
     <>
@@ -74,7 +75,7 @@ export function TristateWidget(props) {
 // NumberOrStringWidget: a duration, as a number of seconds or a duration string: what
 // reads as a number is written as one.
 export function NumberOrStringWidget(props) {
-  const { id, value, onChange, schema, formContext } = props;
+  const { id, value, onChange, schema } = props;
   return (
     <>
       <input type="text" className="form-control" {...common(props)} value={value === undefined || value === null ? '' : String(value)}
@@ -83,7 +84,7 @@ export function NumberOrStringWidget(props) {
           const t = ev.target.value;
           onChange(t === '' ? undefined : /^-?\d+(\.\d+)?$/.test(t) ? Number(t) : t);
         }} />
-      <Suggestions id={id} schema={{ 'x-examples': (schema['x-examples'] || []).map(String) }} formContext={formContext && { templateNames: [] }} />
+      <Suggestions id={id} schema={{ 'x-examples': (schema['x-examples'] || []).map(String) }} />
     </>
   );
 }
