@@ -214,6 +214,7 @@ func TestBuilderAuthorsExampleOne(t *testing.T) {
 	p.set(t, "#data_aggregationStrategy", "custom")
 	awaitFieldError(t, p, "data_requiredEvents", "required")
 	p.set(t, "#data_timeout", "300")
+	p.do(t, "scroll to requiredEvents", `(() => { const el = document.getElementById('data_requiredEvents'); if (!el) return false; el.scrollIntoView({block: 'center'}); return true; })()`)
 	p.screenshot(t, "builder-errors", "example 1 half built: the wait node marked red with its error count; the panel shows 'required' under the API call's URL and under requiredEvents (strategy custom)")
 
 	p.set(t, "#data_apiCall_url", "https://api.example.com/process")
@@ -283,7 +284,13 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 	p.navigate(t, base+"/ui/#/builder")
 	awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" })
 	p.set(t, "#wf_name", "ping")
-	p.set(t, "#wf_vars", fmt.Sprintf(`{"svc": %q}`, fake.url))
+	// vars typed in the JSON tab: the same document, so the URL field below offers them.
+	p.click(t, "#tab-json")
+	p.do(t, "add vars in the JSON tab", fmt.Sprintf(`(() => { const ta = document.getElementById('builder-json'); if (!ta) return false;
+  const doc = JSON.parse(ta.value); doc.vars = {svc: %s}; return (%s)(ta, JSON.stringify(doc, null, 2)); })()`, q(fake.url), setJS))
+	p.click(t, "#tab-properties")
+	await(t, p, "vars in the definition's form", `(document.getElementById('wf_vars') || {}).value || ''`,
+		func(s string) bool { return strings.Contains(s, fake.url) })
 
 	p.addNode(t, "http")
 	awaitBuilder(t, p, "the http node", func(s builderState) bool { _, ok := s.Nodes["http_1"]; return ok && s.Panel == "node" })
@@ -304,6 +311,12 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 		return len(s.Edges) == 1 && s.Edges[0] == "output.status == 200" && s.Check == "valid"
 	})
 	p.click(t, "#builder-layout")
+	p.click(t, "#tab-json")
+	shown := await(t, p, "the JSON tab", `(document.getElementById('builder-json') || {}).value || ''`, func(s string) bool { return s != "" })
+	p.screenshot(t, "builder-json", "the JSON tab of ping: the same definition as the canvas, the edge's condition included")
+	p.click(t, "#tab-properties")
+	var inTab any
+	require.NoError(t, json.Unmarshal([]byte(shown), &inTab))
 	p.screenshot(t, "builder-flow", "ping: http_1 → wait_1 connected on the canvas, the edge's condition output.status == 200 edited in its label")
 	p.save(t, 1)
 	p.confirmSave(t, 1)
@@ -317,6 +330,7 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 		},
 		"edges": []any{map[string]any{"source": "http_1", "target": "wait_1", "condition": "output.status == 200"}},
 	}, got)
+	require.Equal(t, got, inTab, "the JSON tab showed what was stored")
 
 	p.click(t, "#builder-start")
 	p.set(t, "#builder-start-input", `{"order": 7}`)
@@ -345,7 +359,6 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 		want := readJSON(t, filepath.Join("testdata", "builder", fmt.Sprintf("example-%d.json", n))).(map[string]any)
 		name := want["name"].(string)
 		node := want["nodes"].([]any)[0].(map[string]any)
-		t.Logf("T %v example %d", time.Now().Format("15:04:05.000"), n)
 		p.navigate(t, base+"/ui/#/builder")
 		p.reload(t)
 		awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" && len(s.Nodes) == 0 })
@@ -356,7 +369,6 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 		awaitBuilder(t, p, "the node renamed", func(s builderState) bool { _, ok := s.Nodes[node["id"].(string)]; return ok })
 		p.fillForm(t, "data", node["data"].(map[string]any))
 		awaitBuilder(t, p, name+" valid", func(s builderState) bool { return s.Check == "valid" })
-		t.Logf("T %v example %d filled", time.Now().Format("15:04:05.000"), n)
 		p.screenshot(t, fmt.Sprintf("builder-example-%d", n), fmt.Sprintf("configuration example %d authored in the panel, valid, before saving", n))
 		p.save(t, 1)
 		p.confirmSave(t, 1)
