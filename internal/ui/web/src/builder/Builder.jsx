@@ -33,7 +33,7 @@ const VALIDATE_DELAY_MS = 400; // the service is asked once typing pauses
 // layoutPositions places every node left to right along the edges (dagre).
 function layoutPositions(doc) {
   const g = new Graph({ multigraph: true });
-  g.setGraph({ rankdir: 'LR', nodesep: 40, ranksep: 90, marginx: 20, marginy: 20 });
+  g.setGraph({ rankdir: 'LR', nodesep: 40, ranksep: 150, marginx: 20, marginy: 20 });
   g.setDefaultEdgeLabel(() => ({}));
   const ids = nodesOf(doc).map((n) => n.id).filter((id) => typeof id === 'string');
   for (const id of ids) g.setNode(id, { width: NODE_W, height: NODE_H });
@@ -176,9 +176,15 @@ function CondEdge(props) {
 const nodeTypes = { rdv: RdvNode };
 const edgeTypes = { cond: CondEdge };
 
-function Canvas({ doc, errors, editable, selected, onSelect, onChange, positions, setPositions }) {
+function Canvas({ doc, errors, editable, selected, onSelect, onChange, positions, setPositions, fitKey }) {
   const flow = useReactFlow();
   const [flowNodes, setFlowNodes] = useState([]);
+
+  // A new layout (opening a workflow, Lay out) is shown whole.
+  useEffect(() => {
+    const t = setTimeout(() => flow.fitView({ padding: 0.3, maxZoom: 1.2 }), 50);
+    return () => clearTimeout(t);
+  }, [fitKey, flow]);
 
   const errorsByNode = useMemo(() => {
     const m = new Map();
@@ -494,6 +500,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   const [saveState, setSaveState] = useState(null);
   const [startText, setStartText] = useState('{}');
   const [workflows, setWorkflows] = useState([]);
+  const [fitKey, setFitKey] = useState(0);
 
   useEffect(() => {
     Schemas_load(setSchemas, setLoadProblem);
@@ -517,6 +524,7 @@ function BuilderApp({ name, canEdit, canStart }) {
       setDoc(a.body.definition);
       setStored({ version: a.body.version, definition: a.body.definition });
       setPositions(layoutPositions(a.body.definition));
+      setFitKey((k) => k + 1);
     });
     return () => { dropped = true; };
   }, [name]);
@@ -614,7 +622,7 @@ function BuilderApp({ name, canEdit, canStart }) {
           {errors.length ? `${errors.length} error(s)` : checked ? 'valid' : 'checking…'}
         </span>
         <span className="spacer" />
-        <button type="button" id="builder-layout" onClick={() => setPositions(layoutPositions(doc))}>Lay out</button>
+        <button type="button" id="builder-layout" onClick={() => { setPositions(layoutPositions(doc)); setFitKey((k) => k + 1); }}>Lay out</button>
         {canEdit ? <button type="button" id="builder-save" disabled={!dirty} onClick={() => { setSaveState(null); setDialog('save'); }}>Save…</button> : null}
         {canStart && stored ? <button type="button" id="builder-start" onClick={() => { setSaveState(null); setDialog('start'); }}>Start execution…</button> : null}
       </div>
@@ -634,7 +642,7 @@ function BuilderApp({ name, canEdit, canStart }) {
         ) : null}
         <ReactFlowProvider>
           <Canvas doc={doc} errors={errors} editable={canEdit} selected={selected} onSelect={setSelected} onChange={edit}
-            positions={positions} setPositions={setPositions} />
+            positions={positions} setPositions={setPositions} fitKey={fitKey} />
         </ReactFlowProvider>
         <div className="builder-side">
           <div className="tabs" role="tablist">
@@ -652,7 +660,7 @@ function BuilderApp({ name, canEdit, canStart }) {
       </div>
       {dialog === 'save' ? (
         <Modal id="builder-save-dialog" title={stored ? `Save ${doc.name} as version ${stored.version + 1}` : `Save ${doc.name} as version 1`} onClose={() => setDialog(null)}>
-          <p className="hint">{stored ? `Changes against version ${stored.version} as stored (keys in order):` : 'A new workflow:'}</p>
+          <p className="hint">{stored ? `Changes against version ${stored.version} as stored (keys sorted, so only what changed differs):` : 'A new workflow:'}</p>
           <DiffView before={before} after={after} />
           <ProblemBox problem={saveState && saveState.problem} />
           {saveState && saveState.errors ? <Problems errors={saveState.errors} /> : null}
