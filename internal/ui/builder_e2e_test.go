@@ -103,13 +103,6 @@ func (p *page) selectNode(t *testing.T, id string) {
 		func(s string) bool { return s == id })
 }
 
-// selectDefinition clicks the empty canvas: the definition's own fields show.
-func (p *page) selectDefinition(t *testing.T) {
-	t.Helper()
-	p.click(t, ".react-flow__pane")
-	awaitBuilder(t, p, "the definition's panel", func(s builderState) bool { return s.Panel == "definition" })
-}
-
 // connect draws an edge from one node's output handle to another's input handle by
 // clicking one and then the other.
 func (p *page) connect(t *testing.T, from, to string) {
@@ -122,9 +115,8 @@ func (p *page) connect(t *testing.T, from, to string) {
 	}
 }
 
-// save opens the save dialog, returns the diff it shows (lines with +/-), saves, and
-// waits for the stored version.
-func (p *page) save(t *testing.T, version int) []string {
+// save opens the save dialog and returns the lines its diff marks added or removed.
+func (p *page) save(t *testing.T) []string {
 	t.Helper()
 	p.click(t, "#builder-save")
 	diff := await(t, p, "the save dialog's diff", `(() => { const d = document.querySelector('#builder-save-dialog[open]'); if (!d) return null;
@@ -159,6 +151,31 @@ func readJSON(t *testing.T, path string) any {
 	return v
 }
 
+// TestBuilder drives the builder through its four stories in one browser against one
+// service, one after the other (each on a freshly loaded page, with its own workflow
+// names): a browser and a service per story would cost more than the stories.
+func TestBuilder(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	base := startBuilderService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	p := openBrowser(t, ctx, chromium, base)
+	for _, part := range []struct {
+		name string
+		run  func(*testing.T, *page, string)
+	}{
+		{"AuthorsExampleOne", authorExampleOne},
+		{"ChangesAStoredExample", changeAStoredExample},
+		{"StartsAnExecution", startAnExecution},
+		{"AuthorsTheConfigurationExamples", authorTheConfigurationExamples},
+	} {
+		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, base) }) {
+			return // the page is in an unknown state
+		}
+	}
+}
+
 func startBuilderService(t *testing.T) string {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
@@ -176,19 +193,14 @@ func (p *page) noProblems(t *testing.T) {
 	require.Empty(t, p.foreign, "the page loaded something from another origin")
 }
 
-// TestBuilderAuthorsExampleOne builds the wait for an API call and a Kafka event with
+// authorExampleOne builds the wait for an API call and a Kafka event with
 // strategy all from an empty canvas, through the palette and the panel alone; sees the
 // errors of a missing URL and of a custom strategy without requiredEvents appear on
 // those fields and the node marked; fixes them, saves, and compares the stored
 // definition with the one written by hand.
-func TestBuilderAuthorsExampleOne(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
-	base := startBuilderService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
+func authorExampleOne(t *testing.T, p *page, base string) {
 	p.navigate(t, base+"/ui/#/builder")
+	p.reload(t)
 
 	s := awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" && s.Check != "" })
 	require.Empty(t, s.Nodes)
@@ -223,7 +235,7 @@ func TestBuilderAuthorsExampleOne(t *testing.T) {
 	awaitNoFieldError(t, p, "data_requiredEvents")
 	awaitBuilder(t, p, "a valid definition", func(s builderState) bool { return s.Check == "valid" && s.Nodes["wait"] == 0 })
 
-	diff := p.save(t, 1)
+	diff := p.save(t)
 	require.NotEmpty(t, diff)
 	p.screenshot(t, "builder-save-new", "saving example-1: the dialog shows the whole new definition as added lines")
 	p.confirmSave(t, 1)
@@ -235,21 +247,15 @@ func TestBuilderAuthorsExampleOne(t *testing.T) {
 	p.noProblems(t)
 }
 
-// TestBuilderChangesAStoredExample opens examples/expense-approval.json as stored,
+// changeAStoredExample opens examples/expense-approval.json as stored,
 // changes a timeout, and saves version 2: the diff shows that line alone, and the
 // stored version 2 differs from version 1 in that value alone.
-func TestBuilderChangesAStoredExample(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
-	base := startBuilderService(t)
+func changeAStoredExample(t *testing.T, p *page, base string) {
 	example := readJSON(t, filepath.Join("..", "..", "examples", "expense-approval.json")).(map[string]any)
 	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/expense-approval", example)
 	require.Equal(t, http.StatusCreated, status, body)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/builder/expense-approval")
+	p.reload(t)
 	s := awaitBuilder(t, p, "the stored workflow drawn", func(s builderState) bool {
 		return len(s.Nodes) == 2 && s.Version == 1 && s.Check == "valid"
 	})
@@ -258,7 +264,7 @@ func TestBuilderChangesAStoredExample(t *testing.T) {
 
 	p.selectNode(t, "paid")
 	p.set(t, "#data_timeout", "96h")
-	diff := p.save(t, 2)
+	diff := p.save(t)
 	require.Equal(t, []string{`-        "timeout": "168h"`, `+        "timeout": "96h"`}, diff)
 	p.screenshot(t, "builder-diff", "saving expense-approval as version 2: the diff folds the unchanged lines and shows only paid's timeout, 168h → 96h")
 	p.confirmSave(t, 2)
@@ -270,18 +276,13 @@ func TestBuilderChangesAStoredExample(t *testing.T) {
 	p.noProblems(t)
 }
 
-// TestBuilderStartsAnExecution builds http → wait from the palette, connects them on
+// startAnExecution builds http → wait from the palette, connects them on
 // the canvas with a condition edited on the edge, saves, starts an execution with an
 // input from the builder and follows it in the console until it completes.
-func TestBuilderStartsAnExecution(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
-	base := startBuilderService(t)
+func startAnExecution(t *testing.T, p *page, base string) {
 	fake := newFakeService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/builder")
+	p.reload(t)
 	awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" })
 	p.set(t, "#wf_name", "ping")
 	// vars typed in the JSON tab: the same document, so the URL field below offers them.
@@ -318,7 +319,7 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 	var inTab any
 	require.NoError(t, json.Unmarshal([]byte(shown), &inTab))
 	p.screenshot(t, "builder-flow", "ping: http_1 → wait_1 connected on the canvas, the edge's condition output.status == 200 edited in its label")
-	p.save(t, 1)
+	p.save(t)
 	p.confirmSave(t, 1)
 
 	_, got := storedDefinition(t, base, "ping")
@@ -344,16 +345,10 @@ func TestBuilderStartsAnExecution(t *testing.T) {
 	p.noProblems(t)
 }
 
-// TestBuilderAuthorsTheConfigurationExamples authors each configuration example (see
+// authorTheConfigurationExamples authors each configuration example (see
 // testdata/builder/README.md) in the builder from an empty canvas, field by field in
 // the panel, and compares each stored definition with the one written by hand.
-func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
-	t.Parallel()
-	chromium := chromiumPath(t)
-	base := startBuilderService(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
+func authorTheConfigurationExamples(t *testing.T, p *page, base string) {
 
 	for _, n := range []int{2, 3, 4, 5} {
 		want := readJSON(t, filepath.Join("testdata", "builder", fmt.Sprintf("example-%d.json", n))).(map[string]any)
@@ -370,7 +365,7 @@ func TestBuilderAuthorsTheConfigurationExamples(t *testing.T) {
 		p.fillForm(t, "data", node["data"].(map[string]any))
 		awaitBuilder(t, p, name+" valid", func(s builderState) bool { return s.Check == "valid" })
 		p.screenshot(t, fmt.Sprintf("builder-example-%d", n), fmt.Sprintf("configuration example %d authored in the panel, valid, before saving", n))
-		p.save(t, 1)
+		p.save(t)
 		p.confirmSave(t, 1)
 		_, got := storedDefinition(t, base, name)
 		require.Equal(t, want, got, "example %d", n)

@@ -491,7 +491,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   const [schemas, setSchemas] = useState(null);
   const [loadProblem, setLoadProblem] = useState(null);
   const [doc, setDoc] = useState(null);
-  const [stored, setStored] = useState(null); // {version, definition} as the service has it
+  const [stored, setStored] = useState(null); // {name, version, definition} as the service has it
   const [positions, setPositions] = useState({});
   const [selected, setSelected] = useState(null);
   const [tab, setTab] = useState('properties');
@@ -522,26 +522,24 @@ function BuilderApp({ name, canEdit, canStart }) {
       if (dropped) return;
       if (!a.ok) { setLoadProblem(a.problem); return; }
       setDoc(a.body.definition);
-      setStored({ version: a.body.version, definition: a.body.definition });
+      setStored({ name, version: a.body.version, definition: a.body.definition });
       setPositions(layoutPositions(a.body.definition));
       setFitKey((k) => k + 1);
     });
     return () => { dropped = true; };
   }, [name]);
 
-  // edit changes the definition; every view follows.
+  // edit changes the definition; every view follows. A document typed in the JSON tab
+  // replaces the definition whole: its new nodes are placed by the layout, the others
+  // stay where they are.
   const edit = useCallback((fn, how) => {
-    setDoc((d) => {
-      const next = fn(d);
-      if (how && how.fromJSON) {
-        // New nodes typed in JSON are placed by the layout; the others stay.
-        setPositions((p) => {
-          const missing = nodesOf(next).some((n) => !p[n.id]);
-          return missing ? { ...layoutPositions(next), ...p } : p;
-        });
-      }
-      return next;
-    });
+    if (how && how.fromJSON) {
+      const next = fn();
+      setDoc(next);
+      setPositions((p) => (nodesOf(next).some((n) => !p[n.id]) ? { ...layoutPositions(next), ...p } : p));
+      return;
+    }
+    setDoc(fn);
     if (how && how.renamed) {
       const [from, to] = how.renamed;
       setPositions((p) => ({ ...p, [to]: p[from] }));
@@ -582,7 +580,9 @@ function BuilderApp({ name, canEdit, canStart }) {
   let startInput = null;
   try { startInput = JSON.parse(startText); } catch { startInput = null; }
 
-  const before = stored ? pretty(canonical(stored.definition)) : '';
+  // Saving under another name stores a new workflow: its diff is against nothing.
+  const base = stored && stored.name === doc.name ? stored : null;
+  const before = base ? pretty(canonical(base.definition)) : '';
   const after = pretty(canonical(doc));
   const dirty = before !== after;
 
@@ -591,7 +591,9 @@ function BuilderApp({ name, canEdit, canStart }) {
     const a = await request('PUT', `workflows/${encodeURIComponent(doc.name)}`, { body: doc });
     if (!a.ok) { setSaveState({ problem: a.problem, errors: a.body && a.body.errors }); return; }
     const r = await get(`workflows/${encodeURIComponent(doc.name)}`);
-    if (r.ok) setStored({ version: r.body.version, definition: r.body.definition });
+    if (r.ok) setStored({ name: doc.name, version: r.body.version, definition: r.body.definition });
+    const l = await get('workflows', { limit: 200 });
+    if (l.ok && l.body) setWorkflows(l.body.items || []);
     setSaveState({ done: a.body });
     if (doc.name !== name) {
       history.replaceState(null, '', `#/builder/${encodeURIComponent(doc.name)}`);
@@ -601,7 +603,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   const start = async () => {
     let input;
     try { input = JSON.parse(startText); } catch (err) { setSaveState({ problem: { title: 'The input is not JSON', detail: err.message } }); return; }
-    const a = await request('POST', `workflows/${encodeURIComponent(stored ? doc.name : name)}/executions`, { body: { input } });
+    const a = await request('POST', `workflows/${encodeURIComponent(stored.name)}/executions`, { body: { input } });
     if (!a.ok) { setSaveState({ problem: a.problem }); return; }
     location.hash = `#/executions/${encodeURIComponent(a.body.id)}`;
   };
@@ -659,8 +661,8 @@ function BuilderApp({ name, canEdit, canStart }) {
         </div>
       </div>
       {dialog === 'save' ? (
-        <Modal id="builder-save-dialog" title={stored ? `Save ${doc.name} as version ${stored.version + 1}` : `Save ${doc.name} as version 1`} onClose={() => setDialog(null)}>
-          <p className="hint">{stored ? `Changes against version ${stored.version} as stored (keys sorted, so only what changed differs):` : 'A new workflow:'}</p>
+        <Modal id="builder-save-dialog" title={base ? `Save ${doc.name} as version ${base.version + 1}` : `Save ${doc.name} as version 1`} onClose={() => setDialog(null)}>
+          <p className="hint">{base ? `Changes against version ${base.version} as stored (keys sorted, so only what changed differs):` : 'A new workflow:'}</p>
           <DiffView before={before} after={after} />
           <ProblemBox problem={saveState && saveState.problem} />
           {saveState && saveState.errors ? <Problems errors={saveState.errors} /> : null}
@@ -672,7 +674,7 @@ function BuilderApp({ name, canEdit, canStart }) {
         </Modal>
       ) : null}
       {dialog === 'start' ? (
-        <Modal id="builder-start-dialog" title={`Start ${doc.name} (version ${stored.version})`} onClose={() => setDialog(null)}>
+        <Modal id="builder-start-dialog" title={`Start ${stored.name} (version ${stored.version})`} onClose={() => setDialog(null)}>
           {dirty ? <p className="hint">The execution runs version {stored.version} as stored, not the unsaved changes.</p> : null}
           <label htmlFor="builder-start-input">Input (JSON)</label>
           <textarea id="builder-start-input" rows={6} spellCheck={false} value={startText} onChange={(ev) => setStartText(ev.target.value)} />

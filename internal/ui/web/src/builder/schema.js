@@ -219,10 +219,30 @@ function shape(ctx, schema, file, depth) {
   }
   const single = t[0] || 'string';
   out.type = single === 'integer' ? 'integer' : single;
+  const choices = closedChoices(own);
+  if (choices) out['x-choices'] = choices;
   if (own.enum) {
     const values = own.enum.filter((v) => v !== null);
     if (values.length) out.enum = values;
   }
   if (own.const !== undefined) out.enum = [own.const];
   return out;
+}
+
+// closedChoices: the examples of a string whose pattern admits no more than a fixed set
+// of spellings (anchored, no repetition: ^(GET|POST|…)$ in any case) and which all
+// match it, so that they are the values to choose from (the HTTP method). Other
+// patterns (a topic name, a URL) take free text.
+function closedChoices(own) {
+  const ex = own.examples;
+  if (typeof own.pattern !== 'string' || !Array.isArray(ex) || !ex.length || ex.some((e) => typeof e !== 'string')) return null;
+  const bare = own.pattern.replace(/\\./g, '');
+  if (!/^\^.*\$$/.test(bare) || /[*+?{]/.test(bare)) return null;
+  let re;
+  try {
+    re = new RegExp(own.pattern, 'u');
+  } catch {
+    return null;
+  }
+  return ex.every((e) => re.test(e)) ? ex : null;
 }

@@ -11,6 +11,7 @@ export function uiFor(s) {
   const ui = {};
   if (!s || typeof s !== 'object') return ui;
   if (s['x-kind']) ui['ui:widget'] = s['x-kind'];
+  else if (s['x-choices']) ui['ui:widget'] = 'choice';
   else if (s.type === 'boolean') ui['ui:widget'] = 'tristate';
   else if (s.type === 'string' && !s.enum) ui['ui:widget'] = 'template';
   if (s['x-default'] !== undefined) ui['ui:placeholder'] = `default: ${JSON.stringify(s['x-default'])}`;
@@ -68,6 +69,21 @@ export function TristateWidget(props) {
       <option value="">{placeholder || '(not set)'}</option>
       <option value="true">true</option>
       <option value="false">false</option>
+    </select>
+  );
+}
+
+// ChoiceWidget: a string whose schema admits a closed set of values (schema.js
+// closedChoices) as a dropdown; a stored value spelt otherwise ("post") stays choosable.
+export function ChoiceWidget(props) {
+  const { value, onChange, schema, placeholder } = props;
+  const choices = schema['x-choices'] || [];
+  const options = value !== undefined && value !== null && !choices.includes(value) ? [...choices, value] : choices;
+  return (
+    <select className="form-control" {...common(props)} value={value ?? ''}
+      onChange={(ev) => onChange(ev.target.value === '' ? undefined : ev.target.value)}>
+      <option value="">{placeholder || '(not set)'}</option>
+      {options.map((c) => <option key={c} value={c}>{c}</option>)}
     </select>
   );
 }
@@ -138,6 +154,7 @@ const sameJSON = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 export const widgets = {
   template: TemplateWidget,
   tristate: TristateWidget,
+  choice: ChoiceWidget,
   'number-or-string': NumberOrStringWidget,
   scalar: ScalarWidget,
   json: JsonWidget,
