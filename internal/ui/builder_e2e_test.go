@@ -276,9 +276,10 @@ func changeAStoredExample(t *testing.T, p *page, base string) {
 	p.noProblems(t)
 }
 
-// startAnExecution builds http → wait from the palette, connects them on
-// the canvas with a condition edited on the edge, saves, starts an execution with an
-// input from the builder and follows it in the console until it completes.
+// startAnExecution builds http → wait from the palette (one clicked, one dragged onto
+// the canvas), connects them on the canvas with a condition edited on the edge, saves,
+// starts an execution with an input from the builder and follows it in the console
+// until it completes.
 func startAnExecution(t *testing.T, p *page, base string) {
 	fake := newFakeService(t)
 	p.navigate(t, base+"/ui/#/builder")
@@ -301,8 +302,14 @@ func startAnExecution(t *testing.T, p *page, base string) {
 	require.Contains(t, names, "@{_vars.svc}")
 	p.set(t, "#data_url", "@{_vars.svc}/done")
 	p.set(t, "#data_method", "POST")
-	p.addNode(t, "wait")
-	awaitBuilder(t, p, "the wait node", func(s builderState) bool { _, ok := s.Nodes["wait_1"]; return ok })
+	// The wait node dragged from the palette and dropped on the canvas, right of http_1.
+	p.do(t, "drag wait onto the canvas", `(() => { const src = document.querySelector('.palette-item[data-node-type=wait]'), pane = document.querySelector('.builder-canvas');
+  if (!src || !pane) return false;
+  const dt = new DataTransfer(), r = pane.getBoundingClientRect();
+  src.dispatchEvent(new DragEvent('dragstart', {bubbles: true, cancelable: true, dataTransfer: dt}));
+  const at = {bubbles: true, cancelable: true, dataTransfer: dt, clientX: r.left + r.width * 0.8, clientY: r.top + r.height / 2};
+  pane.dispatchEvent(new DragEvent('dragover', at)); pane.dispatchEvent(new DragEvent('drop', at)); return true; })()`)
+	awaitBuilder(t, p, "the wait node", func(s builderState) bool { _, ok := s.Nodes["wait_1"]; return ok && s.Panel == "node" })
 	p.set(t, "#data_for", "1s")
 	p.connect(t, "http_1", "wait_1")
 	awaitBuilder(t, p, "the edge", func(s builderState) bool { return len(s.Edges) == 1 })
