@@ -8,7 +8,6 @@
 import { h, replace } from './dom.js';
 import { executionsView, waitsView, unmatchedView, deadLettersView } from './lists.js';
 import { executionView } from './execution.js';
-import { builderView } from './builder/index.jsx';
 import { tickCountdowns } from './widgets.js';
 import { tokenStore } from './api.js';
 import { session, SessionState } from './session.js';
@@ -21,7 +20,7 @@ const routes = [
   { re: /^waits$/, view: (m, p) => waitsView(p), nav: 'waits' },
   { re: /^unmatched$/, view: (m, p) => unmatchedView(p), nav: 'unmatched' },
   { re: /^dead-letters$/, view: (m, p) => deadLettersView(p), nav: 'dead-letters' },
-  { re: /^builder(?:\/([^/?]+))?$/, view: (m) => builderView(m[1] ? decodeURIComponent(m[1]) : ''), nav: 'builder' },
+  { re: /^builder(?:\/([^/?]+))?$/, view: (m) => lazyBuilderView(m[1] ? decodeURIComponent(m[1]) : ''), nav: 'builder' },
 ];
 
 const main = document.getElementById('view');
@@ -35,6 +34,29 @@ const tokenInput = document.getElementById('token-input');
 let current = null;
 let generation = 0; // a poll of a page no longer shown is dropped
 let timer = 0;
+
+// lazyBuilderView is the builder's page, whose code (React and the builder's libraries)
+// is loaded when the page first opens: the other pages never load it.
+function lazyBuilderView(name) {
+  const root = h('div', { class: 'builder-page', id: 'builder' }, h('p', { class: 'empty' }, 'Loading the builder…'));
+  let view = null;
+  let disposed = false;
+  const ready = import('./builder/index.jsx').then((m) => {
+    if (!disposed) view = m.builderView(name, root);
+  });
+  return {
+    root,
+    title: name ? `Builder · ${name}` : 'Builder',
+    async refresh() {
+      await ready;
+      return view ? view.refresh() : true;
+    },
+    dispose() {
+      disposed = true;
+      if (view) view.dispose();
+    },
+  };
+}
 
 function parse() {
   const raw = location.hash.replace(/^#\/?/, '');

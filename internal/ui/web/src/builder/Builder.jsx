@@ -127,7 +127,7 @@ function enabledEvents(data) {
   return out;
 }
 
-// nodeErrorIndex: the node index an error path belongs to, or -1.
+// nodeIndexOf and edgeIndexOf: the node (edge) an error's path lies in, or -1.
 function nodeIndexOf(path) {
   const m = /^nodes\[(\d+)\]/.exec(path);
   return m ? Number(m[1]) : -1;
@@ -309,7 +309,8 @@ function NodePanel({ schemas, doc, index, errors, editable, onChange, startInput
   const known = NODE_TYPES.find((t) => t.type === node.type);
   const formSchema = useMemo(() => {
     if (!known) return { type: 'string', 'x-kind': 'json', description: `No schema is known for node type ${node.type}: its data as JSON.` };
-    const s = schemas.formSchema(known.schema);
+    const base = schemas.formSchema(known.schema);
+    const s = { ...base, properties: { ...base.properties } };
     if (node.type === 'wait_events' && s.properties && s.properties.requiredEvents) {
       // requiredEvents is chosen among the events the node has enabled.
       const names = [...new Set([...enabledEvents(node.data), ...(Array.isArray(node.data && node.data.requiredEvents) ? node.data.requiredEvents : [])])];
@@ -503,7 +504,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   const [fitKey, setFitKey] = useState(0);
 
   useEffect(() => {
-    Schemas_load(setSchemas, setLoadProblem);
+    loadSchemas(setSchemas, setLoadProblem);
     get('workflows', { limit: 200 }).then((a) => { if (a.ok && a.body) setWorkflows(a.body.items || []); });
   }, []);
 
@@ -689,9 +690,9 @@ function BuilderApp({ name, canEdit, canStart }) {
   );
 }
 
-// Schemas_load loads the served schemas once per page.
+// loadSchemas loads the served schemas once per page.
 let schemasPromise = null;
-function Schemas_load(ok, fail) {
+function loadSchemas(ok, fail) {
   if (!schemasPromise) schemasPromise = Schemas.load();
   schemasPromise.then(ok, (err) => {
     schemasPromise = null;

@@ -26,6 +26,7 @@ export class Schemas {
   constructor(docs, base) {
     this.docs = docs;
     this.base = base;
+    this.shapes = new Map(); // formSchema's answers: the schemas do not change
     this.validator = new Validator(docs['workflow.json'], '2020-12', false);
     for (const name of FILES.slice(1)) this.validator.addSchema(docs[name]);
   }
@@ -81,10 +82,12 @@ export class Schemas {
   }
 
   // formSchema is the shape of a value of the schema at ref in file: properties merged
-  // from every branch, refs inlined, nothing that only says what is refused.
+  // from every branch, refs inlined, nothing that only says what is refused. The answer
+  // is shared: callers copy what they change.
   formSchema(file, ref = '#') {
-    const { schema } = this.resolve(ref, file);
-    return shape(this, schema, file, 0);
+    const key = `${file}${ref}`;
+    if (!this.shapes.has(key)) this.shapes.set(key, shape(this, this.resolve(ref, file).schema, file, 0));
+    return this.shapes.get(key);
   }
 
   // definitionForm is the shape of the definition's own fields (name, vars, triggers…);
