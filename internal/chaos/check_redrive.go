@@ -226,7 +226,12 @@ func (c *checker) secondLife(p *ExecPlan, e *ExecLog, def *Definition, status st
 		if _, kept := windows[name]; kept || (!w1.Open && w1.Hi.Before(from)) {
 			continue
 		}
-		w1.Lo = maxTime(w1.Lo, from)
+		if w1.Lo.Before(to) {
+			// Sent before the redrive surely committed (a wait discovered late has its
+			// deliveries sent late, as its redrive): it may have been applied before the
+			// reopen, late for the first life and gone, or after it.
+			w1 = Window{Lo: from, Open: true}
+		}
 		windows[name] = w1
 	}
 	if _, kept := windows[EventAPI]; !kept && len(rl.Callback.Attempts) > 0 {
