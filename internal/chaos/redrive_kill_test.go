@@ -126,8 +126,9 @@ func (f *killFake) busySender() string {
 // correlated call is answered 503 past its last retry, which fails the wait and the
 // execution. Once the service is back an operator (an operator token) redrives each over
 // HTTP — a third of them twice at once, on both replicas — and the first replica is
-// killed after a third of the requests were sent. Each redrive reopens the wait and
-// sends its call again; the service answers it and calls back. Each wait then completes
+// killed while its redrive transactions are in flight. Each redrive reopens the wait and
+// sends its call again (a call the killed replica had claimed is sent by the other once
+// the claim's lease has passed); the service answers it and calls back. Each wait then completes
 // and its continuation, an http node, calls the service, which holds the call: the
 // replica sending one is killed before the answer, so that node's result is never
 // committed and the other replica runs it again once the lease expires (the same
@@ -137,7 +138,16 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	const executions = 30
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
+	// The replicas' logs are kept when the test fails.
+	dir, err := os.MkdirTemp("", "rendezvous-redrive-kill-*")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replica logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
 	bin, err := buildBinary(ctx, dir)
 	require.NoError(t, err)
 
@@ -176,7 +186,9 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	defer client.CloseIdleConnections()
 	r := &runner{cl: cl, http: client, ctx: ctx, down: make([]bool, cfg.Replicas)}
 
-	def := Definition{Name: "redrive-kill", Strategy: "all", OnTimeout: "fail", Timeout: time.Minute,
+	// The wait outlasts a lease: a call claimed by a replica that is killed is sent by
+	// another once the claim's lease has passed, and must still find its wait open.
+	def := Definition{Name: "redrive-kill", Strategy: "all", OnTimeout: "fail", Timeout: replicaLease + 2*time.Minute,
 		Events: []EventDef{{Name: EventAPI, Required: true}}}
 	require.NoError(t, r.putDefinition(ctx, &def))
 	require.NoError(t, r.createOperatorToken(ctx))
