@@ -320,16 +320,22 @@ func (c *checker) execution(p *ExecPlan, e *ExecLog, executions map[uuid.UUID]Ob
 // waitSpec checks that the wait's stored configuration is the definition's and that its
 // deadlines keep the definition's distances, and returns what decides the wait.
 func (c *checker) waitSpec(p *ExecPlan, e *ExecLog, def *Definition, w ObservedWait) WaitSpec {
-	spec := WaitSpec{Strategy: def.Strategy, OnTimeout: def.OnTimeout, Required: def.RequiredSet(), Expires: e.Wait.Expires}
-	for _, ev := range def.Events {
-		spec.Events = append(spec.Events, SpecEvent{Name: ev.Name, Required: ev.Required, Deadline: e.Wait.Deadlines[ev.Name]})
-	}
+	spec := specOf(def, e.Wait)
 	for _, d := range deadlineDistances(def, e.Wait) {
 		c.violate(InvOutcome, p.Index, e.ID, "%s", d)
 	}
 	if w.Strategy != def.Strategy || w.OnTimeout != def.OnTimeout || !sameSet(w.Required, def.RequiredSet()) {
 		c.violate(InvOutcome, p.Index, e.ID, "stored strategy %s/%s requiring %v; the definition says %s/%s requiring %v",
 			w.Strategy, w.OnTimeout, w.Required, def.Strategy, def.OnTimeout, def.RequiredSet())
+	}
+	return spec
+}
+
+// specOf is what decides a wait of def with w's deadlines.
+func specOf(def *Definition, w *WaitInfo) WaitSpec {
+	spec := WaitSpec{Strategy: def.Strategy, OnTimeout: def.OnTimeout, Required: def.RequiredSet(), Expires: w.Expires}
+	for _, ev := range def.Events {
+		spec.Events = append(spec.Events, SpecEvent{Name: ev.Name, Required: ev.Required, Deadline: w.Deadlines[ev.Name]})
 	}
 	return spec
 }

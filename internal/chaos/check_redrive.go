@@ -210,10 +210,7 @@ func (c *checker) secondLife(p *ExecPlan, e *ExecLog, def *Definition, status st
 	for _, d := range deadlineDistances(def, rl.Reopened) {
 		c.violate(InvRedriveOutcome, p.Index, e.ID, "reopened: %s", d)
 	}
-	spec := WaitSpec{Strategy: def.Strategy, OnTimeout: def.OnTimeout, Required: def.RequiredSet(), Expires: rl.Reopened.Expires}
-	for _, ev := range def.Events {
-		spec.Events = append(spec.Events, SpecEvent{Name: ev.Name, Required: ev.Required, Deadline: rl.Reopened.Deadlines[ev.Name]})
-	}
+	spec := specOf(def, rl.Reopened)
 
 	// The second life's deliveries: what the first recorded, at the reopen; a delivery of
 	// the first life that may still have been applied after the reopen; the held-back
@@ -318,8 +315,8 @@ func (c *checker) redriveNote(inv string) string {
 	r := c.report.Redrives
 	switch inv {
 	case InvRedriveAnswers:
-		return fmt.Sprintf("%d planned, %d requests (%d unanswered), %d refused 409 (%d for an execution that had not failed); %d redriven two at once, %d during a fault",
-			r.Planned, r.Requests, r.Unanswered, r.Refused, r.NotFailed, r.Concurrent, r.DuringFault)
+		return fmt.Sprintf("%d executions (%d two at once, %d during a fault), %d requests (%d unanswered), %d refused 409 (%d: had not failed)",
+			r.Planned, r.Concurrent, r.DuringFault, r.Requests, r.Unanswered, r.Refused, r.NotFailed)
 	case InvRedriveOnce:
 		return fmt.Sprintf("%d redriven: %d completed, %d failed again", r.Redriven, r.Completed, r.FailedAgain)
 	case InvRedriveEvents:
