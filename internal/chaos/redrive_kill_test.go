@@ -302,8 +302,9 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	require.Eventually(t, func() bool { busy = fk.busySender(); return busy != "" }, time.Minute, 10*time.Millisecond, "a continuation in flight")
 	victim := slices.IndexFunc(cl.replicas, func(rep *replica) bool { rep.mu.Lock(); defer rep.mu.Unlock(); return rep.sender() == busy })
 	require.GreaterOrEqual(t, victim, 0, "sender %s", busy)
-	contKilledAt := time.Now()
 	kill(r, victim)
+	// Every call the victim made came before this; a repeat of one comes after.
+	contKilledAt := time.Now()
 	callbacks.Wait()
 	close(errs)
 	for err := range errs {
@@ -395,7 +396,7 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 			redelivered++
 			require.Equal(t, busy, calls[0].Sender, "execution %s: continuation repeated (first by %s at %s, again by %s at %s), but %s was killed",
 				id, calls[0].Sender, calls[0].At.Format(time.StampMilli), k.Sender, k.At.Format(time.StampMilli), busy)
-			require.True(t, calls[0].At.Before(contKilledAt), "execution %s: repeated continuation first sent after the kill", id)
+			require.True(t, calls[0].At.Before(contKilledAt), "execution %s: repeated continuation first sent after %s was dead", id, busy)
 			require.True(t, k.At.After(contKilledAt), "execution %s: repeated before the kill", id)
 		}
 	}
