@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -72,6 +73,18 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.Deliveries.SentRecorded, "events sent by type as records of %s recorded", SentTopic)
 	require.Greater(t, rep.Triggers.Records, rep.Triggers.Executions, "trigger keys produced twice")
 	require.Equal(t, 20, rep.Triggers.Executions, "one execution per trigger key")
+	// Operators redrove failed executions through the API during the faults: some took
+	// effect (one of them two at once), some were refused, and every redrive row counted.
+	rd := rep.Redrives
+	require.Positive(t, rd.Redriven, "executions redriven")
+	require.Positive(t, rd.Completed, "redriven executions completed by their held-back callback")
+	require.Positive(t, rd.Concurrent, "executions redriven twice at once")
+	require.Positive(t, rd.Refused, "redrives refused with 409")
+	for _, row := range rep.Rows {
+		if slices.Contains(redriveInvariants, row.Invariant) {
+			require.Positive(t, row.Checked, row.Invariant)
+		}
+	}
 	crossed := 0
 	for _, e := range plan.Executions {
 		if e.Cross != nil {

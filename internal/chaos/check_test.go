@@ -366,3 +366,180 @@ func TestVerifySentRecords(t *testing.T) {
 		})
 	}
 }
+
+// redriveScenario is newScenario's execution with its callback held back: the wait
+// timed out with the record alone and the execution failed; an operator redrove it twice
+// at once (one 200, one 409) while the held-back callback raced the redrive and was late;
+// sent again after the redrive answered, the callback completed the reopened wait.
+func redriveScenario(t *testing.T) *scenario {
+	t.Helper()
+	s := newScenario(t)
+	e := &s.log.Execs[0]
+	at := func(sec float64) time.Time { return s.log.Start.Add(time.Duration(sec * float64(time.Second))) }
+	s.plan.Executions[0].Redrive = &RedrivePlan{HoldBack: true, Concurrent: true, Racing: true, Replicas: [2]int{0, 1}, Frac: 0.1}
+	s.plan.Executions[0].Events[0].Mode = ModeNone
+	api := e.Events[0]
+	e.Events[0] = EventLog{Name: EventAPI, Mode: ModeNone}
+	w := s.obs.Waits[e.ID]
+	kafka := w.Received[1]
+	apiReceived := w.Received[0]
+	apiReceived.ReceivedAt = at(12.02)
+	e.Redrive = &RedriveLog{
+		Before: &RedriveSnapshot{At: at(10.9), Status: "failed", WaitNode: "failed", Wait: ObservedWait{
+			ExecutionID: e.ID, CorrelationID: w.CorrelationID, Status: "timeout", Version: 3,
+			Received: []ReceivedEvent{kafka}, TimedOut: []string{EventAPI}, ResumedAt: w.ResumedAt, ResumedBy: "chaos-r1",
+		}},
+		Attempts: []Attempt{
+			{Send: 0, Replica: 0, Start: at(11), End: at(11.1), Status: http.StatusOK, Outcome: "redriven"},
+			{Send: 1, Replica: 1, Start: at(11), End: at(11.12), Status: http.StatusConflict, Outcome: "waiting"},
+		},
+		Reopened: &WaitInfo{CorrelationID: w.CorrelationID, Created: s.log.Start, Expires: at(21.05),
+			Deadlines: map[string]time.Time{EventAPI: at(21.05), EventKafka: at(21.05)}},
+		Callback: EventLog{Name: EventAPI, Mode: "redrive", Payload: api.Payload, Key: api.Key, Attempts: []Attempt{
+			{Send: 0, Replica: 1, Start: at(11), End: at(11.02), Status: http.StatusConflict},
+			{Send: 1, Replica: 0, Start: at(12), End: at(12.05), Status: http.StatusAccepted},
+		}},
+	}
+	s.setWait(func(w *ObservedWait) {
+		w.Version = 5 // 3 before the redrive, the reopen, the callback
+		w.Received = []ReceivedEvent{kafka, apiReceived}
+	})
+	s.obs.Executions[0].RedriveCount = 1
+	s.obs.Continuations[0].At = at(12.2)
+	s.obs.Redrives = map[uuid.UUID]AuditedRedrives{e.ID: {OK: 1, Refused409: 1, Principals: []string{"token:" + OperatorToken}}}
+	return s
+}
+
+// TestVerifyRedrives: a redriven execution is judged in two lives — the first by the
+// snapshot taken before the redrive, the second by the final rows against the reopened
+// deadlines — and every broken promise of a redrive is reported in its own row.
+func TestVerifyRedrives(t *testing.T) {
+	t.Parallel()
+	s := redriveScenario(t)
+	rep := Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, 1, rep.Outcomes.Certain[ClassFailed], "the first life fails without its callback")
+	require.Equal(t, Redrives{Planned: 1, Requests: 2, Redriven: 1, Refused: 1, Concurrent: 1, RacingLate: 1, Completed: 1}, rep.Redrives)
+	for _, inv := range redriveInvariants {
+		row := rep.Rows[slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Invariant == inv })]
+		require.Equal(t, 1, row.Checked, inv)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		invariant string
+		breakIt   func(s *scenario)
+	}{
+		{"a double continuation", InvRedriveOnce, func(s *scenario) {
+			c := s.obs.Continuations[0]
+			c.Sender, c.At = "r1.1", c.At.Add(3*time.Second)
+			s.obs.Continuations = append(s.obs.Continuations, c)
+		}},
+		{"a continuation before the redrive", InvRedriveOnce, func(s *scenario) {
+			c := s.obs.Continuations[0]
+			c.At = s.log.Execs[0].Redrive.Attempts[0].Start.Add(-time.Second)
+			s.obs.Continuations = append([]Continuation{c}, s.obs.Continuations...)
+		}},
+		{"both concurrent redrives took effect", InvRedriveOnce, func(s *scenario) {
+			rl := s.log.Execs[0].Redrive
+			rl.Attempts[1].Status, rl.Attempts[1].Outcome = http.StatusOK, "redriven"
+			s.obs.Executions[0].RedriveCount = 2
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 2, Principals: []string{"token:" + OperatorToken}}
+			s.setWait(func(w *ObservedWait) { w.Version = 6 })
+		}},
+		{"a redrive without its audit row", InvRedriveOnce, func(s *scenario) {
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{Refused409: 1, Principals: []string{"token:" + OperatorToken}}
+		}},
+		{"a redrive that lost a recorded event", InvRedriveEvents, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Received, w.KafkaData, w.Version = w.Received[1:], nil, 4 })
+		}},
+		{"the racing callback recorded as well as its retry", InvRedriveEvents, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) { w.Received, w.Version = append(w.Received, w.Received[1]), 6 })
+		}},
+		{"a callback refused as late after the redrive answered", InvRedriveEvents, func(s *scenario) {
+			cb := &s.log.Execs[0].Redrive.Callback
+			cb.Attempts = append(cb.Attempts, Attempt{Start: cb.Attempts[1].End.Add(time.Second), End: cb.Attempts[1].End.Add(1100 * time.Millisecond), Status: http.StatusConflict})
+		}},
+		{"failed again though the callback arrived in time", InvRedriveOutcome, func(s *scenario) {
+			s.setWait(func(w *ObservedWait) {
+				w.Status, w.Received, w.APIData, w.TimedOut, w.Version = "timeout", w.Received[:1], nil, []string{EventAPI}, 5
+			})
+			id := s.log.Execs[0].ID
+			s.obs.Nodes[id] = map[string]ObservedNode{"wait": {Status: "failed"}, NodeSatisfied: {Status: "pending"}, NodeTimedOut: {Status: "pending"}}
+			s.obs.Executions[0].Status = "failed"
+			s.obs.Continuations = nil
+		}},
+		{"version misses the redrive's write", InvRedriveVersion, func(s *scenario) { s.setWait(func(w *ObservedWait) { w.Version = 4 }) }},
+		{"a failed execution refused with 409 naming failed", InvRedriveAnswers, func(s *scenario) {
+			s.log.Execs[0].Redrive.Attempts[1].Outcome = "failed"
+		}},
+		{"redriven with another role's token", InvRedriveAnswers, func(s *scenario) {
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Principals: []string{"token:bootstrap"}}
+		}},
+		{"the failed execution never redriven", InvRedriveOnce, func(s *scenario) {
+			rl := s.log.Execs[0].Redrive
+			rl.Attempts = rl.Attempts[1:]
+			rl.Reopened = nil
+			s.obs.Executions[0].RedriveCount = 0
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{Refused409: 1, Principals: []string{"token:" + OperatorToken}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := redriveScenario(t)
+			tc.breakIt(s)
+			rep := Verify(s.cfg, s.plan, s.log, s.obs)
+			require.True(t, slices.ContainsFunc(rep.Violations, func(v Violation) bool { return v.Invariant == tc.invariant }),
+				"want a violation of %q, got %v", tc.invariant, rep.Violations)
+			row := rep.Rows[slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Invariant == tc.invariant })]
+			require.Positive(t, row.Violations)
+		})
+	}
+}
+
+// TestVerifyRedriveOfACompletedExecution: a redrive of an execution that did not fail is
+// refused with 409 naming its status, audited as refused, and changes nothing.
+func TestVerifyRedriveOfACompletedExecution(t *testing.T) {
+	t.Parallel()
+	setup := func() *scenario {
+		s := newScenario(t)
+		e := &s.log.Execs[0]
+		at := func(sec float64) time.Time { return s.log.Start.Add(time.Duration(sec * float64(time.Second))) }
+		s.plan.Executions[0].Redrive = &RedrivePlan{Replicas: [2]int{2, 0}}
+		w := s.obs.Waits[e.ID]
+		e.Redrive = &RedriveLog{
+			Before:   &RedriveSnapshot{At: at(10.9), Status: "completed", WaitNode: "completed", Wait: w},
+			Attempts: []Attempt{{Replica: 2, Start: at(11), End: at(11.1), Status: http.StatusConflict, Outcome: "completed"}},
+		}
+		s.obs.Redrives = map[uuid.UUID]AuditedRedrives{e.ID: {Refused409: 1, Principals: []string{"token:" + OperatorToken}}}
+		return s
+	}
+	s := setup()
+	rep := Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, Redrives{Planned: 1, Requests: 1, Refused: 1, NotFailed: 1}, rep.Redrives)
+
+	for _, tc := range []struct {
+		name      string
+		invariant string
+		breakIt   func(s *scenario)
+	}{
+		{"a completed execution redriven", InvRedriveAnswers, func(s *scenario) {
+			rl := s.log.Execs[0].Redrive
+			rl.Attempts[0].Status, rl.Attempts[0].Outcome = http.StatusOK, "redriven"
+			s.obs.Executions[0].RedriveCount = 1
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Principals: []string{"token:" + OperatorToken}}
+		}},
+		{"409 naming another status", InvRedriveAnswers, func(s *scenario) { s.log.Execs[0].Redrive.Attempts[0].Outcome = "running" }},
+		{"a refusal not audited", InvRedriveAnswers, func(s *scenario) { s.obs.Redrives = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup()
+			tc.breakIt(s)
+			rep := Verify(s.cfg, s.plan, s.log, s.obs)
+			require.True(t, slices.ContainsFunc(rep.Violations, func(v Violation) bool { return v.Invariant == tc.invariant }),
+				"want a violation of %q, got %v", tc.invariant, rep.Violations)
+		})
+	}
+}

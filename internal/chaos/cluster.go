@@ -123,10 +123,14 @@ func (r *replica) sender() string { return fmt.Sprintf("r%d.%d", r.index, r.inca
 // operator would, with a credential, so the cluster runs as deployed (authentication on).
 const chaosToken = "chaos-bootstrap-token-0123456789abcdef"
 
-// withToken sends chaosToken with every request of the driver; callbacks ignore it.
+// withToken sends chaosToken with every request of the driver that carries no token of
+// its own (the redrives carry the operator's); callbacks ignore it.
 type withToken struct{ next http.RoundTripper }
 
 func (w withToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("Authorization") != "" {
+		return w.next.RoundTrip(req)
+	}
 	req = req.Clone(req.Context())
 	req.Header.Set("Authorization", "Bearer "+chaosToken)
 	return w.next.RoundTrip(req)
@@ -150,6 +154,8 @@ type cluster struct {
 	admCl                       *kgo.Client
 	replicas                    []*replica
 	fakeURL                     string
+	// extraArgs go after the replicas' own flags, so a test can change one of them.
+	extraArgs []string
 }
 
 func (c *cluster) logFile(name string) (*os.File, error) {
@@ -348,6 +354,7 @@ func (c *cluster) startReplica(r *replica) error {
 		// The checks find every sent record's trace in unmatched_events: keep them all.
 		"--unmatched-retention", "1000000",
 	}
+	args = append(args, c.extraArgs...)
 	fmt.Fprintf(r.log, "\n=== chaos: starting incarnation %d of replica %d at %s\n", r.incarnation, r.index, time.Now().Format(time.RFC3339Nano))
 	env := []string{"RENDEZVOUS_VAR_SENDER=" + r.sender(), "RENDEZVOUS_BOOTSTRAP_TOKEN=" + chaosToken}
 	p, err := startProcess(fmt.Sprintf("replica %d", r.index), c.bin, args, env, r.log)

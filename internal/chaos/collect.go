@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,6 +42,19 @@ type Observed struct {
 	SentUnmatched map[string][]string `json:"-"`
 	// Triggered holds, per trigger key, the executions the trigger stream started.
 	Triggered map[int]ObservedTrigger `json:"-"`
+	// Redrives holds the audit log's rows of the redrives, per execution.
+	Redrives map[uuid.UUID]AuditedRedrives `json:"-"`
+}
+
+// AuditedRedrives counts the audit log's rows of the redrives of one execution: those
+// written in the transaction of a redrive that took effect (outcome ok, target
+// execution/<id>), those of a redrive refused with 409 (outcome "refused 409", target the
+// request's path), and who made them.
+type AuditedRedrives struct {
+	OK         int
+	Refused409 int
+	Other      []string
+	Principals []string
 }
 
 // position names a record of one topic.
@@ -53,6 +68,8 @@ type ObservedExecution struct {
 	Error    string
 	// Plan is the plan index the driver put in the input (-1 when absent).
 	Plan int
+	// RedriveCount is how often it was redriven.
+	RedriveCount int
 }
 
 // ObservedWait is the wait node's row of execution_wait_states.
@@ -103,13 +120,13 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	defer cancel()
 	obs := Observed{Waits: map[uuid.UUID]ObservedWait{}, Nodes: map[uuid.UUID]map[string]ObservedNode{}}
 
-	rows, err := pool.Query(ctx, `SELECT id, workflow_name, status, coalesce(error, ''), coalesce((input->>'chaos_plan')::int, -1) FROM executions`)
+	rows, err := pool.Query(ctx, `SELECT id, workflow_name, status, coalesce(error, ''), coalesce((input->>'chaos_plan')::int, -1), redrive_count FROM executions`)
 	if err != nil {
 		return obs, fmt.Errorf("read executions: %w", err)
 	}
 	for rows.Next() {
 		var e ObservedExecution
-		if err := rows.Scan(&e.ID, &e.Workflow, &e.Status, &e.Error, &e.Plan); err != nil {
+		if err := rows.Scan(&e.ID, &e.Workflow, &e.Status, &e.Error, &e.Plan, &e.RedriveCount); err != nil {
 			rows.Close()
 			return obs, fmt.Errorf("read executions: %w", err)
 		}
@@ -223,6 +240,9 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 	if err := rows.Err(); err != nil {
 		return obs, fmt.Errorf("read unmatched sent records: %w", err)
 	}
+	if obs.Redrives, err = collectRedrives(ctx, pool); err != nil {
+		return obs, err
+	}
 	obs.Calls, obs.Continuations, obs.Malformed = fk.snapshot()
 	if obs.Lag, err = cl.lag(ctx); err != nil {
 		// The broker is part of what is under test: a broken one is a finding, not a
@@ -230,4 +250,40 @@ func collect(ctx context.Context, pool *pgxpool.Pool, fk *fake, cl *cluster) (Ob
 		obs.LagErr = err.Error()
 	}
 	return obs, nil
+}
+
+// collectRedrives reads the audit log's rows of the redrives of single executions.
+func collectRedrives(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]AuditedRedrives, error) {
+	rows, err := pool.Query(ctx, `SELECT target, outcome, principal FROM audit_log WHERE action = 'execution.redrive' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log: %w", err)
+	}
+	defer rows.Close()
+	out := map[uuid.UUID]AuditedRedrives{}
+	for rows.Next() {
+		var target, outcome, principal string
+		if err := rows.Scan(&target, &outcome, &principal); err != nil {
+			return nil, fmt.Errorf("read the audit log: %w", err)
+		}
+		// ok rows name execution/<id>; refused ones the path /api/v1/executions/<id>/redrive.
+		raw := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(target, "execution/"), "/api/v1/executions/"), "/redrive")
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("audit row of a redrive with target %q", target)
+		}
+		a := out[id]
+		switch outcome {
+		case "ok":
+			a.OK++
+		case "refused 409":
+			a.Refused409++
+		default:
+			a.Other = append(a.Other, outcome)
+		}
+		if !slices.Contains(a.Principals, principal) {
+			a.Principals = append(a.Principals, principal)
+		}
+		out[id] = a
+	}
+	return out, rows.Err()
 }

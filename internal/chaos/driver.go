@@ -86,6 +86,8 @@ type ExecLog struct {
 	FirstCall time.Time  `json:"first_call,omitzero"`
 	Events    []EventLog `json:"events"`
 	Cross     *EventLog  `json:"cross,omitempty"`
+	// Redrive is the operator's redrive, for an execution planned with one.
+	Redrive *RedriveLog `json:"redrive,omitempty"`
 }
 
 // termGrace is how long a replica may take to exit after SIGTERM before it is killed:
@@ -152,6 +154,8 @@ type runner struct {
 	prod *kgo.Client
 	http *http.Client
 	ctx  context.Context
+	// operatorToken is the secret of OperatorToken, which the redrives carry.
+	operatorToken string
 
 	t0    time.Time
 	execs []*execRun
@@ -482,6 +486,9 @@ func (r *runner) schedule(e *execRun, w WaitInfo) {
 	if c := e.plan.Cross; c != nil {
 		at := w.Created.Add(time.Duration(c.Frac * float64(w.Expires.Sub(w.Created))))
 		r.at(at, func() { r.cross(e, w) })
+	}
+	if rd := e.plan.Redrive; rd != nil {
+		r.at(w.Expires.Add(rd.After), func() { r.redrive(e) })
 	}
 }
 

@@ -59,7 +59,48 @@ type ExecPlan struct {
 	// Cross, when set, sends an extra event carrying this execution's id and the
 	// correlation id of another (usually earlier) execution; it must never be applied.
 	Cross *CrossPlan
+	// Redrive, when set, has an operator redrive the execution once its wait has ended.
+	Redrive *RedrivePlan
 }
+
+// RedrivePlan is an operator's redrive of one execution (POST
+// /api/v1/executions/:id/redrive, with an operator token). Only definitions that fail
+// without their callback (onTimeout fail, api_response in the required set) are
+// redriven, and their other events arrive on time or never, so that no planned delivery
+// races the redrive except the callback that Racing sends on purpose.
+type RedrivePlan struct {
+	// HoldBack keeps the callback (api_response) back, so the wait times out and the
+	// execution fails; the redrive reopens the wait and the callback, sent then, completes
+	// it. Without HoldBack the callback arrives in time: unless another required event
+	// is missing, the execution does not fail, and the redrive must be refused (409).
+	HoldBack bool
+	// After is how long after the wait's overall deadline the operator redrives (once
+	// the execution shows failed or completed).
+	After time.Duration
+	// Replicas receive the redrive and, Concurrent, a second one sent at the same moment
+	// (two operators pressing the button, or a retry on another replica): one must win,
+	// the other get 409.
+	Replicas   [2]int
+	Concurrent bool
+	// Racing sends the held-back callback for the original wait at the moment of the
+	// redrive, to Replicas[1]: applied before the redrive commits it is late (409), after
+	// it, recorded by the reopened wait. Either way the driver sends it again once the
+	// redrive answered, as a producer retrying would, and it is recorded once.
+	Racing bool
+	// Frac places the callback sent after the redrive in the reopened wait's window for
+	// it (0 = the reopen, 1 = the callback's new deadline).
+	Frac float64
+}
+
+// redrivable reports whether an execution of d can be planned as a redrive: its wait
+// fails without the callback.
+func (d *Definition) redrivable() bool {
+	return d.OnTimeout == "fail" && d.Strategy != "any" && slices.Contains(d.RequiredSet(), EventAPI)
+}
+
+// RedriveShare is the share of the executions of redrivable definitions that are
+// redriven (more when their redrive falls into a fault).
+const RedriveShare = 0.3
 
 // EventPlan is how one expected event is delivered.
 type EventPlan struct {
@@ -176,7 +217,55 @@ func NewPlan(cfg Config) Plan {
 		p.Executions = append(p.Executions, e)
 	}
 	p.Faults = planFaults(rng, cfg, p.Spread, uniform)
+	planRedrives(rng, &p, cfg, uniform)
 	return p
+}
+
+// planRedrives picks the executions an operator redrives: a share of those whose
+// definition fails without its callback, every one whose redrive falls into a fault (a
+// replica down, the database away), and always the first of them, as a held-back
+// callback redriven twice at once, so that even a short run has a redrive that must win
+// and one that must be refused. It runs after the faults are drawn, so the earlier draws
+// of a seed stay as they were.
+func planRedrives(rng *rand.Rand, p *Plan, cfg Config, uniform func(lo, hi time.Duration) time.Duration) {
+	first := true
+	for i := range p.Executions {
+		e := &p.Executions[i]
+		def := &p.Definitions[e.Def]
+		if !def.redrivable() {
+			continue
+		}
+		rd := &RedrivePlan{
+			HoldBack: rng.Float64() < 0.75, After: uniform(300*time.Millisecond, 2*time.Second),
+			Replicas:   [2]int{rng.IntN(cfg.Replicas), rng.IntN(cfg.Replicas)},
+			Concurrent: rng.Float64() < 0.3, Racing: rng.Float64() < 0.5, Frac: 0.05 + 0.3*rng.Float64(),
+		}
+		// Roughly when the redrive is sent: the wait registers a moment after the start.
+		at := e.StartAt + def.Timeout + rd.After + 300*time.Millisecond
+		inFault := slices.ContainsFunc(p.Faults, func(f Fault) bool { return f.At-time.Second <= at && at <= f.At+f.Down+3*time.Second })
+		if !first && !inFault && rng.Float64() >= RedriveShare {
+			continue
+		}
+		if first {
+			rd.HoldBack, rd.Concurrent, first = true, true, false
+		}
+		if rd.Replicas[1] == rd.Replicas[0] {
+			rd.Replicas[1] = (rd.Replicas[0] + 1) % cfg.Replicas
+		}
+		for k := range e.Events {
+			ep := &e.Events[k]
+			switch {
+			case ep.Name == EventAPI && rd.HoldBack:
+				ep.Mode = ModeNone
+			case ep.Name == EventAPI:
+				ep.Mode, ep.Frac = ModeOnTime, 0.05+0.45*rng.Float64()
+			case ep.Mode == ModeLate || ep.Mode == ModeRacing:
+				// Nothing but the racing callback may race the redrive.
+				ep.Mode, ep.Frac, ep.Offset = ModeOnTime, 0.05+0.45*rng.Float64(), 0
+			}
+		}
+		e.Redrive = rd
+	}
 }
 
 // planFaults spreads the kills and terms over the middle of the run, each on a replica

@@ -38,9 +38,31 @@ func TestPlanCoversTheMatrix(t *testing.T) {
 
 	strategies, onTimeouts := map[string]bool{}, map[string]bool{}
 	modes := map[string]int{}
-	var events, reproduced, crossed, failFirst, headerIDs, callbacks int
+	var events, reproduced, crossed, failFirst, headerIDs, callbacks, redrives, heldBack, concurrent int
 	for i, e := range p.Executions {
 		def := p.Definitions[e.Def]
+		if rd := e.Redrive; rd != nil {
+			redrives++
+			require.True(t, def.redrivable(), "execution %d: %s is redriven but does not fail without its callback", i, def.Name)
+			require.NotEqual(t, rd.Replicas[0], rd.Replicas[1], "a concurrent redrive goes to another replica")
+			if redrives == 1 {
+				require.True(t, rd.HoldBack && rd.Concurrent, "the first redrive is a failed execution redriven twice at once")
+			}
+			if rd.HoldBack {
+				heldBack++
+			}
+			if rd.Concurrent {
+				concurrent++
+			}
+			for _, ep := range e.Events {
+				switch {
+				case ep.Name == EventAPI && rd.HoldBack:
+					require.Equal(t, ModeNone, ep.Mode, "execution %d: a held-back callback is not sent before the redrive", i)
+				default:
+					require.Contains(t, []string{ModeOnTime, ModeNone, ModeEarly}, ep.Mode, "execution %d: only the racing callback races a redrive", i)
+				}
+			}
+		}
 		strategies[def.Strategy], onTimeouts[def.OnTimeout] = true, true
 		require.Len(t, e.Events, len(def.Events), "execution %d: one plan per enabled event", i)
 		for k, ep := range e.Events {
@@ -85,6 +107,9 @@ func TestPlanCoversTheMatrix(t *testing.T) {
 	require.InDelta(t, 0.02, share(crossed, len(p.Executions)), 0.01)
 	require.InDelta(t, 0.5, share(headerIDs, callbacks), 0.05)
 	require.Positive(t, failFirst)
+	require.Positive(t, heldBack)
+	require.Positive(t, concurrent)
+	require.Greater(t, redrives, heldBack, "some redrives are of executions whose callback arrived")
 }
 
 func TestPlanNeverTakesEveryReplica(t *testing.T) {

@@ -68,6 +68,9 @@ func (r *Report) Print(w io.Writer) {
 		r.Triggers.Records, TriggerTopic, r.Triggers.Executions, TriggerWorkflow)
 	fmt.Fprintf(w, "calls      %d correlated calls (%d answered 503 on purpose and retried, %d held past their wait by a fault); %d crossed deliveries; %d continuations redelivered after a fault\n",
 		d.Calls, d.CallRetries, d.CallsHeld, d.Crossed, d.Redelivered)
+	rd := r.Redrives
+	fmt.Fprintf(w, "redrives   %d executions redriven with an operator token (%d of them two at once, %d with a request during a fault): %d requests (%d unanswered), %d took effect, %d refused 409 (%d for an execution that had not failed); after the redrive %d completed, %d failed again; callbacks racing the redrive %d late, %d recorded\n",
+		rd.Planned, rd.Concurrent, rd.DuringFault, rd.Requests, rd.Unanswered, rd.Redriven, rd.Refused, rd.NotFailed, rd.Completed, rd.FailedAgain, rd.RacingLate, rd.RacingRecorded)
 	g := r.Group
 	fmt.Fprintf(w, "group      %d changes of the consumer group, outside Stable for %s in all (longest %s), ended %s with %d members\n",
 		g.Changes, g.Unstable.Round(100*time.Millisecond), g.Longest.Round(100*time.Millisecond), g.Final.State, len(g.Final.Members))

@@ -211,6 +211,9 @@ func (r *runner) startReplicas(ctx context.Context) error {
 	if err := r.putTriggerDefinition(ctx); err != nil {
 		return err
 	}
+	if err := r.createOperatorToken(ctx); err != nil {
+		return err
+	}
 	return cl.waitGroupStable(ctx, r.cfg.Replicas, 90*time.Second)
 }
 
@@ -245,6 +248,10 @@ func (r *runner) runLog(start, end time.Time) RunLog {
 		e.mu.Lock()
 		x := e.log
 		x.Events = append([]EventLog(nil), e.log.Events...)
+		if e.log.Redrive != nil {
+			rl := *e.log.Redrive
+			x.Redrive = &rl
+		}
 		e.mu.Unlock()
 		lg.Execs = append(lg.Execs, x)
 	}
