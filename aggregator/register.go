@@ -17,6 +17,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
 // DefaultTimeout is the overall timeout of a wait that names none (300 seconds, as
@@ -123,8 +124,8 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	// nothing, and sleep past the deadline.
 	db.AfterCommit(tx, func() { a.deadlineRegistered(next) })
 	if r.APICall {
-		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
-			return dbsqlc.ExecutionWaitState{}, fmt.Errorf("queue api call: %w", err)
+		if err := outbound.Queue(ctx, tx, ws); err != nil {
+			return dbsqlc.ExecutionWaitState{}, err
 		}
 	}
 	return ws, nil

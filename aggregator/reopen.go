@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
 // ErrNotReopenable is returned by ReopenWait for a wait that a redrive does not open
@@ -102,8 +103,8 @@ func (a *Aggregator) ReopenWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	// Only FailCall fails an event wait: its required call failed for good, before any
 	// reply arrived.
 	if row.Status == StatusFailed {
-		if err := a.q.OutboxInsert(ctx, tx, dbsqlc.OutboxInsertParams{WaitStateID: ws.ID, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID}); err != nil {
-			return Reopened{}, fmt.Errorf("queue api call: %w", err)
+		if err := outbound.Queue(ctx, tx, ws); err != nil {
+			return Reopened{}, err
 		}
 		out.CallResent = true
 	}

@@ -1,7 +1,8 @@
 // Package executor runs workflow definitions: it stores and compiles them, starts
 // executions, and works the durable run queue — running nodes, recording their outcomes,
-// and advancing each execution's graph when a node completes or a wait resumes. It also
-// sends the outbox of correlated API calls.
+// and advancing each execution's graph when a node completes or a wait resumes. It runs
+// the loop of package outbound's sender of correlated calls, and fails the node of a
+// required call given up.
 //
 // It never sees where an event came from: a satisfied wait reaches it either inside the
 // aggregator's transaction that completed it (a batch of events, ContinueWith), or as a
@@ -27,6 +28,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -37,6 +39,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
 // Defaults for Config.
@@ -185,6 +188,8 @@ type Executor struct {
 
 	ins        instruments
 	depthCache telemetry.Cached[map[string]int64]
+	// calls sends the correlated calls of waits.
+	calls *outbound.Sender
 
 	// continueFault, set by tests, fails continuations run in the deciding transaction.
 	continueFault func() error
@@ -217,6 +222,20 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 	if err := e.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("executor telemetry: %w", err)
 	}
+	var waits outbound.Waits
+	if agg != nil {
+		waits = agg
+	}
+	calls, err := outbound.NewSender(pool, outbound.Config{
+		InstanceID: cfg.InstanceID, Lease: cfg.Lease, Timeout: cfg.OutboxTimeout, MaxAttempts: cfg.OutboxMaxAttempts,
+		BackoffMin: cfg.OutboxBackoffMin, BackoffMax: cfg.OutboxBackoffMax, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger,
+		Waits: waits, Executions: e, OnDatabaseError: e.databaseError,
+		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbound calls: %w", err)
+	}
+	e.calls = calls
 	if agg != nil {
 		agg.ContinueWith(e.continueTx)
 	}
@@ -393,8 +412,9 @@ func (e *Executor) StartExecution(ctx context.Context, name string, input json.R
 }
 
 // StartTx starts the latest version of a workflow in tx, as execution id, with input (a
-// JSON value; empty means {}): the execution, its nodes, and its root nodes queued. The
-// run queue is woken and the start logged once tx commits. A Kafka trigger starts its
+// JSON value; empty means {}): the execution, its nodes, and its root nodes waiting or
+// queued (insertExecution). The run queue is woken and the start logged once tx
+// commits. A Kafka trigger starts its
 // execution this way, in the transaction that records the record's dedupe key.
 func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name string, input json.RawMessage) (Started, error) {
 	if len(input) == 0 {
@@ -421,37 +441,156 @@ func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name st
 		return Started{}, err
 	}
 	db.AfterCommit(tx, func() {
-		e.WakeRunQueue()
 		e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
 			"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
 	})
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil
 }
 
-// insertExecution creates an execution of a definition version in tx, its nodes
-// pending and its roots queued; restartedFrom links a restart to what it restarts.
+// insertExecution creates an execution of a definition version in tx; restartedFrom
+// links a restart to what it restarts.
+//
+// A root node whose type runs inline (NodeType.Inline) and waits is run here and its wait
+// registered in tx: the execution, its nodes, the wait (and its outbound call's outbox
+// row) and the start's audit row are then all the rows a start writes, in the caller's
+// one transaction, and a crash before its commit leaves nothing to recover. Every other
+// root is queued for the run queue's workers, shown as running. The nodes and the
+// execution are inserted in the statuses this leaves them in, not updated after.
 func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID, wf *workflow.Workflow, name string, version int32,
 	input json.RawMessage, restartedFrom *uuid.UUID,
 ) (dbsqlc.Execution, error) {
-	var ids []string
+	st := &execState{
+		exec:  dbsqlc.Execution{ID: id, WorkflowName: name, WorkflowVersion: version, Status: execRunning, Input: input},
+		wf:    wf,
+		nodes: make(map[string]*dbsqlc.NodeExecution, len(wf.Nodes())),
+	}
 	for _, n := range wf.Nodes() {
-		ids = append(ids, n.ID)
+		st.nodes[n.ID] = &dbsqlc.NodeExecution{ExecutionID: id, NodeID: n.ID, Status: nodePending}
+	}
+	inline, queued := e.runInlineRoots(ctx, st)
+	defer func() {
+		for _, r := range inline {
+			r.span.End()
+		}
+	}()
+	if len(queued) == 0 && len(inline) > 0 {
+		st.exec.Status = execWaiting
 	}
 	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-		ID: id, WorkflowName: name, WorkflowVersion: version, Input: input, RestartedFrom: restartedFrom,
+		ID: id, WorkflowName: name, WorkflowVersion: version, Status: st.exec.Status, Input: input, RestartedFrom: restartedFrom,
 	})
 	if err != nil {
 		return exec, fmt.Errorf("insert execution: %w", err)
 	}
-	if err := e.q.NodeExecutionInsertPending(ctx, tx, dbsqlc.NodeExecutionInsertPendingParams{ExecutionID: exec.ID, NodeIds: ids}); err != nil {
-		return exec, fmt.Errorf("insert node executions: %w", err)
-	}
-	for _, root := range wf.Roots() {
-		if err := e.enqueueRun(ctx, tx, exec.ID, root); err != nil {
+	st.exec = exec
+	var refused *inlineRoot
+	var tooMany *aggregator.TooManyWaitersError
+	for i := range inline {
+		r := &inline[i]
+		if r.ws, err = e.agg.Register(r.ctx, tx, *r.out.Wait); errors.As(err, &tooMany) {
+			refused = r
+			break
+		}
+		if err != nil {
+			return exec, fmt.Errorf("register wait of node %s: %w", r.node, err)
+		}
+		raw, err := waitingOutput(r.out, r.ws)
+		if err != nil {
 			return exec, err
 		}
+		st.setNode(r.node, nodeWaiting, raw)
+	}
+	for _, root := range queued {
+		st.setNode(root, nodeRunning, nil)
+	}
+	if refused != nil {
+		// Admission control refused a wait: the node fails, and the execution with it, as
+		// when a worker registers it. The nodes go in as they stand (those not reached
+		// pending), then fail.
+		st.setNode(refused.node, nodeRunning, nil)
+	}
+	nodes := dbsqlc.NodeExecutionInsertParams{ExecutionID: id}
+	for _, n := range wf.Nodes() {
+		ne := st.nodes[n.ID]
+		nodes.NodeIds, nodes.Statuses, nodes.Outputs = append(nodes.NodeIds, n.ID), append(nodes.Statuses, ne.Status), append(nodes.Outputs, string(ne.Output))
+	}
+	if err := e.q.NodeExecutionInsert(ctx, tx, nodes); err != nil {
+		return exec, fmt.Errorf("insert node executions: %w", err)
+	}
+	if refused != nil {
+		return exec, e.failNode(ctx, tx, st, refused.node, tooMany.Error())
+	}
+	if len(queued) > 0 {
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		for _, root := range queued {
+			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, id), append(arg.NodeIds, root)
+		}
+		if err := e.q.RunQueueInsertMany(ctx, tx, arg); err != nil {
+			return exec, fmt.Errorf("enqueue root nodes: %w", err)
+		}
+		db.AfterCommit(tx, e.WakeRunQueue)
+	}
+	for _, r := range inline {
+		// A new execution has nothing buffered yet, but a Kafka record kept for a payload
+		// match's lookback may be waiting for this wait: taken now, it may complete it.
+		taken, err := e.agg.TakeBuffered(ctx, tx, r.ws)
+		if err != nil {
+			return exec, fmt.Errorf("take early events of node %s: %w", r.node, err)
+		}
+		e.logWaiting(r.ctx, r.ws)
+		continued, call := taken.Outcome == aggregator.Completed, r.out.Wait.APICall
+		db.AfterCommit(tx, func() {
+			if continued {
+				e.agg.Continued()
+			}
+			if call {
+				e.wakeOutboxQueue()
+			}
+		})
 	}
 	return exec, nil
+}
+
+// inlineRoot is a root node run in its execution's starting transaction: its outcome
+// (waiting), and the wait it registered.
+type inlineRoot struct {
+	node string
+	out  Outcome
+	ws   dbsqlc.ExecutionWaitState
+	// ctx holds span, the node run's, which ends once its wait is registered.
+	ctx  context.Context
+	span trace.Span
+}
+
+// runInlineRoots runs the roots of a new execution whose type runs inline. Those that
+// wait are returned to be registered in the starting transaction; every other root
+// (another type, or an inline one that completed or failed at once) is left to the run
+// queue, whose worker runs it again and records what it does.
+func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []inlineRoot, queued []string) {
+	for _, root := range st.wf.Roots() {
+		node, _ := st.wf.Node(root)
+		typ, ok := e.cfg.NodeTypes[node.Type]
+		if !ok || !typ.Inline {
+			queued = append(queued, root)
+			continue
+		}
+		runCtx, span := e.startNodeRun(ctx, st.exec.ID, root, 1)
+		out, err := typ.Run(runCtx, &RunContext{
+			ExecutionID: st.exec.ID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient,
+			Logger: e.logger.With("execution_id", st.exec.ID, "node_id", root, "instance_id", e.cfg.InstanceID),
+		})
+		if err != nil || out.Status != OutcomeWaiting || out.Wait == nil {
+			span.SetAttributes(attribute.String("rendezvous.outcome", "queued"))
+			span.End()
+			queued = append(queued, root)
+			continue
+		}
+		out.Wait.TraceParent = telemetry.TraceParent(runCtx)
+		span.SetAttributes(attribute.String("rendezvous.workflow", st.exec.WorkflowName), attribute.String("rendezvous.node_type", node.Type),
+			attribute.String("rendezvous.outcome", "waiting"))
+		inline = append(inline, inlineRoot{node: root, out: out, ctx: runCtx, span: span})
+	}
+	return inline, queued
 }
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
 // Hooks into the unexported queue machinery for the black-box tests in package
@@ -11,6 +12,9 @@ import (
 
 // ErrLeaseLost is errLeaseLost.
 var ErrLeaseLost = errLeaseLost
+
+// ErrOutboxLeaseLost is what a call's attempt returns when its claim was lost.
+var ErrOutboxLeaseLost = outbound.ErrLeaseLost
 
 // ClaimRun claims up to n run-queue rows of both kinds as this instance, with its lease.
 func (e *Executor) ClaimRun(ctx context.Context, n int) ([]dbsqlc.RunQueue, error) {
@@ -44,13 +48,12 @@ func (e *Executor) RunJob(ctx context.Context, job dbsqlc.RunQueue) error {
 
 // ClaimOutbox claims up to n outbox rows as this instance, with its lease.
 func (e *Executor) ClaimOutbox(ctx context.Context, n int) ([]dbsqlc.Outbox, error) {
-	return e.claimOutbox(ctx, n)
+	return e.calls.Claim(ctx, n)
 }
 
 // SendOutbox sends one claimed outbox row and returns its error.
 func (e *Executor) SendOutbox(ctx context.Context, item dbsqlc.Outbox) error {
-	_, err := e.sendOutbox(ctx, item)
-	return err
+	return e.calls.Send(ctx, item)
 }
 
 // ExpireQueueSnapshot makes the next scrape read the run-queue depth from the database.

@@ -66,15 +66,11 @@ func TestLeaseLostIsFenced(t *testing.T) {
 			node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
 			node("after", "http", obj{"url": "@{_vars.svc}/after"}),
 		}, []obj{edge("wait", "after", "")}))
-		id := h.start(t, name, nil)
-		jobs, err := h.ex.ClaimRun(ctx, 10)
-		require.NoError(t, err)
-		require.Len(t, jobs, 1)
-		require.NoError(t, h.ex.RunJob(ctx, jobs[0]))
+		id := h.start(t, name, nil) // the root wait registers in the start's transaction
 		ws := waitOf(t, h.view(t, id), "wait")
 		require.Equal(t, aggregator.Completed, h.applyQueued(t, id, ws.CorrelationID, obj{"ok": true}))
 
-		jobs, err = h.ex.ClaimRun(ctx, 10)
+		jobs, err := h.ex.ClaimRun(ctx, 10)
 		require.NoError(t, err)
 		require.Len(t, jobs, 1)
 		require.Equal(t, "resume", jobs[0].Kind)
@@ -97,17 +93,13 @@ func TestLeaseLostIsFenced(t *testing.T) {
 		t.Parallel()
 		h := setup(t)
 		name := h.put(t, h.waitDef("lease", nil))
-		id := h.start(t, name, obj{"order": 1})
-		jobs, err := h.ex.ClaimRun(ctx, 10)
-		require.NoError(t, err)
-		require.Len(t, jobs, 1)
-		require.NoError(t, h.ex.RunJob(ctx, jobs[0]))
+		id := h.start(t, name, obj{"order": 1}) // the wait and its call queued at the start
 
 		items, err := h.ex.ClaimOutbox(ctx, 10)
 		require.NoError(t, err)
 		require.Len(t, items, 1)
 		require.EqualValues(t, 1, h.exec(t, `UPDATE outbox SET attempt = attempt + 1, claimed_by = 'b' WHERE id = $1`, items[0].ID))
-		require.ErrorIs(t, h.ex.SendOutbox(ctx, items[0]), executor.ErrLeaseLost)
+		require.ErrorIs(t, h.ex.SendOutbox(ctx, items[0]), executor.ErrOutboxLeaseLost)
 		require.Equal(t, 1, h.fake.count("/process"))
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM outbox WHERE attempt = 2`), "b's claim stands")
 

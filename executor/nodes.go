@@ -1,25 +1,21 @@
 package executor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
 // NodeType is one kind of node: how its data is validated when a definition is stored,
@@ -32,6 +28,12 @@ type NodeType struct {
 	// Run does the node's work outside any database transaction. An error means the
 	// attempt could not be made (and is retried); a failed node is an Outcome.
 	Run func(ctx context.Context, rc *RunContext) (Outcome, error)
+	// Inline says Run does no I/O: it only renders templates and decides, so it may run
+	// inside a transaction without holding locks across a network call, and an outcome
+	// that is not used may be dropped (the node runs again later). A root node of such a
+	// type that waits is run in the transaction that starts its execution, its wait
+	// registered there, instead of through the run queue (see insertExecution).
+	Inline bool
 }
 
 // RunContext is what a node sees while it runs.
@@ -81,9 +83,9 @@ func Failed(format string, args ...any) Outcome {
 // BuiltinNodeTypes returns the node types every executor knows.
 func BuiltinNodeTypes() map[string]NodeType {
 	return map[string]NodeType{
-		"wait_events": {Parse: workflow.ParseWaitEventsNode, Run: runWaitEvents},
+		"wait_events": {Parse: workflow.ParseWaitEventsNode, Run: runWaitEvents, Inline: true},
 		"http":        {Parse: workflow.ParseHTTPNode, Run: runHTTP},
-		"wait":        {Parse: workflow.ParseWaitNode, Run: runWait},
+		"wait":        {Parse: workflow.ParseWaitNode, Run: runWait, Inline: true},
 	}
 }
 
@@ -132,7 +134,7 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 		// Rendered now only to fail fast on a template naming something that does not
 		// exist; the outbox renders it again when it sends.
 		rc.Scope.CorrelationID = correlationID.String()
-		if _, err := BuildAPIRequest(cfg.APICall, rc.Scope, rc.ExecutionID, correlationID); err != nil {
+		if _, err := outbound.Build(cfg.APICall, rc.Scope, rc.ExecutionID, correlationID); err != nil {
 			return Failed("%v", err), nil
 		}
 	}
@@ -185,175 +187,24 @@ func describe(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// Request is a rendered outbound HTTP request.
-type Request struct {
-	Method  string
-	URL     string
-	Headers http.Header
-	Body    []byte
-}
-
-// BuildAPIRequest renders a wait's correlated call and injects the two ids into the
-// configured body fields and headers, plus Idempotency-Key: the correlation id, so the
-// external service can absorb the retries of an at-least-once outbox.
-func BuildAPIRequest(c *workflow.APICall, scope template.Scope, executionID, correlationID uuid.UUID) (*Request, error) {
-	req, body, err := renderRequest(c.Method, c.URL, c.Headers, c.Body, scope, "apiCall")
-	if err != nil {
-		return nil, err
-	}
-	switch b := body.(type) {
-	case map[string]any:
-		setField(b, c.ExecutionIDField, executionID.String())
-		setField(b, c.CorrelationIDField, correlationID.String())
-	case nil:
-		if req.Method != http.MethodGet && req.Method != http.MethodDelete {
-			b2 := map[string]any{}
-			setField(b2, c.ExecutionIDField, executionID.String())
-			setField(b2, c.CorrelationIDField, correlationID.String())
-			body = b2
-		}
-	}
-	if err := encodeBody(req, body); err != nil {
-		return nil, err
-	}
-	req.Headers.Set(c.ExecutionIDHeader, executionID.String())
-	req.Headers.Set(c.CorrelationIDHeader, correlationID.String())
-	req.Headers.Set("Idempotency-Key", correlationID.String())
-	return req, nil
-}
-
-func renderRequest(method, url string, headers map[string]string, body any, scope template.Scope, where string) (*Request, any, error) {
-	u, err := template.RenderString(url, scope)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s.url: %w", where, err)
-	}
-	req := &Request{Method: method, URL: u, Headers: http.Header{}}
-	for k, v := range headers {
-		hv, err := template.RenderString(v, scope)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s.headers.%s: %w", where, k, err)
-		}
-		req.Headers.Set(k, hv)
-	}
-	var rendered any
-	if body != nil {
-		rendered, err = template.Render(body, scope)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s.body: %w", where, err)
-		}
-	}
-	return req, rendered, nil
-}
-
-func encodeBody(req *Request, body any) error {
-	switch b := body.(type) {
-	case nil:
-		return nil
-	case string:
-		req.Body = []byte(b)
-		if req.Headers.Get("Content-Type") == "" {
-			req.Headers.Set("Content-Type", "text/plain; charset=utf-8")
-		}
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			return fmt.Errorf("encode body: %w", err)
-		}
-		req.Body = raw
-		if req.Headers.Get("Content-Type") == "" {
-			req.Headers.Set("Content-Type", "application/json")
-		}
-	}
-	return nil
-}
-
-// setField sets a possibly dotted field, creating objects on the way.
-func setField(m map[string]any, path string, v any) {
-	parts := strings.Split(path, ".")
-	for _, p := range parts[:len(parts)-1] {
-		next, ok := m[p].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[p] = next
-		}
-		m = next
-	}
-	m[parts[len(parts)-1]] = v
-}
-
-// Response is what an outbound call answered, trimmed for storage and messages.
-type Response struct {
-	Status  int
-	Headers http.Header
-	Body    []byte
-}
-
-// maxResponseBytes bounds what is read of a response: outputs live in the database.
-const maxResponseBytes = 1 << 20
-
-// Do sends req with the given timeout. When ctx holds a span, the request carries its
-// W3C traceparent (over one the definition set), so the receiver can continue the
-// trace: the wait's call span for a correlated call, the node's span for an http node.
-func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Duration) (*Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var body io.Reader
-	if req.Body != nil {
-		body = bytes.NewReader(req.Body)
-	}
-	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
-	if err != nil {
-		return nil, err
-	}
-	hr.Header = req.Headers.Clone()
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
-	resp, err := client.Do(hr)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
-	}
-	return &Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}, nil
-}
-
-// excerpt returns the start of a body for error messages. It ends up in text columns,
-// so it must be text PostgreSQL accepts: valid UTF-8 without NUL bytes, cut at a
-// character boundary.
-func excerpt(b []byte) string {
-	const n = 512
-	s := strings.ToValidUTF8(string(b), "?")
-	s = strings.ReplaceAll(s, "\x00", "?")
-	if len(s) > n {
-		cut := n
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		return s[:cut] + "…"
-	}
-	return s
-}
-
 func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
 	cfg := rc.Node.Config.(*workflow.HTTP)
-	req, body, err := renderRequest(cfg.Method, cfg.URL, cfg.Headers, cfg.Body, rc.Scope, "data")
+	req, body, err := outbound.Render(cfg.Method, cfg.URL, cfg.Headers, cfg.Body, rc.Scope, "data")
 	if err != nil {
 		return Failed("%v", err), nil
 	}
-	if err := encodeBody(req, body); err != nil {
+	if err := outbound.Encode(req, body); err != nil {
 		return Failed("%v", err), nil
 	}
 	// Stable per node and execution: a retried attempt (lease lost, pod killed) is
 	// recognisable as the same call by a receiver that honours Idempotency-Key.
 	req.Headers.Set("Idempotency-Key", rc.ExecutionID.String()+":"+rc.Node.ID)
-	resp, err := Do(ctx, rc.HTTP, req, cfg.Timeout)
+	resp, err := outbound.Do(ctx, rc.HTTP, req, cfg.Timeout)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("http %s %s: %w", req.Method, req.URL, err)
 	}
 	if cfg.FailOnNon2xx && (resp.Status < 200 || resp.Status > 299) {
-		return Failed("http %s %s: status %d: %s", req.Method, req.URL, resp.Status, excerpt(resp.Body)), nil
+		return Failed("http %s %s: status %d: %s", req.Method, req.URL, resp.Status, outbound.Excerpt(resp.Body)), nil
 	}
 	headers := map[string]any{}
 	for k, v := range resp.Headers {

@@ -222,11 +222,7 @@ func TestOutboxCallForFinishedWaitIsDropped(t *testing.T) {
 	ctx := context.Background()
 	h := setup(t) // not running: the test plays the pod step by step
 	name := h.put(t, h.waitDef("dropped", nil))
-	id := h.start(t, name, obj{"order": 1})
-	jobs, err := h.ex.ClaimRun(ctx, 10)
-	require.NoError(t, err)
-	require.Len(t, jobs, 1)
-	require.NoError(t, h.ex.RunJob(ctx, jobs[0]))
+	id := h.start(t, name, obj{"order": 1}) // the wait and its call queued at the start
 	ws := waitOf(t, h.view(t, id), "wait")
 	// The wait ends (here: cancelled) while its call is still queued.
 	require.EqualValues(t, 1, h.exec(t, `UPDATE execution_wait_states SET status = 'cancelled', version = version + 1 WHERE id = $1`, ws.ID))

@@ -194,10 +194,14 @@ func TestRedriveFailedNodeRunsAgain(t *testing.T) {
 func failedByTimeout(t *testing.T, h *harness, name string, n int) (map[uuid.UUID]uuid.UUID, map[uuid.UUID]int64) {
 	t.Helper()
 	ctx := context.Background()
+	// Started side by side: each start registers its wait, and every wait must still be
+	// open when the last one registers.
 	ids := make([]uuid.UUID, n)
+	var wg sync.WaitGroup
 	for i := range ids {
-		ids[i] = h.start(t, name, obj{"order": i})
+		wg.Go(func() { ids[i] = h.start(t, name, obj{"order": i}) })
 	}
+	wg.Wait()
 	eventually(t, func() bool {
 		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`) == n
 	}, "every execution waits")
@@ -395,17 +399,12 @@ func TestRedriveFencesStaleClaim(t *testing.T) {
 		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}, "timeout": 600}),
 		node("after", "http", obj{"url": "@{_vars.svc}/after", "method": "POST"}),
 	}, []obj{edge("slow", "after", ""), edge("wait", "after", "")}))
-	id := h.start(t, name, nil)
+	id := h.start(t, name, nil) // the root wait registers in the start's transaction
 	jobs, err := h.ex.ClaimRun(ctx, 10)
 	require.NoError(t, err)
-	require.Len(t, jobs, 2)
-	var slow, wait int
-	if jobs[1].NodeID == "slow" {
-		slow, wait = 1, 0
-	} else {
-		slow, wait = 0, 1
-	}
-	require.NoError(t, h.ex.RunJob(ctx, jobs[wait]))
+	require.Len(t, jobs, 1)
+	require.Equal(t, "slow", jobs[0].NodeID)
+	const slow = 0
 	require.NoError(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenFail, "operator"))
 	require.Equal(t, "failed", h.view(t, id).Status)
 

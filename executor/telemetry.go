@@ -2,16 +2,12 @@ package executor
 
 import (
 	"context"
-	"net"
-	"net/url"
-	"strconv"
-	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
@@ -23,31 +19,20 @@ import (
 // scope names the executor's tracer and meter.
 const scope = "github.com/rendezvous-run/rendezvous/executor"
 
-// Results of an outbound correlated call attempt (rendezvous.outbound.calls).
-const (
-	resultOK     = "ok"
-	resultRetry  = "retry"
-	resultFailed = "failed"
-)
-
 // instruments are the executor's spans and metrics. Whatever depends on a transaction
 // (a wait resumed) is recorded after it committed: a rolled-back batch did not happen.
 type instruments struct {
-	tracer        trace.Tracer
-	outboundCalls metric.Int64Counter
-	outboundTime  metric.Float64Histogram
-	waitDuration  metric.Float64Histogram
-	claimLatency  metric.Float64Histogram
-	dbErrors      metric.Int64Counter
+	tracer       trace.Tracer
+	waitDuration metric.Float64Histogram
+	claimLatency metric.Float64Histogram
+	dbErrors     metric.Int64Counter
 }
 
-// Bucket boundaries, in seconds. An outbound call is bounded by OutboxTimeout; a wait
-// lasts from milliseconds (a fast callback) to days (a timer, an approval); a claim
+// Bucket boundaries, in seconds. A wait lasts from milliseconds (a fast callback) to days (a timer, an approval); a claim
 // normally follows its enqueue within a poll interval and lags when pods are saturated.
 var (
-	outboundBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-	waitBuckets     = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}
-	claimBuckets    = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+	waitBuckets  = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}
+	claimBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 )
 
 func (e *Executor) initTelemetry() error {
@@ -62,10 +47,6 @@ func (e *Executor) initTelemetry() error {
 	in := &e.ins
 	in.tracer = tp.Tracer(scope)
 	var err error
-	if in.outboundCalls, err = m.Int64Counter("rendezvous.outbound.calls",
-		metric.WithDescription("Correlated API call attempts by result (ok; retry: sent again later; failed: permanent or attempts exhausted).")); err != nil {
-		return err
-	}
 	if in.dbErrors, err = m.Int64Counter(telemetry.DatabaseErrorsName, metric.WithDescription(telemetry.DatabaseErrorsDescription)); err != nil {
 		return err
 	}
@@ -75,7 +56,6 @@ func (e *Executor) initTelemetry() error {
 		desc    string
 		buckets []float64
 	}{
-		{&in.outboundTime, "rendezvous.outbound.call.duration", "Duration of one correlated API call attempt, by result.", outboundBuckets},
 		{&in.waitDuration, "rendezvous.wait.duration", "How long waits lasted, from registration to satisfied, timed out or fired; by workflow, strategy (timer for wait nodes) and outcome.", waitBuckets},
 		{&in.claimLatency, "rendezvous.run_queue.claim_latency", "How long run-queue work waited to be claimed the first time, by kind (run, resume).", claimBuckets},
 	} {
@@ -123,11 +103,11 @@ func (e *Executor) databaseError(ctx context.Context) {
 }
 
 // startNodeRun starts the span of one run of a node; runNode adds what it learns.
-func (e *Executor) startNodeRun(ctx context.Context, job dbsqlc.RunQueue) (context.Context, trace.Span) {
+func (e *Executor) startNodeRun(ctx context.Context, execID uuid.UUID, nodeID string, attempt int32) (context.Context, trace.Span) {
 	return e.ins.tracer.Start(ctx, "rendezvous.node.run", trace.WithAttributes(
-		attribute.String("rendezvous.execution_id", job.ExecutionID.String()),
-		attribute.String("rendezvous.node_id", job.NodeID),
-		attribute.Int("rendezvous.attempt", int(job.Attempt)),
+		attribute.String("rendezvous.execution_id", execID.String()),
+		attribute.String("rendezvous.node_id", nodeID),
+		attribute.Int("rendezvous.attempt", int(attempt)),
 	))
 }
 
@@ -138,32 +118,6 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-}
-
-// callAttributes describe an outbound call on its span. Only the host of the URL: its
-// path and query may carry tokens.
-func callAttributes(req *Request) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method)}
-	u, err := url.Parse(req.URL)
-	if err != nil {
-		return attrs
-	}
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		host = u.Host
-	}
-	attrs = append(attrs, semconv.ServerAddress(host))
-	if p, err := strconv.Atoi(port); err == nil {
-		attrs = append(attrs, semconv.ServerPort(p))
-	}
-	return attrs
-}
-
-// recordCall counts one outbound call attempt and its duration.
-func (e *Executor) recordCall(ctx context.Context, result string, took time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("result", result))
-	e.ins.outboundCalls.Add(ctx, 1, attrs)
-	e.ins.outboundTime.Record(ctx, took.Seconds(), attrs)
 }
 
 // observeClaims records how long first attempts waited to be claimed; a retried row's

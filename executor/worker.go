@@ -49,7 +49,7 @@ func (e *Executor) Services() []startstop.Service {
 			runLoop(ctx, e, "run_queue", e.cfg.Workers, e.wakeRun, e.claimWork, e.processWork)
 		}),
 		startstop.NewLoop("outbox sender", func(ctx context.Context) {
-			runLoop(ctx, e, "outbox", e.cfg.OutboxWorkers, e.wakeOutbox, e.claimOutbox, e.processOutbox)
+			runLoop(ctx, e, "outbox", e.cfg.OutboxWorkers, e.wakeOutbox, e.calls.Claim, e.calls.Process)
 		}),
 		startstop.NewLoop("wake-up listener", e.listen),
 		startstop.NewLoop("wake-up notifier", e.notifier),
@@ -202,7 +202,7 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	case "resume":
 		err = e.resume(ctx, job)
 	default:
-		runCtx, span := e.startNodeRun(ctx, job)
+		runCtx, span := e.startNodeRun(ctx, job.ExecutionID, job.NodeID, job.Attempt)
 		err = e.runNode(runCtx, job)
 		endSpan(span, err)
 		ctx = runCtx
@@ -323,19 +323,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			if err != nil {
 				return fmt.Errorf("register wait: %w", err)
 			}
-			// wait_state_id, spelled like every other key here; waitStateId and
-			// enabledEvents too, the names engines with this node give these fields, so a
-			// flow ported from one reads them unchanged.
-			out.Output["wait_state_id"] = ws.ID.String()
-			out.Output["waitStateId"] = ws.ID.String()
-			if ws.WaitType != aggregator.WaitTypeTimer {
-				var enabled []string
-				if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
-					return fmt.Errorf("decode enabled events: %w", err)
-				}
-				out.Output["enabledEvents"] = enabled
-			}
-			raw, err := json.Marshal(out.Output)
+			raw, err := waitingOutput(out, ws)
 			if err != nil {
 				return err
 			}
@@ -351,13 +339,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			}
 			continued = taken.Outcome == aggregator.Completed
 			notifyOutbox = out.Wait.APICall
-			msg := "waiting for events"
-			if ws.WaitType == aggregator.WaitTypeTimer {
-				msg = "timer scheduled"
-			}
-			e.logger.InfoContext(ctx, msg, "execution_id", st.exec.ID, "node_id", job.NodeID,
-				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
-				"next_deadline_at", ws.NextDeadlineAt)
+			e.logWaiting(ctx, ws)
 			return e.settle(ctx, txWriter{e, tx}, st)
 		default:
 			raw, err := json.Marshal(out.Output)
@@ -396,6 +378,34 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		e.wakeOutboxQueue()
 	}
 	return nil
+}
+
+// logWaiting says a node waits (on a timer or for events).
+func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState) {
+	msg := "waiting for events"
+	if ws.WaitType == aggregator.WaitTypeTimer {
+		msg = "timer scheduled"
+	}
+	e.logger.InfoContext(ctx, msg, "execution_id", ws.ExecutionID, "node_id", ws.NodeID,
+		"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
+		"next_deadline_at", ws.NextDeadlineAt)
+}
+
+// waitingOutput is the output of a node waiting on ws: the node's own, with the wait's
+// ids. wait_state_id is spelled like every other key here; waitStateId and
+// enabledEvents too, the names engines with this node give these fields, so a flow
+// ported from one reads them unchanged.
+func waitingOutput(out Outcome, ws dbsqlc.ExecutionWaitState) ([]byte, error) {
+	out.Output["wait_state_id"] = ws.ID.String()
+	out.Output["waitStateId"] = ws.ID.String()
+	if ws.WaitType != aggregator.WaitTypeTimer {
+		var enabled []string
+		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
+			return nil, fmt.Errorf("decode enabled events: %w", err)
+		}
+		out.Output["enabledEvents"] = enabled
+	}
+	return json.Marshal(out.Output)
 }
 
 // resume continues one execution after its wait was satisfied: a batch of one.

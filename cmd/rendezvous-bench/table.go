@@ -79,6 +79,7 @@ func figures(o options, r results) []figure {
 		callbackFloor(r.CallbacksFloor, c, rate, plain)
 		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
 		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
+		plain("", "round trips to PostgreSQL per callback", c.RoundTripsPerCallback, "trips")
 	}
 	if c := r.CallbacksWide; c.Waits > 0 {
 		rate("", fmt.Sprintf("callbacks correlated/s, %d clients", c.Concurrency), c.PerSecond)
@@ -90,6 +91,8 @@ func figures(o options, r results) []figure {
 			}
 		}
 		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
+		target(plain("c", fmt.Sprintf("round trips to PostgreSQL per callback, %d clients", c.Concurrency), c.RoundTripsPerCallback, "trips"),
+			"≤ 3", c.RoundTripsPerCallback <= 3)
 		callbackFloor(r.CallbacksWideFloor, c, rate, plain)
 	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {

@@ -198,8 +198,8 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 
 const executionInsert = `-- name: ExecutionInsert :one
 INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
-VALUES ($1::uuid, $2::text, $3::integer, 'running', $4::jsonb,
-        $5::uuid)
+VALUES ($1::uuid, $2::text, $3::integer, $4::text, $5::jsonb,
+        $6::uuid)
 RETURNING id, workflow_name, workflow_version, status, input, error, created_at, updated_at, finished_at, redrive_count, redriven_at, restarted_from, restarted_as
 `
 
@@ -207,16 +207,19 @@ type ExecutionInsertParams struct {
 	ID              uuid.UUID
 	WorkflowName    string
 	WorkflowVersion int32
+	Status          string
 	Input           json.RawMessage
 	RestartedFrom   *uuid.UUID
 }
 
-// restarted_from links a restart to the execution it restarts.
+// restarted_from links a restart to the execution it restarts. status is running, or
+// waiting when every root node was run in the starting transaction and waits.
 func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionInsertParams) (Execution, error) {
 	row := db.QueryRow(ctx, executionInsert,
 		arg.ID,
 		arg.WorkflowName,
 		arg.WorkflowVersion,
+		arg.Status,
 		arg.Input,
 		arg.RestartedFrom,
 	)

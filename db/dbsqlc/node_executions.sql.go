@@ -65,18 +65,32 @@ func (q *Queries) NodeExecutionFinish(ctx context.Context, db DBTX, arg NodeExec
 	return err
 }
 
-const nodeExecutionInsertPending = `-- name: NodeExecutionInsertPending :exec
-INSERT INTO node_executions (execution_id, node_id)
-SELECT $1::uuid, unnest($2::text[])
+const nodeExecutionInsert = `-- name: NodeExecutionInsert :exec
+INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
+SELECT $1::uuid, n.node_id, n.status, NULLIF(n.output, '')::jsonb,
+       CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
+       CASE WHEN n.status = 'waiting_for_events' THEN now() END
+FROM (SELECT unnest($2::text[]) AS node_id, unnest($3::text[]) AS status,
+             unnest($4::text[]) AS output) AS n
 `
 
-type NodeExecutionInsertPendingParams struct {
+type NodeExecutionInsertParams struct {
 	ExecutionID uuid.UUID
 	NodeIds     []string
+	Statuses    []string
+	Outputs     []string
 }
 
-func (q *Queries) NodeExecutionInsertPending(ctx context.Context, db DBTX, arg NodeExecutionInsertPendingParams) error {
-	_, err := db.Exec(ctx, nodeExecutionInsertPending, arg.ExecutionID, arg.NodeIds)
+// A new execution's nodes, each in the status its start left it: pending; running
+// (queued); or waiting_for_events with its output, run once in the starting transaction.
+// An empty output is none.
+func (q *Queries) NodeExecutionInsert(ctx context.Context, db DBTX, arg NodeExecutionInsertParams) error {
+	_, err := db.Exec(ctx, nodeExecutionInsert,
+		arg.ExecutionID,
+		arg.NodeIds,
+		arg.Statuses,
+		arg.Outputs,
+	)
 	return err
 }
 

@@ -155,3 +155,25 @@ func (q *Queries) OutboxRetryLater(ctx context.Context, db DBTX, arg OutboxRetry
 	}
 	return result.RowsAffected(), nil
 }
+
+const outboxTarget = `-- name: OutboxTarget :one
+SELECT correlation_id, trace_parent, (status = 'waiting')::boolean AS waiting
+FROM execution_wait_states
+WHERE id = $1::uuid
+`
+
+type OutboxTargetRow struct {
+	CorrelationID uuid.UUID
+	TraceParent   *string
+	Waiting       bool
+}
+
+// What a call's attempt needs of its wait: whether it still waits (a call of a wait that
+// ended, or was cancelled, before it left is no longer wanted), its correlation id and
+// the traceparent its span joins.
+func (q *Queries) OutboxTarget(ctx context.Context, db DBTX, id uuid.UUID) (OutboxTargetRow, error) {
+	row := db.QueryRow(ctx, outboxTarget, id)
+	var i OutboxTargetRow
+	err := row.Scan(&i.CorrelationID, &i.TraceParent, &i.Waiting)
+	return i, err
+}

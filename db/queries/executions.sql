@@ -1,7 +1,8 @@
 -- name: ExecutionInsert :one
--- restarted_from links a restart to the execution it restarts.
+-- restarted_from links a restart to the execution it restarts. status is running, or
+-- waiting when every root node was run in the starting transaction and waits.
 INSERT INTO executions (id, workflow_name, workflow_version, status, input, restarted_from)
-VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, 'running', @input::jsonb,
+VALUES (@id::uuid, @workflow_name::text, @workflow_version::integer, @status::text, @input::jsonb,
         sqlc.narg(restarted_from)::uuid)
 RETURNING *;
 

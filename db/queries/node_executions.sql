@@ -1,6 +1,13 @@
--- name: NodeExecutionInsertPending :exec
-INSERT INTO node_executions (execution_id, node_id)
-SELECT @execution_id::uuid, unnest(@node_ids::text[]);
+-- name: NodeExecutionInsert :exec
+-- A new execution's nodes, each in the status its start left it: pending; running
+-- (queued); or waiting_for_events with its output, run once in the starting transaction.
+-- An empty output is none.
+INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
+SELECT @execution_id::uuid, n.node_id, n.status, NULLIF(n.output, '')::jsonb,
+       CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
+       CASE WHEN n.status = 'waiting_for_events' THEN now() END
+FROM (SELECT unnest(@node_ids::text[]) AS node_id, unnest(@statuses::text[]) AS status,
+             unnest(@outputs::text[]) AS output) AS n;
 
 -- name: NodeExecutionListByExecution :many
 SELECT * FROM node_executions

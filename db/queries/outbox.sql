@@ -35,3 +35,11 @@ DELETE FROM outbox WHERE execution_id = @execution_id::uuid;
 
 -- name: OutboxDeleteForWaitState :exec
 DELETE FROM outbox WHERE wait_state_id = @wait_state_id::uuid;
+
+-- name: OutboxTarget :one
+-- What a call's attempt needs of its wait: whether it still waits (a call of a wait that
+-- ended, or was cancelled, before it left is no longer wanted), its correlation id and
+-- the traceparent its span joins.
+SELECT correlation_id, trace_parent, (status = 'waiting')::boolean AS waiting
+FROM execution_wait_states
+WHERE id = @id::uuid;

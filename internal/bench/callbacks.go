@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ type CallbackResult struct {
 	ToContinuation Latencies `json:"to_continuation"`
 	// Response is the callback's HTTP round trip.
 	Response Latencies `json:"response"`
+	// RoundTripsPerCallback is the replica's round trips to PostgreSQL (statements, or
+	// pipelined batches of them, each waited for) while the callbacks were answered, per
+	// callback; its background loops count too.
+	RoundTripsPerCallback float64 `json:"round_trips_per_callback"`
 }
 
 const callbackWorkflow = "bench"
@@ -103,7 +108,21 @@ func (r *callbackRig) send(client *http.Client, w waitIDs) error {
 // waits whose correlated call goes to a local fake service, then answers them with
 // concurrency clients over loopback HTTP, as fast as they go.
 func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *slog.Logger) (CallbackResult, error) {
-	rig, err := startCallbacks(ctx, url, logger)
+	// The replica reaches PostgreSQL through a counter of its round trips.
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return CallbackResult{}, fmt.Errorf("database url: %w", err)
+	}
+	counter, err := newRoundTripCounter(u.Host)
+	if err != nil {
+		return CallbackResult{}, err
+	}
+	defer counter.close()
+	counted, err := counter.url(url)
+	if err != nil {
+		return CallbackResult{}, err
+	}
+	rig, err := startCallbacks(ctx, counted, logger)
 	if err != nil {
 		return CallbackResult{}, err
 	}
@@ -121,6 +140,7 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	tripsBefore := counter.count()
 	start := time.Now()
 	for range concurrency {
 		wg.Add(1)
@@ -142,6 +162,10 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	}
 	wg.Wait()
 	answered := time.Since(start)
+	// Each answer came after its continuation committed, in the callback's transaction
+	// (or its resume row did, for a worker to claim: those count from here on only as far
+	// as they ran by now).
+	trips := counter.count() - tripsBefore
 	if err, _ := failed.Load().(error); err != nil {
 		return CallbackResult{}, err
 	}
@@ -164,5 +188,7 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 		ResumedPerSecond: float64(waits) / last.Sub(start).Seconds(),
 		ToContinuation:   Summarise(toCont),
 		Response:         Summarise(resp),
+
+		RoundTripsPerCallback: float64(trips) / float64(waits),
 	}, nil
 }

@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// TestRoundTripCounterCountsWaits: a statement is one round trip, a pipelined batch of
+// three is one, and a transaction's BEGIN and COMMIT are one each.
+func TestRoundTripCounterCountsWaits(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	server := dbtest.ServerURL(t)
+	u, err := url.Parse(server)
+	require.NoError(t, err)
+	c, err := newRoundTripCounter(u.Host)
+	require.NoError(t, err)
+	defer c.close()
+	counted, err := c.url(server)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, counted)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+
+	const stmt = "SELECT $1::int"
+	_, err = conn.Exec(ctx, stmt, 1) // prepared and cached: later uses are one trip
+	require.NoError(t, err)
+	trips := func(do func()) int64 {
+		before := c.count()
+		do()
+		return c.count() - before
+	}
+	require.EqualValues(t, 1, trips(func() {
+		_, err := conn.Exec(ctx, stmt, 2)
+		require.NoError(t, err)
+	}))
+	require.EqualValues(t, 1, trips(func() {
+		b := &pgx.Batch{}
+		for i := range 3 {
+			b.Queue(stmt, i)
+		}
+		require.NoError(t, conn.SendBatch(ctx, b).Close())
+	}))
+	require.EqualValues(t, 3, trips(func() {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, stmt, 3)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}))
+}

@@ -1,0 +1,174 @@
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/rendezvous-run/rendezvous/internal/template"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
+)
+
+// Request is a rendered outbound HTTP request.
+type Request struct {
+	Method  string
+	URL     string
+	Headers http.Header
+	Body    []byte
+}
+
+// Build renders a wait's correlated call and injects the two ids into the configured
+// body fields and headers, plus Idempotency-Key: the correlation id, so the external
+// service can absorb the retries of an at-least-once outbox.
+func Build(c *workflow.APICall, scope template.Scope, executionID, correlationID uuid.UUID) (*Request, error) {
+	req, body, err := Render(c.Method, c.URL, c.Headers, c.Body, scope, "apiCall")
+	if err != nil {
+		return nil, err
+	}
+	switch b := body.(type) {
+	case map[string]any:
+		setField(b, c.ExecutionIDField, executionID.String())
+		setField(b, c.CorrelationIDField, correlationID.String())
+	case nil:
+		if req.Method != http.MethodGet && req.Method != http.MethodDelete {
+			b2 := map[string]any{}
+			setField(b2, c.ExecutionIDField, executionID.String())
+			setField(b2, c.CorrelationIDField, correlationID.String())
+			body = b2
+		}
+	}
+	if err := Encode(req, body); err != nil {
+		return nil, err
+	}
+	req.Headers.Set(c.ExecutionIDHeader, executionID.String())
+	req.Headers.Set(c.CorrelationIDHeader, correlationID.String())
+	req.Headers.Set("Idempotency-Key", correlationID.String())
+	return req, nil
+}
+
+// Render renders a request's URL and headers into a Request, and its body into a value
+// for Encode; where names the definition's field in errors ("apiCall", "data").
+func Render(method, url string, headers map[string]string, body any, scope template.Scope, where string) (*Request, any, error) {
+	u, err := template.RenderString(url, scope)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s.url: %w", where, err)
+	}
+	req := &Request{Method: method, URL: u, Headers: http.Header{}}
+	for k, v := range headers {
+		hv, err := template.RenderString(v, scope)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s.headers.%s: %w", where, k, err)
+		}
+		req.Headers.Set(k, hv)
+	}
+	var rendered any
+	if body != nil {
+		rendered, err = template.Render(body, scope)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s.body: %w", where, err)
+		}
+	}
+	return req, rendered, nil
+}
+
+// Encode sets req's body: a string as text, anything else as JSON, each with its
+// Content-Type unless the definition set one.
+func Encode(req *Request, body any) error {
+	switch b := body.(type) {
+	case nil:
+		return nil
+	case string:
+		req.Body = []byte(b)
+		if req.Headers.Get("Content-Type") == "" {
+			req.Headers.Set("Content-Type", "text/plain; charset=utf-8")
+		}
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return fmt.Errorf("encode body: %w", err)
+		}
+		req.Body = raw
+		if req.Headers.Get("Content-Type") == "" {
+			req.Headers.Set("Content-Type", "application/json")
+		}
+	}
+	return nil
+}
+
+// setField sets a possibly dotted field, creating objects on the way.
+func setField(m map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}
+
+// Response is what an outbound call answered, trimmed for storage and messages.
+type Response struct {
+	Status  int
+	Headers http.Header
+	Body    []byte
+}
+
+// maxResponseBytes bounds what is read of a response: outputs live in the database.
+const maxResponseBytes = 1 << 20
+
+// Do sends req with the given timeout. When ctx holds a span, the request carries its
+// W3C traceparent (over one the definition set), so the receiver can continue the
+// trace: the wait's call span for a correlated call, the node's span for an http node.
+func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Duration) (*Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if req.Body != nil {
+		body = bytes.NewReader(req.Body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
+	if err != nil {
+		return nil, err
+	}
+	hr.Header = req.Headers.Clone()
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
+	resp, err := client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	return &Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}, nil
+}
+
+// Excerpt returns the start of a body for error messages. It ends up in text columns,
+// so it must be text PostgreSQL accepts: valid UTF-8 without NUL bytes, cut at a
+// character boundary.
+func Excerpt(b []byte) string {
+	const n = 512
+	s := strings.ToValidUTF8(string(b), "?")
+	s = strings.ReplaceAll(s, "\x00", "?")
+	if len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return s[:cut] + "…"
+	}
+	return s
+}
