@@ -4,8 +4,9 @@
 // sends the outbox of correlated API calls.
 //
 // It never sees where an event came from: a satisfied wait reaches it either inside the
-// aggregator's transaction that completed it (a batch of events, ContinueWith), or as a
-// "resume" row in the run queue, written by the aggregator.
+// aggregator's transaction that completed it (a batch of events; the executor is the
+// aggregator's Continuer), or as a "resume" row in the run queue, written by the
+// aggregator.
 //
 // Each node run is a span; a wait the node registers stores that span's traceparent, so
 // the wait's outbound call (which hands the trace on in its request), the aggregator's
@@ -93,9 +94,6 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// OnWorkflowStored is called after a new definition version is stored (the Kafka
-	// consumer subscribes to its topics at once). Optional.
-	OnWorkflowStored func()
 	// Retention is how long finished executions and finished waits are kept; negative
 	// keeps them forever. Default RetentionDefault.
 	Retention time.Duration
@@ -183,6 +181,9 @@ type Executor struct {
 	notifyRun    chan struct{}
 	notifyOutbox chan struct{}
 
+	// stored is poked when a definition version is stored here (Stored).
+	stored chan struct{}
+
 	ins        instruments
 	depthCache telemetry.Cached[map[string]int64]
 
@@ -195,9 +196,13 @@ type defKey struct {
 	version int32
 }
 
-// New returns an Executor. agg registers the waits of wait_events nodes, and hands the
-// executor the continuations of the waits its batches complete (aggregator.ContinueWith).
-func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor, error) {
+// New returns an Executor and the aggregator it runs on, built from aggCfg with the
+// executor as its Continuer (aggCfg.InstanceID and Logger default to the executor's).
+// The two need each other — the executor registers and cancels waits through the
+// aggregator, the aggregator hands it the executions whose waits a batch of events
+// completes — so they are built together, once: neither is changed after New returns.
+// Aggregator returns the aggregator, for the sources of events.
+func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -207,21 +212,40 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 		reg[name] = t.Parse
 	}
 	e := &Executor{
-		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
+		cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger, reg: reg,
 		defs:         map[defKey]*workflow.Workflow{},
 		wakeRun:      make(chan struct{}, 1),
 		wakeOutbox:   make(chan struct{}, 1),
 		notifyRun:    make(chan struct{}, 1),
 		notifyOutbox: make(chan struct{}, 1),
+		stored:       make(chan struct{}, 1),
 	}
 	if err := e.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("executor telemetry: %w", err)
 	}
-	if agg != nil {
-		agg.ContinueWith(e.continueTx)
+	if aggCfg.InstanceID == "" {
+		aggCfg.InstanceID = cfg.InstanceID
 	}
+	if aggCfg.Logger == nil {
+		aggCfg.Logger = cfg.Logger
+	}
+	aggCfg.Continuer = e
+	agg, err := aggregator.New(pool, aggCfg)
+	if err != nil {
+		return nil, err
+	}
+	e.agg = agg
 	return e, nil
 }
+
+// Aggregator is the aggregator the executor runs on (see New).
+func (e *Executor) Aggregator() *aggregator.Aggregator { return e.agg }
+
+// Stored tells when a definition version was stored through this executor (at most one
+// pending signal: several stores before it is read are one): the Kafka consumer reads
+// the topics of stored definitions again at once instead of at its next periodic
+// refresh. One reader, the process's consumer.
+func (e *Executor) Stored() <-chan struct{} { return e.stored }
 
 // Registry returns the node parsers, for validating definitions elsewhere.
 func (e *Executor) Registry() workflow.Registry { return e.reg }
@@ -300,9 +324,7 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		e.defsMu.Lock()
 		e.defs[defKey{name, row.Version}] = wf
 		e.defsMu.Unlock()
-		if e.cfg.OnWorkflowStored != nil {
-			e.cfg.OnWorkflowStored()
-		}
+		poke(e.stored)
 		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
 	}
 }
@@ -313,9 +335,6 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 // compiled: a definition stored under a larger bound must still run (its lookback is
 // then held to the bound).
 func (e *Executor) checkLimits(wf *workflow.Workflow) []workflow.FieldError {
-	if e.agg == nil {
-		return nil
-	}
 	maxLookback := e.agg.MaxLookback()
 	var errs []workflow.FieldError
 	for i, n := range wf.Nodes() {

@@ -231,10 +231,8 @@ func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, 
 	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: execFailed, Error: &reason}); err != nil {
 		return fmt.Errorf("fail execution: %w", err)
 	}
-	if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
-		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
-	}); err != nil {
-		return fmt.Errorf("cancel open waits: %w", err)
+	if err := e.agg.CancelOpenWaits(ctx, tx, st.exec.ID, "execution failed: "+reason); err != nil {
+		return err
 	}
 	if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{
 		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,

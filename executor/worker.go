@@ -292,7 +292,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		out.Wait.TraceParent = telemetry.TraceParent(ctx)
 	}
 
-	var notifyOutbox, enqueued, discarded, continued bool
+	var notifyOutbox, enqueued, discarded bool
 	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
 		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
 		if err != nil {
@@ -345,11 +345,9 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 			st.setNode(job.NodeID, nodeWaiting, raw)
 			// Events sent to the execution before it reached this wait are taken now; if
 			// they satisfy it, it completes in this transaction and never suspends.
-			taken, err := e.agg.TakeBuffered(ctx, tx, ws)
-			if err != nil {
+			if _, err := e.agg.TakeBuffered(ctx, tx, ws); err != nil {
 				return fmt.Errorf("take buffered events: %w", err)
 			}
-			continued = taken.Outcome == aggregator.Completed
 			notifyOutbox = out.Wait.APICall
 			msg := "waiting for events"
 			if ws.WaitType == aggregator.WaitTypeTimer {
@@ -388,9 +386,6 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 	}
 	if enqueued {
 		e.WakeRunQueue()
-	}
-	if continued {
-		e.agg.Continued()
 	}
 	if notifyOutbox {
 		e.wakeOutboxQueue()
@@ -467,25 +462,21 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		if lost = len(jobs) - len(owned); lost > 0 {
 			e.logger.WarnContext(ctx, "lease lost; another instance owns this work now", "lost", lost, "instance_id", e.cfg.InstanceID)
 		}
-		mark := dbsqlc.WaitStateMarkResumedManyParams{InstanceID: e.cfg.InstanceID}
+		var markExecs []uuid.UUID
+		var markNodes []string
 		for _, j := range jobs {
 			i := slices.IndexFunc(execs, func(x dbsqlc.Execution) bool { return x.ID == j.ExecutionID })
 			if slices.Contains(owned, j.ID) && i >= 0 && !execFinished(execs[i].Status) {
-				mark.ExecutionIds, mark.NodeIds = append(mark.ExecutionIds, j.ExecutionID), append(mark.NodeIds, j.NodeID)
+				markExecs, markNodes = append(markExecs, j.ExecutionID), append(markNodes, j.NodeID)
 			}
 		}
-		if len(mark.ExecutionIds) == 0 {
+		if len(markExecs) == 0 {
 			return nil
 		}
-		var resumed []dbsqlc.WaitStateMarkResumedManyRow
+		var resumed []aggregator.Ended
 		var nodes []dbsqlc.NodeExecution
-		p.Queue(func(d dbsqlc.DBTX) (err error) {
-			if resumed, err = e.q.WaitStateMarkResumedMany(ctx, d, mark); err != nil {
-				return fmt.Errorf("mark resumed: %w", err)
-			}
-			return nil
-		})
-		p.Queue(e.loadNodes(ctx, mark.ExecutionIds, &nodes))
+		p.Queue(e.agg.MarkResumed(ctx, markExecs, markNodes, &resumed))
+		p.Queue(e.loadNodes(ctx, markExecs, &nodes))
 		if err := p.Send(ctx, tx); err != nil {
 			return err
 		}
@@ -521,71 +512,49 @@ func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]db
 	}
 }
 
-// continueTx is the aggregator's ContinueFunc (see aggregator.ContinueWith): it continues
-// the executions whose waits a batch of events completes, inside that batch's
-// transaction, which saves the run queue row, its claim, its deletion, a second write of
-// each wait and a second transaction per continuation. Its statements go in two round
-// trips: lock the executions, write the batch, open a savepoint and load the nodes; then
-// the continuation's writes and the savepoint's release. If the continuation fails, it
-// is rolled back to the savepoint and its waits go to the run queue instead, while the
-// events stay applied: a continuation that cannot run never holds up other events.
-func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]aggregator.Completion, error)) error {
-	var execs []dbsqlc.Execution
-	var completed []aggregator.Completion
-	var nodes []dbsqlc.NodeExecution
-	var p db.Pipeline
-	p.Queue(e.lockExecutions(ctx, execIDs, &execs))
-	p.Queue(func(d dbsqlc.DBTX) (err error) {
-		completed, err = record(d)
-		return err
-	})
-	p.Queue(func(d dbsqlc.DBTX) error {
-		_, err := d.Exec(ctx, "SAVEPOINT continuation")
-		return err
-	})
-	p.Queue(e.loadNodes(ctx, execIDs, &nodes))
-	if err := p.Send(ctx, tx); err != nil {
-		return err
+// PrepareContinue makes the executor the aggregator's Continuer (aggregator.Continuer):
+// it continues the executions whose waits a batch of events completes, inside that
+// batch's transaction, which saves the run queue row, its claim, its deletion, a second
+// write of each wait and a second transaction per continuation. The aggregator drives
+// it: it sends LockExecutions before writing the waits and LoadNodes after, then calls
+// Continue with the waits that ended; if Continue fails, it rolls back to a savepoint
+// and queues those continuations instead.
+func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID) aggregator.Continuation {
+	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs}
+}
+
+// inTxContinuation is one continuation run in the aggregator's transaction.
+type inTxContinuation struct {
+	e       *Executor
+	ctx     context.Context
+	execIDs []uuid.UUID
+	execs   []dbsqlc.Execution
+	nodes   []dbsqlc.NodeExecution
+}
+
+func (c *inTxContinuation) LockExecutions(d dbsqlc.DBTX) error {
+	return c.e.lockExecutions(c.ctx, c.execIDs, &c.execs)(d)
+}
+
+func (c *inTxContinuation) LoadNodes(d dbsqlc.DBTX) error {
+	return c.e.loadNodes(c.ctx, c.execIDs, &c.nodes)(d)
+}
+
+func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []aggregator.Ended) (func(), error) {
+	e := c.e
+	out, err := e.continueWaits(ctx, tx, c.execs, c.nodes, ended, p)
+	if err != nil {
+		return nil, err
 	}
-	if len(completed) == 0 {
-		return nil // every fence missed; the savepoint ends with the transaction
-	}
-	resumed := make([]dbsqlc.WaitStateMarkResumedManyRow, len(completed))
-	for i, c := range completed {
-		resumed[i] = dbsqlc.WaitStateMarkResumedManyRow{ExecutionID: c.ExecutionID, NodeID: c.NodeID, WaitType: c.WaitType,
-			AggregationStrategy: c.AggregationStrategy, Status: c.Status, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-			TraceParent: c.TraceParent}
-	}
-	out, err := e.continueWaits(ctx, tx, execs, nodes, resumed, &p)
-	if err == nil && e.continueFault != nil {
-		if err = p.Send(ctx, tx); err == nil {
-			err = e.continueFault()
+	if e.continueFault != nil {
+		if err := p.Send(ctx, tx); err != nil {
+			return nil, err
+		}
+		if err := e.continueFault(); err != nil {
+			return nil, err
 		}
 	}
-	if err == nil {
-		p.Queue(func(d dbsqlc.DBTX) error {
-			_, err := d.Exec(ctx, "RELEASE SAVEPOINT continuation")
-			return err
-		})
-		if err = p.Send(ctx, tx); err == nil {
-			db.AfterCommit(tx, func() { e.continued(ctx, out) })
-			return nil
-		}
-	}
-	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT continuation"); rerr != nil {
-		return fmt.Errorf("continue: %w (and rolling back to the savepoint: %v)", err, rerr)
-	}
-	e.logger.WarnContext(ctx, "continuation failed in the deciding transaction; queued instead",
-		"waits", len(resumed), "instance_id", e.cfg.InstanceID, "err", err)
-	deferred := dbsqlc.WaitStateDeferResumeParams{InstanceID: e.cfg.InstanceID}
-	for _, r := range resumed {
-		deferred.ExecutionIds, deferred.NodeIds = append(deferred.ExecutionIds, r.ExecutionID), append(deferred.NodeIds, r.NodeID)
-	}
-	if err := e.q.WaitStateDeferResume(ctx, tx, deferred); err != nil {
-		return fmt.Errorf("queue continuations: %w", err)
-	}
-	db.AfterCommit(tx, e.WakeRunQueue)
-	return nil
+	return func() { e.continued(ctx, out) }, nil
 }
 
 // continuation is what a committed continuation leaves to do: end its spans, and wake
@@ -609,7 +578,7 @@ func (e *Executor) continued(ctx context.Context, out continuation) {
 // resumed wait gets a span in its own trace, ended (and its duration recorded) by
 // continued once tx has committed.
 func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.Execution, nodes []dbsqlc.NodeExecution,
-	resumed []dbsqlc.WaitStateMarkResumedManyRow, p *db.Pipeline,
+	resumed []aggregator.Ended, p *db.Pipeline,
 ) (out continuation, err error) {
 	states := make(map[uuid.UUID]*execState, len(execs))
 	for _, r := range resumed {
@@ -635,7 +604,7 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 	for _, r := range resumed {
 		st := states[r.ExecutionID]
 		rctx, span := e.startResume(ctx, r)
-		out.done = append(out.done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
+		out.done = append(out.done, resumedWait{wait: r, workflow: st.exec.WorkflowName, span: span})
 		if execFinished(st.exec.Status) { // finished before, or failed by an earlier wait of this batch
 			span.SetAttributes(attribute.Bool("rendezvous.execution_finished", true))
 			continue
