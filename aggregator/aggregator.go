@@ -32,6 +32,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -598,7 +599,7 @@ func (w *wait) eventWrite(loaded int64, then continuation) (waitWrite, error) {
 		if err != nil {
 			return waitWrite{}, err
 		}
-		ww.end = &waitEnd{nodeStatus: "completed", output: output, then: then}
+		ww.end = &waitEnd{nodeStatus: execstate.NodeCompleted, output: output, then: then}
 	}
 	return ww, nil
 }

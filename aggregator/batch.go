@@ -59,23 +59,9 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 // batch completes may be continued in tx (continueEnded), when there is a Continuer.
 func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool) ([]Result, error) {
 	results := make([]Result, len(events))
-	ids := make([]uuid.UUID, 0, len(events))
-	for _, ev := range events {
-		ids = append(ids, ev.CorrelationID)
-	}
-	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
+	waits, loaded, err := a.loadBatchWaits(ctx, tx, events)
 	if err != nil {
-		return nil, fmt.Errorf("load wait states: %w", err)
-	}
-	waits := make(map[uuid.UUID]*wait, len(rows))
-	loaded := make(map[*wait]int64, len(rows))
-	for _, row := range rows {
-		w, err := decodeWait(row)
-		if err != nil {
-			return nil, err
-		}
-		waits[row.CorrelationID] = w
-		loaded[w] = row.Version
+		return nil, err
 	}
 
 	var slow []int
@@ -120,19 +106,53 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 			return nil, err
 		}
 	}
+	if err := a.decideOneByOne(ctx, tx, events, slow, results); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// loadBatchWaits loads, with one query, the waits a batch's events name, by correlation
+// id, with the version each was loaded at (the fence of its write).
+func (a *Aggregator) loadBatchWaits(ctx context.Context, tx pgx.Tx, events []Event) (map[uuid.UUID]*wait, map[*wait]int64, error) {
+	ids := make([]uuid.UUID, 0, len(events))
+	for _, ev := range events {
+		ids = append(ids, ev.CorrelationID)
+	}
+	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load wait states: %w", err)
+	}
+	waits := make(map[uuid.UUID]*wait, len(rows))
+	loaded := make(map[*wait]int64, len(rows))
+	for _, row := range rows {
+		w, err := decodeWait(row)
+		if err != nil {
+			return nil, nil, err
+		}
+		waits[row.CorrelationID] = w
+		loaded[w] = row.Version
+	}
+	return waits, loaded, nil
+}
+
+// decideOneByOne decides the events at indexes slow again, in input order, each through
+// applyTx: events whose wait was not found or not theirs, found past a deadline, or lost
+// its fence. A result that had a wait counts the lost race.
+func (a *Aggregator) decideOneByOne(ctx context.Context, tx pgx.Tx, events []Event, slow []int, results []Result) error {
 	slices.Sort(slow)
 	for _, i := range slow {
 		conflicted := results[i].WaitStateID != uuid.Nil
 		res, err := a.applyTx(ctx, tx, events[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if conflicted {
 			res.Conflicts++
 		}
 		results[i] = res
 	}
-	return results, nil
+	return nil
 }
 
 // writeBatch writes a batch's decided waits (dirty, in id order) with one statement

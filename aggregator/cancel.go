@@ -12,6 +12,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // WaitFinishedError is returned when a wait to cancel is no longer waiting.
@@ -35,7 +36,7 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if !Open(row.Status) {
 		return nil, &WaitFinishedError{Status: row.Status}
 	}
-	end := &waitEnd{nodeStatus: "failed", nodeError: reason, then: continueByCaller}
+	end := &waitEnd{nodeStatus: execstate.NodeFailed, nodeError: reason, then: continueByCaller}
 	if cont {
 		out, err := cancelledOutput(row)
 		if err != nil {
@@ -44,7 +45,7 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 		if end.output, err = json.Marshal(out); err != nil {
 			return nil, err
 		}
-		end.nodeStatus, end.nodeError = "completed", ""
+		end.nodeStatus, end.nodeError = execstate.NodeCompleted, ""
 	}
 	var written []written
 	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: StatusCancelled,

@@ -17,6 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -136,7 +137,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		}
 		return SendResult{}, fmt.Errorf("lock execution: %w", err)
 	}
-	if finished(exec.Status) {
+	if execstate.ExecFinished(exec.Status) {
 		// A retry of an event that was applied (and perhaps finished the execution) is a
 		// duplicate, not a conflict: sending stays idempotent.
 		if s.ID != "" {
@@ -246,11 +247,6 @@ func (a *Aggregator) observeSent(ctx context.Context, s Sent, res SendResult) {
 	}
 	a.observeCommitted(ctx, evs, applied)
 	a.announceExpired(ctx, expiredOf(res.Deliveries))
-}
-
-// finished reports whether an execution status is final.
-func finished(status string) bool {
-	return status == "completed" || status == "failed" || status == "cancelled"
 }
 
 // bufferTTL is the eventBufferTtl of a definition version, cached: versions never change.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // Sweeper defaults.
@@ -281,7 +282,7 @@ func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
 		return dueWrite{}, err
 	}
 	return dueWrite{
-		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: "completed", output: output,
+		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: execstate.NodeCompleted, output: output,
 		fired: &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
 	}, nil
@@ -305,9 +306,9 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 	out := dueWrite{bump: 1, status: StatusWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
 	switch {
 	case d.Fire:
-		out.status, out.nodeStatus = StatusTimeout, "failed"
+		out.status, out.nodeStatus = StatusTimeout, execstate.NodeFailed
 		if d.Continue {
-			out.nodeStatus = "completed"
+			out.nodeStatus = execstate.NodeCompleted
 			out.warning = d.Warning
 		}
 		o, err := Output(row, w.received, d.TimedOut, true)

@@ -35,6 +35,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
@@ -475,10 +476,10 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.
 func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, nodeID string) error {
-	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: "run"}); err != nil {
+	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: execstate.KindRun}); err != nil {
 		return fmt.Errorf("enqueue node %s: %w", nodeID, err)
 	}
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: "running", ExecutionID: execID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeRunning, ExecutionID: execID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("mark node %s running: %w", nodeID, err)
 	}
 	return nil

@@ -10,34 +10,31 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
-// Node statuses.
+// Node and execution statuses, short names of internal/execstate's for this package,
+// which moves them.
 const (
-	nodePending   = "pending"
-	nodeRunning   = "running"
-	nodeWaiting   = "waiting_for_events"
-	nodeCompleted = "completed"
-	nodeFailed    = "failed"
-	nodeSkipped   = "skipped"
-	nodeCancelled = "cancelled"
+	nodePending   = execstate.NodePending
+	nodeRunning   = execstate.NodeRunning
+	nodeWaiting   = execstate.NodeWaiting
+	nodeCompleted = execstate.NodeCompleted
+	nodeFailed    = execstate.NodeFailed
+	nodeSkipped   = execstate.NodeSkipped
+	nodeCancelled = execstate.NodeCancelled
+
+	execRunning   = execstate.ExecRunning
+	execWaiting   = execstate.ExecWaiting
+	execCompleted = execstate.ExecCompleted
+	execFailed    = execstate.ExecFailed
+	execCancelled = execstate.ExecCancelled
 )
 
-// Execution statuses.
-const (
-	execRunning   = "running"
-	execWaiting   = "waiting"
-	execCompleted = "completed"
-	execFailed    = "failed"
-	execCancelled = "cancelled"
-)
-
-func execFinished(status string) bool {
-	return status == execCompleted || status == execFailed || status == execCancelled
-}
+func execFinished(status string) bool { return execstate.ExecFinished(status) }
 
 // execState is an execution with its definition and node states, loaded together.
 type execState struct {
@@ -367,7 +364,7 @@ func (w *batchWriter) drop(execID uuid.UUID) {
 // one round trip by the caller.
 func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.runs) > 0 {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
 		for _, r := range w.runs {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, r.exec), append(arg.NodeIds, r.node)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -138,7 +139,7 @@ const resumeMinBatch = 16
 // a burst of satisfied waits costs a few transactions instead of one each.
 func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
 	runs, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "run", Max: int32(n),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindRun, Max: int32(n),
 	})
 	if err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 		return units, nil
 	}
 	resumes, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "resume", Max: int32(free * ResumeBatchDefault),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindResume, Max: int32(free * ResumeBatchDefault),
 	})
 	if err != nil {
 		return units, err
@@ -199,7 +200,7 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	log := e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID, "kind", job.Kind, "attempt", job.Attempt)
 	var err error
 	switch job.Kind {
-	case "resume":
+	case execstate.KindResume:
 		err = e.resume(ctx, job)
 	default:
 		runCtx, span := e.startNodeRun(ctx, job)
@@ -292,8 +293,47 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		out.Wait.TraceParent = telemetry.TraceParent(ctx)
 	}
 
-	var notifyOutbox, enqueued, discarded bool
-	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+	rec, err := e.recordRun(ctx, job, out)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rec.discarded: // the execution finished (was cancelled) while the node ran
+		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
+	case rec.out.Status == OutcomeFailed:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "failed"))
+		span.SetStatus(codes.Error, rec.out.Error)
+	case rec.out.Status == OutcomeWaiting:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "waiting"))
+	default:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "completed"))
+	}
+	if rec.enqueued {
+		e.WakeRunQueue()
+	}
+	if rec.notifyOutbox {
+		e.wakeOutboxQueue()
+	}
+	return nil
+}
+
+// recorded is what recording a node run did, for what follows its commit.
+type recorded struct {
+	// out is the outcome as recorded: a wait the aggregator refused turns it failed.
+	out Outcome
+	// discarded: the execution had finished while the node ran; nothing was recorded.
+	discarded bool
+	// enqueued: nodes were queued; notifyOutbox: a correlated call was.
+	enqueued, notifyOutbox bool
+}
+
+// recordRun records a node run's outcome and advances the graph, in one transaction
+// under the execution's row lock: the node failed (failRun), waiting (registerWait) or
+// completed (completeRun).
+func (e *Executor) recordRun(ctx context.Context, job dbsqlc.RunQueue, out Outcome) (recorded, error) {
+	var rec recorded
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		rec = recorded{out: out}
 		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
 		if err != nil {
 			return err
@@ -301,96 +341,97 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		if err := e.finishJob(ctx, tx, job); err != nil {
 			return err
 		}
-		if discarded = execFinished(st.exec.Status); discarded {
+		if rec.discarded = execFinished(st.exec.Status); rec.discarded {
 			return nil
 		}
 		switch out.Status {
 		case OutcomeFailed:
-			if out.Wait != nil {
-				// A wait that could not be set up is kept, in status error, for operators.
-				if _, err := e.agg.Register(ctx, tx, *out.Wait); err != nil {
-					return fmt.Errorf("record failed wait: %w", err)
-				}
-			}
-			return e.failNode(ctx, tx, st, job.NodeID, out.Error)
+			return e.failRun(ctx, tx, st, job.NodeID, out)
 		case OutcomeWaiting:
-			ws, err := e.agg.Register(ctx, tx, *out.Wait)
-			var tooMany *aggregator.TooManyWaitersError
-			if errors.As(err, &tooMany) {
-				out = Failed("%v", tooMany)
-				return e.failNode(ctx, tx, st, job.NodeID, out.Error)
-			}
-			if err != nil {
-				return fmt.Errorf("register wait: %w", err)
-			}
-			// wait_state_id, spelled like every other key here; waitStateId and
-			// enabledEvents too, the names engines with this node give these fields, so a
-			// flow ported from one reads them unchanged.
-			out.Output["wait_state_id"] = ws.ID.String()
-			out.Output["waitStateId"] = ws.ID.String()
-			if ws.WaitType != aggregator.WaitTypeTimer {
-				var enabled []string
-				if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
-					return fmt.Errorf("decode enabled events: %w", err)
-				}
-				out.Output["enabledEvents"] = enabled
-			}
-			raw, err := json.Marshal(out.Output)
-			if err != nil {
-				return err
-			}
-			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
-				return fmt.Errorf("mark node waiting: %w", err)
-			}
-			st.setNode(job.NodeID, nodeWaiting, raw)
-			// Events sent to the execution before it reached this wait are taken now; if
-			// they satisfy it, it completes in this transaction and never suspends.
-			if _, err := e.agg.TakeBuffered(ctx, tx, ws); err != nil {
-				return fmt.Errorf("take buffered events: %w", err)
-			}
-			notifyOutbox = out.Wait.APICall
-			msg := "waiting for events"
-			if ws.WaitType == aggregator.WaitTypeTimer {
-				msg = "timer scheduled"
-			}
-			e.logger.InfoContext(ctx, msg, "execution_id", st.exec.ID, "node_id", job.NodeID,
-				"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
-				"next_deadline_at", ws.NextDeadlineAt)
-			return e.settle(ctx, txWriter{e, tx}, st)
+			return e.registerWait(ctx, tx, st, job.NodeID, &rec)
 		default:
-			raw, err := json.Marshal(out.Output)
-			if err != nil {
-				return err
-			}
-			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
-				return fmt.Errorf("complete node: %w", err)
-			}
-			st.setNode(job.NodeID, nodeCompleted, raw)
-			enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, job.NodeID)
+			rec.enqueued, err = e.completeRun(ctx, tx, st, job.NodeID, out)
 			return err
 		}
 	})
+	return rec, err
+}
+
+// failRun fails the node of a run that failed, and its execution. A wait that could not
+// be set up is kept, in status error, for operators.
+func (e *Executor) failRun(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, out Outcome) error {
+	if out.Wait != nil {
+		if _, err := e.agg.Register(ctx, tx, *out.Wait); err != nil {
+			return fmt.Errorf("record failed wait: %w", err)
+		}
+	}
+	return e.failNode(ctx, tx, st, nodeID, out.Error)
+}
+
+// registerWait registers the wait of a node that suspends (rec.out.Wait) and marks the
+// node waiting, with the wait's ids in its output; events sent to the execution before
+// it reached the wait are taken at once (TakeBuffered), and may complete it. A wait the
+// aggregator refuses (too many waiters of its match type) fails the node instead, and
+// rec.out says so.
+func (e *Executor) registerWait(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, rec *recorded) error {
+	out := rec.out
+	ws, err := e.agg.Register(ctx, tx, *out.Wait)
+	var tooMany *aggregator.TooManyWaitersError
+	if errors.As(err, &tooMany) {
+		rec.out = Failed("%v", tooMany)
+		return e.failNode(ctx, tx, st, nodeID, rec.out.Error)
+	}
+	if err != nil {
+		return fmt.Errorf("register wait: %w", err)
+	}
+	// wait_state_id, spelled like every other key here; waitStateId and enabledEvents
+	// too, the names engines with this node give these fields, so a flow ported from one
+	// reads them unchanged.
+	out.Output["wait_state_id"] = ws.ID.String()
+	out.Output["waitStateId"] = ws.ID.String()
+	if ws.WaitType != aggregator.WaitTypeTimer {
+		var enabled []string
+		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
+			return fmt.Errorf("decode enabled events: %w", err)
+		}
+		out.Output["enabledEvents"] = enabled
+	}
+	raw, err := json.Marshal(out.Output)
 	if err != nil {
 		return err
 	}
-	switch {
-	case discarded: // the execution finished (was cancelled) while the node ran
-		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
-	case out.Status == OutcomeFailed:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "failed"))
-		span.SetStatus(codes.Error, out.Error)
-	case out.Status == OutcomeWaiting:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "waiting"))
-	default:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "completed"))
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+		return fmt.Errorf("mark node waiting: %w", err)
 	}
-	if enqueued {
-		e.WakeRunQueue()
+	st.setNode(nodeID, nodeWaiting, raw)
+	// Events sent to the execution before it reached this wait are taken now; if they
+	// satisfy it, it completes in this transaction and never suspends.
+	if _, err := e.agg.TakeBuffered(ctx, tx, ws); err != nil {
+		return fmt.Errorf("take buffered events: %w", err)
 	}
-	if notifyOutbox {
-		e.wakeOutboxQueue()
+	rec.notifyOutbox = out.Wait.APICall
+	msg := "waiting for events"
+	if ws.WaitType == aggregator.WaitTypeTimer {
+		msg = "timer scheduled"
 	}
-	return nil
+	e.logger.InfoContext(ctx, msg, "execution_id", st.exec.ID, "node_id", nodeID,
+		"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
+		"next_deadline_at", ws.NextDeadlineAt)
+	return e.settle(ctx, txWriter{e, tx}, st)
+}
+
+// completeRun completes the node of a run that completed and advances the graph from
+// it; it reports whether nodes were queued.
+func (e *Executor) completeRun(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, out Outcome) (bool, error) {
+	raw, err := json.Marshal(out.Output)
+	if err != nil {
+		return false, err
+	}
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+		return false, fmt.Errorf("complete node: %w", err)
+	}
+	st.setNode(nodeID, nodeCompleted, raw)
+	return e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, nodeID)
 }
 
 // resume continues one execution after its wait was satisfied: a batch of one.
