@@ -7,8 +7,8 @@
 // can never both win.
 //
 // It does not run workflows: that is the executor, which either continues the execution
-// inside the deciding transaction (ContinueWith) or picks the continuation up from the
-// run queue. It knows nothing of HTTP or Kafka.
+// inside the deciding transaction (the Continuer the aggregator is built with) or picks
+// the continuation up from the run queue. It knows nothing of HTTP or Kafka.
 package aggregator
 
 import (
@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +32,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -172,8 +172,8 @@ type Result struct {
 	// Deliveries, for an event correlated by payload match, are the results at each wait
 	// it reached; the fields above are those of the most advanced.
 	Deliveries []Result
-	// Continued, for a Completed wait, says its continuation was handed over inside the
-	// transaction (ContinueWith), so the commit needs no Continued call for it.
+	// Continued, for a Completed wait, says its execution was continued inside the
+	// transaction (Config.Continuer), so no continuation was queued for it.
 	Continued bool
 	// KeptUntil, for an event Kept, is when the last of its kept rows expires.
 	KeptUntil time.Time
@@ -184,7 +184,7 @@ type Result struct {
 }
 
 // Queued reports whether any of results completed or ended a wait whose continuation
-// went to the run queue: the caller announces those with Continued after its commit.
+// went to the run queue, which the workers are woken for after the commit.
 func Queued(results []Result) bool {
 	for _, r := range results {
 		if (r.Outcome == Completed && !r.Continued) || r.Expired != nil || Queued(r.Deliveries) {
@@ -192,31 +192,6 @@ func Queued(results []Result) bool {
 		}
 	}
 	return false
-}
-
-// Completion is a wait that ApplyBatch completed and marked resumed, handed to its
-// ContinueFunc.
-type Completion = dbsqlc.WaitStateRecordEventsRow
-
-// ContinueFunc continues executions inside the transaction whose batch completes their
-// waits, instead of queuing a continuation that costs a second transaction. It is called
-// before any wait of the batch is written, with the executions of the waits about to
-// complete: it locks them (in id order: every writer of an execution takes the
-// execution's row before its waits, so none can deadlock with this one), then calls
-// record on tx (or a db.Pipeline on tx), which writes the batch and returns the waits it
-// completed, already marked resumed, and continues those. An error fails the whole
-// transaction; a continuation that cannot run should be queued (the wait unmarked, a run
-// queue row written) instead.
-type ContinueFunc func(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]Completion, error)) error
-
-// ContinueWith has ApplyBatch hand the continuations of the waits it completes to f,
-// inside its transaction, and Send those of the waits a sent event completes. The
-// executor calls it with itself when it is built on this aggregator. Other paths
-// (ApplyTx, SendTx, deadlines, events sent by a node, buffered events) still queue their
-// continuations: they run inside transactions that may already hold other rows, where
-// locking executions could deadlock.
-func (a *Aggregator) ContinueWith(f ContinueFunc) {
-	a.continuer.Store(&f)
 }
 
 // Received is one recorded event, as stored in received_events (in arrival order).
@@ -236,9 +211,12 @@ type Config struct {
 	ConflictRetries int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// OnContinuation is called after a commit that enqueued a continuation, so the
-	// executor can pick it up at once (and tell other replicas). Optional.
-	OnContinuation func()
+	// Continuer continues, inside the transaction of a batch of events (ApplyBatch, an
+	// event sent by type), the executions of the waits the batch completes, and is woken
+	// after commits that queued continuations instead. The executor builds its
+	// aggregator with itself here. Optional: without it every continuation is queued,
+	// and nobody is woken.
+	Continuer Continuer
 
 	// SweepBatch bounds the due waits one sweeper transaction decides. Default
 	// SweepBatchDefault.
@@ -346,9 +324,6 @@ type Aggregator struct {
 
 	// ttls caches each definition version's eventBufferTtl.
 	ttls sync.Map
-
-	// continuer, when set, continues executions inside ApplyBatch's transaction.
-	continuer atomic.Pointer[ContinueFunc]
 
 	ins    instruments
 	gauges telemetry.Cached[dbSnapshot]
@@ -491,9 +466,7 @@ func (a *Aggregator) commitGroup(group []*pending) {
 		}
 		return
 	}
-	if err == nil {
-		a.Observe(ctx, events, results)
-	} else if db.IsUnavailable(err) {
+	if db.IsUnavailable(err) {
 		a.DatabaseError(ctx)
 	}
 	for i, p := range group {
@@ -505,27 +478,41 @@ func (a *Aggregator) commitGroup(group []*pending) {
 		}
 		close(p.done)
 	}
-	if err == nil && Queued(results) {
-		a.Continued()
-	}
-}
-
-// Continued announces continuations queued by the caller's transaction. Apply calls it
-// itself; a source batching ApplyTx or ApplyBatch calls it after its commit when
-// Queued(results). Wake-ups are never sent inside the transaction: a NOTIFY would serialise
-// every commit on PostgreSQL's notification lock.
-func (a *Aggregator) Continued() {
-	if a.cfg.OnContinuation != nil {
-		a.cfg.OnContinuation()
-	}
 }
 
 // ApplyTx decides one event inside the caller's transaction, so a source can batch
-// several events into one commit. Nothing it did is visible until the caller commits.
+// several events into one commit. Nothing it did is visible until the caller commits;
+// what follows the commit (metrics, spans, the deadline warning of an event that found
+// its wait past it, waking the workers for a queued continuation) is registered with
+// db.AfterCommit. Its continuation is always queued: the caller's transaction may hold
+// other executions' rows, where continuing would lock executions out of order.
 func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
 	if err := CheckStorable(ev.Payload); err != nil {
 		return Result{}, err
 	}
+	res, err := a.applyTx(ctx, tx, ev)
+	if err != nil {
+		return res, err
+	}
+	a.afterCommit(ctx, tx, []Event{ev}, []Result{res})
+	return res, nil
+}
+
+// afterCommit registers, on tx, what follows the commit of decided events: they are
+// observed (observeCommitted), and the workers woken when a continuation was queued.
+// Every path that decides events calls it, so that no caller has to remember to.
+func (a *Aggregator) afterCommit(ctx context.Context, tx pgx.Tx, events []Event, results []Result) {
+	db.AfterCommit(tx, func() {
+		a.observeCommitted(ctx, events, results)
+		if Queued(results) {
+			a.wakeContinuations()
+		}
+	})
+}
+
+// applyTx is ApplyTx without what follows the commit: its callers register that for
+// their whole batch. Payloads are checked by the caller.
+func (a *Aggregator) applyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {
 	key := ev.key()
 	for attempt := 0; ; attempt++ {
 		row, err := a.q.WaitStateGetByIDs(ctx, tx, dbsqlc.WaitStateGetByIDsParams{ExecutionID: ev.ExecutionID, CorrelationID: ev.CorrelationID})
@@ -582,35 +569,39 @@ func (a *Aggregator) ApplyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 	}
 }
 
-// write persists one decided wait behind its version fence; false means the fence missed.
+// write persists one decided wait behind its version fence, its continuation queued if
+// it completed; false means the fence missed.
 func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64) (bool, error) {
-	receivedJSON, err := json.Marshal(w.received)
+	ww, err := w.eventWrite(loaded, queueResume)
 	if err != nil {
 		return false, err
 	}
-	_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
-		ReceivedEvents:  receivedJSON,
-		TimedOutEvents:  w.timedOutJSON(),
-		ApiResponseData: w.row.ApiResponseData,
-		KafkaEventData:  w.row.KafkaEventData,
-		EventData:       w.eventData(),
-		Status:          w.row.Status,
-		Applied:         int64(w.applied),
-		ID:              w.row.ID,
-		Version:         loaded,
-	})
+	var out []written
+	if err := a.writeWaits(ctx, []waitWrite{ww}, &out)(tx); err != nil {
+		return false, err
+	}
+	return len(out) == 1, nil
+}
+
+// eventWrite is the write of a wait that events were decided against (loaded: the
+// version they were decided on): what it received, and — when they completed it — its
+// node's output, its continuation left to then.
+func (w *wait) eventWrite(loaded int64, then continuation) (waitWrite, error) {
+	received, err := json.Marshal(w.received)
 	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
-			return false, nil
-		}
-		return false, fmt.Errorf("record event: %w", err)
+		return waitWrite{}, err
 	}
+	ww := waitWrite{id: w.row.ID, version: loaded, bump: int64(w.applied), status: w.row.Status,
+		received: received, timedOut: w.timedOutJSON(), apiResponse: w.row.ApiResponseData, kafkaEvent: w.row.KafkaEventData,
+		eventData: w.eventData(), next: w.row.NextDeadlineAt}
 	if w.row.Status == StatusCompleted {
-		if err := a.complete(ctx, tx, w); err != nil {
-			return false, err
+		output, err := w.output()
+		if err != nil {
+			return waitWrite{}, err
 		}
+		ww.end = &waitEnd{nodeStatus: execstate.NodeCompleted, output: output, then: then}
 	}
-	return true, nil
+	return ww, nil
 }
 
 // accepts checks an arrival against what the expected event requires of it, as stored
@@ -653,25 +644,6 @@ func HoldsTypeAndFilter(payload any, typ string, filter map[string]any) bool {
 		}
 	}
 	return true
-}
-
-// complete writes the node's output and enqueues the continuation, in the transaction
-// that moved the wait to completed: either all of it commits or none of it.
-func (a *Aggregator) complete(ctx context.Context, tx pgx.Tx, w *wait) error {
-	ws := w.row
-	outJSON, err := w.output()
-	if err != nil {
-		return err
-	}
-	if err := a.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{
-		Status: "completed", Output: outJSON, ExecutionID: ws.ExecutionID, NodeID: ws.NodeID,
-	}); err != nil {
-		return fmt.Errorf("complete node: %w", err)
-	}
-	if _, err := a.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: ws.ExecutionID, NodeID: ws.NodeID, Kind: "resume"}); err != nil {
-		return fmt.Errorf("enqueue continuation: %w", err)
-	}
-	return nil
 }
 
 // Output builds a finished wait's node output: the outputMapping entries (null for an

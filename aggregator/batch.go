@@ -2,15 +2,12 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
 // ApplyBatch decides many events inside the caller's transaction in a constant number of
@@ -19,12 +16,13 @@ import (
 // every changed wait — its node output and continuation included — behind the version
 // fence of what was loaded. Waits whose fence missed, waits an event found past a
 // deadline their row does not show yet, and events whose ids do not match a wait, go
-// through ApplyTx one by one. Results are in input order; the caller calls
-// Continued after its commit when Queued(results).
+// through ApplyTx one by one. Results are in input order. What follows the commit
+// (metrics, spans, waking the workers for queued continuations) is registered on tx with
+// db.AfterCommit: the caller only commits.
 //
-// With a ContinueFunc set (ContinueWith), the executions of the waits the batch
-// completes are continued in this transaction, and locked by it: tx must not hold rows
-// of other executions or waits already.
+// With a Continuer (Config.Continuer), the executions of the waits the batch completes
+// are continued in this transaction, and locked by it: tx must not hold rows of other
+// executions or waits already.
 //
 // Events correlated by payload match (MatchKeys) are first expanded into one event per
 // wait they reach, and folded back into one Result each. Events that applied nowhere are
@@ -41,7 +39,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	}
 	var results []Result
 	if len(expanded) > 0 {
-		if results, err = a.applyBatch(ctx, tx, expanded, a.continuer.Load()); err != nil {
+		if results, err = a.applyBatch(ctx, tx, expanded, true); err != nil {
 			return nil, err
 		}
 	}
@@ -52,30 +50,18 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	if err := a.recordUnmatched(ctx, tx, unmatchedOf(events, results)); err != nil {
 		return nil, err
 	}
+	a.afterCommit(ctx, tx, events, results)
 	return results, nil
 }
 
-// applyBatch decides events addressed by their ids; callers checked their payloads.
-// cont, when not nil, continues the waits the batch completes (see ContinueFunc).
-func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, cont *ContinueFunc) ([]Result, error) {
+// applyBatch decides events addressed by their ids; callers checked their payloads and
+// register what follows the commit. continuing says the executions of the waits the
+// batch completes may be continued in tx (continueEnded), when there is a Continuer.
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool) ([]Result, error) {
 	results := make([]Result, len(events))
-	ids := make([]uuid.UUID, 0, len(events))
-	for _, ev := range events {
-		ids = append(ids, ev.CorrelationID)
-	}
-	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
+	waits, loaded, err := a.loadBatchWaits(ctx, tx, events)
 	if err != nil {
-		return nil, fmt.Errorf("load wait states: %w", err)
-	}
-	waits := make(map[uuid.UUID]*wait, len(rows))
-	loaded := make(map[*wait]int64, len(rows))
-	for _, row := range rows {
-		w, err := decodeWait(row)
-		if err != nil {
-			return nil, err
-		}
-		waits[row.CorrelationID] = w
-		loaded[w] = row.Version
+		return nil, err
 	}
 
 	var slow []int
@@ -115,82 +101,109 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 	// Rows are locked in id order, so concurrent batches cannot deadlock each other.
 	slices.SortFunc(dirty, func(x, y *wait) int { return slices.Compare(x.row.ID[:], y.row.ID[:]) })
 	if len(dirty) > 0 {
-		p := dbsqlc.WaitStateRecordEventsParams{}
-		var completing []uuid.UUID
-		for _, w := range dirty {
-			received, err := json.Marshal(w.received)
-			if err != nil {
-				return nil, err
-			}
-			var output json.RawMessage
-			if w.row.Status == StatusCompleted {
-				if output, err = w.output(); err != nil {
-					return nil, err
-				}
-				completing = append(completing, w.row.ExecutionID)
-			}
-			p.Ids = append(p.Ids, w.row.ID)
-			p.Versions = append(p.Versions, loaded[w])
-			p.Applied = append(p.Applied, int64(w.applied))
-			p.ReceivedEvents = append(p.ReceivedEvents, received)
-			p.TimedOutEvents = append(p.TimedOutEvents, w.timedOutJSON())
-			p.ApiResponseData = append(p.ApiResponseData, w.row.ApiResponseData)
-			p.KafkaEventData = append(p.KafkaEventData, w.row.KafkaEventData)
-			p.EventData = append(p.EventData, w.eventData())
-			p.Statuses = append(p.Statuses, w.row.Status)
-			p.Outputs = append(p.Outputs, output)
-		}
-		var written []uuid.UUID
-		record := func(d dbsqlc.DBTX) ([]Completion, error) {
-			rows, err := a.q.WaitStateRecordEvents(ctx, d, p)
-			if err != nil {
-				return nil, fmt.Errorf("record events: %w", err)
-			}
-			var completed []Completion
-			for _, r := range rows {
-				written = append(written, r.ID)
-				if r.Status == StatusCompleted {
-					completed = append(completed, r)
-				}
-			}
-			return completed, nil
-		}
-		fused := cont != nil && len(completing) > 0
-		if fused {
-			p.ResumedBy = &a.cfg.InstanceID
-			err = (*cont)(ctx, tx, completing, record)
-		} else {
-			_, err = record(tx)
-		}
-		if err != nil {
+		fused := continuing && a.cfg.Continuer != nil
+		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused); err != nil {
 			return nil, err
 		}
-		for _, w := range dirty {
-			if fused && slices.Contains(written, w.row.ID) {
-				for _, i := range touched[w] {
-					results[i].Continued = results[i].Outcome == Completed
-				}
-			}
-			if !slices.Contains(written, w.row.ID) {
-				// Lost a race: every event of this wait is decided again, in order.
-				slow = append(slow, touched[w]...)
-				a.logger.DebugContext(ctx, "optimistic lock conflict in batch, deciding again",
-					"execution_id", w.row.ExecutionID, "correlation_id", w.row.CorrelationID, "node_id", w.row.NodeID,
-					"instance_id", a.cfg.InstanceID, "version", loaded[w])
-			}
-		}
 	}
+	if err := a.decideOneByOne(ctx, tx, events, slow, results); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// loadBatchWaits loads, with one query, the waits a batch's events name, by correlation
+// id, with the version each was loaded at (the fence of its write).
+func (a *Aggregator) loadBatchWaits(ctx context.Context, tx pgx.Tx, events []Event) (map[uuid.UUID]*wait, map[*wait]int64, error) {
+	ids := make([]uuid.UUID, 0, len(events))
+	for _, ev := range events {
+		ids = append(ids, ev.CorrelationID)
+	}
+	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load wait states: %w", err)
+	}
+	waits := make(map[uuid.UUID]*wait, len(rows))
+	loaded := make(map[*wait]int64, len(rows))
+	for _, row := range rows {
+		w, err := decodeWait(row)
+		if err != nil {
+			return nil, nil, err
+		}
+		waits[row.CorrelationID] = w
+		loaded[w] = row.Version
+	}
+	return waits, loaded, nil
+}
+
+// decideOneByOne decides the events at indexes slow again, in input order, each through
+// applyTx: events whose wait was not found or not theirs, found past a deadline, or lost
+// its fence. A result that had a wait counts the lost race.
+func (a *Aggregator) decideOneByOne(ctx context.Context, tx pgx.Tx, events []Event, slow []int, results []Result) error {
 	slices.Sort(slow)
 	for _, i := range slow {
 		conflicted := results[i].WaitStateID != uuid.Nil
-		res, err := a.ApplyTx(ctx, tx, events[i])
+		res, err := a.applyTx(ctx, tx, events[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if conflicted {
 			res.Conflicts++
 		}
 		results[i] = res
 	}
-	return results, nil
+	return nil
+}
+
+// writeBatch writes a batch's decided waits (dirty, in id order) with one statement
+// behind the fences of what was loaded. With fused, the executions of the waits it
+// completes are continued in tx (continueEnded) and their results say Continued;
+// otherwise their continuations are queued. The events of waits whose fence missed are
+// appended to slow, to be decided again one by one.
+func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, loaded map[*wait]int64, touched map[*wait][]int,
+	results []Result, slow []int, fused bool,
+) ([]int, error) {
+	ws := make([]waitWrite, 0, len(dirty))
+	var completing []uuid.UUID
+	then := queueResume
+	if fused {
+		then = continueHere
+	}
+	for _, w := range dirty {
+		ww, err := w.eventWrite(loaded[w], then)
+		if err != nil {
+			return nil, err
+		}
+		if ww.end != nil {
+			completing = append(completing, w.row.ExecutionID)
+		}
+		ws = append(ws, ww)
+	}
+	var out []written
+	var err error
+	if fused && len(completing) > 0 {
+		out, fused, err = a.continueEnded(ctx, tx, completing, ws)
+	} else {
+		fused = false
+		err = a.writeWaits(ctx, ws, &out)(tx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range dirty {
+		if !slices.ContainsFunc(out, func(o written) bool { return o.id == w.row.ID }) {
+			// Lost a race: every event of this wait is decided again, in order.
+			slow = append(slow, touched[w]...)
+			a.logger.DebugContext(ctx, "optimistic lock conflict in batch, deciding again",
+				"execution_id", w.row.ExecutionID, "correlation_id", w.row.CorrelationID, "node_id", w.row.NodeID,
+				"instance_id", a.cfg.InstanceID, "version", loaded[w])
+			continue
+		}
+		if fused {
+			for _, i := range touched[w] {
+				results[i].Continued = results[i].Outcome == Completed
+			}
+		}
+	}
+	return slow, nil
 }

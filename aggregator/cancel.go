@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // WaitFinishedError is returned when a wait to cancel is no longer waiting.
@@ -21,10 +23,12 @@ func (e *WaitFinishedError) Error() string { return "wait is already " + e.Statu
 // CancelWait cancels one open wait inside the caller's transaction: the row is locked,
 // then moved to cancelled behind its version fence, so an event racing the cancel either
 // was recorded first (and the cancel reports the wait finished if it completed it) or
-// finds the wait cancelled and is late. Its unsent correlated call is dropped. It returns
-// the node output the wait would hand on — what arrived so far, cancelled: true — for a
-// caller that continues the workflow.
-func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid.UUID, nodeID, reason string) (map[string]any, error) {
+// finds the wait cancelled and is late. Its unsent correlated call is dropped. The node
+// ends with the wait, in the same write (writeWaits): with cont, completed with the
+// output the wait hands on — what arrived so far, cancelled: true — which is returned
+// for the caller to continue the workflow from at once, in tx; without, failed with
+// reason.
+func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid.UUID, nodeID, reason string, cont bool) (json.RawMessage, error) {
 	row, err := a.q.WaitStateGetByNodeForUpdate(ctx, tx, dbsqlc.WaitStateGetByNodeForUpdateParams{ExecutionID: executionID, NodeID: nodeID})
 	if err != nil {
 		return nil, fmt.Errorf("load wait: %w", db.Interpret(err))
@@ -32,22 +36,45 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if !Open(row.Status) {
 		return nil, &WaitFinishedError{Status: row.Status}
 	}
-	if _, err := a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusCancelled, Error: &reason, ID: row.ID, Version: row.Version}); err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
-			return nil, errors.New("cancel wait: version fence missed on a locked row")
+	end := &waitEnd{nodeStatus: execstate.NodeFailed, nodeError: reason, then: continueByCaller}
+	if cont {
+		out, err := cancelledOutput(row)
+		if err != nil {
+			return nil, err
 		}
+		if end.output, err = json.Marshal(out); err != nil {
+			return nil, err
+		}
+		end.nodeStatus, end.nodeError = execstate.NodeCompleted, ""
+	}
+	var written []written
+	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: StatusCancelled,
+		next: row.NextDeadlineAt, reason: reason, end: end}}, &written)(tx); err != nil {
 		return nil, fmt.Errorf("cancel wait: %w", err)
+	}
+	if len(written) == 0 {
+		return nil, errors.New("cancel wait: version fence missed on a locked row")
 	}
 	if err := a.q.OutboxDeleteForWaitState(ctx, tx, row.ID); err != nil {
 		return nil, fmt.Errorf("drop unsent call: %w", err)
 	}
-	out, err := cancelledOutput(row)
-	if err != nil {
-		return nil, err
-	}
 	a.logger.InfoContext(ctx, "wait cancelled", "execution_id", executionID, "correlation_id", row.CorrelationID,
 		"node_id", nodeID, "instance_id", a.cfg.InstanceID, "reason", reason)
-	return out, nil
+	return end.output, nil
+}
+
+// CancelOpenWaits cancels every open wait of an execution that is ending (failed or
+// cancelled) inside the caller's transaction, which holds the execution's row. The
+// version moves, so an event decided against an open wait misses its fence, reads the
+// row again and finds it cancelled. The nodes are the caller's: the execution cancels
+// them all.
+func (a *Aggregator) CancelOpenWaits(ctx context.Context, tx pgx.Tx, executionID uuid.UUID, reason string) error {
+	if _, err := a.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
+		ExecutionID: executionID, Error: reason,
+	}); err != nil {
+		return fmt.Errorf("cancel open waits: %w", err)
+	}
+	return nil
 }
 
 // cancelledOutput is what a cancelled wait hands on: for an event wait what arrived so

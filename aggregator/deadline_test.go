@@ -1101,6 +1101,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 		waits := f.newWaits(t, waitsPerRound, reg)
 		start := make(chan struct{})
 		outputs := make([]map[string]any, len(waits))
+		raws := make([]json.RawMessage, len(waits))
 		cancelErrs := make([]error, len(waits))
 		results := make([]aggregator.Result, len(waits))
 		applyErrs := make([]error, len(waits))
@@ -1110,7 +1111,10 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 				<-start
 				cancelErrs[i] = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 					var err error
-					outputs[i], err = f.agg.CancelWait(ctx, tx, w.ExecutionID, w.NodeID, "cancelled by operator")
+					raws[i], err = f.agg.CancelWait(ctx, tx, w.ExecutionID, w.NodeID, "cancelled by operator", true)
+					if err == nil {
+						err = json.Unmarshal(raws[i], &outputs[i])
+					}
 					return err
 				})
 			})
@@ -1139,11 +1143,12 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 				require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 				require.Nil(t, ws.ApiResponseData)
 				require.Empty(t, f.runQueue(t, w))
-				require.Equal(t, "waiting_for_events", n.Status, "CancelWait leaves the node to its caller")
+				require.Equal(t, "completed", n.Status, "CancelWait ends the node with the wait: completed, to continue")
+				require.JSONEq(t, string(raws[i]), string(n.Output), "the node's output is the one handed on")
 				require.Zero(t, outbox, "the unsent call is dropped")
 				require.Equal(t, true, outputs[i]["cancelled"])
 				require.Equal(t, false, outputs[i]["timeout"])
-				require.Equal(t, []string{}, outputs[i]["arrival_order"])
+				require.Equal(t, []any{}, outputs[i]["arrival_order"], "decoded from the JSON handed on")
 			} else {
 				var finished *aggregator.WaitFinishedError
 				require.ErrorAs(t, cancelErrs[i], &finished, "round %d wait %d", round, i)
@@ -1167,7 +1172,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 	sw, _ := f.sweeper(t, "sweeper")
 	require.Equal(t, 1, f.sweep(t, sw, time.Now().Add(10*time.Minute)))
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		_, err := f.agg.CancelWait(ctx, tx, w.ExecutionID, w.NodeID, "too late")
+		_, err := f.agg.CancelWait(ctx, tx, w.ExecutionID, w.NodeID, "too late", false)
 		return err
 	})
 	var finished *aggregator.WaitFinishedError

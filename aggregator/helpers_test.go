@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -226,39 +228,44 @@ func payloadKey(payload string) string {
 func (f *fixture) interleave(t *testing.T, rival func(ctx context.Context, tx pgx.Tx) error, op func(ctx context.Context, tx pgx.Tx) error) error {
 	t.Helper()
 	ctx := t.Context()
-	rtx, err := f.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = rtx.Rollback(context.Background()) }()
-	var holder int32
-	require.NoError(t, rtx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
-	require.NoError(t, rival(ctx, rtx))
-
+	// Both run in db.Tx, as the product's transactions do, so that what the aggregator
+	// registers for after the commit runs after it, and not at once.
 	done := make(chan error, 1)
-	go func() {
-		done <- pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return op(ctx, tx) })
-	}()
+	var neverBlocked error
+	err := db.Tx(ctx, f.pool, func(rtx pgx.Tx) error {
+		var holder int32
+		require.NoError(t, rtx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+		require.NoError(t, rival(ctx, rtx))
 
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var blocked int
-		err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, holder).Scan(&blocked)
-		require.NoError(t, err)
-		if blocked > 0 {
-			break
+		go func() {
+			done <- db.Tx(ctx, f.pool, func(tx pgx.Tx) error { return op(ctx, tx) })
+		}()
+
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var blocked int
+			err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, holder).Scan(&blocked)
+			require.NoError(t, err)
+			if blocked > 0 {
+				return nil // the rival commits
+			}
+			select {
+			case err := <-done:
+				require.FailNow(t, "operation finished without blocking on the rival's row lock", "error: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				neverBlocked = errors.New("operation never blocked on the rival's row lock")
+				return neverBlocked // the rival rolls back, which frees the operation
+			}
+			time.Sleep(2 * time.Millisecond)
 		}
-		select {
-		case err := <-done:
-			require.FailNow(t, "operation finished without blocking on the rival's row lock", "error: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = rtx.Rollback(context.Background())
-			<-done
-			require.FailNow(t, "operation never blocked on the rival's row lock")
-		}
-		time.Sleep(2 * time.Millisecond)
+	})
+	if neverBlocked != nil {
+		<-done
+		require.FailNow(t, neverBlocked.Error())
 	}
-	require.NoError(t, rtx.Commit(ctx))
+	require.NoError(t, err)
 	select {
 	case err := <-done:
 		return err

@@ -68,8 +68,8 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, 1, copied.Conflicts, "the deadline write missed its fence once")
 			require.Nil(t, copied.Expired)
 			// The copy decided to fail the node, but its write missed the fence: nothing
-			// timed out, so nothing may say so, before or after the commit.
-			f.agg.Observe(t.Context(), []aggregator.Event{ev, ev}, []aggregator.Result{first, copied})
+			// timed out, so nothing may say so, before or after the commit (both have
+			// committed here, and run what they registered for after it).
 			require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID))
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
@@ -99,6 +99,7 @@ func TestLateAnswerFence(t *testing.T) {
 			err := f.interleave(t, func(ctx context.Context, tx pgx.Tx) error {
 				var err error
 				first, err = apply(f, ctx, tx, ev)
+				require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), "warned before any commit")
 				return err
 			}, func(ctx context.Context, tx pgx.Tx) error {
 				var err error
@@ -112,8 +113,6 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, aggregator.StatusTimeout, second.Status)
 			require.Equal(t, 1, second.Conflicts)
 			require.Nil(t, second.Expired, "the deadline is the first's")
-			require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), "warned before any commit")
-			f.agg.Observe(t.Context(), []aggregator.Event{ev, ev}, []aggregator.Result{first, second})
 			require.Len(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), 1, "warned once, by the write that stood")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]

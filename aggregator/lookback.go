@@ -40,7 +40,7 @@ import (
 //
 // Lock order: a registration takes its keys while holding its execution's row (the
 // executor locked it first). A record takes its keys after its first look, and applies
-// what its second look finds without a ContinueFunc (the continuations are queued, not
+// what its second look finds without continuing (the continuations are queued, not
 // run), so it never asks for an execution's row while holding a key. An execution row
 // it took before, continuing a wait its first look completed, is one no registration
 // holds: that registration would have had to commit first.
@@ -122,8 +122,8 @@ func (a *Aggregator) keepEarly(ctx context.Context, tx pgx.Tx, events []Event, r
 	}
 	var again []Result
 	if len(expanded) > 0 {
-		// No ContinueFunc: it would lock executions while the keys are held.
-		if again, err = a.applyBatch(ctx, tx, expanded, nil); err != nil {
+		// Not continuing: it would lock executions while the keys are held.
+		if again, err = a.applyBatch(ctx, tx, expanded, false); err != nil {
 			return err
 		}
 	}

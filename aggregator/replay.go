@@ -128,10 +128,6 @@ func (a *Aggregator) ReplayDeadLetter(ctx context.Context, id int64, executionID
 	if err != nil {
 		return Replayed{}, err
 	}
-	a.ObserveSent(ctx, s, res)
-	if res.Queued() {
-		a.Continued()
-	}
 	a.logReplay(ctx, "dead letter replayed", out)
 	return out, nil
 }
@@ -199,17 +195,6 @@ func (a *Aggregator) ReplayUnmatched(ctx context.Context, id int64, executionID 
 	})
 	if err != nil {
 		return Replayed{}, err
-	}
-	if sent != nil {
-		a.ObserveSent(ctx, *sent, sendRes)
-		if sendRes.Queued() {
-			a.Continued()
-		}
-	} else {
-		a.Observe(ctx, events, results)
-		if Queued(results) {
-			a.Continued()
-		}
 	}
 	a.logReplay(ctx, "unmatched event replayed", out)
 	return out, nil

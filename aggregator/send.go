@@ -17,6 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -70,19 +71,15 @@ type SendResult struct {
 }
 
 // Queued reports whether a delivery completed a wait, or ended one by writing its passed
-// deadline: its continuation is enqueued, for Continued to announce after the commit.
+// deadline, and its continuation was queued: the workers are woken after the commit.
 func (r SendResult) Queued() bool { return Queued(r.Deliveries) }
 
-// Send delivers a sent event in a transaction of its own and announces continuations.
-// With a ContinueFunc set (ContinueWith), the execution whose wait the event completes
-// is continued in that transaction, as a batch of callbacks or records continues its
-// executions: the transaction holds no row but this execution's, which it locks before
-// its waits, so the continuation's locks keep the order every writer takes.
+// Send delivers a sent event in a transaction of its own (SendTx), with its audit row.
 func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 	var res SendResult
 	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
 		var err error
-		if res, err = a.sendTx(ctx, tx, s, a.continuer.Load()); err != nil {
+		if res, err = a.SendTx(ctx, tx, s); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, "execution/"+s.ExecutionID.String(), string(res.Outcome), "type "+s.Type)
@@ -93,24 +90,32 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 		}
 		return SendResult{}, err
 	}
-	a.ObserveSent(ctx, s, res)
-	if res.Queued() {
-		a.Continued()
-	}
 	return res, nil
 }
 
-// SendTx delivers a sent event inside the caller's transaction; the caller calls
-// ObserveSent, and Continued when res.Queued(), after its commit. A completed wait's
-// continuation is always queued: the caller's transaction may hold other executions'
-// rows already, where continuing would lock executions out of order.
+// SendTx delivers a sent event inside the caller's transaction; what follows the commit
+// (observeSent, waking the workers for a queued continuation) is registered on tx with
+// db.AfterCommit. With a Continuer (Config.Continuer), the execution whose wait the event
+// completes is continued in tx, as a batch of callbacks or records continues its
+// executions: SendTx locks the execution's row before its waits, so the continuation's
+// locks keep the order every writer takes — as long as a caller sending several events
+// in one transaction sends them in execution id order (the consumer does).
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
-	return a.sendTx(ctx, tx, s, a.continuer.Load())
+	res, err := a.sendTx(ctx, tx, s)
+	if err != nil {
+		return res, err
+	}
+	db.AfterCommit(tx, func() {
+		a.observeSent(ctx, s, res)
+		if res.Queued() {
+			a.wakeContinuations()
+		}
+	})
+	return res, nil
 }
 
-// sendTx is SendTx, continuing the executions of the waits it completes with cont when
-// not nil (see ContinueFunc).
-func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent, cont *ContinueFunc) (SendResult, error) {
+// sendTx is SendTx without what follows the commit.
+func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
 	if err := CheckStorable(s.Payload); err != nil {
 		return SendResult{}, err
 	}
@@ -132,7 +137,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent, cont *Contin
 		}
 		return SendResult{}, fmt.Errorf("lock execution: %w", err)
 	}
-	if finished(exec.Status) {
+	if execstate.ExecFinished(exec.Status) {
 		// A retry of an event that was applied (and perhaps finished the execution) is a
 		// duplicate, not a conflict: sending stays idempotent.
 		if s.ID != "" {
@@ -183,7 +188,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent, cont *Contin
 	}
 	res := SendResult{ExecutionStatus: exec.Status}
 	if len(events) > 0 {
-		if res.Deliveries, err = a.applyBatch(ctx, tx, events, cont); err != nil {
+		if res.Deliveries, err = a.applyBatch(ctx, tx, events, true); err != nil {
 			return SendResult{}, err
 		}
 		for i := range res.Deliveries {
@@ -223,9 +228,9 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent, cont *Contin
 	return res, err
 }
 
-// ObserveSent records a committed send: the unmatched reason it left, the buffer
+// observeSent records a committed send: the unmatched reason it left, the buffer
 // counter, and the deliveries that applied, like any decided events.
-func (a *Aggregator) ObserveSent(ctx context.Context, s Sent, res SendResult) {
+func (a *Aggregator) observeSent(ctx context.Context, s Sent, res SendResult) {
 	if res.Unmatched != "" {
 		a.countUnmatched(ctx, res.Unmatched)
 	}
@@ -240,13 +245,8 @@ func (a *Aggregator) ObserveSent(ctx context.Context, s Sent, res SendResult) {
 			applied = append(applied, d)
 		}
 	}
-	a.Observe(ctx, evs, applied)
+	a.observeCommitted(ctx, evs, applied)
 	a.announceExpired(ctx, expiredOf(res.Deliveries))
-}
-
-// finished reports whether an execution status is final.
-func finished(status string) bool {
-	return status == "completed" || status == "failed" || status == "cancelled"
 }
 
 // bufferTTL is the eventBufferTtl of a definition version, cached: versions never change.
@@ -275,9 +275,9 @@ func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, vers
 // the newest (last_write_wins, the older ones going to the dead letters as superseded);
 // and for each payload match with a lookback, likewise a Kafka record kept because it
 // reached no wait (see lookback.go).
-// If they satisfy the wait it completes in this transaction — the node never suspends.
-// The caller marks the node waiting before calling it, and calls Continued after its
-// commit when the result is Completed.
+// If they satisfy the wait it completes in this transaction — the node never suspends —
+// and its continuation is queued; the workers are woken after the commit. The caller
+// marks the node waiting before calling it.
 func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
 	if ws.WaitType != WaitTypeEvents {
@@ -359,10 +359,15 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	}
 	res.Status, res.Version = w.row.Status, ws.Version+int64(w.applied)
 	res.FirstEvent = w.firstEvent(res.Outcome)
-	a.ins.buffered.Add(ctx, int64(len(taken)), metric.WithAttributes(attribute.String("outcome", "taken")))
-	if len(superseded) > 0 {
-		a.ins.buffered.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("outcome", "superseded")))
-		a.ins.deadLetters.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("reason", "superseded")))
-	}
+	db.AfterCommit(tx, func() {
+		a.ins.buffered.Add(ctx, int64(len(taken)), metric.WithAttributes(attribute.String("outcome", "taken")))
+		if len(superseded) > 0 {
+			a.ins.buffered.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("outcome", "superseded")))
+			a.ins.deadLetters.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("reason", "superseded")))
+		}
+		if res.Outcome == Completed {
+			a.wakeContinuations()
+		}
+	})
 	return res, nil
 }

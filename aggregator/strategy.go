@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
-// Aggregation strategies: which events satisfy a wait (docs/definitions.md).
+// Aggregation strategies: which events satisfy a wait (docs/definitions.md); declared
+// by the definition format.
 const (
-	StrategyAll          = "all"
-	StrategyAny          = "any"
-	StrategyRequiredOnly = "required_only"
-	StrategyCustom       = "custom"
+	StrategyAll          = workflow.StrategyAll
+	StrategyAny          = workflow.StrategyAny
+	StrategyRequiredOnly = workflow.StrategyRequiredOnly
+	StrategyCustom       = workflow.StrategyCustom
 )
 
 // Expected is one event a wait expects.
@@ -75,17 +77,18 @@ type ExpectedMatch struct {
 	Value string `json:"value"` // canonical JSON of the scalar (MatchValue)
 }
 
-// Event sources an expected event can have.
+// Event sources an expected event can have (and Source.Kind of an event); declared by
+// the definition format.
 const (
-	SourceCallback = "callback"
-	SourceKafka    = "kafka"
-	SourceSend     = "send"
+	SourceCallback = workflow.SourceCallback
+	SourceKafka    = workflow.SourceKafka
+	SourceSend     = workflow.SourceSend
 )
 
-// Buffer policies of send events.
+// Buffer policies of send events; declared by the definition format.
 const (
-	BufferFIFO          = "fifo"
-	BufferLastWriteWins = "last_write_wins"
+	BufferFIFO          = workflow.BufferFIFO
+	BufferLastWriteWins = workflow.BufferLastWriteWins
 )
 
 // RequiredSet returns the events a strategy waits for, which is what is stored in

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // Sweeper defaults.
@@ -167,7 +168,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if claimed == 0 {
 			return nil
 		}
-		var p dbsqlc.WaitStateExpireParams
+		ws := make([]waitWrite, 0, len(rows))
 		for _, row := range rows {
 			var d dueWrite
 			var err error
@@ -182,16 +183,16 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 			if d.fired != nil {
 				fired = append(fired, *d.fired)
 			}
-			d.addTo(&p, row)
+			ws = append(ws, d.write(row))
 		}
-		written, err := a.q.WaitStateExpire(ctx, tx, p)
-		if err != nil {
+		var out []written
+		if err := a.writeWaits(ctx, ws, &out)(tx); err != nil {
 			return fmt.Errorf("write deadline decisions: %w", err)
 		}
-		if len(written) != len(rows) {
+		if len(out) != len(rows) {
 			// The rows are locked, so the fence cannot miss; if it did, something else
 			// writes wait states without the lock. Roll back rather than guess.
-			return fmt.Errorf("deadline fence missed for %d of %d locked waits", len(rows)-len(written), len(rows))
+			return fmt.Errorf("deadline fence missed for %d of %d locked waits", len(rows)-len(out), len(rows))
 		}
 		return nil
 	})
@@ -203,7 +204,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 	a.logger.InfoContext(ctx, "deadlines fired", "count", len(fired), "instance_id", a.cfg.InstanceID)
 	a.announceExpired(ctx, fired)
-	a.Continued()
+	a.wakeContinuations()
 	return claimed, nil
 }
 
@@ -236,22 +237,20 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 // behind the version fence of the row as loaded. ApplyTx calls it before answering an
 // event late by the clock: the version moves, so a replica committing the same event
 // decided before the deadline and this answer cannot both stand — whichever writes second
-// misses its fence and decides again against the other's row. written is false when the
+// misses its fence and decides again against the other's row. won is false when the
 // fence missed.
-func (a *Aggregator) expireNow(ctx context.Context, tx pgx.Tx, row dbsqlc.ExecutionWaitState, now time.Time) (d dueWrite, written bool, err error) {
+func (a *Aggregator) expireNow(ctx context.Context, tx pgx.Tx, row dbsqlc.ExecutionWaitState, now time.Time) (d dueWrite, won bool, err error) {
 	if d, err = a.eventDue(ctx, row, now); err != nil {
 		return d, false, err
 	}
-	var p dbsqlc.WaitStateExpireParams
-	d.addTo(&p, row)
-	ids, err := a.q.WaitStateExpire(ctx, tx, p)
-	if err != nil {
+	var out []written
+	if err := a.writeWaits(ctx, []waitWrite{d.write(row)}, &out)(tx); err != nil {
 		return d, false, fmt.Errorf("write deadline decision: %w", err)
 	}
-	return d, len(ids) == 1, nil
+	return d, len(out) == 1, nil
 }
 
-// dueWrite is the sweeper's decision for one due wait, as WaitStateExpire writes it.
+// dueWrite is the sweeper's decision for one due wait.
 type dueWrite struct {
 	bump       int64
 	status     string
@@ -265,18 +264,15 @@ type dueWrite struct {
 	fired *Expired
 }
 
-// addTo appends the decision for row to the statement writing a sweep's decisions.
-func (d dueWrite) addTo(p *dbsqlc.WaitStateExpireParams, row dbsqlc.ExecutionWaitState) {
-	p.Ids = append(p.Ids, row.ID)
-	p.Versions = append(p.Versions, row.Version)
-	p.Bumps = append(p.Bumps, d.bump)
-	p.Statuses = append(p.Statuses, d.status)
-	p.TimedOutEvents = append(p.TimedOutEvents, d.timedOut)
-	p.NextDeadlines = append(p.NextDeadlines, d.next)
-	p.Errors = append(p.Errors, d.reason)
-	p.NodeStatuses = append(p.NodeStatuses, d.nodeStatus)
-	p.Outputs = append(p.Outputs, d.output)
-	p.Warnings = append(p.Warnings, d.warning)
+// write is the decision for row as writeWaits writes it: the wait's deadline columns,
+// and when it ended its node's outcome, its continuation queued.
+func (d dueWrite) write(row dbsqlc.ExecutionWaitState) waitWrite {
+	ww := waitWrite{id: row.ID, version: row.Version, bump: d.bump, status: d.status, timedOut: d.timedOut,
+		next: d.next, reason: d.reason}
+	if d.nodeStatus != "" {
+		ww.end = &waitEnd{nodeStatus: d.nodeStatus, output: d.output, nodeError: d.reason, warning: d.warning, then: queueResume}
+	}
+	return ww
 }
 
 // timerDue resumes a due timer: node completed with its output, continuation enqueued.
@@ -286,7 +282,7 @@ func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
 		return dueWrite{}, err
 	}
 	return dueWrite{
-		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: "completed", output: output,
+		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: execstate.NodeCompleted, output: output,
 		fired: &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
 	}, nil
@@ -310,9 +306,9 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 	out := dueWrite{bump: 1, status: StatusWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
 	switch {
 	case d.Fire:
-		out.status, out.nodeStatus = StatusTimeout, "failed"
+		out.status, out.nodeStatus = StatusTimeout, execstate.NodeFailed
 		if d.Continue {
-			out.nodeStatus = "completed"
+			out.nodeStatus = execstate.NodeCompleted
 			out.warning = d.Warning
 		}
 		o, err := Output(row, w.received, d.TimedOut, true)

@@ -166,11 +166,11 @@ func (a *Aggregator) RecordRejected(ctx context.Context, source, reason string) 
 	a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(attribute.String("source", source), attribute.String("reason", reason)))
 }
 
-// Observe records committed decisions: counters by outcome, the first event of each
-// satisfied wait, lost races, and a span per event in its wait's trace, linked to the
-// context the event arrived with. Apply calls it itself; a source that batches ApplyTx
-// or ApplyBatch calls it after its commit.
-func (a *Aggregator) Observe(ctx context.Context, events []Event, results []Result) {
+// observeCommitted records committed decisions: counters by outcome, the first event of
+// each satisfied wait, lost races, and a span per event in its wait's trace, linked to
+// the context the event arrived with. It runs after the commit (afterCommit), registered
+// by the path that decided the events.
+func (a *Aggregator) observeCommitted(ctx context.Context, events []Event, results []Result) {
 	for i, res := range results {
 		if len(res.Deliveries) == 0 {
 			a.observe(ctx, events[i], res, true)

@@ -5,13 +5,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
-// On-timeout policies: what a wait ended by a deadline does next (docs/definitions.md).
+// On-timeout policies: what a wait ended by a deadline does next (docs/definitions.md);
+// declared by the definition format.
 const (
-	OnTimeoutFail                = "fail"
-	OnTimeoutContinue            = "continue"
-	OnTimeoutContinueWithPartial = "continue_with_partial"
+	OnTimeoutFail                = workflow.OnTimeoutFail
+	OnTimeoutContinue            = workflow.OnTimeoutContinue
+	OnTimeoutContinueWithPartial = workflow.OnTimeoutContinueWithPartial
 )
 
 // WarningPartialData is the reason the rendezvous.nodes.warnings metric counts a wait

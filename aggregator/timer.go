@@ -87,7 +87,7 @@ func TimerOutput(ws dbsqlc.ExecutionWaitState) (map[string]any, error) {
 }
 
 // timerDecision is the sweeper's write for a due timer: resumed, node completed with
-// its output, continuation enqueued (by WaitStateExpire).
+// its output, continuation enqueued (by writeWaits).
 func timerDecision(row dbsqlc.ExecutionWaitState, now time.Time) ([]byte, error) {
 	out, err := TimerOutput(row)
 	if err != nil {

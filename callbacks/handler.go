@@ -169,7 +169,7 @@ func (h *Handler) handle(c echo.Context) error {
 				WithType("webhook-id-reused")
 		}
 	}
-	ev.Source = aggregator.Source{Kind: "callback", Service: c.Param("service")}
+	ev.Source = aggregator.Source{Kind: aggregator.SourceCallback, Service: c.Param("service")}
 	ev.IdempotencyKey = webhookID
 	// The caller's trace, if it sent one, is linked from the event's span in the wait's
 	// own trace.

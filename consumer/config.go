@@ -115,6 +115,10 @@ type Config struct {
 	// Starter starts the executions of stored definitions' triggers (the executor).
 	// Without it, triggers are not consumed.
 	Starter Starter
+	// Definitions tells when a definition was stored through this process (the
+	// executor), so that its topics are read at once rather than at the next
+	// TopicRefresh. Optional.
+	Definitions Definitions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider receives the Kafka client's spans (a receive span per fetched

@@ -288,7 +288,6 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	if err != nil {
 		return true, err
 	}
-	c.agg.Observe(ctx, batch, results)
 	for i, res := range results {
 		c.count(string(res.Outcome))
 		ev := batch[i]
@@ -311,9 +310,6 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		default:
 			c.logger.WarnContext(rctx, "kafka event not applied", attrs...)
 		}
-	}
-	if aggregator.Queued(results) {
-		c.agg.Continued()
 	}
 	return true, nil
 }

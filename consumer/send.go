@@ -178,16 +178,10 @@ func (c *Consumer) send(ctx context.Context, items []item) (touchedDB bool, err 
 	if err != nil {
 		return true, err
 	}
-	completed := false
 	for i, it := range sends {
 		res := results[i]
-		c.agg.ObserveSent(ctx, *it.sent, res)
 		c.count("send_" + string(res.Outcome))
-		completed = completed || res.Queued()
 		c.logSent(recordCtx(ctx, it.rec), *it.sent, res)
-	}
-	if completed {
-		c.agg.Continued()
 	}
 	return true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -16,7 +17,7 @@ import (
 const scope = "github.com/rendezvous-run/rendezvous/consumer"
 
 // sourceKind is the aggregator.Source kind of every event the consumer hands over.
-const sourceKind = "kafka"
+const sourceKind = aggregator.SourceKafka
 
 // Categories of poison records: the reason attribute of rendezvous.dead_letter.records.
 // The rendezvous-dlq-reason header carries the full text; a metric attribute must stay a

@@ -171,6 +171,10 @@ func (c *Consumer) matchSpecsFor(topic string) []aggregator.MatchSpec {
 func (c *Consumer) refreshLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.TopicRefresh)
 	defer t.Stop()
+	var stored <-chan struct{} // nil, never ready, without Definitions
+	if c.cfg.Definitions != nil {
+		stored = c.cfg.Definitions.Stored()
+	}
 	c.provisionTopics(ctx)
 	for {
 		select {
@@ -178,6 +182,7 @@ func (c *Consumer) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-c.refresh:
+		case <-stored:
 		}
 		if err := c.loadTopics(ctx); err != nil {
 			if ctx.Err() == nil {

@@ -28,6 +28,11 @@ type Starter interface {
 	StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, workflow string, input json.RawMessage) (executor.Started, error)
 }
 
+// Definitions signals that a definition was stored (executor.Executor.Stored).
+type Definitions interface {
+	Stored() <-chan struct{}
+}
+
 // Outcomes of a record a trigger accepted, counted like the others.
 const (
 	// OutcomeStarted: the record started an execution.

@@ -33,9 +33,7 @@ func BenchmarkRedriveMany(b *testing.B) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(b)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: "bench", Logger: logger})
-	require.NoError(b, err)
-	ex, err := executor.New(pool, agg, executor.Config{InstanceID: "bench", Logger: logger, PollInterval: 20 * time.Millisecond})
+	ex, err := executor.New(pool, aggregator.Config{}, executor.Config{InstanceID: "bench", Logger: logger, PollInterval: 20 * time.Millisecond})
 	require.NoError(b, err)
 	def, err := json.Marshal(obj{"name": "bulk", "nodes": []obj{
 		node("wait", "wait_events", obj{"apiCall": obj{"url": "http://127.0.0.1:9/process"}, "kafkaEvent": obj{"topic": "orders"}, "timeout": 1}),
@@ -49,7 +47,7 @@ func BenchmarkRedriveMany(b *testing.B) {
 		b.StopTimer()
 		_, err := pool.Exec(ctx, `TRUNCATE executions CASCADE`)
 		require.NoError(b, err)
-		template := failedTemplate(b, ctx, ex, agg)
+		template := failedTemplate(b, ctx, ex, ex.Aggregator())
 		cloneExecution(b, ctx, pool, template, n-1)
 		b.StartTimer()
 

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -72,10 +71,8 @@ func (e *Executor) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason
 	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: id, Status: execCancelled, Error: &reason}); err != nil {
 		return dbsqlc.Execution{}, fmt.Errorf("cancel execution: %w", err)
 	}
-	if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
-		ExecutionID: id, Error: "execution cancelled: " + reason,
-	}); err != nil {
-		return dbsqlc.Execution{}, fmt.Errorf("cancel open waits: %w", err)
+	if err := e.agg.CancelOpenWaits(ctx, tx, id, "execution cancelled: "+reason); err != nil {
+		return dbsqlc.Execution{}, err
 	}
 	if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{ExecutionID: id, Error: "execution cancelled: " + reason}); err != nil {
 		return dbsqlc.Execution{}, fmt.Errorf("cancel nodes: %w", err)
@@ -115,7 +112,9 @@ func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID, the
 		if execFinished(st.exec.Status) {
 			return &ExecutionFinishedError{Status: st.exec.Status}
 		}
-		output, err := e.agg.CancelWait(ctx, tx, execID, nodeID, reason)
+		// The aggregator ends the wait and its node together: failed, or completed with
+		// what arrived so far, which the workflow goes on from here.
+		output, err := e.agg.CancelWait(ctx, tx, execID, nodeID, reason, then == ThenContinue)
 		if err != nil {
 			if errors.Is(err, db.ErrNotFound) {
 				return ErrWaitNotFound
@@ -126,18 +125,10 @@ func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID, the
 			return err
 		}
 		if then == ThenFail {
-			return e.failNode(ctx, tx, st, nodeID, reason)
+			st.setNode(nodeID, nodeFailed, nil)
+			return e.failExecution(ctx, tx, st, fmt.Sprintf("node %s: %s", nodeID, reason))
 		}
-		raw, err := json.Marshal(output)
-		if err != nil {
-			return err
-		}
-		if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{
-			Status: nodeCompleted, Output: raw, ExecutionID: execID, NodeID: nodeID,
-		}); err != nil {
-			return fmt.Errorf("complete node: %w", err)
-		}
-		st.setNode(nodeID, nodeCompleted, raw)
+		st.setNode(nodeID, nodeCompleted, output)
 		enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, nodeID)
 		return err
 	})

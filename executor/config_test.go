@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -28,7 +29,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := executor.New(nil, nil, tc.cfg)
+			_, err := executor.New(nil, aggregator.Config{}, tc.cfg)
 			if tc.want == "" {
 				require.NoError(t, err)
 				return

@@ -382,11 +382,9 @@ func TestMaxWaitersPerType(t *testing.T) {
 	pool := dbtest.NewPool(t)
 	limited := func(instance string) *pod {
 		cfg := config(t, instance)
-		agg, err := aggregator.New(pool, aggregator.Config{InstanceID: instance, Logger: cfg.Logger, MaxWaitersPerType: 5})
+		ex, err := executor.New(pool, aggregator.Config{MaxWaitersPerType: 5}, cfg)
 		require.NoError(t, err)
-		ex, err := executor.New(pool, agg, cfg)
-		require.NoError(t, err)
-		return &pod{pool: pool, agg: agg, ex: ex}
+		return &pod{pool: pool, agg: ex.Aggregator(), ex: ex}
 	}
 	p1, p2 := limited("a"), limited("b")
 	h := &harness{pod: p1, fake: newFakeService(t)}

@@ -5,8 +5,9 @@
 // required call given up.
 //
 // It never sees where an event came from: a satisfied wait reaches it either inside the
-// aggregator's transaction that completed it (a batch of events, ContinueWith), or as a
-// "resume" row in the run queue, written by the aggregator.
+// aggregator's transaction that completed it (a batch of events; the executor is the
+// aggregator's Continuer), or as a "resume" row in the run queue, written by the
+// aggregator.
 //
 // Each node run is a span; a wait the node registers stores that span's traceparent, so
 // the wait's outbound call (which hands the trace on in its request), the aggregator's
@@ -36,6 +37,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
@@ -96,9 +98,6 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// OnWorkflowStored is called after a new definition version is stored (the Kafka
-	// consumer subscribes to its topics at once). Optional.
-	OnWorkflowStored func()
 	// Retention is how long finished executions and finished waits are kept; negative
 	// keeps them forever. Default RetentionDefault.
 	Retention time.Duration
@@ -186,6 +185,9 @@ type Executor struct {
 	notifyRun    chan struct{}
 	notifyOutbox chan struct{}
 
+	// stored is poked when a definition version is stored here (Stored).
+	stored chan struct{}
+
 	ins        instruments
 	depthCache telemetry.Cached[map[string]int64]
 	// calls sends the correlated calls of waits.
@@ -200,9 +202,13 @@ type defKey struct {
 	version int32
 }
 
-// New returns an Executor. agg registers the waits of wait_events nodes, and hands the
-// executor the continuations of the waits its batches complete (aggregator.ContinueWith).
-func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor, error) {
+// New returns an Executor and the aggregator it runs on, built from aggCfg with the
+// executor as its Continuer (aggCfg.InstanceID and Logger default to the executor's).
+// The two need each other — the executor registers and cancels waits through the
+// aggregator, the aggregator hands it the executions whose waits a batch of events
+// completes — so they are built together, once: neither is changed after New returns.
+// Aggregator returns the aggregator, for the sources of events.
+func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -212,35 +218,49 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Executor,
 		reg[name] = t.Parse
 	}
 	e := &Executor{
-		cfg: cfg, pool: pool, q: dbsqlc.New(), agg: agg, logger: cfg.Logger, reg: reg,
+		cfg: cfg, pool: pool, q: dbsqlc.New(), logger: cfg.Logger, reg: reg,
 		defs:         map[defKey]*workflow.Workflow{},
 		wakeRun:      make(chan struct{}, 1),
 		wakeOutbox:   make(chan struct{}, 1),
 		notifyRun:    make(chan struct{}, 1),
 		notifyOutbox: make(chan struct{}, 1),
+		stored:       make(chan struct{}, 1),
 	}
 	if err := e.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("executor telemetry: %w", err)
 	}
-	var waits outbound.Waits
-	if agg != nil {
-		waits = agg
+	if aggCfg.InstanceID == "" {
+		aggCfg.InstanceID = cfg.InstanceID
 	}
-	calls, err := outbound.NewSender(pool, outbound.Config{
+	if aggCfg.Logger == nil {
+		aggCfg.Logger = cfg.Logger
+	}
+	aggCfg.Continuer = e
+	agg, err := aggregator.New(pool, aggCfg)
+	if err != nil {
+		return nil, err
+	}
+	e.agg = agg
+	e.calls, err = outbound.NewSender(pool, outbound.Config{
 		InstanceID: cfg.InstanceID, Lease: cfg.Lease, Timeout: cfg.OutboxTimeout, MaxAttempts: cfg.OutboxMaxAttempts,
 		BackoffMin: cfg.OutboxBackoffMin, BackoffMax: cfg.OutboxBackoffMax, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger,
-		Waits: waits, Executions: e, OnDatabaseError: e.databaseError,
+		Waits: agg, Executions: e, OnDatabaseError: e.databaseError,
 		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbound calls: %w", err)
 	}
-	e.calls = calls
-	if agg != nil {
-		agg.ContinueWith(e.continueTx)
-	}
 	return e, nil
 }
+
+// Aggregator is the aggregator the executor runs on (see New).
+func (e *Executor) Aggregator() *aggregator.Aggregator { return e.agg }
+
+// Stored tells when a definition version was stored through this executor (at most one
+// pending signal: several stores before it is read are one): the Kafka consumer reads
+// the topics of stored definitions again at once instead of at its next periodic
+// refresh. One reader, the process's consumer.
+func (e *Executor) Stored() <-chan struct{} { return e.stored }
 
 // Registry returns the node parsers, for validating definitions elsewhere.
 func (e *Executor) Registry() workflow.Registry { return e.reg }
@@ -319,9 +339,7 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		e.defsMu.Lock()
 		e.defs[defKey{name, row.Version}] = wf
 		e.defsMu.Unlock()
-		if e.cfg.OnWorkflowStored != nil {
-			e.cfg.OnWorkflowStored()
-		}
+		poke(e.stored)
 		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
 	}
 }
@@ -332,9 +350,6 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 // compiled: a definition stored under a larger bound must still run (its lookback is
 // then held to the bound).
 func (e *Executor) checkLimits(wf *workflow.Workflow) []workflow.FieldError {
-	if e.agg == nil {
-		return nil
-	}
 	maxLookback := e.agg.MaxLookback()
 	var errs []workflow.FieldError
 	for i, n := range wf.Nodes() {
@@ -533,20 +548,14 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 	for _, r := range inline {
 		// A new execution has nothing buffered yet, but a Kafka record kept for a payload
 		// match's lookback may be waiting for this wait: taken now, it may complete it.
-		taken, err := e.agg.TakeBuffered(ctx, tx, r.ws)
-		if err != nil {
+		// (A wait it completes is continued by the aggregator after the commit.)
+		if _, err := e.agg.TakeBuffered(ctx, tx, r.ws); err != nil {
 			return exec, fmt.Errorf("take early events of node %s: %w", r.node, err)
 		}
 		e.logWaiting(r.ctx, r.ws)
-		continued, call := taken.Outcome == aggregator.Completed, r.out.Wait.APICall
-		db.AfterCommit(tx, func() {
-			if continued {
-				e.agg.Continued()
-			}
-			if call {
-				e.wakeOutboxQueue()
-			}
-		})
+		if r.out.Wait.APICall {
+			db.AfterCommit(tx, e.wakeOutboxQueue)
+		}
 	}
 	return exec, nil
 }
@@ -595,10 +604,10 @@ func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.
 func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, nodeID string) error {
-	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: "run"}); err != nil {
+	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: execstate.KindRun}); err != nil {
 		return fmt.Errorf("enqueue node %s: %w", nodeID, err)
 	}
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: "running", ExecutionID: execID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeRunning, ExecutionID: execID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("mark node %s running: %w", nodeID, err)
 	}
 	return nil

@@ -10,34 +10,31 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
-// Node statuses.
+// Node and execution statuses, short names of internal/execstate's for this package,
+// which moves them.
 const (
-	nodePending   = "pending"
-	nodeRunning   = "running"
-	nodeWaiting   = "waiting_for_events"
-	nodeCompleted = "completed"
-	nodeFailed    = "failed"
-	nodeSkipped   = "skipped"
-	nodeCancelled = "cancelled"
+	nodePending   = execstate.NodePending
+	nodeRunning   = execstate.NodeRunning
+	nodeWaiting   = execstate.NodeWaiting
+	nodeCompleted = execstate.NodeCompleted
+	nodeFailed    = execstate.NodeFailed
+	nodeSkipped   = execstate.NodeSkipped
+	nodeCancelled = execstate.NodeCancelled
+
+	execRunning   = execstate.ExecRunning
+	execWaiting   = execstate.ExecWaiting
+	execCompleted = execstate.ExecCompleted
+	execFailed    = execstate.ExecFailed
+	execCancelled = execstate.ExecCancelled
 )
 
-// Execution statuses.
-const (
-	execRunning   = "running"
-	execWaiting   = "waiting"
-	execCompleted = "completed"
-	execFailed    = "failed"
-	execCancelled = "cancelled"
-)
-
-func execFinished(status string) bool {
-	return status == execCompleted || status == execFailed || status == execCancelled
-}
+func execFinished(status string) bool { return execstate.ExecFinished(status) }
 
 // execState is an execution with its definition and node states, loaded together.
 type execState struct {
@@ -231,10 +228,8 @@ func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, 
 	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: execFailed, Error: &reason}); err != nil {
 		return fmt.Errorf("fail execution: %w", err)
 	}
-	if _, err := e.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{
-		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
-	}); err != nil {
-		return fmt.Errorf("cancel open waits: %w", err)
+	if err := e.agg.CancelOpenWaits(ctx, tx, st.exec.ID, "execution failed: "+reason); err != nil {
+		return err
 	}
 	if err := e.q.NodeExecutionCancelOpen(ctx, tx, dbsqlc.NodeExecutionCancelOpenParams{
 		ExecutionID: st.exec.ID, Error: "execution failed: " + reason,
@@ -369,7 +364,7 @@ func (w *batchWriter) drop(execID uuid.UUID) {
 // one round trip by the caller.
 func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.runs) > 0 {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
 		for _, r := range w.runs {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, r.exec), append(arg.NodeIds, r.node)
 		}

@@ -76,12 +76,9 @@ type pod struct {
 
 func newPod(t *testing.T, pool *pgxpool.Pool, cfg executor.Config) *pod {
 	t.Helper()
-	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: cfg.InstanceID, Logger: cfg.Logger,
-		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider})
+	ex, err := executor.New(pool, aggregator.Config{TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider}, cfg)
 	require.NoError(t, err)
-	ex, err := executor.New(pool, agg, cfg)
-	require.NoError(t, err)
-	return &pod{pool: pool, agg: agg, ex: ex}
+	return &pod{pool: pool, agg: ex.Aggregator(), ex: ex}
 }
 
 // run starts ex.Run and the aggregator's deadline sweeper in goroutines, as a replica

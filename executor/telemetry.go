@@ -137,18 +137,14 @@ func (e *Executor) observeClaims(ctx context.Context, kind string, rows []dbsqlc
 
 // resumedWait is a wait continued by a resume batch, observed once the batch commits.
 type resumedWait struct {
-	row      dbsqlc.WaitStateMarkResumedManyRow
+	wait     aggregator.Ended
 	workflow string
 	span     trace.Span
 }
 
 // startResume starts the span of a wait's continuation in the wait's trace.
-func (e *Executor) startResume(ctx context.Context, r dbsqlc.WaitStateMarkResumedManyRow) (context.Context, trace.Span) {
-	tp := ""
-	if r.TraceParent != nil {
-		tp = *r.TraceParent
-	}
-	return e.ins.tracer.Start(telemetry.WithTraceParent(ctx, tp), "rendezvous.wait.resume", trace.WithAttributes(
+func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context.Context, trace.Span) {
+	return e.ins.tracer.Start(telemetry.WithTraceParent(ctx, r.TraceParent), "rendezvous.wait.resume", trace.WithAttributes(
 		attribute.String("rendezvous.execution_id", r.ExecutionID.String()),
 		attribute.String("rendezvous.node_id", r.NodeID),
 		attribute.String("rendezvous.outcome", r.Status),
@@ -160,14 +156,14 @@ func (e *Executor) startResume(ctx context.Context, r dbsqlc.WaitStateMarkResume
 // spans that are not ended are not exported.
 func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
 	for _, w := range waits {
-		strategy := w.row.AggregationStrategy
-		if w.row.WaitType == aggregator.WaitTypeTimer {
+		strategy := w.wait.Strategy
+		if w.wait.WaitType == aggregator.WaitTypeTimer {
 			strategy = aggregator.WaitTypeTimer
 		}
-		e.ins.waitDuration.Record(ctx, max(w.row.UpdatedAt.Sub(w.row.CreatedAt), 0).Seconds(), metric.WithAttributes(
+		e.ins.waitDuration.Record(ctx, max(w.wait.EndedAt.Sub(w.wait.CreatedAt), 0).Seconds(), metric.WithAttributes(
 			attribute.String("workflow", w.workflow),
 			attribute.String("strategy", strategy),
-			attribute.String("outcome", w.row.Status),
+			attribute.String("outcome", w.wait.Status),
 		))
 		w.span.End()
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -138,7 +139,7 @@ const resumeMinBatch = 16
 // a burst of satisfied waits costs a few transactions instead of one each.
 func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
 	runs, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "run", Max: int32(n),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindRun, Max: int32(n),
 	})
 	if err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 		return units, nil
 	}
 	resumes, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: "resume", Max: int32(free * ResumeBatchDefault),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindResume, Max: int32(free * ResumeBatchDefault),
 	})
 	if err != nil {
 		return units, err
@@ -199,7 +200,7 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	log := e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID, "kind", job.Kind, "attempt", job.Attempt)
 	var err error
 	switch job.Kind {
-	case "resume":
+	case execstate.KindResume:
 		err = e.resume(ctx, job)
 	default:
 		runCtx, span := e.startNodeRun(ctx, job.ExecutionID, job.NodeID, job.Attempt)
@@ -292,8 +293,47 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		out.Wait.TraceParent = telemetry.TraceParent(ctx)
 	}
 
-	var notifyOutbox, enqueued, discarded, continued bool
-	err = db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+	rec, err := e.recordRun(ctx, job, out)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rec.discarded: // the execution finished (was cancelled) while the node ran
+		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
+	case rec.out.Status == OutcomeFailed:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "failed"))
+		span.SetStatus(codes.Error, rec.out.Error)
+	case rec.out.Status == OutcomeWaiting:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "waiting"))
+	default:
+		span.SetAttributes(attribute.String("rendezvous.outcome", "completed"))
+	}
+	if rec.enqueued {
+		e.WakeRunQueue()
+	}
+	if rec.notifyOutbox {
+		e.wakeOutboxQueue()
+	}
+	return nil
+}
+
+// recorded is what recording a node run did, for what follows its commit.
+type recorded struct {
+	// out is the outcome as recorded: a wait the aggregator refused turns it failed.
+	out Outcome
+	// discarded: the execution had finished while the node ran; nothing was recorded.
+	discarded bool
+	// enqueued: nodes were queued; notifyOutbox: a correlated call was.
+	enqueued, notifyOutbox bool
+}
+
+// recordRun records a node run's outcome and advances the graph, in one transaction
+// under the execution's row lock: the node failed (failRun), waiting (registerWait) or
+// completed (completeRun).
+func (e *Executor) recordRun(ctx context.Context, job dbsqlc.RunQueue, out Outcome) (recorded, error) {
+	var rec recorded
+	err := db.Tx(ctx, e.pool, func(tx pgx.Tx) error {
+		rec = recorded{out: out}
 		st, err := e.loadState(ctx, tx, job.ExecutionID, true)
 		if err != nil {
 			return err
@@ -301,83 +341,79 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		if err := e.finishJob(ctx, tx, job); err != nil {
 			return err
 		}
-		if discarded = execFinished(st.exec.Status); discarded {
+		if rec.discarded = execFinished(st.exec.Status); rec.discarded {
 			return nil
 		}
 		switch out.Status {
 		case OutcomeFailed:
-			if out.Wait != nil {
-				// A wait that could not be set up is kept, in status error, for operators.
-				if _, err := e.agg.Register(ctx, tx, *out.Wait); err != nil {
-					return fmt.Errorf("record failed wait: %w", err)
-				}
-			}
-			return e.failNode(ctx, tx, st, job.NodeID, out.Error)
+			return e.failRun(ctx, tx, st, job.NodeID, out)
 		case OutcomeWaiting:
-			ws, err := e.agg.Register(ctx, tx, *out.Wait)
-			var tooMany *aggregator.TooManyWaitersError
-			if errors.As(err, &tooMany) {
-				out = Failed("%v", tooMany)
-				return e.failNode(ctx, tx, st, job.NodeID, out.Error)
-			}
-			if err != nil {
-				return fmt.Errorf("register wait: %w", err)
-			}
-			raw, err := waitingOutput(out, ws)
-			if err != nil {
-				return err
-			}
-			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
-				return fmt.Errorf("mark node waiting: %w", err)
-			}
-			st.setNode(job.NodeID, nodeWaiting, raw)
-			// Events sent to the execution before it reached this wait are taken now; if
-			// they satisfy it, it completes in this transaction and never suspends.
-			taken, err := e.agg.TakeBuffered(ctx, tx, ws)
-			if err != nil {
-				return fmt.Errorf("take buffered events: %w", err)
-			}
-			continued = taken.Outcome == aggregator.Completed
-			notifyOutbox = out.Wait.APICall
-			e.logWaiting(ctx, ws)
-			return e.settle(ctx, txWriter{e, tx}, st)
+			return e.registerWait(ctx, tx, st, job.NodeID, &rec)
 		default:
-			raw, err := json.Marshal(out.Output)
-			if err != nil {
-				return err
-			}
-			if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: job.NodeID}); err != nil {
-				return fmt.Errorf("complete node: %w", err)
-			}
-			st.setNode(job.NodeID, nodeCompleted, raw)
-			enqueued, err = e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, job.NodeID)
+			rec.enqueued, err = e.completeRun(ctx, tx, st, job.NodeID, out)
 			return err
 		}
 	})
+	return rec, err
+}
+
+// failRun fails the node of a run that failed, and its execution. A wait that could not
+// be set up is kept, in status error, for operators.
+func (e *Executor) failRun(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, out Outcome) error {
+	if out.Wait != nil {
+		if _, err := e.agg.Register(ctx, tx, *out.Wait); err != nil {
+			return fmt.Errorf("record failed wait: %w", err)
+		}
+	}
+	return e.failNode(ctx, tx, st, nodeID, out.Error)
+}
+
+// registerWait registers the wait of a node that suspends (rec.out.Wait) and marks the
+// node waiting, with the wait's ids in its output; events sent to the execution before
+// it reached the wait are taken at once (TakeBuffered), and may complete it. A wait the
+// aggregator refuses (too many waiters of its match type) fails the node instead, and
+// rec.out says so.
+func (e *Executor) registerWait(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, rec *recorded) error {
+	out := rec.out
+	ws, err := e.agg.Register(ctx, tx, *out.Wait)
+	var tooMany *aggregator.TooManyWaitersError
+	if errors.As(err, &tooMany) {
+		rec.out = Failed("%v", tooMany)
+		return e.failNode(ctx, tx, st, nodeID, rec.out.Error)
+	}
+	if err != nil {
+		return fmt.Errorf("register wait: %w", err)
+	}
+	raw, err := waitingOutput(out, ws)
 	if err != nil {
 		return err
 	}
-	switch {
-	case discarded: // the execution finished (was cancelled) while the node ran
-		span.SetAttributes(attribute.String("rendezvous.outcome", "skipped"))
-	case out.Status == OutcomeFailed:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "failed"))
-		span.SetStatus(codes.Error, out.Error)
-	case out.Status == OutcomeWaiting:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "waiting"))
-	default:
-		span.SetAttributes(attribute.String("rendezvous.outcome", "completed"))
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+		return fmt.Errorf("mark node waiting: %w", err)
 	}
-	if enqueued {
-		e.WakeRunQueue()
+	st.setNode(nodeID, nodeWaiting, raw)
+	// Events sent to the execution before it reached this wait are taken now; if they
+	// satisfy it, it completes in this transaction and never suspends.
+	if _, err := e.agg.TakeBuffered(ctx, tx, ws); err != nil {
+		return fmt.Errorf("take buffered events: %w", err)
 	}
-	if continued {
-		e.agg.Continued()
+	rec.notifyOutbox = out.Wait.APICall
+	e.logWaiting(ctx, ws)
+	return e.settle(ctx, txWriter{e, tx}, st)
+}
+
+// completeRun completes the node of a run that completed and advances the graph from
+// it; it reports whether nodes were queued.
+func (e *Executor) completeRun(ctx context.Context, tx pgx.Tx, st *execState, nodeID string, out Outcome) (bool, error) {
+	raw, err := json.Marshal(out.Output)
+	if err != nil {
+		return false, err
 	}
-	if notifyOutbox {
-		e.wakeOutboxQueue()
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+		return false, fmt.Errorf("complete node: %w", err)
 	}
-	return nil
+	st.setNode(nodeID, nodeCompleted, raw)
+	return e.advanceOrFail(ctx, tx, txWriter{e, tx}, st, nodeID)
 }
 
 // logWaiting says a node waits (on a timer or for events).
@@ -477,25 +513,21 @@ func (e *Executor) resumeBatch(ctx context.Context, jobs []dbsqlc.RunQueue) (los
 		if lost = len(jobs) - len(owned); lost > 0 {
 			e.logger.WarnContext(ctx, "lease lost; another instance owns this work now", "lost", lost, "instance_id", e.cfg.InstanceID)
 		}
-		mark := dbsqlc.WaitStateMarkResumedManyParams{InstanceID: e.cfg.InstanceID}
+		var markExecs []uuid.UUID
+		var markNodes []string
 		for _, j := range jobs {
 			i := slices.IndexFunc(execs, func(x dbsqlc.Execution) bool { return x.ID == j.ExecutionID })
 			if slices.Contains(owned, j.ID) && i >= 0 && !execFinished(execs[i].Status) {
-				mark.ExecutionIds, mark.NodeIds = append(mark.ExecutionIds, j.ExecutionID), append(mark.NodeIds, j.NodeID)
+				markExecs, markNodes = append(markExecs, j.ExecutionID), append(markNodes, j.NodeID)
 			}
 		}
-		if len(mark.ExecutionIds) == 0 {
+		if len(markExecs) == 0 {
 			return nil
 		}
-		var resumed []dbsqlc.WaitStateMarkResumedManyRow
+		var resumed []aggregator.Ended
 		var nodes []dbsqlc.NodeExecution
-		p.Queue(func(d dbsqlc.DBTX) (err error) {
-			if resumed, err = e.q.WaitStateMarkResumedMany(ctx, d, mark); err != nil {
-				return fmt.Errorf("mark resumed: %w", err)
-			}
-			return nil
-		})
-		p.Queue(e.loadNodes(ctx, mark.ExecutionIds, &nodes))
+		p.Queue(e.agg.MarkResumed(ctx, markExecs, markNodes, &resumed))
+		p.Queue(e.loadNodes(ctx, markExecs, &nodes))
 		if err := p.Send(ctx, tx); err != nil {
 			return err
 		}
@@ -531,71 +563,49 @@ func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]db
 	}
 }
 
-// continueTx is the aggregator's ContinueFunc (see aggregator.ContinueWith): it continues
-// the executions whose waits a batch of events completes, inside that batch's
-// transaction, which saves the run queue row, its claim, its deletion, a second write of
-// each wait and a second transaction per continuation. Its statements go in two round
-// trips: lock the executions, write the batch, open a savepoint and load the nodes; then
-// the continuation's writes and the savepoint's release. If the continuation fails, it
-// is rolled back to the savepoint and its waits go to the run queue instead, while the
-// events stay applied: a continuation that cannot run never holds up other events.
-func (e *Executor) continueTx(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, record func(dbsqlc.DBTX) ([]aggregator.Completion, error)) error {
-	var execs []dbsqlc.Execution
-	var completed []aggregator.Completion
-	var nodes []dbsqlc.NodeExecution
-	var p db.Pipeline
-	p.Queue(e.lockExecutions(ctx, execIDs, &execs))
-	p.Queue(func(d dbsqlc.DBTX) (err error) {
-		completed, err = record(d)
-		return err
-	})
-	p.Queue(func(d dbsqlc.DBTX) error {
-		_, err := d.Exec(ctx, "SAVEPOINT continuation")
-		return err
-	})
-	p.Queue(e.loadNodes(ctx, execIDs, &nodes))
-	if err := p.Send(ctx, tx); err != nil {
-		return err
+// PrepareContinue makes the executor the aggregator's Continuer (aggregator.Continuer):
+// it continues the executions whose waits a batch of events completes, inside that
+// batch's transaction, which saves the run queue row, its claim, its deletion, a second
+// write of each wait and a second transaction per continuation. The aggregator drives
+// it: it sends LockExecutions before writing the waits and LoadNodes after, then calls
+// Continue with the waits that ended; if Continue fails, it rolls back to a savepoint
+// and queues those continuations instead.
+func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID) aggregator.Continuation {
+	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs}
+}
+
+// inTxContinuation is one continuation run in the aggregator's transaction.
+type inTxContinuation struct {
+	e       *Executor
+	ctx     context.Context
+	execIDs []uuid.UUID
+	execs   []dbsqlc.Execution
+	nodes   []dbsqlc.NodeExecution
+}
+
+func (c *inTxContinuation) LockExecutions(d dbsqlc.DBTX) error {
+	return c.e.lockExecutions(c.ctx, c.execIDs, &c.execs)(d)
+}
+
+func (c *inTxContinuation) LoadNodes(d dbsqlc.DBTX) error {
+	return c.e.loadNodes(c.ctx, c.execIDs, &c.nodes)(d)
+}
+
+func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []aggregator.Ended) (func(), error) {
+	e := c.e
+	out, err := e.continueWaits(ctx, tx, c.execs, c.nodes, ended, p)
+	if err != nil {
+		return nil, err
 	}
-	if len(completed) == 0 {
-		return nil // every fence missed; the savepoint ends with the transaction
-	}
-	resumed := make([]dbsqlc.WaitStateMarkResumedManyRow, len(completed))
-	for i, c := range completed {
-		resumed[i] = dbsqlc.WaitStateMarkResumedManyRow{ExecutionID: c.ExecutionID, NodeID: c.NodeID, WaitType: c.WaitType,
-			AggregationStrategy: c.AggregationStrategy, Status: c.Status, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-			TraceParent: c.TraceParent}
-	}
-	out, err := e.continueWaits(ctx, tx, execs, nodes, resumed, &p)
-	if err == nil && e.continueFault != nil {
-		if err = p.Send(ctx, tx); err == nil {
-			err = e.continueFault()
+	if e.continueFault != nil {
+		if err := p.Send(ctx, tx); err != nil {
+			return nil, err
+		}
+		if err := e.continueFault(); err != nil {
+			return nil, err
 		}
 	}
-	if err == nil {
-		p.Queue(func(d dbsqlc.DBTX) error {
-			_, err := d.Exec(ctx, "RELEASE SAVEPOINT continuation")
-			return err
-		})
-		if err = p.Send(ctx, tx); err == nil {
-			db.AfterCommit(tx, func() { e.continued(ctx, out) })
-			return nil
-		}
-	}
-	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT continuation"); rerr != nil {
-		return fmt.Errorf("continue: %w (and rolling back to the savepoint: %v)", err, rerr)
-	}
-	e.logger.WarnContext(ctx, "continuation failed in the deciding transaction; queued instead",
-		"waits", len(resumed), "instance_id", e.cfg.InstanceID, "err", err)
-	deferred := dbsqlc.WaitStateDeferResumeParams{InstanceID: e.cfg.InstanceID}
-	for _, r := range resumed {
-		deferred.ExecutionIds, deferred.NodeIds = append(deferred.ExecutionIds, r.ExecutionID), append(deferred.NodeIds, r.NodeID)
-	}
-	if err := e.q.WaitStateDeferResume(ctx, tx, deferred); err != nil {
-		return fmt.Errorf("queue continuations: %w", err)
-	}
-	db.AfterCommit(tx, e.WakeRunQueue)
-	return nil
+	return func() { e.continued(ctx, out) }, nil
 }
 
 // continuation is what a committed continuation leaves to do: end its spans, and wake
@@ -619,7 +629,7 @@ func (e *Executor) continued(ctx context.Context, out continuation) {
 // resumed wait gets a span in its own trace, ended (and its duration recorded) by
 // continued once tx has committed.
 func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.Execution, nodes []dbsqlc.NodeExecution,
-	resumed []dbsqlc.WaitStateMarkResumedManyRow, p *db.Pipeline,
+	resumed []aggregator.Ended, p *db.Pipeline,
 ) (out continuation, err error) {
 	states := make(map[uuid.UUID]*execState, len(execs))
 	for _, r := range resumed {
@@ -645,7 +655,7 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 	for _, r := range resumed {
 		st := states[r.ExecutionID]
 		rctx, span := e.startResume(ctx, r)
-		out.done = append(out.done, resumedWait{row: r, workflow: st.exec.WorkflowName, span: span})
+		out.done = append(out.done, resumedWait{wait: r, workflow: st.exec.WorkflowName, span: span})
 		if execFinished(st.exec.Status) { // finished before, or failed by an earlier wait of this batch
 			span.SetAttributes(attribute.Bool("rendezvous.execution_finished", true))
 			continue

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 func waitsGroup() *cliGroup {
@@ -284,11 +285,11 @@ func eventSource(raw json.RawMessage) string {
 	}
 	if json.Unmarshal(raw, &s) == nil {
 		switch {
-		case s.Kind == "callback" && s.Service != "":
+		case s.Kind == workflow.SourceCallback && s.Service != "":
 			return "callback " + s.Service
-		case s.Kind == "kafka" && s.Topic != "" && s.Partition != nil && s.Offset != nil:
+		case s.Kind == workflow.SourceKafka && s.Topic != "" && s.Partition != nil && s.Offset != nil:
 			return fmt.Sprintf("kafka %s/%d@%d", s.Topic, *s.Partition, *s.Offset)
-		case s.Kind == "send" && s.Service == "" && s.Topic == "":
+		case s.Kind == workflow.SourceSend && s.Service == "" && s.Topic == "":
 			return "send"
 		}
 	}

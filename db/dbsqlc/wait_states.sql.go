@@ -171,33 +171,6 @@ func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX) ([]WaitStateC
 	return items, nil
 }
 
-const waitStateDeferResume = `-- name: WaitStateDeferResume :exec
-WITH w AS (
-    UPDATE execution_wait_states AS w
-    SET resumed_at = NULL, resumed_by = NULL
-    FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
-    WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.resumed_by = $1::text
-    RETURNING w.execution_id, w.node_id
-)
-INSERT INTO run_queue (execution_id, node_id, kind)
-SELECT w.execution_id, w.node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING
-`
-
-type WaitStateDeferResumeParams struct {
-	InstanceID   string
-	ExecutionIds []uuid.UUID
-	NodeIds      []string
-}
-
-// Hands continuations that WaitStateRecordEvents marked resumed, and that could not be
-// run in its transaction, to the run queue: the mark is undone, so that the queued
-// continuation (WaitStateMarkResumedMany) can take it.
-func (q *Queries) WaitStateDeferResume(ctx context.Context, db DBTX, arg WaitStateDeferResumeParams) error {
-	_, err := db.Exec(ctx, waitStateDeferResume, arg.InstanceID, arg.ExecutionIds, arg.NodeIds)
-	return err
-}
-
 const waitStateDelete = `-- name: WaitStateDelete :exec
 DELETE FROM execution_wait_states WHERE id = $1::uuid
 `
@@ -248,104 +221,6 @@ func (q *Queries) WaitStateExistsForExecution(ctx context.Context, db DBTX, exec
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
-}
-
-const waitStateExpire = `-- name: WaitStateExpire :many
-WITH input AS (
-    SELECT unnest($1::uuid[]) AS id,
-           unnest($2::bigint[]) AS version,
-           unnest($3::bigint[]) AS bump,
-           unnest($4::text[]) AS status,
-           unnest($5::jsonb[]) AS timed_out_events,
-           unnest($6::timestamptz[]) AS next_deadline_at,
-           unnest($7::text[]) AS error,
-           unnest($8::text[]) AS node_status,
-           unnest($9::jsonb[]) AS output,
-           unnest($10::text[]) AS warning,
-           -- The moment of the change (not the transaction's start: a batch's transaction
-           -- may have begun before its record was even produced), once for both columns.
-           clock_timestamp() AS at
-),
-w AS (
-    UPDATE execution_wait_states AS e
-    SET status = i.status,
-        timed_out_events = i.timed_out_events,
-        next_deadline_at = i.next_deadline_at,
-        error = coalesce(nullif(i.error, ''), e.error),
-        version = e.version + i.bump,
-        updated_at = clock_timestamp()
-    FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error, i.warning
-),
-n AS (
-    UPDATE node_executions AS ne
-    SET status = w.node_status,
-        output = w.output,
-        error = nullif(w.error, ''),
-        warning = nullif(w.warning, ''),
-        updated_at = now(),
-        finished_at = now()
-    FROM w
-    WHERE w.status IN ('timeout', 'resumed') AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
-),
-r AS (
-    INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status IN ('timeout', 'resumed')
-    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
-)
-SELECT w.id FROM w
-`
-
-type WaitStateExpireParams struct {
-	Ids            []uuid.UUID
-	Versions       []int64
-	Bumps          []int64
-	Statuses       []string
-	TimedOutEvents []json.RawMessage
-	NextDeadlines  []time.Time
-	Errors         []string
-	NodeStatuses   []string
-	Outputs        []json.RawMessage
-	Warnings       []string
-}
-
-// Writes the sweeper's decisions in one statement, behind the same version fence as
-// events. A row either moves its next deadline (an optional event timed out, or the due
-// deadline belonged to an event that already arrived: bump 0), or ends — an event wait
-// times out, a timer is resumed: then the node is finished (completed to continue, failed
-// to fail, with its warning when it continued with partial data) and a continuation
-// enqueued, exactly as a completing event does.
-func (q *Queries) WaitStateExpire(ctx context.Context, db DBTX, arg WaitStateExpireParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, waitStateExpire,
-		arg.Ids,
-		arg.Versions,
-		arg.Bumps,
-		arg.Statuses,
-		arg.TimedOutEvents,
-		arg.NextDeadlines,
-		arg.Errors,
-		arg.NodeStatuses,
-		arg.Outputs,
-		arg.Warnings,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []uuid.UUID
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const waitStateFinish = `-- name: WaitStateFinish :one
@@ -1050,134 +925,6 @@ func (q *Queries) WaitStateRecordEvent(ctx context.Context, db DBTX, arg WaitSta
 	return version, err
 }
 
-const waitStateRecordEvents = `-- name: WaitStateRecordEvents :many
-WITH input AS (
-    -- Set-returning functions in one select list advance together: row k of each array.
-    SELECT unnest($1::uuid[]) AS id,
-           unnest($2::bigint[]) AS version,
-           unnest($3::bigint[]) AS applied,
-           unnest($4::jsonb[]) AS received_events,
-           unnest($5::jsonb[]) AS timed_out_events,
-           unnest($6::jsonb[]) AS api_response_data,
-           unnest($7::jsonb[]) AS kafka_event_data,
-           unnest($8::jsonb[]) AS event_data,
-           unnest($9::text[]) AS status,
-           unnest($10::jsonb[]) AS output,
-           -- The moment of the change (not the transaction's start: a batch's transaction
-           -- may have begun before its record was even produced), once for both columns.
-           clock_timestamp() AS at
-),
-w AS (
-    UPDATE execution_wait_states AS e
-    SET received_events = i.received_events,
-        timed_out_events = i.timed_out_events,
-        api_response_data = coalesce(i.api_response_data, e.api_response_data),
-        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
-        event_data = i.event_data,
-        status = i.status,
-        version = e.version + i.applied,
-        updated_at = i.at,
-        resumed_at = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
-                          THEN i.at ELSE e.resumed_at END,
-        resumed_by = CASE WHEN i.status = 'completed' AND $11::text IS NOT NULL
-                          THEN $11::text ELSE e.resumed_by END
-    FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output, e.wait_type, e.aggregation_strategy,
-        e.created_at, e.updated_at, e.trace_parent
-),
-n AS (
-    UPDATE node_executions AS ne
-    SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
-    FROM w
-    WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
-),
-r AS (
-    INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w
-    WHERE w.status = 'completed' AND $11::text IS NULL
-    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
-)
-SELECT w.id, w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
-    w.trace_parent
-FROM w
-`
-
-type WaitStateRecordEventsParams struct {
-	Ids             []uuid.UUID
-	Versions        []int64
-	Applied         []int64
-	ReceivedEvents  []json.RawMessage
-	TimedOutEvents  []json.RawMessage
-	ApiResponseData []json.RawMessage
-	KafkaEventData  []json.RawMessage
-	EventData       []json.RawMessage
-	Statuses        []string
-	Outputs         []json.RawMessage
-	ResumedBy       *string
-}
-
-type WaitStateRecordEventsRow struct {
-	ID                  uuid.UUID
-	ExecutionID         uuid.UUID
-	NodeID              string
-	WaitType            string
-	AggregationStrategy string
-	Status              string
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
-	TraceParent         *string
-}
-
-// Writes a batch of decided waits in one statement. Each row is fenced by the version
-// its decision was based on; a wait whose fence missed is absent from the result, and the
-// caller decides its events again. For a wait that completed, the node output is written
-// by this same statement, so it exists only if the fence held. Its continuation is either
-// queued here (resumed_by null), or run by the caller in this transaction: then the wait
-// is marked resumed by resumed_by in this same write, so it can be resumed only once.
-func (q *Queries) WaitStateRecordEvents(ctx context.Context, db DBTX, arg WaitStateRecordEventsParams) ([]WaitStateRecordEventsRow, error) {
-	rows, err := db.Query(ctx, waitStateRecordEvents,
-		arg.Ids,
-		arg.Versions,
-		arg.Applied,
-		arg.ReceivedEvents,
-		arg.TimedOutEvents,
-		arg.ApiResponseData,
-		arg.KafkaEventData,
-		arg.EventData,
-		arg.Statuses,
-		arg.Outputs,
-		arg.ResumedBy,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []WaitStateRecordEventsRow
-	for rows.Next() {
-		var i WaitStateRecordEventsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.ExecutionID,
-			&i.NodeID,
-			&i.WaitType,
-			&i.AggregationStrategy,
-			&i.Status,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.TraceParent,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const waitStateReopen = `-- name: WaitStateReopen :one
 UPDATE execution_wait_states
 SET status = 'waiting',
@@ -1248,4 +995,168 @@ func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReo
 		&i.MatchKeys,
 	)
 	return i, err
+}
+
+const waitStateWrite = `-- name: WaitStateWrite :many
+WITH input AS (
+    -- Set-returning functions in one select list advance together: row k of each array.
+    SELECT unnest($1::uuid[]) AS id,
+           unnest($2::bigint[]) AS version,
+           unnest($3::bigint[]) AS bump,
+           unnest($4::text[]) AS status,
+           unnest($5::jsonb[]) AS received_events,
+           unnest($6::jsonb[]) AS timed_out_events,
+           unnest($7::jsonb[]) AS api_response_data,
+           unnest($8::jsonb[]) AS kafka_event_data,
+           unnest($9::jsonb[]) AS event_data,
+           unnest($10::timestamptz[]) AS next_deadline_at,
+           unnest($11::text[]) AS error,
+           unnest($12::text[]) AS node_status,
+           unnest($13::jsonb[]) AS output,
+           unnest($14::text[]) AS node_error,
+           unnest($15::text[]) AS warning,
+           unnest($16::text[]) AS continuation,
+           -- The moment of the change (not the transaction's start: a batch's transaction
+           -- may have begun before its record was even produced), once for every column.
+           clock_timestamp() AS at
+),
+w AS (
+    UPDATE execution_wait_states AS e
+    SET status = i.status,
+        received_events = coalesce(i.received_events, e.received_events),
+        timed_out_events = coalesce(i.timed_out_events, e.timed_out_events),
+        api_response_data = coalesce(i.api_response_data, e.api_response_data),
+        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        event_data = coalesce(i.event_data, e.event_data),
+        next_deadline_at = i.next_deadline_at,
+        error = coalesce(nullif(i.error, ''), e.error),
+        -- version counts applied changes: a write carrying several events adds them all.
+        version = e.version + i.bump,
+        updated_at = i.at,
+        resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
+        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN $17::text ELSE e.resumed_by END
+    FROM input AS i
+    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
+    RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
+        e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
+),
+n AS (
+    UPDATE node_executions AS ne
+    SET status = w.node_status,
+        output = w.output,
+        error = nullif(w.node_error, ''),
+        warning = nullif(w.warning, ''),
+        updated_at = now(),
+        finished_at = now()
+    FROM w
+    WHERE w.node_status <> '' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+),
+r AS (
+    INSERT INTO run_queue (execution_id, node_id, kind)
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.node_status <> '' AND w.continuation = 'queue'
+    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
+)
+SELECT w.id, w.execution_id, w.node_id, w.status, w.wait_type, w.aggregation_strategy, w.created_at, w.updated_at,
+    w.trace_parent, w.node_status::text AS node_status, w.continuation::text AS continuation
+FROM w
+`
+
+type WaitStateWriteParams struct {
+	Ids             []uuid.UUID
+	Versions        []int64
+	Bumps           []int64
+	Statuses        []string
+	ReceivedEvents  []json.RawMessage
+	TimedOutEvents  []json.RawMessage
+	ApiResponseData []json.RawMessage
+	KafkaEventData  []json.RawMessage
+	EventData       []json.RawMessage
+	NextDeadlines   []time.Time
+	Errors          []string
+	NodeStatuses    []string
+	Outputs         []json.RawMessage
+	NodeErrors      []string
+	Warnings        []string
+	Continuations   []string
+	InstanceID      string
+}
+
+type WaitStateWriteRow struct {
+	ID                  uuid.UUID
+	ExecutionID         uuid.UUID
+	NodeID              string
+	Status              string
+	WaitType            string
+	AggregationStrategy string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	TraceParent         *string
+	NodeStatus          string
+	Continuation        string
+}
+
+// Writes a batch of decided waits in one statement — events recorded, deadlines passed,
+// a wait cancelled — and is the one place where a wait that ends gets its node's outcome
+// and its continuation. Each row is fenced by the version its decision was based on, and
+// by the wait being open; a row whose fence missed is absent from the result, and the
+// caller decides again. A null column keeps what the row holds.
+// A row with a node_status ends its wait: the node is finished (completed to continue,
+// failed to fail, with its output, error and warning) by this same statement, so only if
+// the fence held, and its continuation is, by the row's continuation:
+//
+//	'queue'  a resume row for the executor's workers;
+//	'here'   none: the wait is marked resumed by @instance_id in this same write, and
+//	         the caller continues the execution in this transaction (so it can be
+//	         resumed only once);
+//	'caller' none, and not marked: the caller continues the execution at once in this
+//	         transaction (a wait cancelled to continue).
+func (q *Queries) WaitStateWrite(ctx context.Context, db DBTX, arg WaitStateWriteParams) ([]WaitStateWriteRow, error) {
+	rows, err := db.Query(ctx, waitStateWrite,
+		arg.Ids,
+		arg.Versions,
+		arg.Bumps,
+		arg.Statuses,
+		arg.ReceivedEvents,
+		arg.TimedOutEvents,
+		arg.ApiResponseData,
+		arg.KafkaEventData,
+		arg.EventData,
+		arg.NextDeadlines,
+		arg.Errors,
+		arg.NodeStatuses,
+		arg.Outputs,
+		arg.NodeErrors,
+		arg.Warnings,
+		arg.Continuations,
+		arg.InstanceID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WaitStateWriteRow
+	for rows.Next() {
+		var i WaitStateWriteRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.Status,
+			&i.WaitType,
+			&i.AggregationStrategy,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.TraceParent,
+			&i.NodeStatus,
+			&i.Continuation,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

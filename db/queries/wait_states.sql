@@ -78,65 +78,6 @@ SELECT * FROM execution_wait_states WHERE id = @id::uuid;
 SELECT * FROM execution_wait_states
 WHERE correlation_id = ANY(@correlation_ids::uuid[]);
 
--- name: WaitStateRecordEvents :many
--- Writes a batch of decided waits in one statement. Each row is fenced by the version
--- its decision was based on; a wait whose fence missed is absent from the result, and the
--- caller decides its events again. For a wait that completed, the node output is written
--- by this same statement, so it exists only if the fence held. Its continuation is either
--- queued here (resumed_by null), or run by the caller in this transaction: then the wait
--- is marked resumed by resumed_by in this same write, so it can be resumed only once.
-WITH input AS (
-    -- Set-returning functions in one select list advance together: row k of each array.
-    SELECT unnest(@ids::uuid[]) AS id,
-           unnest(@versions::bigint[]) AS version,
-           unnest(@applied::bigint[]) AS applied,
-           unnest(@received_events::jsonb[]) AS received_events,
-           unnest(@timed_out_events::jsonb[]) AS timed_out_events,
-           unnest(@api_response_data::jsonb[]) AS api_response_data,
-           unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
-           unnest(@event_data::jsonb[]) AS event_data,
-           unnest(@statuses::text[]) AS status,
-           unnest(@outputs::jsonb[]) AS output,
-           -- The moment of the change (not the transaction's start: a batch's transaction
-           -- may have begun before its record was even produced), once for both columns.
-           clock_timestamp() AS at
-),
-w AS (
-    UPDATE execution_wait_states AS e
-    SET received_events = i.received_events,
-        timed_out_events = i.timed_out_events,
-        api_response_data = coalesce(i.api_response_data, e.api_response_data),
-        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
-        event_data = i.event_data,
-        status = i.status,
-        version = e.version + i.applied,
-        updated_at = i.at,
-        resumed_at = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
-                          THEN i.at ELSE e.resumed_at END,
-        resumed_by = CASE WHEN i.status = 'completed' AND sqlc.narg(resumed_by)::text IS NOT NULL
-                          THEN sqlc.narg(resumed_by)::text ELSE e.resumed_by END
-    FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.output, e.wait_type, e.aggregation_strategy,
-        e.created_at, e.updated_at, e.trace_parent
-),
-n AS (
-    UPDATE node_executions AS ne
-    SET status = 'completed', output = w.output, updated_at = now(), finished_at = now()
-    FROM w
-    WHERE w.status = 'completed' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
-),
-r AS (
-    INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w
-    WHERE w.status = 'completed' AND sqlc.narg(resumed_by)::text IS NULL
-    ON CONFLICT (execution_id, node_id, kind) DO NOTHING
-)
-SELECT w.id, w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
-    w.trace_parent
-FROM w;
-
 -- name: WaitStateMarkResumedMany :many
 -- resumed_at is set once: waits already resumed are absent from the result. updated_at
 -- stays the moment the wait finished, so the result also tells how long it waited, and
@@ -154,21 +95,6 @@ WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
 RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
     w.trace_parent;
 
--- name: WaitStateDeferResume :exec
--- Hands continuations that WaitStateRecordEvents marked resumed, and that could not be
--- run in its transaction, to the run queue: the mark is undone, so that the queued
--- continuation (WaitStateMarkResumedMany) can take it.
-WITH w AS (
-    UPDATE execution_wait_states AS w
-    SET resumed_at = NULL, resumed_by = NULL
-    FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
-    WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.resumed_by = @instance_id::text
-    RETURNING w.execution_id, w.node_id
-)
-INSERT INTO run_queue (execution_id, node_id, kind)
-SELECT w.execution_id, w.node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
-
 -- name: WaitStateClaimDue :many
 -- Due waits, locked: SKIP LOCKED hands each to exactly one sweeper, and events decided
 -- against a locked row wait for the sweeper's commit, then miss their version fence.
@@ -185,58 +111,83 @@ WHERE status IN ('waiting', 'scheduled')
 ORDER BY next_deadline_at
 LIMIT 1;
 
--- name: WaitStateExpire :many
--- Writes the sweeper's decisions in one statement, behind the same version fence as
--- events. A row either moves its next deadline (an optional event timed out, or the due
--- deadline belonged to an event that already arrived: bump 0), or ends — an event wait
--- times out, a timer is resumed: then the node is finished (completed to continue, failed
--- to fail, with its warning when it continued with partial data) and a continuation
--- enqueued, exactly as a completing event does.
+-- name: WaitStateWrite :many
+-- Writes a batch of decided waits in one statement — events recorded, deadlines passed,
+-- a wait cancelled — and is the one place where a wait that ends gets its node's outcome
+-- and its continuation. Each row is fenced by the version its decision was based on, and
+-- by the wait being open; a row whose fence missed is absent from the result, and the
+-- caller decides again. A null column keeps what the row holds.
+-- A row with a node_status ends its wait: the node is finished (completed to continue,
+-- failed to fail, with its output, error and warning) by this same statement, so only if
+-- the fence held, and its continuation is, by the row's continuation:
+--   'queue'  a resume row for the executor's workers;
+--   'here'   none: the wait is marked resumed by @instance_id in this same write, and
+--            the caller continues the execution in this transaction (so it can be
+--            resumed only once);
+--   'caller' none, and not marked: the caller continues the execution at once in this
+--            transaction (a wait cancelled to continue).
 WITH input AS (
+    -- Set-returning functions in one select list advance together: row k of each array.
     SELECT unnest(@ids::uuid[]) AS id,
            unnest(@versions::bigint[]) AS version,
            unnest(@bumps::bigint[]) AS bump,
            unnest(@statuses::text[]) AS status,
+           unnest(@received_events::jsonb[]) AS received_events,
            unnest(@timed_out_events::jsonb[]) AS timed_out_events,
+           unnest(@api_response_data::jsonb[]) AS api_response_data,
+           unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
+           unnest(@event_data::jsonb[]) AS event_data,
            unnest(@next_deadlines::timestamptz[]) AS next_deadline_at,
            unnest(@errors::text[]) AS error,
            unnest(@node_statuses::text[]) AS node_status,
            unnest(@outputs::jsonb[]) AS output,
+           unnest(@node_errors::text[]) AS node_error,
            unnest(@warnings::text[]) AS warning,
+           unnest(@continuations::text[]) AS continuation,
            -- The moment of the change (not the transaction's start: a batch's transaction
-           -- may have begun before its record was even produced), once for both columns.
+           -- may have begun before its record was even produced), once for every column.
            clock_timestamp() AS at
 ),
 w AS (
     UPDATE execution_wait_states AS e
     SET status = i.status,
-        timed_out_events = i.timed_out_events,
+        received_events = coalesce(i.received_events, e.received_events),
+        timed_out_events = coalesce(i.timed_out_events, e.timed_out_events),
+        api_response_data = coalesce(i.api_response_data, e.api_response_data),
+        kafka_event_data = coalesce(i.kafka_event_data, e.kafka_event_data),
+        event_data = coalesce(i.event_data, e.event_data),
         next_deadline_at = i.next_deadline_at,
         error = coalesce(nullif(i.error, ''), e.error),
+        -- version counts applied changes: a write carrying several events adds them all.
         version = e.version + i.bump,
-        updated_at = clock_timestamp()
+        updated_at = i.at,
+        resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
+        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN @instance_id::text ELSE e.resumed_by END
     FROM input AS i
     WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
-    RETURNING e.id, e.execution_id, e.node_id, e.status, i.node_status, i.output, i.error, i.warning
+    RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
+        e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
 ),
 n AS (
     UPDATE node_executions AS ne
     SET status = w.node_status,
         output = w.output,
-        error = nullif(w.error, ''),
+        error = nullif(w.node_error, ''),
         warning = nullif(w.warning, ''),
         updated_at = now(),
         finished_at = now()
     FROM w
-    WHERE w.status IN ('timeout', 'resumed') AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
+    WHERE w.node_status <> '' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
       AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
-    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.status IN ('timeout', 'resumed')
+    SELECT w.execution_id, w.node_id, 'resume' FROM w WHERE w.node_status <> '' AND w.continuation = 'queue'
     ON CONFLICT (execution_id, node_id, kind) DO NOTHING
 )
-SELECT w.id FROM w;
+SELECT w.id, w.execution_id, w.node_id, w.status, w.wait_type, w.aggregation_strategy, w.created_at, w.updated_at,
+    w.trace_parent, w.node_status::text AS node_status, w.continuation::text AS continuation
+FROM w;
 
 -- name: WaitStateGetByNodeForUpdate :one
 SELECT * FROM execution_wait_states

@@ -184,37 +184,29 @@ func (s *Service) init(ctx context.Context) error {
 			return err
 		}
 	}
-	// The aggregator wakes the executor after commits that enqueued a continuation.
-	var ex *executor.Executor
+	// The executor is built with its aggregator (each needs the other: see executor.New),
+	// then the sources of events on that aggregator. The consumer starts the executions
+	// of triggers through the executor, and reads the topics of a definition stored
+	// through this replica at once.
 	acfg := cfg.Aggregator
 	acfg.InstanceID, acfg.Logger = cfg.InstanceID, s.logger
-	acfg.OnContinuation = func() { ex.WakeRunQueue() }
 	acfg.TracerProvider, acfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
-	agg, err := aggregator.New(s.pool, acfg)
-	if err != nil {
-		return err
-	}
-	// The executor is built first: the consumer starts the executions of triggers
-	// through it. A definition stored through this replica has the consumer read its
-	// topics at once.
-	var cons *consumer.Consumer
 	ecfg := cfg.Executor
 	ecfg.InstanceID = cfg.InstanceID
 	ecfg.Logger = s.logger
 	ecfg.TracerProvider, ecfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
-	if len(cfg.Kafka.Brokers) > 0 {
-		ecfg.OnWorkflowStored = func() { cons.Refresh() }
-	}
-	ex, err = executor.New(s.pool, agg, ecfg)
+	ex, err := executor.New(s.pool, acfg, ecfg)
 	if err != nil {
 		return err
 	}
+	agg := ex.Aggregator()
+	var cons *consumer.Consumer
 	if len(cfg.Kafka.Brokers) > 0 {
 		kcfg := cfg.Kafka
 		kcfg.ClientID = cfg.InstanceID
 		kcfg.Logger = s.logger
 		kcfg.TracerProvider, kcfg.MeterProvider, kcfg.Propagator = s.tel.TracerProvider, s.tel.MeterProvider, s.tel.Propagator
-		kcfg.Starter = ex
+		kcfg.Starter, kcfg.Definitions = ex, ex
 		if cons, err = consumer.New(s.pool, agg, kcfg); err != nil {
 			return err
 		}

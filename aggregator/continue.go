@@ -1,0 +1,150 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// Continuer is what the aggregator needs of whoever runs workflows (the executor): to
+// continue, inside the transaction whose events completed waits, the executions those
+// waits belong to — which saves each continuation a run-queue row, its claim, a second
+// write of the wait and a second transaction — and to be told after a commit that
+// continuations were queued instead. The aggregator is built with it (Config.Continuer)
+// and never calls back the other way: it writes the waits, the Continuer advances the
+// graphs.
+type Continuer interface {
+	// PrepareContinue starts the continuation of executions execIDs, whose waits the
+	// caller is about to complete in its transaction.
+	PrepareContinue(ctx context.Context, execIDs []uuid.UUID) Continuation
+	// WakeRunQueue is called after a commit that queued continuations as resume rows,
+	// so that they are picked up at once (here and, through a NOTIFY, elsewhere).
+	WakeRunQueue()
+}
+
+// Continuation is one continuation in the making, in the order the aggregator drives it
+// (continueEnded): LockExecutions and LoadNodes are pipeline calls sent in the round trip
+// that writes the waits — the lock before the write (every writer of an execution takes
+// its row before its waits, so none deadlocks with another), the load after it (it reads
+// the node outcomes the write set) — then Continue queues the graphs' changes.
+type Continuation interface {
+	// LockExecutions locks the executions' rows, in id order.
+	LockExecutions(d dbsqlc.DBTX) error
+	// LoadNodes reads the executions' nodes.
+	LoadNodes(d dbsqlc.DBTX) error
+	// Continue advances the graphs of the executions of ended (waits that the write
+	// completed and marked resumed) and queues the writes on p, which the aggregator
+	// sends. committed is what to do once the transaction commits (end spans, wake
+	// workers for the nodes it queued). An error leaves the aggregator to undo what it
+	// did (to a savepoint) and to queue the continuations instead.
+	Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []Ended) (committed func(), err error)
+}
+
+// Ended is a wait that ended — an event completed it, or its deadline timed it out or
+// fired it — and is now marked resumed by whoever continues its execution. It is what
+// crosses from the aggregator to the executor: the continuation's span, and how long the
+// wait lasted.
+type Ended struct {
+	ExecutionID uuid.UUID
+	NodeID      string
+	WaitType    string
+	Strategy    string
+	Status      string
+	// CreatedAt is when the wait was registered, EndedAt when it ended.
+	CreatedAt time.Time
+	EndedAt   time.Time
+	// TraceParent is the trace of the node run that registered the wait.
+	TraceParent string
+}
+
+// MarkResumed is a pipeline call marking, as resumed by this instance, the ended waits
+// of the given (execution, node) pairs whose continuation the run queue handed over, and
+// reading them into out. A wait is resumed once: one already resumed is absent from out.
+func (a *Aggregator) MarkResumed(ctx context.Context, execIDs []uuid.UUID, nodeIDs []string, out *[]Ended) func(dbsqlc.DBTX) error {
+	return func(d dbsqlc.DBTX) error {
+		rows, err := a.q.WaitStateMarkResumedMany(ctx, d, dbsqlc.WaitStateMarkResumedManyParams{
+			InstanceID: a.cfg.InstanceID, ExecutionIds: execIDs, NodeIds: nodeIDs})
+		if err != nil {
+			return fmt.Errorf("mark resumed: %w", err)
+		}
+		*out = make([]Ended, len(rows))
+		for i, r := range rows {
+			(*out)[i] = Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: r.WaitType,
+				Strategy: r.AggregationStrategy, Status: r.Status, CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+				TraceParent: deref(r.TraceParent)}
+		}
+		return nil
+	}
+}
+
+// continueEnded writes a batch of decided waits (writeWaits) — those it ends marked
+// resumed by this instance (continueHere) — and has the Continuer continue their
+// executions (execIDs, those of the waits about to end) in tx, in two round trips: lock
+// the executions, open a savepoint, write, load the nodes; then the continuation's writes
+// and the savepoint's release. If the continuation fails, tx goes back to the savepoint
+// and the waits are written again, their continuations queued (queueResume) by the same
+// statement, behind the same fences: a continuation that cannot run never holds up the
+// events. It returns the waits written (their fences held) and whether those that ended
+// were continued here.
+func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, ws []waitWrite) (out []written, continued bool, err error) {
+	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs)
+	var p db.Pipeline
+	p.Queue(c.LockExecutions)
+	p.Queue(func(d dbsqlc.DBTX) error {
+		_, err := d.Exec(ctx, "SAVEPOINT continuation")
+		return err
+	})
+	p.Queue(a.writeWaits(ctx, ws, &out))
+	p.Queue(c.LoadNodes)
+	if err := p.Send(ctx, tx); err != nil {
+		return nil, false, err
+	}
+	ended := endedHere(out)
+	if len(ended) == 0 {
+		return out, false, nil // every fence missed; the savepoint ends with the transaction
+	}
+	committed, err := c.Continue(ctx, tx, &p, ended)
+	if err == nil {
+		p.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, "RELEASE SAVEPOINT continuation")
+			return err
+		})
+		if err = p.Send(ctx, tx); err == nil {
+			db.AfterCommit(tx, committed)
+			return out, true, nil
+		}
+	}
+	p = db.Pipeline{}
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT continuation"); rerr != nil {
+		return nil, false, fmt.Errorf("continue: %w (and rolling back to the savepoint: %v)", err, rerr)
+	}
+	a.logger.WarnContext(ctx, "continuation failed in the deciding transaction; queued instead",
+		"waits", len(ended), "instance_id", a.cfg.InstanceID, "err", err)
+	// The rollback undid the write and released its row locks, so a fence may miss now
+	// that held before: out is what this second write wrote, and the caller decides the
+	// events of the others again, as after any missed fence.
+	for i := range ws {
+		if ws[i].end != nil {
+			ws[i].end.then = queueResume
+		}
+	}
+	if err := a.writeWaits(ctx, ws, &out)(tx); err != nil {
+		return nil, false, err
+	}
+	return out, false, nil
+}
+
+// wakeContinuations announces continuations queued by a committed transaction. It runs
+// after the commit (db.AfterCommit), never inside: a NOTIFY would serialise every commit
+// on PostgreSQL's notification lock.
+func (a *Aggregator) wakeContinuations() {
+	if a.cfg.Continuer != nil {
+		a.cfg.Continuer.WakeRunQueue()
+	}
+}

@@ -1,0 +1,117 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+)
+
+// waitWrite is one decided wait as writeWaits writes it: an event recorded, a deadline
+// passed, a wait cancelled. Nil byte slices keep what the row holds.
+type waitWrite struct {
+	id      uuid.UUID
+	version int64 // the version the decision was based on: the fence
+	bump    int64 // how many changes the write applies (0: only the next deadline moves)
+	status  string
+
+	received, timedOut, apiResponse, kafkaEvent, eventData []byte
+	next                                                   time.Time
+	reason                                                 string // the wait's error; "" keeps it
+
+	// end, when set, ends the wait: its node's outcome, and what becomes of its
+	// continuation.
+	end *waitEnd
+}
+
+// waitEnd is what a wait that ends hands on: its node's outcome, and its continuation.
+type waitEnd struct {
+	nodeStatus string // completed to continue, failed to fail
+	output     []byte
+	nodeError  string
+	warning    string
+	then       continuation
+}
+
+// continuation says who continues the execution of a wait that ends.
+type continuation string
+
+const (
+	// queueResume: a resume row, for the executor's workers.
+	queueResume continuation = "queue"
+	// continueHere: the Continuer, in this transaction; the wait is marked resumed by
+	// this instance in the same write, so no one else resumes it.
+	continueHere continuation = "here"
+	// continueByCaller: the caller, at once, in this transaction (a wait cancelled to
+	// continue); nothing is queued or marked.
+	continueByCaller continuation = "caller"
+)
+
+// written is a wait writeWaits wrote (its fence held).
+type written struct {
+	id    uuid.UUID
+	ended *Ended // set when the write ended the wait
+	then  continuation
+}
+
+// writeWaits is a pipeline call writing decided waits with one statement
+// (WaitStateWrite), each behind its version fence, into out (the waits whose fence held).
+// It is the one writer of "this wait ended": every path that ends a wait — events,
+// deadlines, a cancel that continues — goes through it, and the statement finishes the
+// node and queues or marks the continuation in the same write, so a wait can neither end
+// without its node's outcome nor be continued twice.
+func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]written) func(dbsqlc.DBTX) error {
+	p := dbsqlc.WaitStateWriteParams{InstanceID: a.cfg.InstanceID}
+	for _, w := range ws {
+		end := w.end
+		if end == nil {
+			end = &waitEnd{}
+		}
+		p.Ids = append(p.Ids, w.id)
+		p.Versions = append(p.Versions, w.version)
+		p.Bumps = append(p.Bumps, w.bump)
+		p.Statuses = append(p.Statuses, w.status)
+		p.ReceivedEvents = append(p.ReceivedEvents, w.received)
+		p.TimedOutEvents = append(p.TimedOutEvents, w.timedOut)
+		p.ApiResponseData = append(p.ApiResponseData, w.apiResponse)
+		p.KafkaEventData = append(p.KafkaEventData, w.kafkaEvent)
+		p.EventData = append(p.EventData, w.eventData)
+		p.NextDeadlines = append(p.NextDeadlines, w.next)
+		p.Errors = append(p.Errors, w.reason)
+		p.NodeStatuses = append(p.NodeStatuses, end.nodeStatus)
+		p.Outputs = append(p.Outputs, end.output)
+		p.NodeErrors = append(p.NodeErrors, end.nodeError)
+		p.Warnings = append(p.Warnings, end.warning)
+		p.Continuations = append(p.Continuations, string(end.then))
+	}
+	return func(d dbsqlc.DBTX) error {
+		rows, err := a.q.WaitStateWrite(ctx, d, p)
+		if err != nil {
+			return fmt.Errorf("write waits: %w", err)
+		}
+		*out = make([]written, len(rows))
+		for i, r := range rows {
+			(*out)[i] = written{id: r.ID, then: continuation(r.Continuation)}
+			if r.NodeStatus != "" {
+				(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: r.WaitType,
+					Strategy: r.AggregationStrategy, Status: r.Status, CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+					TraceParent: deref(r.TraceParent)}
+			}
+		}
+		return nil
+	}
+}
+
+// endedHere are the waits of out that ended to be continued here (continueHere).
+func endedHere(out []written) []Ended {
+	var ended []Ended
+	for _, w := range out {
+		if w.ended != nil && w.then == continueHere {
+			ended = append(ended, *w.ended)
+		}
+	}
+	return ended
+}
