@@ -93,6 +93,8 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TestSignals: steps tests wait for; inert in production.
+	TestSignals TestSignals
 	// OnWorkflowStored is called after a new definition version is stored (the Kafka
 	// consumer subscribes to its topics at once). Optional.
 	OnWorkflowStored func()

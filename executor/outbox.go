@@ -50,6 +50,7 @@ func (e *Executor) backoff(attempt int32) time.Duration {
 func (e *Executor) processOutbox(ctx context.Context, item dbsqlc.Outbox) {
 	log := e.logger.With("execution_id", item.ExecutionID, "node_id", item.NodeID, "instance_id", e.cfg.InstanceID, "attempt", item.Attempt)
 	ctx, err := e.sendOutbox(ctx, item)
+	e.cfg.TestSignals.OutboxAttempted.Signal(OutboxAttempt{ExecutionID: item.ExecutionID, NodeID: item.NodeID, Attempt: item.Attempt, Err: err})
 	if err != nil {
 		if errors.Is(err, errLeaseLost) {
 			log.WarnContext(ctx, "outbox lease lost; another instance owns this call now")
