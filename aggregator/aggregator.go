@@ -235,6 +235,8 @@ type Config struct {
 	// OnExpired is called after each sweeper commit with the waits whose deadline ended
 	// them (metrics, benchmarks). Optional.
 	OnExpired func([]Expired)
+	// TestSignals: steps tests wait for; inert in production.
+	TestSignals TestSignals
 
 	// MaxWaitersPerType bounds the open waits of one payload-match type (topic and
 	// type): registering one more fails the node. Default MaxWaitersPerTypeDefault.

@@ -83,6 +83,7 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 				target = recheck
 			}
 		}
+		a.cfg.TestSignals.SweepRoundDone.Signal(target)
 		for {
 			if hint, ok := a.takeDeadlineHint(); ok && hint.Before(target) {
 				target = hint

@@ -17,6 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 )
 
 // queryCounter counts the statements a pool sends.
@@ -36,6 +37,9 @@ type sweeperFixture struct {
 	mu      sync.Mutex
 	fired   []aggregator.Expired
 	firedCh chan struct{}
+	// rounds is the sweeper's SweepRoundDone signal: a round is over, and the sweeper
+	// goes to sleep until the time it carries.
+	rounds testsignal.Signal[time.Time]
 }
 
 func newSweeperFixture(t *testing.T, cfg aggregator.Config) *sweeperFixture {
@@ -61,6 +65,8 @@ func newSweeperFixture(t *testing.T, cfg aggregator.Config) *sweeperFixture {
 		sf.mu.Unlock()
 		sf.firedCh <- struct{}{}
 	}
+	cfg.TestSignals.SweepRoundDone.Init()
+	sf.rounds = cfg.TestSignals.SweepRoundDone
 	agg, err := aggregator.New(pool, cfg)
 	require.NoError(t, err)
 	sf.fixture = &fixture{pool: pool, agg: agg, q: dbsqlc.New(), logs: logs}
@@ -110,7 +116,10 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 	sf.mu.Unlock()
 	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
 
-	time.Sleep(200 * time.Millisecond) // let the sweep after the firing settle
+	// The round that fired the deadline ends with nothing left: the sweeper goes to sleep
+	// for SweepMaxSleep (earlier rounds slept until the deadline).
+	for target := sf.rounds.Wait(t); time.Until(target) < 30*time.Second; target = sf.rounds.Wait(t) {
+	}
 	quiet := sf.queries.n.Load()
 	time.Sleep(time.Second)
 	require.LessOrEqual(t, sf.queries.n.Load()-quiet, int64(2), "statements in 1 s after the only deadline fired")
@@ -125,7 +134,7 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 	far.Timeout = time.Hour
 	sf.newWait(t, far)
 	sf.run(t)
-	time.Sleep(300 * time.Millisecond) // asleep until the hour is up
+	sf.rounds.Wait(t) // asleep until the hour is up
 
 	soon := far
 	soon.Timeout = 400 * time.Millisecond
@@ -147,7 +156,7 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 	t.Parallel()
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
 	sf.run(t)
-	time.Sleep(200 * time.Millisecond) // asleep: nothing is registered
+	sf.rounds.Wait(t) // asleep: nothing is registered
 	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 100 * time.Millisecond
 	reg.ExecutionID, reg.CorrelationID, reg.NodeID = uuid.New(), uuid.New(), waitNode
@@ -177,7 +186,7 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 	t.Parallel()
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: 300 * time.Millisecond})
 	sf.run(t)
-	time.Sleep(100 * time.Millisecond)
+	sf.rounds.Wait(t) // asleep: nothing is registered here
 
 	other, err := aggregator.New(sf.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

@@ -8,14 +8,11 @@ package callbacks_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,10 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/callbacks"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // Workflows every env stores: one wait_events node each, differing in the events they
@@ -50,83 +47,27 @@ const (
 // waitTimeout bounds how long a test waits for the executor (correlated call, resume).
 const waitTimeout = 15 * time.Second
 
-// fakeService plays the external service of the wait_events nodes: it records each
-// correlated call by execution id and answers 202 at once.
-type fakeService struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]correlatedCall
-}
-
-type correlatedCall struct {
-	ExecutionID   string // body field execution_id
-	CorrelationID string // body field correlation_id
-	Header        http.Header
-}
-
-func newFakeService(t *testing.T) *fakeService {
-	t.Helper()
-	f := &fakeService{calls: map[string]correlatedCall{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			ExecutionID   string `json:"execution_id"`
-			CorrelationID string `json:"correlation_id"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		f.mu.Lock()
-		f.calls[body.ExecutionID] = correlatedCall{ExecutionID: body.ExecutionID, CorrelationID: body.CorrelationID, Header: r.Header.Clone()}
-		f.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	})
-	f.srv = httptest.NewServer(mux)
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeService) call(execID string) (correlatedCall, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.calls[execID]
-	return c, ok
-}
-
 // env is one running service on its own schema, with the fake external service and the
 // three workflows stored.
 type env struct {
-	svc  *service.Service
+	svc  *replica.Replica
 	base string
-	fake *fakeService
+	fake *testkit.FakeService
 }
 
 func setup(t *testing.T, cfg callbacks.Config) *env {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
-	fake := newFakeService(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "t", AutoMigrate: true,
-		DBMaxConns: 6, Callbacks: cfg, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
+	fake := testkit.NewFakeService(t)
+	rc := replica.Config(t, schema.URL, "t")
+	rc.DBMaxConns, rc.Callbacks = 6, cfg
+	s := replica.Start(t, rc)
 	e := &env{svc: s, base: "http://" + s.Addr(), fake: fake}
 	wait := func(data map[string]any) map[string]any {
 		data["aggregationStrategy"] = "all"
 		return map[string]any{"id": "wait", "type": "wait_events", "data": data}
 	}
-	apiCall := map[string]any{"url": fake.srv.URL + "/process", "body": map[string]any{"order": "@{_trigger.order}"}}
+	apiCall := map[string]any{"url": fake.URL + "/process", "body": map[string]any{"order": "@{_trigger.order}"}}
 	kafka := map[string]any{"topic": "orders"}
 	for name, node := range map[string]map[string]any{
 		wfAPI:   wait(map[string]any{"apiCall": apiCall}),
@@ -161,17 +102,13 @@ func (e *env) start(t *testing.T, wf string) string {
 func (e *env) newWait(t *testing.T, wf string) (execID, corrID string) {
 	t.Helper()
 	execID = e.start(t, wf)
-	var c correlatedCall
-	require.Eventually(t, func() bool {
-		var ok bool
-		c, ok = e.fake.call(execID)
-		return ok
-	}, waitTimeout, 10*time.Millisecond, "no correlated call for execution %s", execID)
-	require.Equal(t, execID, c.ExecutionID)
+	c := e.fake.Await(t, waitTimeout, "/process", func(r testkit.Request) bool { return r.Field("execution_id") == execID },
+		"correlated call for execution "+execID)
+	corrID = c.Field("correlation_id")
 	require.Equal(t, execID, c.Header.Get(callbacks.HeaderExecutionID))
-	require.Equal(t, c.CorrelationID, c.Header.Get(callbacks.HeaderCorrelationID))
-	require.NoError(t, uuid.Validate(c.CorrelationID))
-	return execID, c.CorrelationID
+	require.Equal(t, corrID, c.Header.Get(callbacks.HeaderCorrelationID))
+	require.NoError(t, uuid.Validate(corrID))
+	return execID, corrID
 }
 
 // execution returns GET /api/v1/executions/:id.

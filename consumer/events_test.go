@@ -189,7 +189,7 @@ func TestEventsTopic(t *testing.T) {
 		// The execution first waits for "go"; "approved" arrives before its node waits.
 		def := obj{
 			"name": "later",
-			"vars": obj{"svc": e.fake.srv.URL},
+			"vars": obj{"svc": e.fake.URL},
 			"nodes": []obj{
 				{"id": "first", "type": "wait_events", "data": events(obj{"name": "go", "source": "send", "type": "go"})},
 				{"id": "wait", "type": "wait_events", "data": events(approval)},

@@ -239,7 +239,7 @@ func FuzzDecodeSent(f *testing.F) {
 		}
 		s := it.sent
 		require.NotEmpty(t, s.Type)
-		require.LessOrEqual(t, utf8.RuneCountInString(s.Type), maxEventTextLen)
+		require.LessOrEqual(t, utf8.RuneCountInString(s.Type), aggregator.MaxEventTextLen)
 		require.Equal(t, v["type"], s.Type)
 		if execText, ok := v["execution_id"].(string); ok {
 			require.Equal(t, uuid.MustParse(execText), s.ExecutionID)
@@ -248,7 +248,7 @@ func FuzzDecodeSent(f *testing.F) {
 		}
 		if id, ok := v["id"].(string); ok {
 			require.Equal(t, id, s.ID)
-			require.LessOrEqual(t, utf8.RuneCountInString(id), maxEventTextLen)
+			require.LessOrEqual(t, utf8.RuneCountInString(id), aggregator.MaxEventTextLen)
 		} else {
 			require.Equal(t, "kafka:"+c.cfg.EventsTopic+"/2/9", s.ID, "identified by its position")
 		}

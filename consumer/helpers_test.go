@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,19 +18,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // waitTimeout bounds every wait for asynchronous progress. Records normally land within
@@ -53,19 +50,6 @@ var slots = make(chan struct{}, 3)
 func limit(t *testing.T) {
 	slots <- struct{}{}
 	t.Cleanup(func() { <-slots })
-}
-
-// testLogger writes warnings and errors of the code under test into the test's output
-// (shown on failure and with -v). CONSUMER_TEST_LOG=debug|info lowers the level.
-func testLogger(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	switch os.Getenv("CONSUMER_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
 }
 
 // testClient is an HTTP client whose idle connections are closed when the test ends.
@@ -94,7 +78,7 @@ type env struct {
 // auto-created topic by default).
 func setup(t *testing.T, kopts ...kfake.Opt) *env {
 	t.Helper()
-	e := &env{schema: dbtest.NewSchema(t), fake: newFakeService(t), http: testClient(t), logger: testLogger(t)}
+	e := &env{schema: dbtest.NewSchema(t), fake: newFakeService(t), http: testClient(t), logger: testkit.Logger(t)}
 	opts := append([]kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3)}, kopts...)
 	var err error
 	e.cluster, err = kfake.NewCluster(opts...)
@@ -126,49 +110,28 @@ func (e *env) kafkaConfig() consumer.Config {
 	}
 }
 
-// svc is one running replica.
-type svc struct {
-	*service.Service
-	// stop cancels the replica and returns once Run has returned; it also runs when the
-	// test ends.
-	stop func()
-}
+// svc is one running replica; stop cancels it and returns once Run has returned (it
+// also runs when the test ends).
+type svc struct{ *replica.Replica }
+
+func (s *svc) stop() { s.Stop() }
 
 // start runs a replica named id on the test's schema with a Kafka consumer; opts adjust
 // its configuration before it starts.
 func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc {
 	t.Helper()
-	cfg := service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: e.schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: id, AutoMigrate: true,
-		DBMaxConns: 5, HTTPShutdown: 5 * time.Second, Logger: e.logger,
-		Kafka: e.kafkaConfig(),
-		Executor: executor.Config{
-			PollInterval: 50 * time.Millisecond, Workers: 4, OutboxWorkers: 2,
-			OutboxBackoffMin: 10 * time.Millisecond, OutboxBackoffMax: 100 * time.Millisecond,
-			ShutdownTimeout: 10 * time.Second, HTTPClient: testClient(t),
-		},
+	cfg := replica.Config(t, e.schema.URL, id)
+	cfg.DBMaxConns, cfg.HTTPShutdown, cfg.Logger = 5, 5*time.Second, e.logger
+	cfg.Kafka = e.kafkaConfig()
+	cfg.Executor = executor.Config{
+		PollInterval: 50 * time.Millisecond, Workers: 4, OutboxWorkers: 2,
+		OutboxBackoffMin: 10 * time.Millisecond, OutboxBackoffMax: 100 * time.Millisecond,
+		ShutdownTimeout: 10 * time.Second, HTTPClient: testClient(t),
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, cfg)
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(ctx); err != nil {
-			t.Errorf("replica %s: %v", id, err)
-		}
-	}()
-	stop := sync.OnceFunc(func() { cancel(); <-done })
-	t.Cleanup(stop)
-	return &svc{Service: s, stop: stop}
+	return &svc{replica.Start(t, cfg)}
 }
 
 // startProxied starts a replica as start does, reaching PostgreSQL through a proxy the
@@ -211,7 +174,7 @@ func (e *env) do(t *testing.T, method, url string, body any) (int, []byte) {
 func (e *env) definition(name string, wait obj) obj {
 	return obj{
 		"name": name,
-		"vars": obj{"svc": e.fake.srv.URL},
+		"vars": obj{"svc": e.fake.URL},
 		"nodes": []obj{
 			{"id": "wait", "type": "wait_events", "data": wait},
 			{"id": "done", "type": "http", "data": obj{
@@ -475,58 +438,18 @@ func (e *env) requireResumedOnce(t *testing.T, execIDs []string, events int) {
 
 // ---- the fake external service ----
 
-// fakeService answers correlated calls (POST /process, 202) and counts the
-// continuations' calls (POST /done) per execution, keeping their bodies.
-type fakeService struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]obj   // execution id -> the correlated call's body
-	done  map[string][]obj // execution id -> bodies of continuation calls
-	// doneRaw is done as sent, for numbers that a float64 would not keep.
-	doneRaw map[string][]string
-}
+// fakeService is the test kit's fake external service, answering the continuations'
+// calls (POST /done) with {"ok":true}, with this package's views of those calls.
+type fakeService struct{ *testkit.FakeService }
 
 func newFakeService(t *testing.T) *fakeService {
-	f := &fakeService{calls: map[string]obj{}, done: map[string][]obj{}, doneRaw: map[string][]string{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
-		var body obj
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.mu.Lock()
-		f.calls[fmt.Sprint(body["execution_id"])] = body
-		f.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	})
-	mux.HandleFunc("POST /done", func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		var body obj
-		_ = json.Unmarshal(raw, &body)
-		var ids struct {
-			ExecutionID string `json:"execution_id"`
-		}
-		_ = json.Unmarshal(raw, &ids) // also where body is not a float64's
-		f.mu.Lock()
-		id := ids.ExecutionID
-		f.done[id] = append(f.done[id], body)
-		f.doneRaw[id] = append(f.doneRaw[id], string(raw))
-		f.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})
-	f.srv = httptest.NewServer(mux)
-	t.Cleanup(f.srv.Close)
-	return f
+	f := testkit.NewFakeService(t)
+	f.On("/done", testkit.Always(testkit.OK))
+	return &fakeService{f}
 }
 
-func (f *fakeService) doneBy() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[string]int{}
-	for id, bodies := range f.done {
-		out[id] = len(bodies)
-	}
-	return out
-}
+// doneBy counts the continuation calls per execution.
+func (f *fakeService) doneBy() map[string]int { return f.CountBy("/done", "execution_id") }
 
 // continuation returns the body of the execution's only continuation call, waiting for
 // it.
@@ -540,16 +463,9 @@ func (f *fakeService) continuation(t *testing.T, execID string) obj {
 // decoded and as sent.
 func (f *fakeService) firstDone(t *testing.T, execID string) (body obj, raw []byte) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if len(f.done[execID]) == 0 {
-			return false
-		}
-		body, raw = f.done[execID][0], []byte(f.doneRaw[execID][0])
-		return true
-	}, waitTimeout, 20*time.Millisecond, "no continuation for %s", execID)
-	return body, raw
+	r := f.Await(t, waitTimeout, "/done", func(r testkit.Request) bool { return r.Field("execution_id") == execID },
+		"continuation for "+execID)
+	return r.Body, r.Raw
 }
 
 // sumCounts adds the consumers' counts.

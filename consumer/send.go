@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -39,15 +37,12 @@ import (
 // serialization failure (other transactions locking the same executions or waits).
 const sendAttempts = 3
 
-// maxEventTextLen bounds a sent event's type and id, in characters, as the HTTP API does
-// (and the definition schema bounds a send event's type).
-const maxEventTextLen = 200
-
 // sentShape is how an invalid record is told what is expected.
 const sentShape = `a sent event is {"execution_id": "<uuid>", "type": "...", "payload": <JSON>, "id": "..."}`
 
-// decodeSent reads a record of the events topic, as strictly as the HTTP API reads the
-// same object: a member it does not know is refused, not ignored. It is pure.
+// decodeSent reads a record of the events topic with the parser the HTTP API reads the
+// same object with (aggregator.ParseSent): a member it does not know is refused, not
+// ignored. It is pure.
 func (c *Consumer) decodeSent(r *kgo.Record) item {
 	it := item{rec: r}
 	invalid := func(category, reason string) item {
@@ -57,42 +52,34 @@ func (c *Consumer) decodeSent(r *kgo.Record) item {
 	if len(r.Value) > c.cfg.MaxRecordBytes {
 		return invalid(poisonTooLarge, fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes))
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(r.Value, &members); err != nil {
-		if !json.Valid(r.Value) {
-			return invalid(poisonNotJSON, "value is not JSON: "+err.Error())
+	w, err := aggregator.ParseSent(r.Value, aggregator.SentRecord)
+	we, _ := errors.AsType[*aggregator.SentWireError](err)
+	if we != nil {
+		switch we.Refusal {
+		case aggregator.SentEmpty:
+			return invalid(poisonNotJSON, "value is not JSON: it is empty")
+		case aggregator.SentNotJSON:
+			return invalid(poisonNotJSON, "value is not JSON: "+we.Reason)
+		case aggregator.SentNotObject:
+			return invalid(poisonInvalidEvent, "value is "+we.Reason+": "+sentShape)
 		}
-		return invalid(poisonInvalidEvent, "value is not a JSON object: "+sentShape)
 	}
-	if members == nil {
-		return invalid(poisonInvalidEvent, "value is null, not a JSON object: "+sentShape)
-	}
+	// A value PostgreSQL cannot store is refused as such before its members are judged:
+	// the whole value is checked, as the dead letter's reason says which byte is at fault.
 	if err := aggregator.CheckStorable(r.Value); err != nil {
 		return invalid(poisonUnstorable, unstorableReason(err))
 	}
-	for _, k := range slices.Sorted(maps.Keys(members)) {
-		switch k {
-		case workflow.DefaultExecutionIDField, "type", "payload", "id":
-		default:
-			return invalid(poisonInvalidEvent, fmt.Sprintf("unknown member %q: %s", k, sentShape))
+	if we != nil {
+		switch {
+		case we.Refusal == aggregator.SentUnknownMember:
+			return invalid(poisonInvalidEvent, fmt.Sprintf("unknown member %q: %s", we.Field, sentShape))
+		case we.Refusal == aggregator.SentMissingMember:
+			return invalid(poisonInvalidEvent, we.Field+" is required: "+sentShape)
 		}
+		return invalid(poisonInvalidEvent, we.Field+" "+we.Reason)
 	}
-	// str reads a string member; absent and null are "", false.
-	str := func(key string) (v string, present bool, err error) {
-		raw, ok := members[key]
-		if !ok || isNull(raw) {
-			return "", false, nil
-		}
-		if json.Unmarshal(raw, &v) != nil {
-			return "", true, fmt.Errorf("%s must be a string", key)
-		}
-		return v, true, nil
-	}
-	execText, present, err := str(workflow.DefaultExecutionIDField)
-	if err != nil {
-		return invalid(poisonInvalidEvent, err.Error())
-	}
-	if !present {
+	execText := w.ExecutionID
+	if execText == "" {
 		execText = cmp.Or(headerOf(r, workflow.DefaultExecutionIDField), headerOf(r, workflow.DefaultExecutionIDHeader))
 		if execText == "" {
 			return invalid(poisonInvalidEvent, "no execution_id: give it in the value or in an execution_id or X-Execution-Id header")
@@ -102,35 +89,12 @@ func (c *Consumer) decodeSent(r *kgo.Record) item {
 	if err != nil {
 		return invalid(poisonInvalidEvent, fmt.Sprintf("execution_id %q is not a UUID", execText))
 	}
-	typ, present, err := str("type")
-	switch {
-	case err != nil:
-		return invalid(poisonInvalidEvent, err.Error())
-	case !present:
-		return invalid(poisonInvalidEvent, "type is required: "+sentShape)
-	case !textLenOK(typ):
-		return invalid(poisonInvalidEvent, fmt.Sprintf("type must be 1 to %d characters", maxEventTextLen))
-	}
-	id, present, err := str("id")
-	switch {
-	case err != nil:
-		return invalid(poisonInvalidEvent, err.Error())
-	case !present:
+	id := w.ID
+	if !w.HasID {
 		id = fmt.Sprintf("kafka:%s/%d/%d", r.Topic, r.Partition, r.Offset)
-	case !textLenOK(id):
-		return invalid(poisonInvalidEvent, fmt.Sprintf("id must be 1 to %d characters", maxEventTextLen))
 	}
-	it.sent = &aggregator.Sent{ExecutionID: execID, Type: typ, Payload: members["payload"], ID: id, Source: sourceOf(r), Link: c.linkOf(r)}
+	it.sent = &aggregator.Sent{ExecutionID: execID, Type: w.Type, Payload: w.Payload, ID: id, Source: sourceOf(r), Link: c.linkOf(r)}
 	return it
-}
-
-func textLenOK(s string) bool {
-	n := utf8.RuneCountInString(s)
-	return n >= 1 && n <= maxEventTextLen
-}
-
-func isNull(raw json.RawMessage) bool {
-	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
 // headerOf is the value of r's first header named key, or "".

@@ -61,35 +61,26 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 	defaults := idFields{exec: workflow.DefaultExecutionIDField, corr: workflow.DefaultCorrelationIDField}
 	for _, raw := range rows {
 		// Parsed by the definition parser itself, so defaults are the same as the node's.
-		cfg, errs := workflow.ParseWaitEventsNode(json.RawMessage(`{"kafkaEvent":`+string(raw)+`}`), "")
-		if len(errs) > 0 {
-			continue
-		}
-		ke := cfg.(*workflow.WaitEvents).KafkaEvent
-		if ke == nil {
+		ke, err := workflow.ParseKafkaEventFragment(raw)
+		if err != nil || ke == nil {
 			continue
 		}
 		addFields(ke.Topic, idFields{exec: ke.ExecutionIDField, corr: ke.CorrelationIDField})
 	}
 	matches := map[string][]aggregator.MatchSpec{}
 	for _, raw := range named {
-		cfg, errs := workflow.ParseWaitEventsNode(json.RawMessage(`{"events":[`+string(raw)+`]}`), "")
-		if len(errs) > 0 {
+		e, err := workflow.ParseNamedEventFragment(raw)
+		if err != nil || e.Source != workflow.SourceKafka {
 			continue
 		}
-		for _, e := range cfg.(*workflow.WaitEvents).Events {
-			if e.Source != workflow.SourceKafka {
-				continue
-			}
-			if e.Match == nil {
-				// Named Kafka events are correlated by the default id fields.
-				addFields(e.Topic, defaults)
-				continue
-			}
-			spec := aggregator.MatchSpec{Type: e.Type, Left: e.Match.Left, Lookback: e.Lookback}
-			if !slices.Contains(matches[e.Topic], spec) {
-				matches[e.Topic] = append(matches[e.Topic], spec)
-			}
+		if e.Match == nil {
+			// Named Kafka events are correlated by the default id fields.
+			addFields(e.Topic, defaults)
+			continue
+		}
+		spec := aggregator.MatchSpec{Type: e.Type, Left: e.Match.Left, Lookback: e.Lookback}
+		if !slices.Contains(matches[e.Topic], spec) {
+			matches[e.Topic] = append(matches[e.Topic], spec)
 		}
 	}
 	for _, t := range c.cfg.Topics {

@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +17,15 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // logLines keeps the log output of a replica, besides the test's, to count messages.
-type logLines struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testkit.Buffer }
 
 // count is how many lines contain s.
 func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
+	return strings.Count(l.String(), s)
 }
 
 // withLogs makes the replica log at info level into lines as well as the test output.
@@ -78,37 +66,11 @@ func (e *env) partitions(t *testing.T, topic string) int {
 	return 0
 }
 
-// metricValue is the value of the sample of name whose labels include want, scraped
-// from the replica's /metrics; ok is false when there is none.
+// metricValue is the value of the first sample of name whose labels include want,
+// scraped from the replica's /metrics; ok is false when there is none.
 func metricValue(t *testing.T, s *svc, name string, want map[string]string) (float64, bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + s.Addr() + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	line := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
-	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
-	for _, l := range strings.Split(string(raw), "\n") {
-		m := line.FindStringSubmatch(l)
-		if m == nil || m[1] != name {
-			continue
-		}
-		labels := map[string]string{}
-		for _, lm := range label.FindAllStringSubmatch(m[2], -1) {
-			labels[lm[1]] = lm[2]
-		}
-		match := true
-		for k, v := range want {
-			match = match && labels[k] == v
-		}
-		if match {
-			v, err := strconv.ParseFloat(m[3], 64)
-			require.NoError(t, err)
-			return v, true
-		}
-	}
-	return 0, false
+	return testkit.Scrape(t, s.Addr()).First(name, want)
 }
 
 // readyz is the replica's /readyz answer.

@@ -98,6 +98,8 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TestSignals: steps tests wait for; inert in production.
+	TestSignals TestSignals
 	// Retention is how long finished executions and finished waits are kept; negative
 	// keeps them forever. Default RetentionDefault.
 	Retention time.Duration
@@ -244,7 +246,7 @@ func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, e
 	e.calls, err = outbound.NewSender(pool, outbound.Config{
 		InstanceID: cfg.InstanceID, Lease: cfg.Lease, Timeout: cfg.OutboxTimeout, MaxAttempts: cfg.OutboxMaxAttempts,
 		BackoffMin: cfg.OutboxBackoffMin, BackoffMax: cfg.OutboxBackoffMax, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger,
-		Waits: agg, Executions: e, OnDatabaseError: e.databaseError,
+		Waits: agg, Executions: e, OnDatabaseError: e.databaseError, Attempted: cfg.TestSignals.OutboxAttempted,
 		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 	})
 	if err != nil {
@@ -536,7 +538,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		return exec, e.failNode(ctx, tx, st, refused.node, tooMany.Error())
 	}
 	if len(queued) > 0 {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: "run"}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
 		for _, root := range queued {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, id), append(arg.NodeIds, root)
 		}

@@ -3,12 +3,7 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
@@ -26,25 +23,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // waitTimeout bounds every wait for asynchronous progress. Work normally lands within
 // a few poll intervals; the margin is for -race on a loaded 2-core machine.
 const waitTimeout = 20 * time.Second
-
-// testLogger writes warnings and errors of the code under test into the test's output
-// (shown on failure and with -v). EXECUTOR_TEST_LOG=debug|info lowers the level.
-func testLogger(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	switch os.Getenv("EXECUTOR_TEST_LOG") {
-	case "debug":
-		level = slog.LevelDebug
-	case "info":
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
-}
 
 // testClient is an HTTP client whose idle connections are closed when the test ends,
 // so no keep-alive goroutine outlives it.
@@ -63,7 +47,7 @@ func config(t *testing.T, instance string) executor.Config {
 		OutboxBackoffMax: 50 * time.Millisecond,
 		ShutdownTimeout:  10 * time.Second,
 		HTTPClient:       testClient(t),
-		Logger:           testLogger(t),
+		Logger:           testkit.Logger(t),
 	}
 }
 
@@ -106,7 +90,13 @@ func (p *pod) run(t *testing.T) (stop func()) {
 type harness struct {
 	*pod
 	fake *fakeService
+	// attempts is the pod's OutboxAttempted signal, live when an option initialised it
+	// (observeOutbox).
+	attempts testsignal.Signal[executor.OutboxAttempt]
 }
+
+// observeOutbox makes the pod signal each attempt of a correlated call (h.attempts).
+func observeOutbox(c *executor.Config) { c.TestSignals.OutboxAttempted.Init() }
 
 func setup(t *testing.T, opts ...func(*executor.Config)) *harness {
 	t.Helper()
@@ -116,7 +106,7 @@ func setup(t *testing.T, opts ...func(*executor.Config)) *harness {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &harness{pod: newPod(t, pool, cfg), fake: fake}
+	return &harness{pod: newPod(t, pool, cfg), fake: fake, attempts: cfg.TestSignals.OutboxAttempted}
 }
 
 // ---- workflows ----
@@ -138,7 +128,7 @@ func (h *harness) workflow(name string, nodes []obj, edges []obj) obj {
 	if edges == nil {
 		edges = []obj{}
 	}
-	return obj{"name": name, "vars": obj{"svc": h.fake.srv.URL}, "nodes": nodes, "edges": edges}
+	return obj{"name": name, "vars": obj{"svc": h.fake.URL}, "nodes": nodes, "edges": edges}
 }
 
 func (p *pod) put(t *testing.T, def obj) string {
@@ -286,14 +276,10 @@ func (p *pod) applyQueued(t *testing.T, execID, corrID uuid.UUID, payload any) a
 
 // ---- the fake external service ----
 
-type recorded struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   obj // nil unless the body is a JSON object
-	Raw    []byte
-}
+// recorded is a request the fake service received.
+type recorded = testkit.Request
 
+// reply is how a route of the fake service answers.
 type reply struct {
 	status int
 	body   string
@@ -302,82 +288,26 @@ type reply struct {
 	delay time.Duration
 }
 
-// fakeService records every request per path and answers through per-path routes
-// (default: 202 with {}). A route gets the 1-based number of the request on its path.
-type fakeService struct {
-	srv    *httptest.Server
-	mu     sync.Mutex
-	reqs   map[string][]recorded
-	routes map[string]func(n int, r recorded) reply
-}
+// fakeService is the test kit's fake external service, with routes written as this
+// package's tests write them: a route gets the 1-based number of the request on its
+// path; the default answer is 202 with {}.
+type fakeService struct{ *testkit.FakeService }
 
-func newFakeService(t *testing.T) *fakeService {
-	f := &fakeService{reqs: map[string][]recorded{}, routes: map[string]func(int, recorded) reply{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeService) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(r.Body)
-	rec := recorded{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
-	_ = json.Unmarshal(raw, &rec.Body)
-	f.mu.Lock()
-	f.reqs[rec.Path] = append(f.reqs[rec.Path], rec)
-	n := len(f.reqs[rec.Path])
-	route := f.routes[rec.Path]
-	f.mu.Unlock()
-	rep := reply{status: http.StatusAccepted, body: `{}`}
-	if route != nil {
-		rep = route(n, rec)
-	}
-	if rep.delay > 0 {
-		select {
-		case <-time.After(rep.delay):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	for k, v := range rep.header {
-		w.Header().Set(k, v)
-	}
-	if w.Header().Get("Content-Type") == "" && strings.HasPrefix(rep.body, "{") {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(rep.status)
-	_, _ = io.WriteString(w, rep.body)
-}
+func newFakeService(t *testing.T) *fakeService { return &fakeService{testkit.NewFakeService(t)} }
 
 func (f *fakeService) on(path string, route func(n int, r recorded) reply) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.routes[path] = route
+	f.On(path, func(n int, r testkit.Request) testkit.Reply {
+		rep := route(n, r)
+		return testkit.Reply{Status: rep.status, Body: rep.body, Header: rep.header, Delay: rep.delay}
+	})
 }
 
-func (f *fakeService) requests(path string) []recorded {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]recorded(nil), f.reqs[path]...)
-}
+func (f *fakeService) requests(path string) []recorded { return f.Requests(path) }
 
-func (f *fakeService) count(path string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.reqs[path])
-}
+func (f *fakeService) count(path string) int { return f.Count(path) }
 
 // countBy counts the requests on path per value of a body field.
-func (f *fakeService) countBy(path, field string) map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[string]int{}
-	for _, r := range f.reqs[path] {
-		if s, ok := r.Body[field].(string); ok {
-			out[s]++
-		}
-	}
-	return out
-}
+func (f *fakeService) countBy(path, field string) map[string]int { return f.CountBy(path, field) }
 
 // eventually waits for cond, with the standard timeout.
 func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {

@@ -253,13 +253,20 @@ func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
 		return h.workflow("callfails", []obj{node("wait", "wait_events", data), node("after", "http", obj{"url": "@{_vars.svc}/after"})},
 			[]obj{edge("wait", "after", "")})
 	}
+	// settled waits for both attempts of the call to be over: the second gives up.
 	settled := func(t *testing.T, h *harness) {
-		eventually(t, func() bool { return h.fake.count("/process") >= 2 && h.count(t, `SELECT count(*) FROM outbox`) == 0 })
+		for attempt := int32(1); attempt <= 2; attempt++ {
+			a := h.attempts.Wait(t)
+			require.Equal(t, attempt, a.Attempt)
+			require.NoError(t, a.Err)
+		}
+		require.Equal(t, 2, h.fake.count("/process"))
+		require.Zero(t, h.count(t, `SELECT count(*) FROM outbox`))
 	}
 
 	t.Run("any: another event can still satisfy it", func(t *testing.T) {
 		t.Parallel()
-		h := setup(t, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
+		h := setup(t, observeOutbox, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
 		h.fake.on("/process", func(int, recorded) reply { return reply{status: 500, body: "down"} })
 		name := h.put(t, def(h, "any", nil))
 		h.run(t)
@@ -284,7 +291,7 @@ func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
 
 	t.Run("custom naming api_response fails", func(t *testing.T) {
 		t.Parallel()
-		h := setup(t, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
+		h := setup(t, observeOutbox, func(c *executor.Config) { c.OutboxMaxAttempts = 2 })
 		h.fake.on("/process", func(int, recorded) reply { return reply{status: 500, body: "down"} })
 		name := h.put(t, def(h, "custom", []any{"api_response"}))
 		h.run(t)

@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -162,24 +163,13 @@ func gauge(t *testing.T, rm metricdata.ResourceMetrics, name string, attrs ...at
 }
 
 // logLines collects JSON log lines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testkit.Buffer }
 
 // find returns the lines with message msg.
 func (l *logLines) find(t *testing.T, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range bytes.Split(l.buf.Bytes(), []byte("\n")) {
+	for _, line := range bytes.Split(l.Bytes(), []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}

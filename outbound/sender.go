@@ -26,6 +26,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/internal/template"
+	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -50,8 +51,21 @@ type Executions interface {
 	FailNode(ctx context.Context, tx pgx.Tx, executionID uuid.UUID, nodeID, reason string, decide func() (bool, error)) error
 }
 
-// Config configures a Sender. Every field is required but the telemetry providers.
+// Attempt is one attempt of a correlated call, as its test signal reports it.
+type Attempt struct {
+	ExecutionID uuid.UUID
+	NodeID      string
+	Attempt     int32
+	// Err is what kept the attempt from writing its outcome (nil when it did).
+	Err error
+}
+
+// Config configures a Sender. Every field is required but the telemetry providers and
+// Attempted.
 type Config struct {
+	// Attempted: one attempt of a call is over and its outcome (sent, retry later, given
+	// up) is written; a step tests wait for, inert in production.
+	Attempted  testsignal.Signal[Attempt]
 	InstanceID string
 	// Lease is how long a claimed call stays invisible to other replicas.
 	Lease time.Duration
@@ -71,11 +85,14 @@ type Config struct {
 	MeterProvider   metric.MeterProvider
 }
 
-// Results of an outbound correlated call attempt (rendezvous.outbound.calls).
+// callResult is how an attempt of a correlated call ended, the result label of
+// rendezvous.outbound.calls (not a wait's or a node's status).
+type callResult string
+
 const (
-	resultOK     = "ok"
-	resultRetry  = "retry"
-	resultFailed = "failed"
+	resultOK     callResult = "ok"
+	resultRetry  callResult = "retry"
+	resultFailed callResult = "failed"
 )
 
 // scope names the package's tracer and meter.
@@ -129,6 +146,7 @@ func (s *Sender) Claim(ctx context.Context, n int) ([]dbsqlc.Outbox, error) {
 func (s *Sender) Process(ctx context.Context, item dbsqlc.Outbox) {
 	log := s.cfg.Logger.With("execution_id", item.ExecutionID, "node_id", item.NodeID, "instance_id", s.cfg.InstanceID, "attempt", item.Attempt)
 	ctx, err := s.send(ctx, item)
+	s.cfg.Attempted.Signal(Attempt{ExecutionID: item.ExecutionID, NodeID: item.NodeID, Attempt: item.Attempt, Err: err})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			log.WarnContext(ctx, "outbox lease lost; another instance owns this call now")
@@ -282,8 +300,8 @@ func (s *Sender) giveUp(ctx context.Context, item dbsqlc.Outbox, correlationID u
 }
 
 // record counts one call attempt and its duration.
-func (s *Sender) record(ctx context.Context, result string, took time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("result", result))
+func (s *Sender) record(ctx context.Context, result callResult, took time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("result", string(result)))
 	s.calls.Add(ctx, 1, attrs)
 	s.took.Record(ctx, took.Seconds(), attrs)
 }

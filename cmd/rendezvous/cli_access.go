@@ -76,18 +76,10 @@ func tokensList() *cliCommand {
 			"rendezvous tokens list -o json | jq -r '.[] | select(.revoked_at == null) | .name'",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-			var limit int
-			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+			l := newListing(fs, "tokens", 0)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 {
-					return usagef("--limit: must not be negative")
-				}
-				items, more, err := client.Collect(ctx, limit, cl.api.Tokens)
-				if err != nil {
-					return err
-				}
 				raw := func(t *client.Token) json.RawMessage { return t.Raw }
-				return showList(cl, "tokens", limit, items, more, raw, func() error {
+				return listPages(ctx, cl, l, cl.api.Tokens, raw, func(items []client.Token) error {
 					now := time.Now()
 					t := newTable(cl.stdout, "NAME", "ROLE", "WORKFLOW PREFIX", "CREATED", "EXPIRES", "REVOKED")
 					for _, tok := range items {
@@ -156,28 +148,24 @@ wait.cancel, event.send, token.create, token.revoke) and --target filter it.`,
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var f client.AuditFilter
-			var limit int
 			var since time.Duration
 			fs.StringVar(&f.Principal, "principal", "", "only rows of this principal")
 			fs.StringVar(&f.Action, "action", "", "only rows of this action")
 			fs.StringVar(&f.Target, "target", "", "only rows about this target (workflow/NAME, execution/ID, token/NAME)")
 			fs.DurationVar(&since, "since", 0, "only rows of the last this long (default: all)")
-			fs.IntVar(&limit, "limit", auditLimitDefault, "show at most this many (0: all)")
+			l := newListing(fs, "audit rows", auditLimitDefault)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 || since < 0 {
+				if l.limit < 0 || since < 0 {
 					return usagef("--limit and --since: must not be negative")
 				}
 				if since > 0 {
 					f.Since = time.Now().Add(-since)
 				}
-				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.AuditRow], error) {
+				pages := func(ctx context.Context, p client.PageRequest) (*client.Page[client.AuditRow], error) {
 					return cl.api.Audit(ctx, f, p)
-				})
-				if err != nil {
-					return err
 				}
 				raw := func(r *client.AuditRow) json.RawMessage { return r.Raw }
-				return showList(cl, "audit rows", limit, items, more, raw, func() error {
+				return listPages(ctx, cl, l, pages, raw, func(items []client.AuditRow) error {
 					now := time.Now()
 					t := newTable(cl.stdout, "ID", "WHEN", "PRINCIPAL", "FROM", "ACTION", "TARGET", "OUTCOME", "DETAIL")
 					for _, r := range items {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -11,7 +9,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 const cliBootstrap = "cli-bootstrap-token-0123456789abcdef"
@@ -20,19 +18,10 @@ const cliBootstrap = "cli-bootstrap-token-0123456789abcdef"
 // against a service with authentication on: --token and RENDEZVOUS_TOKEN, a token shown
 // once, listed without its secret, revoked, and the changes in the audit log.
 func TestCLITokensAndAudit(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, service.Config{
-		Auth:        auth.Config{BootstrapToken: cliBootstrap},
-		DatabaseURL: dbtest.NewSchema(t).URL, HTTPAddr: "127.0.0.1:0", InstanceID: "cli-auth",
-		AutoMigrate: true, DBMaxConns: 4, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg := replica.Config(t, dbtest.NewSchema(t).URL, "cli-auth")
+	cfg.Auth = auth.Config{BootstrapToken: cliBootstrap}
+	cfg.DBMaxConns = 4
+	s := replica.Start(t, cfg)
 	server := "http://" + s.Addr()
 	cli := func(args ...string) cliResult {
 		return runArgs("", append([]string{args[0], "--server", server}, args[1:]...)...)

@@ -124,23 +124,14 @@ excerpt and the full detail.`,
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var reason string
-			var limit int
 			fs.StringVar(&reason, "reason", "", "only events that matched nothing for this reason")
-			fs.IntVar(&limit, "limit", unmatchedLimitDefault, "show at most this many (0: all)")
+			l := newListing(fs, "unmatched events", unmatchedLimitDefault)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 {
-					return usagef("--limit: must not be negative")
-				}
-				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.UnmatchedEvent], error) {
+				pages := func(ctx context.Context, p client.PageRequest) (*client.Page[client.UnmatchedEvent], error) {
 					return cl.api.UnmatchedEvents(ctx, reason, p)
-				})
-				if err != nil {
-					return err
 				}
 				raw := func(u *client.UnmatchedEvent) json.RawMessage { return u.Raw }
-				return showList(cl, "unmatched events", limit, items, more, raw, func() error {
-					return cl.unmatchedTable(items)
-				})
+				return listPages(ctx, cl, l, pages, raw, cl.unmatchedTable)
 			}
 		},
 	}

@@ -85,25 +85,16 @@ func executionsList() *cliCommand {
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var f client.ExecutionFilter
-			var limit int
 			fs.StringVar(&f.Status, "status", "", "only executions with this status: running, waiting, completed, failed, cancelled")
 			fs.StringVar(&f.Workflow, "workflow", "", "only executions of this workflow")
 			fs.StringVar(&f.CorrelationID, "correlation-id", "", "only the execution whose wait has this correlation id")
-			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+			l := newListing(fs, "executions", 0)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 {
-					return usagef("--limit: must not be negative")
-				}
-				items, more, err := client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.ExecutionSummary], error) {
+				pages := func(ctx context.Context, p client.PageRequest) (*client.Page[client.ExecutionSummary], error) {
 					return cl.api.Executions(ctx, f, p)
-				})
-				if err != nil {
-					return err
 				}
 				raw := func(e *client.ExecutionSummary) json.RawMessage { return e.Raw }
-				return showList(cl, "executions", limit, items, more, raw, func() error {
-					return cl.executionTable(items)
-				})
+				return listPages(ctx, cl, l, pages, raw, cl.executionTable)
 			}
 		},
 	}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/internal/client"
 )
 
 // table writes aligned columns for people; a cell never breaks its row (newlines and
@@ -154,4 +158,45 @@ func showList[T any](cl *cli, what string, limit int, items []T, more bool, raw 
 		fmt.Fprintf(cl.stderr, "showing the first %d %s; more follow (raise --limit, or --limit 0 for all)\n", limit, what)
 	}
 	return nil
+}
+
+// listing is what every list command shares: its --limit flag, checked, the pages
+// followed to the end or the limit (client.Collect), and the items shown (showList).
+type listing struct {
+	what  string // "workflows": what the messages about the listing call its items
+	limit int
+}
+
+// newListing registers --limit, whose default is def, for a listing of what.
+func newListing(fs *flag.FlagSet, what string, def int) *listing {
+	l := &listing{what: what}
+	fs.IntVar(&l.limit, "limit", def, "show at most this many (0: all)")
+	return l
+}
+
+// check refuses a negative --limit.
+func (l *listing) check() error {
+	if l.limit < 0 {
+		return usagef("--limit: must not be negative")
+	}
+	return nil
+}
+
+// listPages checks --limit, collects the pages and shows the items, as a table by
+// table.
+func listPages[T any](ctx context.Context, cl *cli, l *listing, pages func(context.Context, client.PageRequest) (*client.Page[T], error),
+	raw func(*T) json.RawMessage, table func([]T) error) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	items, more, err := client.Collect(ctx, l.limit, pages)
+	if err != nil {
+		return err
+	}
+	return showListing(cl, l, items, more, raw, table)
+}
+
+// showListing shows items collected otherwise (after check), as listPages does.
+func showListing[T any](cl *cli, l *listing, items []T, more bool, raw func(*T) json.RawMessage, table func([]T) error) error {
+	return showList(cl, l.what, l.limit, items, more, raw, func() error { return table(items) })
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,56 +21,39 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // cliFixture is a service on a schema of its own, the external service its example
 // calls, and a folder for definition files.
 type cliFixture struct {
-	server string
-	calls  chan map[string]any
-	dir    string
+	server   string
+	external *testkit.FakeService
+	taken    int // correlated calls nextCall has handed out
+	dir      string
 }
 
 func setupCLI(t *testing.T) *cliFixture {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
-	f := &cliFixture{calls: make(chan map[string]any, 100), dir: t.TempDir()}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /approvals", func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.calls <- body
-		w.WriteHeader(http.StatusAccepted)
-	})
-	mux.HandleFunc("POST /notifications", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	external := httptest.NewServer(mux)
-	t.Cleanup(external.Close)
+	f := &cliFixture{external: testkit.NewFakeService(t), dir: t.TempDir()}
+	f.external.On("/notifications", testkit.Always(testkit.Reply{Status: http.StatusOK}))
 
 	// examples/order-approval.json as shipped, but calling the fake service.
 	raw, err := examples.Definitions.ReadFile("order-approval.json")
 	require.NoError(t, err)
 	var def map[string]any
 	require.NoError(t, json.Unmarshal(raw, &def))
-	def["vars"] = map[string]any{"serviceUrl": external.URL, "token": "test-token"}
+	def["vars"] = map[string]any{"serviceUrl": f.external.URL, "token": "test-token"}
 	raw, err = json.MarshalIndent(def, "", "  ")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "order-approval.json"), raw, 0o600))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := service.New(ctx, service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "cli-test",
-		AutoMigrate: true, DBMaxConns: 8, Logger: logger,
-	})
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg := replica.Config(t, schema.URL, "cli-test")
+	cfg.DBMaxConns = 8
+	s := replica.Start(t, cfg)
 	f.server = "http://" + s.Addr()
 	return f
 }
@@ -112,13 +94,8 @@ func (f *cliFixture) jsonOut(t *testing.T, v any, args ...string) {
 
 func (f *cliFixture) nextCall(t *testing.T) map[string]any {
 	t.Helper()
-	select {
-	case c := <-f.calls:
-		return c
-	case <-time.After(30 * time.Second):
-		t.Fatal("no correlated call reached the external service")
-	}
-	return nil
+	f.taken++
+	return f.external.AwaitNth(t, 30*time.Second, "/approvals", f.taken).Body
 }
 
 // row finds the line of a table whose first cells are key and returns all its cells

@@ -48,17 +48,16 @@ combine.`,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var f client.WaitFilter
 			var execution string
-			var limit int
 			var all bool
 			fs.BoolVar(&all, "all", false, "ended waits too, not only open ones")
 			fs.StringVar(&f.Status, "status", "", "only waits with this status: waiting, scheduled, completed, timeout, failed, cancelled, resumed, error")
 			fs.StringVar(&f.Workflow, "workflow", "", "only waits of executions of this workflow")
 			fs.StringVar(&f.Node, "node", "", "only waits of this node id")
 			fs.StringVar(&execution, "execution", "", "only waits of this execution (id)")
-			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+			l := newListing(fs, "waits", 0)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 {
-					return usagef("--limit: must not be negative")
+				if err := l.check(); err != nil {
+					return err
 				}
 				if execution != "" {
 					id, err := parseID("--execution", execution)
@@ -71,17 +70,17 @@ combine.`,
 				var more bool
 				var err error
 				if all || f.Status != "" {
-					items, more, err = client.Collect(ctx, limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
+					items, more, err = client.Collect(ctx, l.limit, func(ctx context.Context, p client.PageRequest) (*client.Page[client.WaitState], error) {
 						return cl.api.WaitStates(ctx, f, p)
 					})
 				} else {
-					items, more, err = cl.api.CollectOpenWaits(ctx, f, limit)
+					items, more, err = cl.api.CollectOpenWaits(ctx, f, l.limit)
 				}
 				if err != nil {
 					return err
 				}
 				raw := func(w *client.WaitState) json.RawMessage { return w.Raw }
-				return showList(cl, "waits", limit, items, more, raw, func() error {
+				return showListing(cl, l, items, more, raw, func(items []client.WaitState) error {
 					return cl.waitTable(items, cl.output == outputWide, false)
 				})
 			}

@@ -172,20 +172,10 @@ func workflowsList() *cliCommand {
 			"rendezvous workflows list -o json | jq -r '.[].name'",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-			var limit int
-			fs.IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+			l := newListing(fs, "workflows", 0)
 			return func(ctx context.Context, cl *cli, _ []string) error {
-				if limit < 0 {
-					return usagef("--limit: must not be negative")
-				}
-				items, more, err := client.Collect(ctx, limit, cl.api.Workflows)
-				if err != nil {
-					return err
-				}
 				raw := func(w *client.WorkflowSummary) json.RawMessage { return w.Raw }
-				return showList(cl, "workflows", limit, items, more, raw, func() error {
-					return cl.workflowTable(items)
-				})
+				return listPages(ctx, cl, l, cl.api.Workflows, raw, cl.workflowTable)
 			}
 		},
 	}

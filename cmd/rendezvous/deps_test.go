@@ -18,6 +18,8 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 	testOnly := []string{
 		"testing", "github.com/stretchr/testify", "github.com/testcontainers/testcontainers-go",
 		"go.uber.org/goleak", "github.com/chromedp/chromedp", "github.com/rendezvous-run/rendezvous/internal/dbtest",
+		// The shared test kit (and testkit/replica under it).
+		"github.com/rendezvous-run/rendezvous/internal/testkit",
 	}
 	harnesses := []string{"github.com/rendezvous-run/rendezvous/internal/chaos", "github.com/rendezvous-run/rendezvous/internal/bench",
 		// The peer the bench measures rendezvous against; the service never needs it.

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // buildBinary compiles the command once per test run, as users run it.
@@ -91,22 +91,7 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 }
 
 // lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer = testkit.Buffer
 
 func TestCommandLine(t *testing.T) {
 	t.Parallel()
@@ -135,9 +120,9 @@ func TestCommandLine(t *testing.T) {
 
 // TestMain removes the binary the deployment tests build once for the whole run.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if release.dir != "" {
-		_ = os.RemoveAll(release.dir)
-	}
-	os.Exit(code)
+	testkit.VerifyTestMain(m, func() {
+		if release.dir != "" {
+			_ = os.RemoveAll(release.dir)
+		}
+	})
 }

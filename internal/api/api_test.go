@@ -5,10 +5,8 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,10 +15,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // env is one running service on its own schema.
@@ -32,20 +30,9 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "t", AutoMigrate: true,
-		DBMaxConns: 6, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg := replica.Config(t, schema.URL, "t")
+	cfg.DBMaxConns = 6
+	s := replica.Start(t, cfg).Service
 	return &env{svc: s, base: "http://" + s.Addr()}
 }
 

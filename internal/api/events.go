@@ -7,20 +7,15 @@ package api
 // the request and says what happened in HTTP.
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -33,22 +28,6 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
-
-// maxEventBytes bounds a sent event's body, as a callback's body is bounded by default:
-// an event is a message, not a document.
-const maxEventBytes = 1 << 20
-
-// maxEventTextLen bounds an event's type and id, in characters (the schema's maxLength
-// of a send event's type).
-const maxEventTextLen = 200
-
-// sendRequest is the body of a sent event. Type and ID are pointers so that an absent
-// member is told from an empty one.
-type sendRequest struct {
-	Type    *string         `json:"type"`
-	Payload json.RawMessage `json:"payload"`
-	ID      *string         `json:"id"`
-}
 
 // sendShape is how a malformed body is told what is expected.
 const sendShape = `body must be {"type": "...", "payload": <JSON>, "id": "..."}`
@@ -80,62 +59,25 @@ func invalidField(slug, field, reason string) *problem.Problem {
 	return problem.New(http.StatusBadRequest, field+": "+reason).WithType(slug).With("field", field)
 }
 
-// readSend parses and checks a sent event's body.
-func readSend(body []byte) (sendRequest, error) {
-	var req sendRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, sendDecodeProblem(err)
+// readSend parses and checks a sent event's body (aggregator.ParseSent, the parser the
+// Kafka events topic uses too) and says what is wrong with it as a problem.
+func readSend(body []byte) (aggregator.SentWire, error) {
+	w, err := aggregator.ParseSent(body, aggregator.SentBody)
+	we, ok := errors.AsType[*aggregator.SentWireError](err)
+	if !ok {
+		return w, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, problem.New(http.StatusBadRequest, sendShape+": unexpected data after the JSON object").WithType("malformed-json")
+	switch we.Refusal {
+	case aggregator.SentEmpty:
+		return w, problem.New(http.StatusBadRequest, sendShape+": the body is empty").WithType("malformed-json")
+	case aggregator.SentNotJSON, aggregator.SentNotObject:
+		return w, problem.New(http.StatusBadRequest, sendShape+": "+we.Reason).WithType("malformed-json")
+	case aggregator.SentUnknownMember:
+		return w, invalidField("malformed-json", we.Field, `unknown field; a sent event has "type", "payload" and "id"`)
+	case aggregator.SentNotString:
+		return w, invalidField("malformed-json", we.Field, we.Reason)
 	}
-	if req.Type == nil {
-		return req, invalidField("invalid-request", "type", "required")
-	}
-	if err := eventText("type", *req.Type); err != nil {
-		return req, err
-	}
-	if req.ID != nil {
-		if err := eventText("id", *req.ID); err != nil {
-			return req, err
-		}
-	}
-	return req, nil
-}
-
-// sendDecodeProblem explains a body the decoder refused, naming the member at fault when
-// there is one.
-func sendDecodeProblem(err error) error {
-	if errors.Is(err, io.EOF) {
-		return problem.New(http.StatusBadRequest, sendShape+": the body is empty").WithType("malformed-json")
-	}
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		if te.Field == "" {
-			return problem.New(http.StatusBadRequest, sendShape+": not a JSON object").WithType("malformed-json")
-		}
-		return invalidField("malformed-json", te.Field, "must be a string, not "+te.Value)
-	}
-	// The decoder reports an unknown member only in its message.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if field, uerr := strconv.Unquote(name); uerr == nil {
-			return invalidField("malformed-json", field, `unknown field; a sent event has "type", "payload" and "id"`)
-		}
-	}
-	return problem.New(http.StatusBadRequest, sendShape+": "+err.Error()).WithType("malformed-json")
-}
-
-// eventText checks a type or id: PostgreSQL stores it as text, which cannot hold NUL.
-// (The JSON decoder has already made it valid UTF-8.)
-func eventText(field, s string) error {
-	if n := utf8.RuneCountInString(s); n < 1 || n > maxEventTextLen {
-		return invalidField("invalid-request", field, fmt.Sprintf("must be 1 to %d characters", maxEventTextLen))
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return invalidField("invalid-request", field, `must not contain NUL (\u0000)`)
-	}
-	return nil
+	return w, invalidField("invalid-request", we.Field, we.Reason)
 }
 
 // sendEvent delivers an event to every node of the execution waiting for its type, or
@@ -148,7 +90,7 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "execution id is not a UUID").WithType("malformed-id")
 	}
-	body, err := readBodyUpTo(c, maxEventBytes)
+	body, err := readBodyUpTo(c, aggregator.MaxSentBytes)
 	if err != nil {
 		return err
 	}
@@ -159,11 +101,8 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	if err := h.maySendTo(c, id); err != nil {
 		return err
 	}
-	s := aggregator.Sent{ExecutionID: id, Type: *req.Type, Payload: req.Payload,
+	s := aggregator.Sent{ExecutionID: id, Type: req.Type, Payload: req.Payload, ID: req.ID,
 		Source: aggregator.Source{Kind: aggregator.SourceSend}}
-	if req.ID != nil {
-		s.ID = *req.ID
-	}
 	hr := c.Request()
 	// The sender's trace, if it sent one, is linked from the event's spans in the waits'
 	// own traces.

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -17,7 +18,7 @@ import (
 // TestMain fails the package when a test leaves a goroutine behind: the harness's
 // clients, servers and timers must all be gone when Run returns.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // EnvSeed replays a TestChaosShort run: RENDEZVOUS_CHAOS_SEED=<seed> go test -run

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/client"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // correlatedCall is what the external service of order-approval.json receives.
@@ -35,7 +33,8 @@ type correlatedCall struct {
 type fixture struct {
 	api      *client.Client
 	server   string // base URL of the service, for callbacks
-	calls    chan correlatedCall
+	external *testkit.FakeService
+	taken    int    // correlated calls nextCall has handed out
 	approval []byte // examples/order-approval.json pointed at the fake external service
 }
 
@@ -44,32 +43,15 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
-	f := &fixture{calls: make(chan correlatedCall, 100)}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /approvals", func(w http.ResponseWriter, r *http.Request) {
-		var c correlatedCall
-		_ = json.NewDecoder(r.Body).Decode(&c)
-		f.calls <- c
-		w.WriteHeader(http.StatusAccepted)
-	})
-	mux.HandleFunc("POST /notifications", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	external := httptest.NewServer(mux)
-	t.Cleanup(external.Close)
-	f.approval = exampleFor(t, "order-approval.json", external.URL)
+	f := &fixture{external: testkit.NewFakeService(t)}
+	f.external.On("/notifications", testkit.Always(testkit.Reply{Status: http.StatusOK}))
+	f.approval = exampleFor(t, "order-approval.json", f.external.URL)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := service.New(ctx, service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "client-test",
-		AutoMigrate: true, DBMaxConns: 8, Logger: logger,
-	})
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg := replica.Config(t, schema.URL, "client-test")
+	cfg.DBMaxConns = 8
+	s := replica.Start(t, cfg)
 	f.server = "http://" + s.Addr()
+	var err error
 	f.api, err = client.New(f.server, &http.Client{Timeout: 30 * time.Second})
 	require.NoError(t, err)
 	return f
@@ -91,13 +73,9 @@ func exampleFor(t *testing.T, file, serviceURL string) []byte {
 // nextCall waits for a correlated call to reach the external service.
 func (f *fixture) nextCall(t *testing.T) correlatedCall {
 	t.Helper()
-	select {
-	case c := <-f.calls:
-		return c
-	case <-time.After(30 * time.Second):
-		t.Fatal("no correlated call reached the external service")
-	}
-	return correlatedCall{}
+	f.taken++
+	r := f.external.AwaitNth(t, 30*time.Second, "/approvals", f.taken)
+	return correlatedCall{ExecutionID: r.Field("execution_id"), CorrelationID: r.Field("correlation_id")}
 }
 
 func (f *fixture) callback(t *testing.T, c correlatedCall, decision string) {

@@ -6,7 +6,6 @@ package service_test
 // start without credentials, and the admin address.
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +29,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // bootstrap is the tests' bootstrap admin token.
@@ -297,28 +296,7 @@ func TestRefusalFlood(t *testing.T) {
 	require.Equal(t, int64(0), accepted.Load())
 	require.Equal(t, int64(workers*perWorker), refused.Load())
 	// Every refusal is counted by route and reason. The setup was refused nothing.
-	require.Equal(t, float64(workers*perWorker), metricSum(t, s.base, "rendezvous_http_auth_refused_total"))
-}
-
-// metricSum adds the samples of a metric family scraped from /metrics.
-func metricSum(t *testing.T, base, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		require.NoError(t, err, line)
-		sum += v
-	}
-	require.NoError(t, sc.Err())
-	return sum
+	require.Equal(t, float64(workers*perWorker), testkit.Scrape(t, s.base).Sum("rendezvous_http_auth_refused_total", nil))
 }
 
 // TestRevocationReachesEveryReplica: two replicas on one database. A token used on the
@@ -384,27 +362,7 @@ func TestSenderWorkflowPrefix(t *testing.T) {
 	require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, ex.status, "%s", ex.body)
 	// And may not read what it sent to.
 	require.Equal(t, http.StatusForbidden, s.do(t, tok, "GET", "/api/v1/executions/"+billing, nil).status)
-	require.Equal(t, float64(2), metricValue(t, s.base, "rendezvous_http_auth_refused_total", `reason="workflow"`))
-}
-
-// metricValue adds the samples of a metric family whose labels contain match.
-func metricValue(t *testing.T, base, name, match string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		require.NoError(t, err, line)
-		sum += v
-	}
-	return sum
+	require.Equal(t, float64(2), testkit.Scrape(t, s.base).Sum("rendezvous_http_auth_refused_total", map[string]string{"reason": "workflow"}))
 }
 
 // TestAuditRows: each change through the API leaves its row, naming the principal, its

@@ -2,9 +2,7 @@ package service_test
 
 import (
 	"context"
-	"io"
 	"maps"
-	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // series is what one metric family exports: its label names and the values seen.
@@ -29,37 +28,22 @@ type series map[string]map[string]bool
 // scrape reads /metrics of a running replica into family → label → values.
 func scrape(t *testing.T, addr string) map[string]series {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	line := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? `)
-	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 	out := map[string]series{}
-	for _, l := range strings.Split(string(raw), "\n") {
-		m := line.FindStringSubmatch(l)
-		if m == nil {
-			continue
-		}
-		name := m[1]
+	for _, s := range testkit.Scrape(t, addr) {
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			// A histogram's samples also count as the family itself.
-			if base, ok := strings.CutSuffix(name, suffix); ok {
-				if out[base] == nil {
-					out[base] = series{}
-				}
+			if base, ok := strings.CutSuffix(s.Name, suffix); ok && out[base] == nil {
+				out[base] = series{}
 			}
 		}
-		if out[name] == nil {
-			out[name] = series{}
+		if out[s.Name] == nil {
+			out[s.Name] = series{}
 		}
-		for _, lm := range label.FindAllStringSubmatch(m[2], -1) {
-			if out[name][lm[1]] == nil {
-				out[name][lm[1]] = map[string]bool{}
+		for k, v := range s.Labels {
+			if out[s.Name][k] == nil {
+				out[s.Name][k] = map[string]bool{}
 			}
-			out[name][lm[1]][lm[2]] = true
+			out[s.Name][k][v] = true
 		}
 	}
 	return out

@@ -1,11 +1,11 @@
 package service_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -15,22 +15,7 @@ import (
 )
 
 // syncBuffer is a log sink safe for the service's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testkit.Buffer
 
 // TestErrorHandledOnce: a failed request is answered with its problem and handled once —
 // the tracing middleware also reports errors to Echo, which must not log a second,

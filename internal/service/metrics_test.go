@@ -3,12 +3,9 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,79 +16,16 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
-// sample is one line of the Prometheus text format.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// samples is one scrape of /metrics.
-type samples []sample
+// samples is one scrape of /metrics (the test kit's reader).
+type samples = testkit.Samples
 
 // scrapeSamples reads every sample of a running replica's /metrics.
 func scrapeSamples(t *testing.T, addr string) samples {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	line := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
-	label := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
-	var out samples
-	for _, l := range strings.Split(string(raw), "\n") {
-		m := line.FindStringSubmatch(l)
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[3], 64)
-		require.NoError(t, err, l)
-		s := sample{name: m[1], labels: map[string]string{}, value: v}
-		for _, lm := range label.FindAllStringSubmatch(m[2], -1) {
-			s.labels[lm[1]] = lm[2]
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// get is the value of the one series of name whose labels include want; ok is false
-// when there is none. Several matching series are an error: the selector is ambiguous.
-func (ss samples) get(name string, want map[string]string) (v float64, ok bool, err error) {
-	for _, s := range ss {
-		if s.name != name || !hasLabels(s.labels, want) {
-			continue
-		}
-		if ok {
-			return 0, false, fmt.Errorf("%s%v matches several series", name, want)
-		}
-		v, ok = s.value, true
-	}
-	return v, ok, nil
-}
-
-// series lists the label sets of name, for failure messages.
-func (ss samples) series(name string) []string {
-	var out []string
-	for _, s := range ss {
-		if s.name == name {
-			out = append(out, fmt.Sprintf("%v=%g", s.labels, s.value))
-		}
-	}
-	return out
-}
-
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return testkit.Scrape(t, addr)
 }
 
 // expectation is a series and the value it must have.
@@ -111,15 +45,15 @@ func (e expectation) String() string {
 }
 
 // mismatches lists what in ss differs from want.
-func (ss samples) mismatches(want []expectation) []string {
+func mismatches(ss samples, want []expectation) []string {
 	var out []string
 	for _, e := range want {
-		v, ok, err := ss.get(e.name, e.labels)
+		v, ok, err := ss.Get(e.name, e.labels)
 		switch {
 		case err != nil:
 			out = append(out, err.Error())
 		case !ok:
-			out = append(out, fmt.Sprintf("%s missing; series: %v", e, ss.series(e.name)))
+			out = append(out, fmt.Sprintf("%s missing; series: %v", e, ss.Series(e.name)))
 		case v != e.value:
 			out = append(out, fmt.Sprintf("%s = %g, want %g", e, v, e.value))
 		}
@@ -135,7 +69,7 @@ func settle(t *testing.T, addr string, want []expectation, timeout time.Duration
 	deadline := time.Now().Add(timeout)
 	for {
 		got := scrapeSamples(t, addr)
-		bad := got.mismatches(want)
+		bad := mismatches(got, want)
 		if len(bad) == 0 {
 			return got
 		}
@@ -172,7 +106,7 @@ func TestMetricsScenario(t *testing.T) {
 
 	done := func(data map[string]any) map[string]any { // a wait node followed by an http node
 		return map[string]any{
-			"vars": map[string]any{"svc": fake.srv.URL},
+			"vars": map[string]any{"svc": fake.URL},
 			"nodes": []any{
 				data,
 				map[string]any{"id": "done", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST",
@@ -224,7 +158,7 @@ func TestMetricsScenario(t *testing.T) {
 	// The first scrape reads the database gauges afresh (they are cached 5 s after it):
 	// n+1 waits are open, every node run has committed.
 	mid := scrapeSamples(t, svc.Addr())
-	require.Empty(t, mid.mismatches([]expectation{
+	require.Empty(t, mismatches(mid, []expectation{
 		{"rendezvous_wait_states", lbl("status", "waiting"), n + 1},
 		{"rendezvous_wait_states", lbl("status", "scheduled"), 0},
 		{"rendezvous_run_queue_depth", lbl("kind", "run"), 0},
@@ -308,22 +242,22 @@ func TestMetricsScenario(t *testing.T) {
 	got := settle(t, svc.Addr(), want, 15*time.Second)
 
 	// Nothing else was counted: no other reason, outcome, result or wait.
-	count := func(name string) int { return len(got.series(name)) }
-	require.Equal(t, 4, count("rendezvous_events_applied_total"), got.series("rendezvous_events_applied_total"))
-	require.Equal(t, 4, count("rendezvous_events_not_applied_total"), got.series("rendezvous_events_not_applied_total"))
-	require.Equal(t, 2, count("rendezvous_wait_first_event_total"), got.series("rendezvous_wait_first_event_total"))
-	require.Equal(t, 1, count("rendezvous_dead_letter_records_total"), got.series("rendezvous_dead_letter_records_total"))
-	require.Equal(t, 1, count("rendezvous_outbound_calls_total"), got.series("rendezvous_outbound_calls_total"))
-	require.Equal(t, 4, count("rendezvous_wait_duration_seconds_count"), got.series("rendezvous_wait_duration_seconds_count"))
-	require.Equal(t, 1, count("rendezvous_kafka_consumer_lag"), got.series("rendezvous_kafka_consumer_lag"))
+	count := func(name string) int { return len(got.Series(name)) }
+	require.Equal(t, 4, count("rendezvous_events_applied_total"), got.Series("rendezvous_events_applied_total"))
+	require.Equal(t, 4, count("rendezvous_events_not_applied_total"), got.Series("rendezvous_events_not_applied_total"))
+	require.Equal(t, 2, count("rendezvous_wait_first_event_total"), got.Series("rendezvous_wait_first_event_total"))
+	require.Equal(t, 1, count("rendezvous_dead_letter_records_total"), got.Series("rendezvous_dead_letter_records_total"))
+	require.Equal(t, 1, count("rendezvous_outbound_calls_total"), got.Series("rendezvous_outbound_calls_total"))
+	require.Equal(t, 4, count("rendezvous_wait_duration_seconds_count"), got.Series("rendezvous_wait_duration_seconds_count"))
+	require.Equal(t, 1, count("rendezvous_kafka_consumer_lag"), got.Series("rendezvous_kafka_consumer_lag"))
 	for _, s := range got {
-		if s.name == "rendezvous_database_errors_total" {
-			require.Zero(t, s.value, "database errors: %v", got.series(s.name))
+		if s.Name == "rendezvous_database_errors_total" {
+			require.Zero(t, s.Value, "database errors: %v", got.Series(s.Name))
 		}
 	}
 	for _, name := range []string{"rendezvous_events_applied_total", "rendezvous_wait_duration_seconds_count", "rendezvous_outbound_calls_total",
 		"rendezvous_dead_letter_records_total", "rendezvous_kafka_consumer_lag", "rendezvous_run_queue_depth", "rendezvous_wait_states"} {
-		t.Logf("%s: %v", name, got.series(name))
+		t.Logf("%s: %v", name, got.Series(name))
 	}
 }
 

@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,69 +18,48 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
-// fakeService plays the external service: it answers the correlated call at once and
-// calls back later, and it counts the continuation's side effects per execution.
+// fakeService is the test kit's fake external service, answering the continuation's
+// call (POST /done) with {"ok":true}; nextCall hands the test the correlated calls
+// (POST /process) one by one, to call back when it chooses.
 type fakeService struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]int // execution id -> correlated calls received
-	done  map[string]int // execution id -> continuation calls received
-	reqs  chan map[string]any
+	*testkit.FakeService
+	taken int
 }
 
 func newFakeService(t *testing.T) *fakeService {
-	f := &fakeService{calls: map[string]int{}, done: map[string]int{}, reqs: make(chan map[string]any, 10000)}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		body["_hdr_exec"] = r.Header.Get("X-Execution-Id")
-		body["_hdr_corr"] = r.Header.Get("X-Correlation-Id")
-		body["_idem"] = r.Header.Get("Idempotency-Key")
-		body["_traceparent"] = r.Header.Get("Traceparent")
-		f.mu.Lock()
-		f.calls[fmt.Sprint(body["execution_id"])]++
-		f.mu.Unlock()
-		f.reqs <- body
-		w.WriteHeader(http.StatusAccepted)
-	})
-	mux.HandleFunc("POST /done", func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.mu.Lock()
-		f.done[fmt.Sprint(body["execution_id"])]++
-		f.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})
-	f.srv = httptest.NewServer(mux)
-	t.Cleanup(f.srv.Close)
-	return f
+	f := testkit.NewFakeService(t)
+	f.On("/done", testkit.Always(testkit.OK))
+	return &fakeService{FakeService: f}
 }
 
+// nextCall waits for the fake service's next correlated call and returns its body, with
+// the headers the tests check added as _hdr_exec, _hdr_corr, _idem and _traceparent.
+func (f *fakeService) nextCall(t *testing.T) map[string]any {
+	t.Helper()
+	f.taken++
+	r := f.AwaitNth(t, 20*time.Second, "/process", f.taken)
+	body := r.Body
+	body["_hdr_exec"] = r.Header.Get("X-Execution-Id")
+	body["_hdr_corr"] = r.Header.Get("X-Correlation-Id")
+	body["_idem"] = r.Header.Get("Idempotency-Key")
+	body["_traceparent"] = r.Header.Get("Traceparent")
+	return body
+}
+
+// startServices starts n replicas on the database at url.
 func startServices(t *testing.T, url string, n int) []*service.Service {
 	t.Helper()
 	var out []*service.Service
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for i := range n {
-		s, err := service.New(ctx, service.Config{
-			// Authentication is tested in internal/service; here it would only be in the way.
-			Auth:        auth.Config{Insecure: true},
-			DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: fmt.Sprintf("pod-%d", i),
-			AutoMigrate: true, DBMaxConns: 10, Logger: logger,
-		})
-		require.NoError(t, err)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = s.Run(ctx) }()
-		out = append(out, s)
+		cfg := replica.Config(t, url, fmt.Sprintf("pod-%d", i))
+		cfg.DBMaxConns = 10
+		out = append(out, replica.Start(t, cfg).Service)
 	}
 	return out
 }
@@ -127,7 +103,7 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 
 	def := map[string]any{
 		"name": "order",
-		"vars": map[string]any{"serviceUrl": fake.srv.URL},
+		"vars": map[string]any{"serviceUrl": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall": map[string]any{
@@ -162,14 +138,8 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 
 	// Collect the correlated calls, then answer them in random order, some twice.
 	var reqs []map[string]any
-	deadline := time.After(60 * time.Second)
 	for len(reqs) < n {
-		select {
-		case r := <-fake.reqs:
-			reqs = append(reqs, r)
-		case <-deadline:
-			t.Fatalf("only %d of %d correlated calls arrived", len(reqs), n)
-		}
+		reqs = append(reqs, fake.nextCall(t))
 	}
 	rand.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
 	var dup atomic.Int64
@@ -219,11 +189,10 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 		`SELECT count(*) FROM execution_wait_states WHERE version <> 2 OR jsonb_array_length(received_events) <> 1 OR status <> 'completed'`).Scan(&badVersions))
 	require.Zero(t, badVersions, "each wait records exactly one event and one version bump")
 
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
+	done, calls := fake.CountBy("/done", "execution_id"), fake.CountBy("/process", "execution_id")
 	for _, id := range ids {
-		require.Equal(t, 1, fake.done[id], "continuation of %s ran %d times", id, fake.done[id])
-		require.Equal(t, 1, fake.calls[id], "correlated call of %s sent %d times", id, fake.calls[id])
+		require.Equal(t, 1, done[id], "continuation of %s ran %d times", id, done[id])
+		require.Equal(t, 1, calls[id], "correlated call of %s sent %d times", id, calls[id])
 	}
 	// The aggregated output reached the continuation.
 	status, view := doJSON(t, http.MethodGet, base()+"/api/v1/executions/"+ids[7], nil, nil)
@@ -278,38 +247,12 @@ func runService(t *testing.T, cfg service.Config) *service.Service {
 		cfg.DBMaxConns = 8
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = testkit.Logger(t)
 	}
 	if cfg.Executor.PollInterval == 0 {
 		cfg.Executor.PollInterval = 50 * time.Millisecond
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, cfg)
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(ctx); err != nil {
-			t.Errorf("replica %s: %v", cfg.InstanceID, err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
-}
-
-// nextCall waits for the fake service's next correlated call.
-func (f *fakeService) nextCall(t *testing.T) map[string]any {
-	t.Helper()
-	select {
-	case r := <-f.reqs:
-		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no correlated call arrived")
-		return nil
-	}
+	return replica.Start(t, cfg).Service
 }
 
 // waitStatus polls an execution until it has the given status.

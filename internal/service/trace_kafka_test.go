@@ -47,7 +47,7 @@ func TestTraceCallbackAndKafkaWait(t *testing.T) {
 	a, b := "http://"+svcs[0].Addr(), "http://"+svcs[1].Addr()
 
 	def := map[string]any{
-		"name": "traced-kafka", "vars": map[string]any{"svc": fake.srv.URL},
+		"name": "traced-kafka", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall":             map[string]any{"url": "@{_vars.svc}/process"},

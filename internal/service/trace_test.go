@@ -1,11 +1,8 @@
 package service_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -16,10 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // TestTraceAcrossReplicas: one trace per wait, over HTTP and across replicas — the node
@@ -33,26 +29,16 @@ func TestTraceAcrossReplicas(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	tel := &telemetry.Telemetry{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider(), Propagator: propagation.TraceContext{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	t.Cleanup(func() { cancel(); <-done; <-done })
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var svcs []*service.Service
+	var svcs []*replica.Replica
 	for i := range 2 {
-		s, err := service.New(ctx, service.Config{
-			// Authentication is tested in internal/service; here it would only be in the way.
-			Auth:        auth.Config{Insecure: true},
-			DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: fmt.Sprintf("trace-%d", i),
-			AutoMigrate: true, DBMaxConns: 8, Logger: logger, Telemetry: tel,
-		})
-		require.NoError(t, err)
-		go func() { _ = s.Run(ctx); done <- struct{}{} }()
-		svcs = append(svcs, s)
+		cfg := replica.Config(t, schema.URL, fmt.Sprintf("trace-%d", i))
+		cfg.DBMaxConns, cfg.Telemetry = 8, tel
+		svcs = append(svcs, replica.Start(t, cfg))
 	}
 	a, b := "http://"+svcs[0].Addr(), "http://"+svcs[1].Addr()
 
 	def := map[string]any{
-		"name": "traced", "vars": map[string]any{"svc": fake.srv.URL},
+		"name": "traced", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{"apiCall": map[string]any{"url": "@{_vars.svc}/process"}}},
 			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST",
@@ -64,12 +50,7 @@ func TestTraceAcrossReplicas(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, body)
 	status, body = doJSON(t, http.MethodPost, a+"/api/v1/workflows/traced/executions", map[string]any{"input": map[string]any{}}, nil)
 	require.Equal(t, http.StatusCreated, status, body)
-	var call map[string]any
-	select {
-	case call = <-fake.reqs:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the correlated call never came")
-	}
+	call := fake.nextCall(t)
 	sent := call["_traceparent"].(string)
 	require.NotEmpty(t, sent, "the correlated call carries a traceparent")
 

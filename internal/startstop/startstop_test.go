@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // TestLoop: Started is closed once the loop runs, Stop ends it and waits for it, a
 // second Start is refused, and Stop on a loop never started does nothing.

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 const e2eBootstrap = "ui-e2e-bootstrap-token-0123456789abcdef"
@@ -95,20 +93,11 @@ func apiCall(t *testing.T, token, method, url string, body any) map[string]any {
 // e2eBootstrap, and returns its base URL and a function that creates a token.
 func startAuthService(t *testing.T) (string, func(name string, role auth.Role) string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, service.Config{
-		Auth:        auth.Config{BootstrapToken: e2eBootstrap},
-		DatabaseURL: dbtest.NewSchema(t).URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-auth", AutoMigrate: true, DBMaxConns: 4,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
-	})
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg := replica.Config(t, dbtest.NewSchema(t).URL, "ui-auth")
+	cfg.Auth = auth.Config{BootstrapToken: e2eBootstrap}
+	cfg.DBMaxConns = 4
+	cfg.Executor = executor.Config{PollInterval: 50 * time.Millisecond}
+	svc := replica.Start(t, cfg)
 	base := "http://" + svc.Addr()
 	return base, func(name string, role auth.Role) string {
 		return apiCall(t, e2eBootstrap, "POST", base+"/api/v1/tokens", map[string]any{"name": name, "role": role})["token"].(string)

@@ -281,7 +281,7 @@ func changeAStoredExample(t *testing.T, p *page, base string) {
 // starts an execution with an input from the builder and follows it in the console
 // until it completes.
 func startAnExecution(t *testing.T, p *page, base string) {
-	fake := newFakeService(t)
+	fake, _ := newFakeService(t)
 	p.navigate(t, base+"/ui/#/builder")
 	p.reload(t)
 	awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" })
@@ -289,10 +289,10 @@ func startAnExecution(t *testing.T, p *page, base string) {
 	// vars typed in the JSON tab: the same document, so the URL field below offers them.
 	p.click(t, "#tab-json")
 	p.do(t, "add vars in the JSON tab", fmt.Sprintf(`(() => { const ta = document.getElementById('builder-json'); if (!ta) return false;
-  const doc = JSON.parse(ta.value); doc.vars = {svc: %s}; return (%s)(ta, JSON.stringify(doc, null, 2)); })()`, q(fake.url), setJS))
+  const doc = JSON.parse(ta.value); doc.vars = {svc: %s}; return (%s)(ta, JSON.stringify(doc, null, 2)); })()`, q(fake.URL), setJS))
 	p.click(t, "#tab-properties")
 	await(t, p, "vars in the definition's form", `(document.getElementById('wf_vars') || {}).value || ''`,
-		func(s string) bool { return strings.Contains(s, fake.url) })
+		func(s string) bool { return strings.Contains(s, fake.URL) })
 
 	p.addNode(t, "http")
 	awaitBuilder(t, p, "the http node", func(s builderState) bool { _, ok := s.Nodes["http_1"]; return ok && s.Panel == "node" })
@@ -331,7 +331,7 @@ func startAnExecution(t *testing.T, p *page, base string) {
 
 	_, got := storedDefinition(t, base, "ping")
 	require.Equal(t, map[string]any{
-		"name": "ping", "vars": map[string]any{"svc": fake.url},
+		"name": "ping", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "http_1", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
 			map[string]any{"id": "wait_1", "type": "wait", "data": map[string]any{"for": "1s"}},

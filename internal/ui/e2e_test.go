@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,9 +28,9 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // Environment of the browser test.
@@ -68,78 +66,35 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// fakeService plays the external service of the wait's apiCall: it accepts the
-// correlated call and hands it to the test, which calls back when it chooses.
-type fakeService struct {
-	url   string
-	calls chan map[string]any
-}
-
-func newFakeService(t *testing.T) *fakeService {
+// newFakeService starts the external service of the wait's apiCall: it accepts the
+// correlated call, which the test takes with nextCall and calls back when it chooses,
+// and answers the continuation's call with {"ok":true}.
+func newFakeService(t *testing.T) (fake *testkit.FakeService, nextCall func(t *testing.T) map[string]any) {
 	t.Helper()
-	f := &fakeService{calls: make(chan map[string]any, 16)}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /process", func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		f.calls <- body
-		w.WriteHeader(http.StatusAccepted)
-	})
-	mux.HandleFunc("POST /done", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	f.url = srv.URL
-	return f
-}
-
-func (f *fakeService) nextCall(t *testing.T) map[string]any {
-	t.Helper()
-	select {
-	case c := <-f.calls:
-		return c
-	case <-time.After(stepTimeout):
-		t.Fatal("the correlated call never reached the external service")
-		return nil
+	fake = testkit.NewFakeService(t)
+	fake.On("/done", testkit.Always(testkit.OK))
+	taken := 0
+	return fake, func(t *testing.T) map[string]any {
+		t.Helper()
+		taken++
+		return fake.AwaitNth(t, stepTimeout, "/process", taken).Body
 	}
 }
 
 // startService runs one replica, without authentication, consuming from cluster and
 // stops it when the test ends.
-func startService(t *testing.T, cluster *kfake.Cluster) *service.Service {
+func startService(t *testing.T, cluster *kfake.Cluster) *replica.Replica {
 	t.Helper()
-	schema := dbtest.NewSchema(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := service.New(ctx, service.Config{
-		// Authentication off: the page's token is sent and not checked (auth_e2e_test.go
-		// covers a service that checks it).
-		Auth:        auth.Config{Insecure: true},
-		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "ui-e2e", AutoMigrate: true, DBMaxConns: 8,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Executor: executor.Config{PollInterval: 50 * time.Millisecond},
-		Kafka: consumer.Config{
-			Brokers: cluster.ListenAddrs(), AllowAutoTopicCreation: true,
-			TopicRefresh: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		},
-	})
-	if err != nil {
-		cancel()
-		require.NoError(t, err)
+	// Authentication off: the page's token is sent and not checked (auth_e2e_test.go
+	// covers a service that checks it).
+	cfg := replica.Config(t, dbtest.NewSchema(t).URL, "ui-e2e")
+	cfg.DBMaxConns = 8
+	cfg.Executor = executor.Config{PollInterval: 50 * time.Millisecond}
+	cfg.Kafka = consumer.Config{
+		Brokers: cluster.ListenAddrs(), AllowAutoTopicCreation: true,
+		TopicRefresh: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(ctx); err != nil {
-			t.Errorf("service: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
+	return replica.Start(t, cfg)
 }
 
 func doJSON(t *testing.T, method, url string, body any) (int, map[string]any) {
@@ -211,22 +166,7 @@ func openBrowser(t *testing.T, ctx context.Context, path, base string) *page {
 
 // syncBuffer holds the browser's output, which chromedp copies in from its own
 // goroutine while the test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(b)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
+type syncBuffer = testkit.Buffer
 
 // observe runs on chromedp's event loop: it only records.
 func (p *page) observe(ev any) {
@@ -457,7 +397,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0))
 	require.NoError(t, err)
 	t.Cleanup(prod.Close)
-	fake := newFakeService(t)
+	fake, nextCall := newFakeService(t)
 	svc := startService(t, cluster)
 	base := "http://" + svc.Addr()
 
@@ -471,7 +411,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		return body["id"].(string)
 	}
 	put(map[string]any{
-		"name": "shipment", "vars": map[string]any{"svc": fake.url},
+		"name": "shipment", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall":             map[string]any{"url": "@{_vars.svc}/process"},
@@ -486,7 +426,7 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
 	})
 	put(map[string]any{
-		"name": "approval", "vars": map[string]any{"svc": fake.url},
+		"name": "approval", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "approval", "type": "wait_events", "data": map[string]any{
 				"events": []any{map[string]any{"name": "approval", "source": "send", "type": "approved"}}, "timeout": 600,
@@ -505,13 +445,13 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	}}}})
 
 	shipment := start("shipment")
-	call := fake.nextCall(t)
+	call := nextCall(t)
 	require.Equal(t, shipment, call["execution_id"])
 	corrID := call["correlation_id"].(string)
 	// Another execution of the same workflow, started in the same second: its id shares
 	// the first digits, and the search must still find exactly one.
 	other := start("shipment")
-	fake.nextCall(t)
+	nextCall(t)
 	sendTo, cancelIn, timer := start("approval"), start("approval"), start("cool-off")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -868,12 +808,12 @@ func TestConsoleShowsANodeWarning(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
-	fake := newFakeService(t)
+	fake, nextCall := newFakeService(t)
 	svc := startService(t, cluster)
 	base := "http://" + svc.Addr()
 
 	def := map[string]any{
-		"name": "ui-partial", "vars": map[string]any{"svc": fake.url},
+		"name": "ui-partial", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 4, "onTimeout": "continue_with_partial",
@@ -887,7 +827,7 @@ func TestConsoleShowsANodeWarning(t *testing.T) {
 	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
 	require.Equal(t, http.StatusCreated, status, body)
 	execID := body["id"].(string)
-	fake.nextCall(t)
+	nextCall(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

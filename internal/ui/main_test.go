@@ -3,11 +3,11 @@ package ui_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: the service, the
 // broker and the browser are all stopped in t.Cleanup.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
