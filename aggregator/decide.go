@@ -68,7 +68,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 	}
 	if ev.Source.Kind != SourceCallback || name != EventAPIResponse {
 		// Everything but the apiCall callback (api_response) checks where the event may come from
-		// and what it must hold; the seed's api_response is decided without decoding.
+		// and what it must hold; the apiCall's own api_response is decided without decoding.
 		if err := w.decodeExpected(); err != nil {
 			return "", name, err
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
-// Events sent to an execution by type (seeds 000 and 001). A sent event goes to every
+// Events sent to an execution by type (an engine's "send event" step). A sent event goes to every
 // open wait of the execution that expects its type; when none does yet, it is buffered
 // and taken by the first wait for its type the execution reaches. Sending and
 // registering a wait both hold the execution's row lock, so an event is either seen by

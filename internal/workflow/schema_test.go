@@ -240,7 +240,7 @@ func TestSchemaMatchesGo(t *testing.T) {
 	require.Equal(t, []any{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial, nil}, at(t, we, "properties", "onTimeout", "enum"))
 	require.Equal(t, OnTimeoutFail, at(t, we, "properties", "onTimeout", "default"))
 	for _, n := range eventNames {
-		// The seed's two names are valid event names, reserved for apiCall/kafkaEvent.
+		// The two built-in names are valid event names, reserved for apiCall/kafkaEvent.
 		require.Regexp(t, at(t, we, "$defs", "eventName", "pattern"), n)
 	}
 	require.Equal(t, []any{SourceCallback, SourceKafka, SourceSend}, at(t, we, "$defs", "event", "properties", "source", "enum"))
