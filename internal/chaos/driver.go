@@ -595,8 +595,24 @@ func (r *runner) sendTwice(e *execRun, i int, path string, payload []byte, heade
 }
 
 // post sends one body to path until a definite answer (anything but a network error or
-// a 5xx), moving to the next live replica after each failure.
+// a 5xx), moving to the next live replica after each failure; a 202's outcome is the
+// answer's.
 func (r *runner) post(s, replica int, path string, payload []byte, headers http.Header) []Attempt {
+	return r.postUntilDefinite(s, replica, path, payload, headers, func(a *Attempt, body []byte) {
+		var answer struct {
+			Outcome string `json:"outcome"`
+		}
+		if a.Status == http.StatusAccepted && json.Unmarshal(body, &answer) == nil {
+			a.Outcome = answer.Outcome
+		}
+	})
+}
+
+// postUntilDefinite sends one body to path until a definite answer, moving to the next
+// live replica after each network error or 5xx; read fills an answered attempt's
+// outcome from its body. An attempt is unsure when its request may have reached the
+// replica without an answer coming back.
+func (r *runner) postUntilDefinite(s, replica int, path string, payload []byte, headers http.Header, read func(a *Attempt, body []byte)) []Attempt {
 	var out []Attempt
 	for attempt := 0; r.ctx.Err() == nil; attempt++ {
 		rep := r.liveReplica(replica + attempt)
@@ -605,15 +621,10 @@ func (r *runner) post(s, replica int, path string, payload []byte, headers http.
 		a := Attempt{Send: s, Replica: rep, Start: time.Now()}
 		resp, err := r.http.Do(req)
 		if err == nil {
-			var answer struct {
-				Outcome string `json:"outcome"`
-			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			a.Status = resp.StatusCode
-			if a.Status == http.StatusAccepted && json.Unmarshal(body, &answer) == nil {
-				a.Outcome = answer.Outcome
-			}
+			read(&a, body)
 		}
 		a.End = time.Now()
 		switch {

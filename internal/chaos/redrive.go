@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -257,45 +255,19 @@ func (r *runner) reopenedWait(id uuid.UUID) (*WaitInfo, error) {
 // retry after an answer that was lost may find the execution redriven by it: 409 naming
 // its new status.
 func (r *runner) redrivePost(s, replica int, path string) []Attempt {
-	var out []Attempt
-	for attempt := 0; r.ctx.Err() == nil; attempt++ {
-		rep := r.liveReplica(replica + attempt)
-		req, _ := http.NewRequestWithContext(r.ctx, http.MethodPost, "http://"+r.cl.replicas[rep].addr+path, nil)
-		req.Header.Set("Authorization", "Bearer "+r.operatorToken)
-		a := Attempt{Send: s, Replica: rep, Start: time.Now()}
-		resp, err := r.http.Do(req)
-		if err == nil {
+	headers := http.Header{"Authorization": {"Bearer " + r.operatorToken}}
+	return r.postUntilDefinite(s, replica, path, nil, headers, func(a *Attempt, body []byte) {
+		switch a.Status {
+		case http.StatusOK:
+			a.Outcome = "redriven"
+		case http.StatusConflict:
 			var answer struct {
 				Status string `json:"execution_status"`
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			a.Status = resp.StatusCode
-			switch a.Status {
-			case http.StatusOK:
-				a.Outcome = "redriven"
-			case http.StatusConflict:
-				_ = json.Unmarshal(body, &answer)
-				a.Outcome = answer.Status
-			default:
-				a.Err = string(body)
-			}
+			_ = json.Unmarshal(body, &answer)
+			a.Outcome = answer.Status
+		default:
+			a.Err = string(body)
 		}
-		a.End = time.Now()
-		switch {
-		case err != nil:
-			a.Err = err.Error()
-			a.Unsure = !errors.Is(err, syscall.ECONNREFUSED)
-		case a.Status >= 500:
-			a.Unsure = true
-		}
-		out = append(out, a)
-		if err == nil && a.Status < 500 {
-			return out
-		}
-		if !r.sleep(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)) {
-			break
-		}
-	}
-	return out
+	})
 }
