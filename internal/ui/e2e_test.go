@@ -816,7 +816,7 @@ func TestConsoleShowsANodeWarning(t *testing.T) {
 		"name": "ui-partial", "vars": map[string]any{"svc": fake.URL},
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
-				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 4, "onTimeout": "continue_with_partial",
+				"apiCall": map[string]any{"url": "@{_vars.svc}/process"}, "timeout": 8, "onTimeout": "continue_with_partial",
 			}},
 			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
 		},
@@ -824,14 +824,16 @@ func TestConsoleShowsANodeWarning(t *testing.T) {
 	}
 	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def)
 	require.Equal(t, http.StatusCreated, status, body)
+	// The browser is started before the execution, whose wait lasts 8 s: a browser that
+	// starts slowly beside the package's other browser tests must still see it waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	p := openBrowser(t, ctx, chromium, base)
 	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
 	require.Equal(t, http.StatusCreated, status, body)
 	execID := body["id"].(string)
 	nextCall(t)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	p := openBrowser(t, ctx, chromium, base)
 	p.navigate(t, base+"/ui/#/executions/"+execID)
 
 	v := awaitExec(t, p, "the wait waiting, without a warning", func(v execPage) bool {
