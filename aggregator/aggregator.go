@@ -31,6 +31,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
@@ -237,6 +238,10 @@ type Config struct {
 	OnExpired func([]Expired)
 	// TestSignals: steps tests wait for; inert in production.
 	TestSignals TestSignals
+	// Clock is the time deadlines, buffer lifetimes, lookback windows and the
+	// janitor's cut-offs are set and judged by, and the sweeper sleeps by. Default
+	// clock.Real; a test's stub moves them without waiting.
+	Clock clock.Clock
 
 	// MaxWaitersPerType bounds the open waits of one payload-match type (topic and
 	// type): registering one more fails the node. Default MaxWaitersPerTypeDefault.
@@ -296,8 +301,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxLookback <= 0 {
 		c.MaxLookback = MaxLookbackDefault
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
+
+// now is the time on the aggregator's clock (Config.Clock).
+func (a *Aggregator) now() time.Time { return a.cfg.Clock.Now() }
 
 func (c Config) validate() error {
 	if c.InstanceID == "" {
@@ -529,7 +538,7 @@ func (a *Aggregator) applyTx(ctx context.Context, tx pgx.Tx, ev Event) (Result, 
 			return Result{}, err
 		}
 		loaded := row.Version
-		now := time.Now().UTC()
+		now := a.now().UTC()
 		outcome, name, err := w.decide(ev, key, now)
 		if err != nil {
 			return Result{}, err

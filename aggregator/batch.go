@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -66,7 +65,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 
 	var slow []int
 	touched := map[*wait][]int{}
-	now := time.Now().UTC()
+	now := a.now().UTC()
 	for i, ev := range events {
 		w := waits[ev.CorrelationID]
 		if w == nil || w.row.ExecutionID != ev.ExecutionID {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 )
 
 // expiredLog collects what a sweeper reports through Config.OnExpired.
@@ -587,21 +588,22 @@ func TestDeadlinePerEvent(t *testing.T) {
 	})
 }
 
-// TestDeadlinePassedBeforeSweep delivers events after their deadline in real time, before
-// any sweeper got to the wait: they are late all the same.
+// TestDeadlinePassedBeforeSweep delivers events after their deadline by the aggregator's
+// clock (a stub, moved past it), before any sweeper got to the wait: they are late all
+// the same.
 func TestDeadlinePassedBeforeSweep(t *testing.T) {
 	t.Parallel()
-	sleepUntil := func(at time.Time) { time.Sleep(time.Until(at)) }
 
 	t.Run("overall deadline", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
-		sw, expired := f.sweeper(t, "sweeper")
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
+		sw, expired := f.sweeper(t, "sweeper", withClock(stub))
 		reg := registration(aggregator.StrategyAny, expectAPIOnly())
 		reg.Timeout = 100 * time.Millisecond
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(ws.ExpiresAt.Add(20 * time.Millisecond))
+		stub.Set(ws.ExpiresAt.Add(20 * time.Millisecond))
 
 		// The late event writes the passed deadline itself, exactly as the sweeper would
 		// have: answering late from a row still showing the wait open could contradict
@@ -621,20 +623,21 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, "failed", f.node(t, w).Status)
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 
-		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		require.Empty(t, expired.all())
 	})
 
 	t.Run("own deadline of an optional event", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
 		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
 		res := f.apply(t, w.event(kafka, kafkaPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
@@ -662,7 +665,8 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("a record fitting an optional event past its deadline and one still awaited", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
 		// Both Kafka events fit any record of the topic; the first, optional, has a
 		// short deadline of its own.
 		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
@@ -671,7 +675,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		})
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
 
 		ev := w.event(kafka, kafkaPayload)
 		ev.Name = "" // correlated by ids: the wait decides which of its Kafka events it is
@@ -685,7 +689,8 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("a sent event fitting an optional event past its deadline and one still awaited", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
 		// Both send events take the type; the first, optional, has a short deadline of
 		// its own. The send path picks among them as the Kafka path does.
 		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
@@ -694,7 +699,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		})
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, "early").Add(20 * time.Millisecond))
 
 		res, err := f.agg.Send(t.Context(), aggregator.Sent{ExecutionID: w.ExecutionID, Type: "approved",
 			Payload: []byte(`{"ok": true}`), Source: aggregator.Source{Kind: aggregator.SourceSend}})
@@ -710,14 +715,15 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("a sent event past the overall deadline", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
-		sw, _ := f.sweeper(t, "sweeper")
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
+		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
 		reg := registration(aggregator.StrategyAll, []aggregator.Expected{
 			{Name: "approval", Source: aggregator.SourceSend, Type: "approved", Required: true},
 		})
 		reg.Timeout = 100 * time.Millisecond
 		w := f.newWait(t, reg)
-		sleepUntil(f.waitState(t, w.ID).ExpiresAt.Add(20 * time.Millisecond))
+		stub.Set(f.waitState(t, w.ID).ExpiresAt.Add(20 * time.Millisecond))
 
 		// Offered to the wait, the event is late: it writes the deadline first, and,
 		// taken by no wait, is buffered for a later one.
@@ -729,7 +735,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, aggregator.Late, res.Deliveries[0].Outcome)
 		require.NotNil(t, res.Deliveries[0].Expired)
 		require.True(t, res.Queued(), "the timeout's continuation is announced")
-		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws := f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
 		require.Equal(t, []string{"approval"}, timedOutOf(t, ws))
@@ -739,15 +745,16 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("own deadline under all", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
-		sw, _ := f.sweeper(t, "sweeper")
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
+		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
 		reg := registration(aggregator.StrategyAll, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
 		// kafka_event timing out ended the wait (all needs every event), so api_response
 		// is late although its own deadline is ahead and no sweeper has run: what is
@@ -757,7 +764,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, aggregator.Late, res.Outcome)
 		require.Equal(t, aggregator.StatusTimeout, res.Status)
 		require.NotNil(t, res.Expired)
-		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
 		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
@@ -776,8 +783,9 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("required event's own deadline under required_only", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
-		sw, _ := f.sweeper(t, "sweeper")
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
+		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
 		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback"},
 			{Name: kafka, Source: "kafka", Topic: "orders", Required: true, TimeoutMS: 100},
@@ -785,7 +793,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		reg.OnTimeout = aggregator.OnTimeoutContinueWithPartial
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 
 		// The optional api_response arrives after the required event's deadline ended
 		// the wait: late, so the partial output holds only what arrived in time.
@@ -794,7 +802,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.NotNil(t, res.Expired)
 		require.True(t, res.Expired.Continue)
 		require.True(t, res.Expired.Partial)
-		require.Zero(t, f.sweep(t, sw, time.Now()), "nothing left for the sweeper")
+		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
 		require.Equal(t, aggregator.StatusTimeout, ws.Status)
 		require.Empty(t, receivedNames(t, ws))
@@ -806,14 +814,15 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 	t.Run("optional event's own deadline does not end required_only", func(t *testing.T) {
 		t.Parallel()
-		f := setup(t)
+		stub := clock.NewStub(time.Now())
+		f := setup(t, withClock(stub))
 		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true, TimeoutMS: 10_000},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		sleepUntil(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
+		stub.Set(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))
 		// A passed deadline that does not end the wait leaves the others counting.
 		require.Equal(t, aggregator.Completed, f.apply(t, w.event(api, apiPayload)).Outcome)
 		// No sweeper ran and nothing arrived late, yet kafka_event's passed deadline is

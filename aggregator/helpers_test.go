@@ -19,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
@@ -34,16 +35,25 @@ type fixture struct {
 }
 
 // setup gives the test a migrated schema of its own with one workflow row, and an
-// aggregator over it whose logs are captured.
-func setup(t testing.TB) *fixture {
+// aggregator over it whose logs are captured; configure adjusts its configuration.
+func setup(t testing.TB, configure ...func(*aggregator.Config)) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	logs := &logCapture{}
-	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: "test", Logger: slog.New(logs)})
+	cfg := aggregator.Config{InstanceID: "test", Logger: slog.New(logs)}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	agg, err := aggregator.New(pool, cfg)
 	require.NoError(t, err)
 	_, err = pool.Exec(t.Context(), `INSERT INTO workflows (name, version, definition) VALUES ('orders', 1, '{"nodes":[{"id":"wait_for_order","type":"wait_events"}]}')`)
 	require.NoError(t, err)
 	return &fixture{pool: pool, agg: agg, q: dbsqlc.New(), logs: logs}
+}
+
+// withClock has an aggregator decide by c.
+func withClock(c clock.Clock) func(*aggregator.Config) {
+	return func(cfg *aggregator.Config) { cfg.Clock = c }
 }
 
 // wait names a registered wait.

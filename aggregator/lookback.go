@@ -129,7 +129,7 @@ func (a *Aggregator) keepEarly(ctx context.Context, tx pgx.Tx, events []Event, r
 	}
 	again = foldMatches(subset, origin, again)
 
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	p := dbsqlc.MatchLookbackKeepParams{KeptAt: now}
 	until := map[string]time.Time{} // by event key
 	var keeping []int
@@ -257,7 +257,7 @@ func (a *Aggregator) takeKept(ctx context.Context, tx pgx.Tx, w *wait, now time.
 // wait took as expired.
 func (a *Aggregator) pruneKept(ctx context.Context) error {
 	for {
-		statuses, err := a.q.MatchLookbackPrune(ctx, a.pool, dbsqlc.MatchLookbackPruneParams{Now: time.Now().UTC(), Max: janitorBatch})
+		statuses, err := a.q.MatchLookbackPrune(ctx, a.pool, dbsqlc.MatchLookbackPruneParams{Now: a.now().UTC(), Max: janitorBatch})
 		if err != nil {
 			return fmt.Errorf("prune kept records: %w", err)
 		}

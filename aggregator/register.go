@@ -73,7 +73,7 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	}
 	// Microseconds: PostgreSQL's precision, so the stored next deadline and the deadlines
 	// in expected_events compare exactly.
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	expires := now.Add(timeout)
 	next := expires
 	expected := slices.Clone(r.Expected)
@@ -200,7 +200,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 		if slices.ContainsFunc(w.received, func(r Received) bool { return r.Name == EventAPIResponse }) {
 			return false, nil
 		}
-		timedOut, goOn, err := w.withoutReply(time.Now())
+		timedOut, goOn, err := w.withoutReply(a.now())
 		if err != nil {
 			return false, err
 		}

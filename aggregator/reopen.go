@@ -71,7 +71,7 @@ func (a *Aggregator) ReopenWait(ctx context.Context, tx pgx.Tx, executionID uuid
 		timeout = DefaultTimeout
 	}
 	// As Register: microseconds, so stored deadlines compare exactly.
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	expires := now.Add(timeout)
 	next := expires
 	for i := range expected {

@@ -300,7 +300,7 @@ type DismissedMany struct {
 // resumes, since a dismissed dead letter no longer matches.
 func (a *Aggregator) DismissDeadLetters(ctx context.Context, f DeadLetterFilter, why string, dryRun bool, limit, batch int) (DismissedMany, error) {
 	if f.CreatedBefore.IsZero() {
-		f.CreatedBefore = time.Now()
+		f.CreatedBefore = a.now()
 	}
 	p := dbsqlc.EventDeadLetterDismissBatchParams{Detail: why, CreatedBefore: f.CreatedBefore, ExecutionID: f.ExecutionID,
 		EventType: nonEmpty(f.EventType), Reason: nonEmpty(f.Reason), Workflow: nonEmpty(f.Workflow)}

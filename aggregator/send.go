@@ -165,7 +165,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		return SendResult{}, fmt.Errorf("load open waits: %w", err)
 	}
 	var events []Event
-	now := time.Now().UTC()
+	now := a.now().UTC()
 	for _, row := range rows {
 		w, err := decodeWait(row)
 		if err != nil {
@@ -208,7 +208,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 	if err != nil {
 		return SendResult{}, err
 	}
-	res.ExpiresAt = time.Now().UTC().Add(ttl)
+	res.ExpiresAt = a.now().UTC().Add(ttl)
 	res.BufferID, err = a.q.EventBufferInsert(ctx, tx, dbsqlc.EventBufferInsertParams{
 		ExecutionID: s.ExecutionID, EventType: s.Type, EventID: nullable(s.ID), Payload: s.Payload, Source: src, ExpiresAt: res.ExpiresAt,
 	})
@@ -290,7 +290,7 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	if err := w.decodeExpected(); err != nil {
 		return res, err
 	}
-	now := time.Now().UTC()
+	now := a.now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
 		if e.Source != SourceSend || w.row.Status != StatusWaiting {

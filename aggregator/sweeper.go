@@ -60,7 +60,7 @@ type Expired struct {
 // noticing a wait registered by another pod that died before its deadline), and is woken
 // early by a registration in this process with an earlier deadline.
 func (a *Aggregator) RunSweeper(ctx context.Context) {
-	timer := time.NewTimer(0)
+	timer := a.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
@@ -71,7 +71,7 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 		} else {
 			backoff = 0
 		}
-		now := time.Now()
+		now := a.now()
 		target := now.Add(a.cfg.SweepMaxSleep)
 		if backoff > 0 {
 			target = now.Add(backoff)
@@ -88,10 +88,10 @@ func (a *Aggregator) RunSweeper(ctx context.Context) {
 			if hint, ok := a.takeDeadlineHint(); ok && hint.Before(target) {
 				target = hint
 			}
-			timer.Reset(max(time.Until(target), 0))
+			timer.Reset(target.Sub(a.now()))
 			select {
 			case <-ctx.Done():
-			case <-timer.C:
+			case <-timer.C():
 			case <-a.deadlineWake:
 				timer.Stop()
 				continue // an earlier deadline may have been registered
@@ -128,7 +128,7 @@ func (a *Aggregator) takeDeadlineHint() (time.Time, bool) {
 // full batch do SweepWorkers transactions run at once, sharing a burst of deadlines
 // (100 000 waits registered together) out by SKIP LOCKED.
 func (a *Aggregator) drainDue(ctx context.Context) error {
-	n, err := a.Sweep(ctx, time.Now())
+	n, err := a.Sweep(ctx, a.now())
 	if err != nil || n < a.cfg.SweepBatch {
 		return err
 	}
@@ -139,7 +139,7 @@ func (a *Aggregator) drainDue(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				n, err := a.Sweep(ctx, time.Now())
+				n, err := a.Sweep(ctx, a.now())
 				if err != nil {
 					errs[i] = err
 					return
@@ -216,7 +216,8 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 	if len(fired) == 0 {
 		return
 	}
-	committed := time.Now()
+	// On the clock the deadline was set by.
+	committed := a.now()
 	for i := range fired {
 		fired[i].Lateness = committed.Sub(fired[i].Deadline)
 		switch e := fired[i]; {

@@ -16,6 +16,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 )
@@ -87,22 +88,30 @@ func (sf *sweeperFixture) firedCount() int {
 }
 
 // TestSweeperSleepsUntilTheDeadline: with one deadline ahead and nothing due, the
-// sweeper issues a handful of statements, not a poll loop; it then fires the deadline
-// close to its time, and goes quiet again.
+// sweeper issues a handful of statements, not a poll loop, and sleeps until the
+// deadline; it then fires the deadline when its clock reaches it, and goes quiet again.
+// The sweeper's clock is a stub: the deadline comes when the test moves it there, while
+// the quiet spells are measured in real time.
 func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 	t.Parallel()
-	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	stub := clock.NewStub(time.Now())
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
 	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 1500 * time.Millisecond
 	w := sf.newWait(t, reg)
+	deadline := sf.waitState(t, w.ID).NextDeadlineAt
 
 	before := sf.queries.n.Load()
 	sf.run(t)
+	target := sf.rounds.Wait(t)
+	require.True(t, target.Equal(deadline), "the first round sleeps until %v, not the deadline %v", target, deadline)
 	time.Sleep(time.Second)
 	idle := sf.queries.n.Load() - before
 	// A sweep that finds nothing (begin, claim, commit) and one look at the next deadline.
 	require.LessOrEqual(t, idle, int64(6), "statements in 1 s while nothing was due")
+	require.Zero(t, sf.firedCount(), "fired before its clock reached the deadline")
 
+	stub.Set(deadline)
 	select {
 	case <-sf.firedCh:
 	case <-time.After(5 * time.Second):
@@ -118,7 +127,7 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 
 	// The round that fired the deadline ends with nothing left: the sweeper goes to sleep
 	// for SweepMaxSleep (earlier rounds slept until the deadline).
-	for target := sf.rounds.Wait(t); time.Until(target) < 30*time.Second; target = sf.rounds.Wait(t) {
+	for target := sf.rounds.Wait(t); target.Sub(stub.Now()) < 30*time.Second; target = sf.rounds.Wait(t) {
 	}
 	quiet := sf.queries.n.Load()
 	time.Sleep(time.Second)
@@ -127,9 +136,13 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 
 // TestSweeperWokenByEarlierRegistration: a sweeper asleep for long is woken by a wait
 // registered in its process with an earlier deadline, and fires it on time.
+//
+// The clock is a stub moved to the earlier deadline only: a sweeper still asleep until
+// the hour is up would not fire.
 func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 	t.Parallel()
-	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	stub := clock.NewStub(time.Now())
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
 	far := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	far.Timeout = time.Hour
 	sf.newWait(t, far)
@@ -139,6 +152,7 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 	soon := far
 	soon.Timeout = 400 * time.Millisecond
 	w := sf.newWait(t, soon)
+	stub.Set(sf.waitState(t, w.ID).NextDeadlineAt)
 	select {
 	case <-sf.firedCh:
 	case <-time.After(5 * time.Second):
@@ -152,9 +166,12 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 // transaction commits (a short timeout, a slow node run) is fired right after the commit.
 // Told at registration, the sweeper woke at the deadline, found nothing it could see yet,
 // and slept for SweepMaxSleep.
+//
+// The clock is a stub, moved past the deadline inside the registering transaction.
 func TestSweeperToldAfterCommit(t *testing.T) {
 	t.Parallel()
-	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
+	stub := clock.NewStub(time.Now())
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
 	sf.run(t)
 	sf.rounds.Wait(t) // asleep: nothing is registered
 	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
@@ -167,7 +184,7 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 		}
 		ws, err := sf.agg.Register(t.Context(), tx, reg)
 		id = ws.ID
-		time.Sleep(500 * time.Millisecond) // the deadline passes before the commit
+		stub.Advance(500 * time.Millisecond) // the deadline passes before the commit
 		return err
 	}))
 	committed := time.Now()
@@ -182,18 +199,23 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 
 // TestSweeperFindsOtherReplicasDeadlines: a wait registered elsewhere (no hint reaches
 // this sweeper) is still found within SweepMaxSleep.
+//
+// Both replicas share a stub clock, moved to the end of the sweeper's sleep: past the
+// deadline, which only that wake-up can find.
 func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 	t.Parallel()
-	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: 300 * time.Millisecond})
+	stub := clock.NewStub(time.Now())
+	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: 300 * time.Millisecond, Clock: stub})
 	sf.run(t)
-	sf.rounds.Wait(t) // asleep: nothing is registered here
+	asleepUntil := sf.rounds.Wait(t) // asleep: nothing is registered here
 
-	other, err := aggregator.New(sf.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(slog.DiscardHandler)})
+	other, err := aggregator.New(sf.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(slog.DiscardHandler), Clock: stub})
 	require.NoError(t, err)
 	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 200 * time.Millisecond
 	otherFixture := &fixture{pool: sf.pool, agg: other, q: dbsqlc.New(), logs: sf.logs}
 	w := otherFixture.newWait(t, reg)
+	stub.Set(asleepUntil)
 	select {
 	case <-sf.firedCh:
 	case <-time.After(5 * time.Second):

@@ -135,7 +135,7 @@ func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
 		a.DatabaseError(ctx)
 		return dbSnapshot{}, err
 	}
-	now := time.Now()
+	now := a.now()
 	snap := dbSnapshot{open: map[string]int64{}}
 	for _, r := range rows {
 		snap.open[r.Status] = r.Count

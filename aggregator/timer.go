@@ -37,7 +37,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("encode timer settings: %w", err)
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	at, status, reason := t.At.UTC().Truncate(time.Microsecond), StatusScheduled, (*string)(nil)
 	if t.Error != "" {
 		at, status, reason = now, StatusError, &t.Error

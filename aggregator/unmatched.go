@@ -207,7 +207,7 @@ func (a *Aggregator) Services() []startstop.Service {
 // Janitor runs one round of RunJanitor and returns how many buffered events expired.
 func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
 	for {
-		rows, err := a.q.EventBufferExpire(ctx, a.pool, dbsqlc.EventBufferExpireParams{Now: time.Now().UTC(), Max: janitorBatch})
+		rows, err := a.q.EventBufferExpire(ctx, a.pool, dbsqlc.EventBufferExpireParams{Now: a.now().UTC(), Max: janitorBatch})
 		if err != nil {
 			return expired, fmt.Errorf("expire buffered events: %w", err)
 		}
@@ -224,7 +224,7 @@ func (a *Aggregator) Janitor(ctx context.Context) (expired int, err error) {
 			break
 		}
 	}
-	cutoff := time.Now().Add(-a.cfg.UnmatchedMaxAge)
+	cutoff := a.now().Add(-a.cfg.UnmatchedMaxAge)
 	for {
 		n, err := a.q.UnmatchedEventPrune(ctx, a.pool, dbsqlc.UnmatchedEventPruneParams{
 			Cutoff: cutoff, Keep: int32(a.cfg.UnmatchedRetention), Max: janitorBatch})

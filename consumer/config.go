@@ -121,6 +121,8 @@ type Config struct {
 	Definitions Definitions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TestSignals: steps tests wait for; inert in production.
+	TestSignals TestSignals
 	// TracerProvider receives the Kafka client's spans (a receive span per fetched
 	// record, a publish span per dead letter). Default: a no-op provider.
 	TracerProvider trace.TracerProvider

@@ -86,7 +86,7 @@ func TestPoisonRecords(t *testing.T) {
 	require.True(t, ok, "the source record's headers are kept")
 	require.Equal(t, "t-1", trace)
 
-	require.Eventually(t, func() bool { return e.committed(t, "psn")[0] == int64(len(poison)+1) }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "psn", 0, int64(len(poison)+1))
 	counts := s.Consumer.Counts()
 	require.Equal(t, int64(len(poison)), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
@@ -124,8 +124,7 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 
 	fault.Remove()
 	removed := time.Now()
-	require.Eventually(t, func() bool { return e.committed(t, "dlf")[0] == 3 }, waitTimeout, 20*time.Millisecond,
-		"the partition moves on once the dead letters are written")
+	e.waitCommitted(t, s, "dlf", 0, 3, "the partition moves on once the dead letters are written")
 	dls := e.deadLetters(t, "dlf.dlq", 2)
 	require.Len(t, dls, 2)
 	firstSeen := requireDeadLetter(t, dls[0], "dlf", 0, 0, bad.Value, "not JSON")
@@ -164,7 +163,7 @@ func TestDeadLetterWrittenOnce(t *testing.T) {
 
 	fault.Remove(t)
 	e.waitStatus(t, s, execID, "completed")
-	require.Eventually(t, func() bool { return e.committed(t, "dwo")[0] == 2 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "dwo", 0, 2)
 	require.Equal(t, int64(1), e.endOffset(t, "dwo.dlq"), "the retries did not dead-letter it again")
 	requireDeadLetter(t, e.deadLetters(t, "dwo.dlq", 1)[0], "dwo", 0, 0, bad.Value, "not JSON")
 	counts := s.Consumer.Counts()
@@ -200,7 +199,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	dls := e.deadLetters(t, "rfs.dlq", 1)
 	require.Len(t, dls, 1)
 	requireDeadLetter(t, dls[0], "rfs", 0, 1, refused.Value, "PostgreSQL refused the value: value refused for the test (SQLSTATE 22023)")
-	require.Eventually(t, func() bool { return e.committed(t, "rfs")[0] == 3 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "rfs", 0, 3)
 	v := e.execution(t, s, execs[1])
 	require.Equal(t, "waiting", v.Waits[0].Status, "the refused record changed nothing")
 	counts := s.Consumer.Counts()
@@ -230,7 +229,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	for _, id := range more {
 		e.waitStatus(t, s2, id, "completed")
 	}
-	require.Eventually(t, func() bool { return e.committed(t, "rfs")[0] == 5 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s2, "rfs", 0, 5)
 	require.Zero(t, s2.Consumer.Counts()[consumer.ReasonPoison])
 	require.Equal(t, int64(1), e.endOffset(t, "rfs.dlq"), "nothing more dead-lettered")
 }

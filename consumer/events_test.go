@@ -94,7 +94,7 @@ func TestNamedKafkaEventsByIDs(t *testing.T) {
 	src := out["events"].([]any)[0].(map[string]any)["source"]
 	require.Equal(t, map[string]any{"kind": "kafka", "topic": "parcels", "partition": float64(0), "offset": float64(2)}, src)
 	require.Equal(t, out, e.fake.continuation(t, execID)["wait"])
-	require.Eventually(t, func() bool { return e.committed(t, "parcels")[0] == 4 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "parcels", 0, 4)
 	require.Equal(t, 2, e.unmatched(t, "filter_failed", execID), "the refused records are listed as unmatched")
 }
 
@@ -136,7 +136,7 @@ func TestPayloadMatch(t *testing.T) {
 	)
 	requireCount(t, s, "no_match", 1)
 	requireCount(t, s, "missing_id", 1)
-	require.Eventually(t, func() bool { return e.committed(t, "payments")[0] == 3 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "payments", 0, 3)
 	require.Equal(t, 1, e.unmatched(t, "match_value_differs", ""))
 	var src, excerpt string
 	require.NoError(t, e.direct.QueryRow(t.Context(),

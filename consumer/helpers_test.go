@@ -111,8 +111,11 @@ func (e *env) kafkaConfig() consumer.Config {
 }
 
 // svc is one running replica; stop cancels it and returns once Run has returned (it
-// also runs when the test ends).
-type svc struct{ *replica.Replica }
+// also runs when the test ends). signals are its consumer's, initialised.
+type svc struct {
+	*replica.Replica
+	signals consumer.TestSignals
+}
 
 func (s *svc) stop() { s.Stop() }
 
@@ -123,6 +126,7 @@ func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc
 	cfg := replica.Config(t, e.schema.URL, id)
 	cfg.DBMaxConns, cfg.HTTPShutdown, cfg.Logger = 5, 5*time.Second, e.logger
 	cfg.Kafka = e.kafkaConfig()
+	cfg.Kafka.TestSignals.Committed.Init()
 	cfg.Executor = executor.Config{
 		PollInterval: 50 * time.Millisecond, Workers: 4, OutboxWorkers: 2,
 		OutboxBackoffMin: 10 * time.Millisecond, OutboxBackoffMax: 100 * time.Millisecond,
@@ -131,7 +135,7 @@ func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &svc{replica.Start(t, cfg)}
+	return &svc{Replica: replica.Start(t, cfg), signals: cfg.Kafka.TestSignals}
 }
 
 // startProxied starts a replica as start does, reaching PostgreSQL through a proxy the
@@ -332,6 +336,15 @@ func (e *env) committed(t *testing.T, topic string) map[int32]int64 {
 		}
 	}
 	return out
+}
+
+// waitCommitted waits until s's consumer committed partition p of topic up to offset
+// want (its Committed signal, set once the commit succeeded), then checks that the
+// group's offset on the broker is exactly want; msg says what it means when it is not.
+func (e *env) waitCommitted(t *testing.T, s *svc, topic string, p int32, want int64, msg ...any) {
+	t.Helper()
+	s.signals.Committed.WaitAtLeastFor(t, consumer.TopicPartition{Topic: topic, Partition: p}, want, waitTimeout)
+	require.Equal(t, want, e.committed(t, topic)[p], msg...)
 }
 
 func (e *env) committedSum(t *testing.T, topic string) int64 {

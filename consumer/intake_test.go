@@ -209,7 +209,7 @@ func TestRecordIDs(t *testing.T) {
 		v := e.waitStatus(t, s, execID, "completed")
 		require.Equal(t, jsonOf(t, data("ok")), waitOutput(t, v)["kafkaEvent"])
 		require.Equal(t, int64(2), v.Waits[0].Version)
-		require.Eventually(t, func() bool { return e.committed(t, "payments")[0] == 2 }, waitTimeout, 20*time.Millisecond)
+		e.waitCommitted(t, s, "payments", 0, 2)
 	})
 
 	t.Run("headers", func(t *testing.T) {
@@ -241,8 +241,7 @@ func TestRecordIDs(t *testing.T) {
 		require.Equal(t, int64(4), counts["missing_id"], "%v", counts)
 		require.Equal(t, int64(1), counts["invalid_id"], "%v", counts)
 		require.Zero(t, counts["poison"], "records without ids are not poison: %v", counts)
-		require.Eventually(t, func() bool { return e.committed(t, "ids")[0] == 6 }, waitTimeout, 20*time.Millisecond,
-			"every record is committed")
+		e.waitCommitted(t, s, "ids", 0, 6, "every record is committed")
 	})
 }
 
@@ -282,7 +281,7 @@ func TestConfiguredTopics(t *testing.T) {
 	e.produce(t, record("configured", 2, ids("9b6d0c39-9f57-4a4e-8d3b-8b1d3f7f3f10", "a1c1e7a4-3d7f-4d47-9a3f-0c0f3f1d2b11", nil)))
 	require.Eventually(t, func() bool { return s.Consumer.Counts()["not_found"] == 1 }, waitTimeout, 20*time.Millisecond,
 		"the record of a configured topic is read (and matches no wait)")
-	require.Eventually(t, func() bool { return e.committed(t, "configured")[2] == 1 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "configured", 2, 1)
 }
 
 // TestDefinitionStoredMeanwhile stores definitions for a topic the consumer already
@@ -340,6 +339,6 @@ func TestDefinitionStoredMeanwhile(t *testing.T) {
 	e.waitStatus(t, s, alsoByMatch, "completed")
 
 	e.produce(t, record("shared", 0, obj{"hello": "again"}))
-	require.Eventually(t, func() bool { return e.committed(t, "shared")[0] == 5 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "shared", 0, 5)
 	require.Equal(t, int64(2), s.Consumer.Counts()["missing_id"], "only the records no definition reads are skipped")
 }

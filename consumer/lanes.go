@@ -102,6 +102,10 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (map[tp]hold
 			// The records are applied; redelivery after a rebalance or restart is absorbed
 			// as duplicates.
 			c.logger.WarnContext(ctx, "offset commit failed", "err", err, "instance_id", c.cfg.ClientID)
+		} else {
+			for _, r := range commit {
+				c.cfg.TestSignals.Committed.Set(TopicPartition{r.Topic, r.Partition}, r.Offset+1)
+			}
 		}
 	}
 	c.setHealth(ctx, unavailable)

@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -62,7 +61,7 @@ func TestExactNumbers(t *testing.T) {
 	e.produce(t, record("settled", 0, ids(acct, corr, obj{"account": json.Number("9007199254740993.0")})))
 	e.waitStatus(t, s, acct, "completed")
 
-	require.Eventually(t, func() bool { return e.committed(t, "orders")[0] == 2 }, waitTimeout, 20*time.Millisecond)
+	e.waitCommitted(t, s, "orders", 0, 2)
 	require.Zero(t, s.Consumer.Counts()["poison"], "%v", s.Consumer.Counts())
 }
 

@@ -94,22 +94,26 @@ func failOffsetCommits(cluster *kfake.Cluster, fail *atomic.Bool, failed *atomic
 			return nil, nil, false // the broker handles it; the control stays installed
 		}
 		cluster.KeepControl()
-		r := req.(*kmsg.OffsetCommitRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.InvalidCommitOffsetSize.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
 		failed.Add(1)
-		return resp, nil, true
+		return refuseCommit(req.(*kmsg.OffsetCommitRequest)), nil, true
 	})
+}
+
+// refuseCommit is the broker's answer refusing every partition of a commit.
+func refuseCommit(r *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range r.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = kerr.InvalidCommitOffsetSize.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // TestOffsetCommitFailure applies records while every offset commit fails, then replaces

@@ -92,7 +92,7 @@ func (e *Executor) RedriveMany(ctx context.Context, f RedriveFilter, opts BulkOp
 		return BulkRedrive{}, err
 	}
 	if f.FailedBefore.IsZero() {
-		f.FailedBefore = time.Now()
+		f.FailedBefore = e.cfg.Clock.Now()
 	}
 	count := dbsqlc.ExecutionCountFailedParams{FailedBefore: f.FailedBefore, Workflow: nonEmpty(f.Workflow),
 		ErrorContains: nonEmpty(f.ErrorContains), Node: nonEmpty(f.Node)}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
@@ -140,10 +141,11 @@ func TestBufferLastWriteWins(t *testing.T) {
 
 // TestBufferedEventExpires: a buffered event older than the definition's eventBufferTtl
 // is moved to the dead letters with reason expired, and a wait reached afterwards does
-// not take it.
+// not take it. The executor's clock is a stub: the event ages when the test moves it on.
 func TestBufferedEventExpires(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
+	stub := clock.NewStub(time.Now())
+	h := setup(t, func(c *executor.Config) { c.Clock = stub })
 	h.run(t)
 	name := h.gated(t, "ttl", sendEv("item", "item"), obj{"eventBufferTtl": "200ms"})
 	id := h.start(t, name, nil)
@@ -152,13 +154,15 @@ func TestBufferedEventExpires(t *testing.T) {
 	})
 	res := h.send(t, id, "item", obj{"n": "1"}, "")
 	require.Equal(t, aggregator.SendBuffered, res.Outcome)
-	require.WithinDuration(t, time.Now().Add(200*time.Millisecond), res.ExpiresAt, 5*time.Second)
+	require.WithinDuration(t, stub.Now().Add(200*time.Millisecond), res.ExpiresAt, 5*time.Second)
 
-	eventually(t, func() bool {
-		n, err := h.agg.Janitor(context.Background())
-		require.NoError(t, err)
-		return n == 1
-	})
+	n, err := h.agg.Janitor(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, n, "expired before its eventBufferTtl")
+	stub.Advance(200 * time.Millisecond)
+	n, err = h.agg.Janitor(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "expired once its eventBufferTtl passed")
 	require.Equal(t, map[string][]string{"expired": {"1"}}, h.deadLetters(t, id))
 	h.send(t, id, "go", obj{}, "")
 	eventually(t, func() bool {

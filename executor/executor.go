@@ -37,6 +37,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -100,6 +101,10 @@ type Config struct {
 	Logger *slog.Logger
 	// TestSignals: steps tests wait for; inert in production.
 	TestSignals TestSignals
+	// Clock is the time retention's cut-off, a wait node's moment to resume and the
+	// default bound of a bulk redrive are taken from; the aggregator's too when its
+	// config names none. Default clock.Real.
+	Clock clock.Clock
 	// Retention is how long finished executions and finished waits are kept; negative
 	// keeps them forever. Default RetentionDefault.
 	Retention time.Duration
@@ -153,6 +158,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -205,7 +211,8 @@ type defKey struct {
 }
 
 // New returns an Executor and the aggregator it runs on, built from aggCfg with the
-// executor as its Continuer (aggCfg.InstanceID and Logger default to the executor's).
+// executor as its Continuer (aggCfg.InstanceID, Logger and Clock default to the
+// executor's).
 // The two need each other — the executor registers and cancels waits through the
 // aggregator, the aggregator hands it the executions whose waits a batch of events
 // completes — so they are built together, once: neither is changed after New returns.
@@ -236,6 +243,9 @@ func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, e
 	}
 	if aggCfg.Logger == nil {
 		aggCfg.Logger = cfg.Logger
+	}
+	if aggCfg.Clock == nil {
+		aggCfg.Clock = cfg.Clock
 	}
 	aggCfg.Continuer = e
 	agg, err := aggregator.New(pool, aggCfg)
@@ -587,7 +597,7 @@ func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []
 		}
 		runCtx, span := e.startNodeRun(ctx, st.exec.ID, root, 1)
 		out, err := typ.Run(runCtx, &RunContext{
-			ExecutionID: st.exec.ID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient,
+			ExecutionID: st.exec.ID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient, Now: e.cfg.Clock.Now(),
 			Logger: e.logger.With("execution_id", st.exec.ID, "node_id", root, "instance_id", e.cfg.InstanceID),
 		})
 		if err != nil || out.Status != OutcomeWaiting || out.Wait == nil {

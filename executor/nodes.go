@@ -44,6 +44,9 @@ type RunContext struct {
 	Scope  template.Scope
 	HTTP   *http.Client
 	Logger *slog.Logger
+	// Now is when the node runs, on the executor's clock (Config.Clock): the time a
+	// node decides by, as a wait node's moment to resume.
+	Now time.Time
 }
 
 // Outcome is the result of running a node; the executor records it in one transaction
@@ -96,7 +99,7 @@ func BuiltinNodeTypes() map[string]NodeType {
 // wait recorded in status error.
 func runWait(_ context.Context, rc *RunContext) (Outcome, error) {
 	cfg := rc.Node.Config.(*workflow.Wait)
-	now := time.Now().UTC()
+	now := rc.Now.UTC()
 	plan, err := cfg.Plan(now, &rc.Scope)
 	if err != nil {
 		out := Failed("%v", err)

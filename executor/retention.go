@@ -35,7 +35,7 @@ func (e *Executor) runRetention(ctx context.Context) {
 	// The first pass a minute after start, not at once: a rolling restart would purge N
 	// times.
 	startstop.Every(time.Minute, e.cfg.RetentionInterval, func(ctx context.Context) {
-		p, err := e.Purge(ctx, time.Now().Add(-e.cfg.Retention))
+		p, err := e.Purge(ctx, e.cfg.Clock.Now().Add(-e.cfg.Retention))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			e.logger.WarnContext(ctx, "retention pass failed", "instance_id", e.cfg.InstanceID, "err", err)

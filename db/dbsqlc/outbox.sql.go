@@ -32,6 +32,9 @@ type OutboxClaimParams struct {
 	Max          int32
 }
 
+// Leases and backoffs (visible_at) are set and judged on PostgreSQL's clock, not the
+// caller's: replicas whose clocks disagree would otherwise send a call another replica
+// holds, or before its backoff ran out.
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]Outbox, error) {
 	rows, err := db.Query(ctx, outboxClaim, arg.InstanceID, arg.LeaseSeconds, arg.Max)
 	if err != nil {

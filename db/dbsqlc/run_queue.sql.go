@@ -46,6 +46,8 @@ type RunQueueClaimParams struct {
 
 // SKIP LOCKED lets every pod claim concurrently without waiting on each other; the lease
 // (visible_at pushed forward) hands work of a dead pod to another once it runs out.
+// Leases are set and judged on PostgreSQL's clock, not the caller's: replicas whose
+// clocks disagree would otherwise take each other's work before its lease ran out.
 func (q *Queries) RunQueueClaim(ctx context.Context, db DBTX, arg RunQueueClaimParams) ([]RunQueue, error) {
 	rows, err := db.Query(ctx, runQueueClaim,
 		arg.InstanceID,

@@ -4,6 +4,9 @@ VALUES (@wait_state_id::uuid, @execution_id::uuid, @node_id::text)
 ON CONFLICT (wait_state_id) DO NOTHING;
 
 -- name: OutboxClaim :many
+-- Leases and backoffs (visible_at) are set and judged on PostgreSQL's clock, not the
+-- caller's: replicas whose clocks disagree would otherwise send a call another replica
+-- holds, or before its backoff ran out.
 UPDATE outbox
 SET attempt = attempt + 1,
     claimed_by = @instance_id::text,

@@ -7,6 +7,8 @@ ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
 -- name: RunQueueClaim :many
 -- SKIP LOCKED lets every pod claim concurrently without waiting on each other; the lease
 -- (visible_at pushed forward) hands work of a dead pod to another once it runs out.
+-- Leases are set and judged on PostgreSQL's clock, not the caller's: replicas whose
+-- clocks disagree would otherwise take each other's work before its lease ran out.
 UPDATE run_queue
 SET attempt = attempt + 1,
     claimed_by = @instance_id::text,

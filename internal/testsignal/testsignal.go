@@ -10,6 +10,7 @@ package testsignal
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -82,6 +83,85 @@ func (s *Signal[T]) Drain() {
 		case <-s.ch:
 		default:
 			return
+		}
+	}
+}
+
+// Marks holds the latest value of each of a set of keys — a partition's committed
+// offset, say — for a step that repeats too often to queue (every poll commits): a test
+// waits for a key to reach a value, not for each step on the way. Its zero value is
+// inert; a copy shares the marks of the one it was copied from once initialised.
+type Marks[K comparable] struct {
+	m *marks[K]
+}
+
+type marks[K comparable] struct {
+	mu sync.Mutex
+	v  map[K]int64
+	// changed is closed, and replaced, by every Set: a waiter takes it under mu with
+	// the values it checked, so no Set after the check goes unnoticed.
+	changed chan struct{}
+}
+
+// Init makes the marks live; call it before the code that sets them starts.
+func (s *Marks[K]) Init() { s.m = &marks[K]{v: map[K]int64{}, changed: make(chan struct{})} }
+
+// Set records v as k's latest value; a no-op unless the marks are live.
+func (s *Marks[K]) Set(k K, v int64) {
+	if s.m == nil {
+		return
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.v[k] = v
+	close(s.m.changed)
+	s.m.changed = make(chan struct{})
+}
+
+// Get returns k's latest value, and whether it was ever set.
+func (s *Marks[K]) Get(k K) (int64, bool) {
+	if s.m == nil {
+		return 0, false
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	v, ok := s.m.v[k]
+	return v, ok
+}
+
+// WaitAtLeast waits up to Timeout for k's latest value to be at least v, and returns
+// it; it fails the test when it is not.
+func (s *Marks[K]) WaitAtLeast(t TB, k K, v int64) int64 {
+	t.Helper()
+	return s.WaitAtLeastFor(t, k, v, Timeout)
+}
+
+// WaitAtLeastFor is WaitAtLeast with a timeout of d.
+func (s *Marks[K]) WaitAtLeastFor(t TB, k K, v int64, d time.Duration) int64 {
+	t.Helper()
+	if s.m == nil {
+		t.Fatalf("testsignal: waiting on marks that were never initialised")
+		return 0
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		s.m.mu.Lock()
+		got, ok := s.m.v[k]
+		changed := s.m.changed
+		s.m.mu.Unlock()
+		if ok && got >= v {
+			return got
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			if ok {
+				t.Fatalf("testsignal: %v is at %d, not yet %d, after %v", k, got, v, d)
+			} else {
+				t.Fatalf("testsignal: %v never set within %v (waiting for %d)", k, d, v)
+			}
+			return got
 		}
 	}
 }

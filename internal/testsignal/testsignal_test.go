@@ -59,3 +59,62 @@ func TestSignal(t *testing.T) {
 		}
 	})
 }
+
+func TestMarks(t *testing.T) {
+	t.Run("inert until initialised", func(t *testing.T) {
+		var m testsignal.Marks[string]
+		m.Set("a", 1) // no panic
+		if _, ok := m.Get("a"); ok {
+			t.Fatal("an inert mark was set")
+		}
+		ft := &fakeT{}
+		m.WaitAtLeastFor(ft, "a", 1, time.Millisecond)
+		if ft.failed == "" {
+			t.Fatal("waiting on uninitialised marks did not fail")
+		}
+	})
+	t.Run("latest value per key, shared by copies", func(t *testing.T) {
+		var m testsignal.Marks[string]
+		m.Init()
+		cp := m
+		cp.Set("a", 3)
+		cp.Set("a", 2)
+		cp.Set("b", 7)
+		if v, ok := m.Get("a"); !ok || v != 2 {
+			t.Fatalf("a = %d, %v; want the latest, 2", v, ok)
+		}
+		if v, _ := m.Get("b"); v != 7 {
+			t.Fatalf("b = %d", v)
+		}
+	})
+	t.Run("waits until a key reaches a value", func(t *testing.T) {
+		var m testsignal.Marks[string]
+		m.Init()
+		m.Set("a", 1)
+		go func() {
+			for i := int64(2); i <= 5; i++ {
+				time.Sleep(time.Millisecond)
+				m.Set("b", 100) // other keys wake the waiter without satisfying it
+				m.Set("a", i)
+			}
+		}()
+		if got := m.WaitAtLeast(t, "a", 5); got != 5 {
+			t.Fatalf("returned %d", got)
+		}
+	})
+	t.Run("times out below the value", func(t *testing.T) {
+		var m testsignal.Marks[string]
+		m.Init()
+		m.Set("a", 4)
+		ft := &fakeT{}
+		m.WaitAtLeastFor(ft, "a", 5, 10*time.Millisecond)
+		if ft.failed == "" {
+			t.Fatal("mark below the value, and no failure")
+		}
+		ft = &fakeT{}
+		m.WaitAtLeastFor(ft, "never", 0, 10*time.Millisecond)
+		if ft.failed == "" {
+			t.Fatal("a key never set, and no failure")
+		}
+	})
+}
