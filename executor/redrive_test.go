@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/clock"
 )
 
 // Redrive end to end: executions that failed — a wait timed out, a required call failed
@@ -189,9 +190,11 @@ func TestRedriveFailedNodeRunsAgain(t *testing.T) {
 }
 
 // failedByTimeout starts n executions of redriveDef, records each one's Kafka record,
-// and waits for all of them to fail by their deadline; it returns each execution's
-// correlation id and the wait's version after the failure.
-func failedByTimeout(t *testing.T, h *harness, name string, n int) (map[uuid.UUID]uuid.UUID, map[uuid.UUID]int64) {
+// moves the pod's clock (stub) on by the definition's timeout, and waits for all of
+// them to fail by their deadline; it returns each execution's correlation id and the
+// wait's version after the failure. The clock stays there, so the reopened waits'
+// fresh deadlines do not pass while the test looks at them, however slow it runs.
+func failedByTimeout(t *testing.T, h *harness, stub *clock.Stub, timeout time.Duration, name string, n int) (map[uuid.UUID]uuid.UUID, map[uuid.UUID]int64) {
 	t.Helper()
 	ctx := context.Background()
 	// Started side by side: each start registers its wait, and every wait must still be
@@ -217,6 +220,7 @@ func failedByTimeout(t *testing.T, h *harness, name string, n int) (map[uuid.UUI
 	for e, c := range corr {
 		require.Equal(t, aggregator.Recorded, h.apply(t, e, c, aggregator.EventKafka, obj{"sku": e.String()}))
 	}
+	stub.Advance(timeout)
 	eventually(t, func() bool {
 		return h.count(t, `SELECT count(*) FROM executions WHERE status = 'failed'`) == n &&
 			h.count(t, `SELECT count(*) FROM run_queue`) == 0
@@ -236,10 +240,11 @@ func TestRedriveConcurrentOperators(t *testing.T) {
 	t.Parallel()
 	const n, operators = 20, 8
 	ctx := context.Background()
-	h := setup(t)
+	stub := clock.NewStub(time.Now())
+	h := setup(t, func(c *executor.Config) { c.Clock = stub })
 	name := h.put(t, h.redriveDef("redrive-operators", 3))
 	h.run(t)
-	corr, versions := failedByTimeout(t, h, name, n)
+	corr, versions := failedByTimeout(t, h, stub, 3*time.Second, name, n)
 
 	wins := map[uuid.UUID]int{}
 	var mu sync.Mutex
@@ -301,10 +306,11 @@ func TestRedriveRacesLateEvent(t *testing.T) {
 	t.Parallel()
 	const n = 30
 	ctx := context.Background()
-	h := setup(t)
+	stub := clock.NewStub(time.Now())
+	h := setup(t, func(c *executor.Config) { c.Clock = stub })
 	name := h.put(t, h.redriveDef("redrive-race", 3))
 	h.run(t)
-	corr, versions := failedByTimeout(t, h, name, n)
+	corr, versions := failedByTimeout(t, h, stub, 3*time.Second, name, n)
 
 	type result struct {
 		redriveErr error
