@@ -436,6 +436,21 @@ func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, vers
 // and its continuation is queued; the workers are woken after the commit. The caller
 // marks the node waiting before calling it.
 func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
+	return a.takeEarly(ctx, tx, ws, true)
+}
+
+// TakeKept is TakeBuffered for a wait registered in the transaction that inserts its
+// execution: only the Kafka records kept for a payload match's lookback can be there for
+// it. No event can be buffered for an execution that exists in no committed transaction
+// yet — a buffered event's row references its execution, and a send to an execution it
+// cannot see is refused (no_execution), not buffered — so the buffer is not read: one
+// statement less for every start that parks.
+func (a *Aggregator) TakeKept(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
+	return a.takeEarly(ctx, tx, ws, false)
+}
+
+// takeEarly is TakeBuffered, reading the event buffer only when readBuffer is set.
+func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, readBuffer bool) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
 	if ws.WaitType != WaitTypeEvents {
 		return res, nil
@@ -450,7 +465,7 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	now := time.Now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
-		if e.Source != SourceSend || w.row.Status != StatusWaiting {
+		if !readBuffer || e.Source != SourceSend || w.row.Status != StatusWaiting {
 			continue
 		}
 		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})

@@ -551,7 +551,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		// A new execution has nothing buffered yet, but a Kafka record kept for a payload
 		// match's lookback may be waiting for this wait: taken now, it may complete it.
 		// (A wait it completes is continued by the aggregator after the commit.)
-		if _, err := e.agg.TakeBuffered(ctx, tx, r.ws); err != nil {
+		if _, err := e.agg.TakeKept(ctx, tx, r.ws); err != nil {
 			return exec, fmt.Errorf("take early events of node %s: %w", r.node, err)
 		}
 		e.logWaiting(r.ctx, r.ws)
