@@ -327,6 +327,8 @@ type Aggregator struct {
 	mu      sync.Mutex
 	queue   []*pending
 	leaders int
+	// sends is the group commit of Send, likewise.
+	sends grouper[Sent, SendResult]
 
 	// The earliest deadline registered here since the sweeper last looked, and its bell.
 	hintMu       sync.Mutex

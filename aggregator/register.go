@@ -53,9 +53,69 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	if r.Timer != nil {
 		return a.registerTimer(ctx, tx, r)
 	}
-	required, err := RequiredSet(r.Strategy, r.Expected, r.RequiredEvents)
+	arg, err := a.eventWait(ctx, tx, r)
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, err
+	}
+	ws, err := a.q.WaitStateInsert(ctx, tx, arg)
+	if err != nil {
+		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
+	}
+	// The sweeper is told once the wait can be seen: told earlier, it could wake, find
+	// nothing, and sleep past the deadline.
+	db.AfterCommit(tx, func() { a.deadlineRegistered(arg.NextDeadlineAt) })
+	if r.APICall {
+		if err := outbound.Queue(ctx, tx, ws); err != nil {
+			return dbsqlc.ExecutionWaitState{}, err
+		}
+	}
+	return ws, nil
+}
+
+// Queueable reports whether QueueRegister can register r: an event wait without a
+// correlated call (whose outbox row needs the inserted wait). Others go through Register.
+func Queueable(r Registration) bool { return r.Timer == nil && !r.APICall }
+
+// QueueRegister is Register for a Queueable registration, with the wait's insert queued
+// on p instead of run, so that it travels with the statements around it (the start of
+// an execution inserts the execution, its waits and its nodes in one round trip). What
+// must precede the insert (the admission check of payload-match types) runs on tx now.
+// It returns the row as it will be inserted, without what the database fills in
+// (version, timestamps); once p is sent, *inserted holds the row the insert returned.
+func (a *Aggregator) QueueRegister(ctx context.Context, tx pgx.Tx, p *db.Pipeline, r Registration,
+	inserted *dbsqlc.ExecutionWaitState,
+) (dbsqlc.ExecutionWaitState, error) {
+	if !Queueable(r) {
+		return dbsqlc.ExecutionWaitState{}, errors.New("QueueRegister: a timer or a wait with a correlated call is registered with Register")
+	}
+	arg, err := a.eventWait(ctx, tx, r)
+	if err != nil {
+		return dbsqlc.ExecutionWaitState{}, err
+	}
+	p.Queue(func(d dbsqlc.DBTX) error {
+		ws, err := a.q.WaitStateInsert(ctx, d, arg)
+		if err != nil {
+			return fmt.Errorf("insert wait state: %w", db.Interpret(err))
+		}
+		*inserted = ws
+		return nil
+	})
+	db.AfterCommit(tx, func() { a.deadlineRegistered(arg.NextDeadlineAt) })
+	return dbsqlc.ExecutionWaitState{
+		ID: arg.ID, ExecutionID: arg.ExecutionID, NodeID: arg.NodeID, CorrelationID: arg.CorrelationID,
+		AggregationStrategy: arg.AggregationStrategy, RequiredEvents: arg.RequiredEvents, EnabledEvents: arg.EnabledEvents,
+		ExpectedEvents: arg.ExpectedEvents, ApiCallEnabled: arg.ApiCallEnabled, KafkaEventEnabled: arg.KafkaEventEnabled,
+		OnTimeout: arg.OnTimeout, OutputMapping: arg.OutputMapping, Status: arg.Status, ExpiresAt: arg.ExpiresAt,
+		NextDeadlineAt: arg.NextDeadlineAt, WaitType: arg.WaitType, TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
+	}, nil
+}
+
+// eventWait checks an event wait's registration, passes its admission control, and
+// returns the row to insert.
+func (a *Aggregator) eventWait(ctx context.Context, tx pgx.Tx, r Registration) (dbsqlc.WaitStateInsertParams, error) {
+	required, err := RequiredSet(r.Strategy, r.Expected, r.RequiredEvents)
+	if err != nil {
+		return dbsqlc.WaitStateInsertParams{}, err
 	}
 	enabled := make([]string, len(r.Expected))
 	for i, e := range r.Expected {
@@ -89,15 +149,15 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 	}
 	keys, typeKeys := registrationKeys(expected)
 	if err := a.admit(ctx, tx, typeKeys); err != nil {
-		return dbsqlc.ExecutionWaitState{}, err
+		return dbsqlc.WaitStateInsertParams{}, err
 	}
 	var js [4][]byte
 	for i, v := range []any{required, enabled, expected, mapping} {
 		if js[i], err = json.Marshal(v); err != nil {
-			return dbsqlc.ExecutionWaitState{}, err
+			return dbsqlc.WaitStateInsertParams{}, err
 		}
 	}
-	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
+	return dbsqlc.WaitStateInsertParams{
 		ID:                  db.NewID(),
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
@@ -116,19 +176,7 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 		Status:              StatusWaiting,
 		TraceParent:         nullable(r.TraceParent),
 		MatchKeys:           append(keys, typeKeys...),
-	})
-	if err != nil {
-		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert wait state: %w", db.Interpret(err))
-	}
-	// The sweeper is told once the wait can be seen: told earlier, it could wake, find
-	// nothing, and sleep past the deadline.
-	db.AfterCommit(tx, func() { a.deadlineRegistered(next) })
-	if r.APICall {
-		if err := outbound.Queue(ctx, tx, ws); err != nil {
-			return dbsqlc.ExecutionWaitState{}, err
-		}
-	}
-	return ws, nil
+	}, nil
 }
 
 // TooManyWaitersError refuses a wait whose match type already has the configured number

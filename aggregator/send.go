@@ -3,7 +3,6 @@ package aggregator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -74,23 +73,98 @@ type SendResult struct {
 // deadline, and its continuation was queued: the workers are woken after the commit.
 func (r SendResult) Queued() bool { return Queued(r.Deliveries) }
 
-// Send delivers a sent event in a transaction of its own (SendTx), with its audit row.
+// Send delivers a sent event (SendTx), with its audit row, in a transaction shared with
+// concurrent Send calls: as Apply groups callbacks, calls that arrive while
+// Config.ApplyGroups transactions of sends are in flight are decided together in the
+// next one, each getting its own result and its own audit row (one statement writes the
+// group's rows). A group holds one event per execution: a second send to an execution
+// waits for the next group, so each send sees what the one before it did, as it would
+// alone.
 func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
-	var res SendResult
-	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
-		var err error
-		if res, err = a.SendTx(ctx, tx, s); err != nil {
-			return err
-		}
-		return audit.Record(ctx, tx, "execution/"+s.ExecutionID.String(), string(res.Outcome), "type "+s.Type)
-	})
-	if err != nil {
-		if db.IsUnavailable(err) {
-			a.DatabaseError(ctx)
-		}
+	if err := CheckStorable(s.Payload); err != nil {
 		return SendResult{}, err
 	}
-	return res, nil
+	return a.sends.run(ctx, s, a.cfg.ApplyGroups, takeSends, a.commitSends)
+}
+
+// takeSends takes the next group of sends from the queue: in order, up to
+// MaxGroupDefault of them, one per execution; the others stay queued, in order.
+func takeSends(queue []*member[Sent, SendResult]) (group, rest []*member[Sent, SendResult]) {
+	seen := make(map[uuid.UUID]bool, min(len(queue), MaxGroupDefault))
+	for _, m := range queue {
+		if len(group) < MaxGroupDefault && !seen[m.in.ExecutionID] {
+			seen[m.in.ExecutionID] = true
+			group = append(group, m)
+			continue
+		}
+		rest = append(rest, m)
+	}
+	return group, rest
+}
+
+// commitSends decides a group of sends in one transaction, retried when it hits a
+// deadlock or serialization failure. A group that fails otherwise, while the database is
+// reachable, may fail because of one of its sends (a value the database refuses, a wait
+// that cannot be decoded): each send is then decided again alone, so that one bad send
+// fails only its own request.
+func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
+	sends := make([]Sent, len(group))
+	for i, m := range group {
+		sends[i] = m.in
+	}
+	// One caller giving up must not fail the others: the group runs on its own clock.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), 30*time.Second)
+	defer cancel()
+	var results []SendResult
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
+			var err error
+			if results, err = a.sendTxs(ctx, tx, sends); err != nil {
+				return err
+			}
+			changes := make([]audit.Change, len(group))
+			for i, m := range group {
+				changes[i] = audit.Change{Ctx: m.ctx, Target: "execution/" + m.in.ExecutionID.String(),
+					Outcome: string(results[i].Outcome), Detail: "type " + m.in.Type}
+				db.AfterCommit(tx, func() { a.observeSent(m.ctx, m.in, results[i]) })
+			}
+			if Queued(sentDeliveries(results)) {
+				db.AfterCommit(tx, a.wakeContinuations)
+			}
+			return audit.RecordAll(ctx, tx, changes)
+		})
+		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
+			break
+		}
+	}
+	if err != nil && len(group) > 1 && !db.IsUnavailable(err) && ctx.Err() == nil {
+		a.logger.WarnContext(ctx, "a group of sent events failed; deciding them one by one", "err", err,
+			"events", len(group), "instance_id", a.cfg.InstanceID)
+		for _, m := range group {
+			a.commitSends([]*member[Sent, SendResult]{m})
+		}
+		return
+	}
+	if db.IsUnavailable(err) {
+		a.DatabaseError(ctx)
+	}
+	for i, m := range group {
+		if err != nil {
+			m.err = err
+			continue
+		}
+		m.out = results[i]
+	}
+}
+
+// sentDeliveries gathers the deliveries of several sends.
+func sentDeliveries(results []SendResult) []Result {
+	var all []Result
+	for _, r := range results {
+		all = append(all, r.Deliveries...)
+	}
+	return all
 }
 
 // SendTx delivers a sent event inside the caller's transaction; what follows the commit
@@ -101,10 +175,11 @@ func (a *Aggregator) Send(ctx context.Context, s Sent) (SendResult, error) {
 // locks keep the order every writer takes — as long as a caller sending several events
 // in one transaction sends them in execution id order (the consumer does).
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
-	res, err := a.sendTx(ctx, tx, s)
+	results, err := a.sendTxs(ctx, tx, []Sent{s})
 	if err != nil {
-		return res, err
+		return SendResult{}, err
 	}
+	res := results[0]
 	db.AfterCommit(tx, func() {
 		a.observeSent(ctx, s, res)
 		if res.Queued() {
@@ -114,106 +189,190 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 	return res, nil
 }
 
-// sendTx is SendTx without what follows the commit.
-func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
-	if err := CheckStorable(s.Payload); err != nil {
-		return SendResult{}, err
-	}
-	if len(s.Payload) == 0 {
-		s.Payload = json.RawMessage("null")
-	}
-	if s.Source.Kind == "" {
-		s.Source.Kind = SourceSend
-	}
-	reject := func(outcome SendOutcome, reason, detail, status string) (SendResult, error) {
-		err := a.recordUnmatched(ctx, tx, []unmatched{{reason: reason, source: s.Source, typ: s.Type,
-			executionID: s.ExecutionID, detail: detail, payload: s.Payload}})
-		return SendResult{Outcome: outcome, ExecutionStatus: status, Unmatched: reason}, err
-	}
-	exec, err := a.q.ExecutionGetForUpdate(ctx, tx, s.ExecutionID)
-	if err != nil {
-		if errors.Is(db.Interpret(err), db.ErrNotFound) {
-			return reject(SendNoExecution, UnmatchedNoExecution, "no execution has this id", "")
+// sendTxs decides sent events, each to a different execution, inside tx, without what
+// follows the commit; results are in input order. In a constant number of round trips
+// for the group (more for events buffered or carrying ids): the executions are locked,
+// in id order, in the round trip that reads their open waits; the events for waits are
+// decided and written together (applyBatch), the executions of the waits they complete
+// continued in tx; the others are buffered; the unmatched rows of all are written with
+// one statement.
+func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendResult, error) {
+	sends := slices.Clone(in)
+	ids := make([]uuid.UUID, len(sends))
+	for i := range sends {
+		s := &sends[i]
+		if err := CheckStorable(s.Payload); err != nil {
+			return nil, err
 		}
-		return SendResult{}, fmt.Errorf("lock execution: %w", err)
+		if len(s.Payload) == 0 {
+			s.Payload = json.RawMessage("null")
+		}
+		if s.Source.Kind == "" {
+			s.Source.Kind = SourceSend
+		}
+		if slices.Contains(ids[:i], s.ExecutionID) {
+			return nil, fmt.Errorf("sent events decided together must go to different executions: %s twice", s.ExecutionID)
+		}
+		ids[i] = s.ExecutionID
 	}
-	if execstate.ExecFinished(exec.Status) {
-		// A retry of an event that was applied (and perhaps finished the execution) is a
-		// duplicate, not a conflict: sending stays idempotent.
+	var execs []dbsqlc.Execution
+	var open []dbsqlc.ExecutionWaitState
+	var p db.Pipeline
+	p.Queue(func(d dbsqlc.DBTX) error {
+		var err error
+		if execs, err = a.q.ExecutionListForUpdate(ctx, d, ids); err != nil {
+			return fmt.Errorf("lock executions: %w", err)
+		}
+		return nil
+	})
+	p.Queue(func(d dbsqlc.DBTX) error {
+		var err error
+		if open, err = a.q.WaitStateListOpenByExecutions(ctx, d, ids); err != nil {
+			return fmt.Errorf("load open waits: %w", err)
+		}
+		return nil
+	})
+	if err := p.Send(ctx, tx); err != nil {
+		return nil, err
+	}
+	byID := make(map[uuid.UUID]dbsqlc.Execution, len(execs))
+	for _, e := range execs {
+		byID[e.ID] = e
+	}
+
+	results := make([]SendResult, len(sends))
+	var unm []unmatched
+	reject := func(i int, outcome SendOutcome, reason, detail string) {
+		s := sends[i]
+		unm = append(unm, unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload})
+		results[i].Outcome, results[i].Unmatched = outcome, reason
+	}
+	duplicate := func(i int) {
+		reject(i, SendDuplicate, UnmatchedDuplicate, "an event with id "+sends[i].ID+" was already sent to this execution")
+	}
+	var live, withID []int
+	for i, s := range sends {
+		exec, ok := byID[s.ExecutionID]
+		if !ok {
+			reject(i, SendNoExecution, UnmatchedNoExecution, "no execution has this id")
+			continue
+		}
+		results[i].ExecutionStatus = exec.Status
+		if execstate.ExecFinished(exec.Status) {
+			// A retry of an event that was applied (and perhaps finished the execution) is
+			// a duplicate, not a conflict: sending stays idempotent.
+			if s.ID != "" {
+				seen, err := a.q.ExecutionEventIDExists(ctx, tx, dbsqlc.ExecutionEventIDExistsParams{ExecutionID: s.ExecutionID, EventID: s.ID})
+				if err != nil {
+					return nil, fmt.Errorf("look up event id: %w", err)
+				}
+				if seen {
+					duplicate(i)
+					continue
+				}
+			}
+			reject(i, SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+exec.Status)
+			continue
+		}
 		if s.ID != "" {
-			seen, err := a.q.ExecutionEventIDExists(ctx, tx, dbsqlc.ExecutionEventIDExistsParams{ExecutionID: s.ExecutionID, EventID: s.ID})
-			if err != nil {
-				return SendResult{}, fmt.Errorf("look up event id: %w", err)
-			}
-			if seen {
-				return reject(SendDuplicate, UnmatchedDuplicate, "an event with id "+s.ID+" was already sent to this execution", exec.Status)
-			}
+			withID = append(withID, i)
 		}
-		return reject(SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+exec.Status, exec.Status)
+		live = append(live, i)
 	}
-	if s.ID != "" {
-		n, err := a.q.ExecutionEventIDInsert(ctx, tx, dbsqlc.ExecutionEventIDInsertParams{ExecutionID: s.ExecutionID, EventID: s.ID})
+	if len(withID) > 0 {
+		arg := dbsqlc.ExecutionEventIDInsertManyParams{}
+		for _, i := range withID {
+			arg.ExecutionIds, arg.EventIds = append(arg.ExecutionIds, sends[i].ExecutionID), append(arg.EventIds, sends[i].ID)
+		}
+		inserted, err := a.q.ExecutionEventIDInsertMany(ctx, tx, arg)
 		if err != nil {
-			return SendResult{}, fmt.Errorf("record event id: %w", err)
+			return nil, fmt.Errorf("record event ids: %w", err)
 		}
-		if n == 0 {
-			return reject(SendDuplicate, UnmatchedDuplicate, "an event with id "+s.ID+" was already sent to this execution", exec.Status)
-		}
+		live = slices.DeleteFunc(live, func(i int) bool {
+			if sends[i].ID == "" || slices.Contains(inserted, sends[i].ExecutionID) {
+				return false
+			}
+			duplicate(i)
+			return true
+		})
 	}
-	rows, err := a.q.WaitStateListOpenByExecution(ctx, tx, s.ExecutionID)
-	if err != nil {
-		return SendResult{}, fmt.Errorf("load open waits: %w", err)
-	}
+
+	// One event per wait that expects the type: to the first of its events of the type
+	// still open.
 	var events []Event
+	var owner []int
 	now := a.now().UTC()
-	for _, row := range rows {
-		w, err := decodeWait(row)
-		if err != nil {
-			return SendResult{}, err
-		}
-		if err := w.decodeExpected(); err != nil {
-			return SendResult{}, err
-		}
-		// One event per wait: to the first of its events of this type still open.
-		var names []string
-		for _, e := range w.expected {
-			if e.Source == SourceSend && e.Type == s.Type {
-				names = append(names, e.Name)
+	for _, i := range live {
+		s := sends[i]
+		for _, row := range open {
+			if row.ExecutionID != s.ExecutionID {
+				continue
+			}
+			w, err := decodeWait(row)
+			if err != nil {
+				return nil, err
+			}
+			if err := w.decodeExpected(); err != nil {
+				return nil, err
+			}
+			var names []string
+			for _, e := range w.expected {
+				if e.Source == SourceSend && e.Type == s.Type {
+					names = append(names, e.Name)
+				}
+			}
+			if name, ok := w.firstOpen(names, now); ok {
+				events = append(events, Event{ExecutionID: s.ExecutionID, CorrelationID: row.CorrelationID, Name: name,
+					Payload: s.Payload, Source: s.Source, IdempotencyKey: s.ID, Link: s.Link})
+				owner = append(owner, i)
 			}
 		}
-		if name, ok := w.firstOpen(names, now); ok {
-			events = append(events, Event{ExecutionID: s.ExecutionID, CorrelationID: row.CorrelationID, Name: name,
-				Payload: s.Payload, Source: s.Source, IdempotencyKey: s.ID, Link: s.Link})
+	}
+	if len(events) > 0 {
+		deliveries, err := a.applyBatch(ctx, tx, events, true)
+		if err != nil {
+			return nil, err
+		}
+		for k, d := range deliveries {
+			d.Event = events[k].Name
+			results[owner[k]].Deliveries = append(results[owner[k]].Deliveries, d)
 		}
 	}
-	res := SendResult{ExecutionStatus: exec.Status}
-	if len(events) > 0 {
-		if res.Deliveries, err = a.applyBatch(ctx, tx, events, true); err != nil {
-			return SendResult{}, err
-		}
-		for i := range res.Deliveries {
-			res.Deliveries[i].Event = events[i].Name
-		}
+	for _, i := range live {
+		res := &results[i]
 		if slices.ContainsFunc(res.Deliveries, func(r Result) bool { return r.Outcome == Recorded || r.Outcome == Completed }) {
 			res.Outcome = SendDelivered
-			return res, nil
+			continue
 		}
+		u, err := a.buffer(ctx, tx, sends[i], byID[sends[i].ExecutionID], res)
+		if err != nil {
+			return nil, err
+		}
+		unm = append(unm, u)
 	}
-	// No wait took it: hold it for the next wait of its type.
+	if err := a.recordUnmatched(ctx, tx, unm); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// buffer holds a sent event no wait took for the next wait of its type, and returns the
+// unmatched row that says why.
+func (a *Aggregator) buffer(ctx context.Context, tx pgx.Tx, s Sent, exec dbsqlc.Execution, res *SendResult) (unmatched, error) {
 	ttl, err := a.bufferTTL(ctx, tx, exec.WorkflowName, exec.WorkflowVersion)
 	if err != nil {
-		return SendResult{}, err
+		return unmatched{}, err
 	}
 	src, err := json.Marshal(s.Source)
 	if err != nil {
-		return SendResult{}, err
+		return unmatched{}, err
 	}
 	res.ExpiresAt = a.now().UTC().Add(ttl)
 	res.BufferID, err = a.q.EventBufferInsert(ctx, tx, dbsqlc.EventBufferInsertParams{
 		ExecutionID: s.ExecutionID, EventType: s.Type, EventID: nullable(s.ID), Payload: s.Payload, Source: src, ExpiresAt: res.ExpiresAt,
 	})
 	if err != nil {
-		return SendResult{}, fmt.Errorf("buffer event: %w", err)
+		return unmatched{}, fmt.Errorf("buffer event: %w", err)
 	}
 	res.Outcome = SendBuffered
 	reason, detail := UnmatchedBuffered, "no node of the execution waits for type "+s.Type+" yet; buffered until "+res.ExpiresAt.Format(time.RFC3339)
@@ -223,9 +382,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 		detail = "waiting nodes of this type did not take it (" + string(res.Deliveries[0].Outcome) + "); buffered until " + res.ExpiresAt.Format(time.RFC3339)
 	}
 	res.Unmatched = reason
-	err = a.recordUnmatched(ctx, tx, []unmatched{{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID,
-		detail: detail, payload: s.Payload}})
-	return res, err
+	return unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload}, nil
 }
 
 // observeSent records a committed send: the unmatched reason it left, the buffer
@@ -279,6 +436,21 @@ func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, vers
 // and its continuation is queued; the workers are woken after the commit. The caller
 // marks the node waiting before calling it.
 func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
+	return a.takeEarly(ctx, tx, ws, true)
+}
+
+// TakeKept is TakeBuffered for a wait registered in the transaction that inserts its
+// execution: only the Kafka records kept for a payload match's lookback can be there for
+// it. No event can be buffered for an execution that exists in no committed transaction
+// yet — a buffered event's row references its execution, and a send to an execution it
+// cannot see is refused (no_execution), not buffered — so the buffer is not read: one
+// statement less for every start that parks.
+func (a *Aggregator) TakeKept(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
+	return a.takeEarly(ctx, tx, ws, false)
+}
+
+// takeEarly is TakeBuffered, reading the event buffer only when readBuffer is set.
+func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, readBuffer bool) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
 	if ws.WaitType != WaitTypeEvents {
 		return res, nil
@@ -293,7 +465,7 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	now := a.now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
-		if e.Source != SourceSend || w.row.Status != StatusWaiting {
+		if !readBuffer || e.Source != SourceSend || w.row.Status != StatusWaiting {
 			continue
 		}
 		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})

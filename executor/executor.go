@@ -503,25 +503,42 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 	if len(queued) == 0 && len(inline) > 0 {
 		st.exec.Status = execWaiting
 	}
-	exec, err := e.q.ExecutionInsert(ctx, tx, dbsqlc.ExecutionInsertParams{
-		ID: id, WorkflowName: name, WorkflowVersion: version, Status: st.exec.Status, Input: input, RestartedFrom: restartedFrom,
+	// The execution, its waits, its nodes and its queued roots are inserted in one round
+	// trip: queued in this order (a wait references its execution), sent together. A
+	// registration that cannot be queued (a timer, a correlated call) sends what is queued
+	// first and runs on its own.
+	var p db.Pipeline
+	var exec dbsqlc.Execution
+	p.Queue(func(d dbsqlc.DBTX) error {
+		var err error
+		if exec, err = e.q.ExecutionInsert(ctx, d, dbsqlc.ExecutionInsertParams{
+			ID: id, WorkflowName: name, WorkflowVersion: version, Status: st.exec.Status, Input: input, RestartedFrom: restartedFrom,
+		}); err != nil {
+			return fmt.Errorf("insert execution: %w", err)
+		}
+		return nil
 	})
-	if err != nil {
-		return exec, fmt.Errorf("insert execution: %w", err)
-	}
-	st.exec = exec
 	var refused *inlineRoot
 	var tooMany *aggregator.TooManyWaitersError
 	for i := range inline {
 		r := &inline[i]
-		if r.ws, err = e.agg.Register(r.ctx, tx, *r.out.Wait); errors.As(err, &tooMany) {
+		reg := *r.out.Wait
+		var ws dbsqlc.ExecutionWaitState
+		var err error
+		if aggregator.Queueable(reg) {
+			ws, err = e.agg.QueueRegister(r.ctx, tx, &p, reg, &r.ws)
+		} else if err = p.Send(ctx, tx); err == nil {
+			r.ws, err = e.agg.Register(r.ctx, tx, reg)
+			ws = r.ws
+		}
+		if errors.As(err, &tooMany) {
 			refused = r
 			break
 		}
 		if err != nil {
 			return exec, fmt.Errorf("register wait of node %s: %w", r.node, err)
 		}
-		raw, err := waitingOutput(r.out, r.ws)
+		raw, err := waitingOutput(r.out, ws)
 		if err != nil {
 			return exec, err
 		}
@@ -541,27 +558,37 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		ne := st.nodes[n.ID]
 		nodes.NodeIds, nodes.Statuses, nodes.Outputs = append(nodes.NodeIds, n.ID), append(nodes.Statuses, ne.Status), append(nodes.Outputs, string(ne.Output))
 	}
-	if err := e.q.NodeExecutionInsert(ctx, tx, nodes); err != nil {
-		return exec, fmt.Errorf("insert node executions: %w", err)
-	}
-	if refused != nil {
-		return exec, e.failNode(ctx, tx, st, refused.node, tooMany.Error())
-	}
-	if len(queued) > 0 {
+	p.Queue(func(d dbsqlc.DBTX) error {
+		if err := e.q.NodeExecutionInsert(ctx, d, nodes); err != nil {
+			return fmt.Errorf("insert node executions: %w", err)
+		}
+		return nil
+	})
+	if len(queued) > 0 && refused == nil {
 		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
 		for _, root := range queued {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, id), append(arg.NodeIds, root)
 		}
-		if err := e.q.RunQueueInsertMany(ctx, tx, arg); err != nil {
-			return exec, fmt.Errorf("enqueue root nodes: %w", err)
-		}
+		p.Queue(func(d dbsqlc.DBTX) error {
+			if err := e.q.RunQueueInsertMany(ctx, d, arg); err != nil {
+				return fmt.Errorf("enqueue root nodes: %w", err)
+			}
+			return nil
+		})
 		db.AfterCommit(tx, e.WakeRunQueue)
+	}
+	if err := p.Send(ctx, tx); err != nil {
+		return exec, err
+	}
+	st.exec = exec
+	if refused != nil {
+		return exec, e.failNode(ctx, tx, st, refused.node, tooMany.Error())
 	}
 	for _, r := range inline {
 		// A new execution has nothing buffered yet, but a Kafka record kept for a payload
 		// match's lookback may be waiting for this wait: taken now, it may complete it.
 		// (A wait it completes is continued by the aggregator after the commit.)
-		if _, err := e.agg.TakeBuffered(ctx, tx, r.ws); err != nil {
+		if _, err := e.agg.TakeKept(ctx, tx, r.ws); err != nil {
 			return exec, fmt.Errorf("take early events of node %s: %w", r.node, err)
 		}
 		e.logWaiting(r.ctx, r.ws)

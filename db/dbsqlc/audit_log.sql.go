@@ -60,6 +60,35 @@ func (q *Queries) AuditLogInsert(ctx context.Context, db DBTX, arg AuditLogInser
 	return err
 }
 
+const auditLogInsertMany = `-- name: AuditLogInsertMany :exec
+INSERT INTO audit_log (principal, remote_addr, action, target, outcome, detail)
+SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
+       unnest($4::text[]), unnest($5::text[]), unnest($6::text[])
+`
+
+type AuditLogInsertManyParams struct {
+	Principals  []string
+	RemoteAddrs []string
+	Actions     []string
+	Targets     []string
+	Outcomes    []string
+	Details     []string
+}
+
+// The rows of changes committed together (sent events decided in one transaction), one
+// per change, in the order given.
+func (q *Queries) AuditLogInsertMany(ctx context.Context, db DBTX, arg AuditLogInsertManyParams) error {
+	_, err := db.Exec(ctx, auditLogInsertMany,
+		arg.Principals,
+		arg.RemoteAddrs,
+		arg.Actions,
+		arg.Targets,
+		arg.Outcomes,
+		arg.Details,
+	)
+	return err
+}
+
 const auditLogList = `-- name: AuditLogList :many
 SELECT id, at, principal, remote_addr, action, target, outcome, detail FROM audit_log
 WHERE ($1::text IS NULL OR principal = $1::text)

@@ -64,3 +64,37 @@ func (q *Queries) ExecutionEventIDInsert(ctx context.Context, db DBTX, arg Execu
 	}
 	return result.RowsAffected(), nil
 }
+
+const executionEventIDInsertMany = `-- name: ExecutionEventIDInsertMany :many
+INSERT INTO execution_event_ids (execution_id, event_id)
+SELECT unnest($1::uuid[]), unnest($2::text[])
+ON CONFLICT DO NOTHING
+RETURNING execution_id
+`
+
+type ExecutionEventIDInsertManyParams struct {
+	ExecutionIds []uuid.UUID
+	EventIds     []string
+}
+
+// The pairs inserted are returned; a pair left out was already sent, so its event is a
+// duplicate. Callers pass each execution once.
+func (q *Queries) ExecutionEventIDInsertMany(ctx context.Context, db DBTX, arg ExecutionEventIDInsertManyParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, executionEventIDInsertMany, arg.ExecutionIds, arg.EventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var execution_id uuid.UUID
+		if err := rows.Scan(&execution_id); err != nil {
+			return nil, err
+		}
+		items = append(items, execution_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

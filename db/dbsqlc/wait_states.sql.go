@@ -787,6 +787,64 @@ func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, exe
 	return items, nil
 }
 
+const waitStateListOpenByExecutions = `-- name: WaitStateListOpenByExecutions :many
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+WHERE execution_id = ANY($1::uuid[]) AND status = 'waiting'
+ORDER BY execution_id, created_at, id
+`
+
+// WaitStateListOpenByExecution for the executions of sent events decided together.
+func (q *Queries) WaitStateListOpenByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]ExecutionWaitState, error) {
+	rows, err := db.Query(ctx, waitStateListOpenByExecutions, executionIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ExecutionWaitState
+	for rows.Next() {
+		var i ExecutionWaitState
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.CorrelationID,
+			&i.AggregationStrategy,
+			&i.RequiredEvents,
+			&i.EnabledEvents,
+			&i.ExpectedEvents,
+			&i.ApiCallEnabled,
+			&i.KafkaEventEnabled,
+			&i.ApiResponseData,
+			&i.KafkaEventData,
+			&i.ReceivedEvents,
+			&i.OnTimeout,
+			&i.OutputMapping,
+			&i.Status,
+			&i.Error,
+			&i.ResumedAt,
+			&i.ResumedBy,
+			&i.Version,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.NextDeadlineAt,
+			&i.TimedOutEvents,
+			&i.WaitType,
+			&i.Timer,
+			&i.TraceParent,
+			&i.EventData,
+			&i.MatchKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitStateLockMatchType = `-- name: WaitStateLockMatchType :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' || $1::text))
 `

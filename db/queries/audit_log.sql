@@ -22,3 +22,10 @@ WHERE id IN (
     LIMIT @max::integer
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: AuditLogInsertMany :exec
+-- The rows of changes committed together (sent events decided in one transaction), one
+-- per change, in the order given.
+INSERT INTO audit_log (principal, remote_addr, action, target, outcome, detail)
+SELECT unnest(@principals::text[]), unnest(@remote_addrs::text[]), unnest(@actions::text[]),
+       unnest(@targets::text[]), unnest(@outcomes::text[]), unnest(@details::text[]);

@@ -225,6 +225,12 @@ SELECT * FROM execution_wait_states
 WHERE execution_id = @execution_id::uuid AND status = 'waiting'
 ORDER BY created_at, id;
 
+-- name: WaitStateListOpenByExecutions :many
+-- WaitStateListOpenByExecution for the executions of sent events decided together.
+SELECT * FROM execution_wait_states
+WHERE execution_id = ANY(@execution_ids::uuid[]) AND status = 'waiting'
+ORDER BY execution_id, created_at, id;
+
 -- name: WaitStateListByMatchKeys :many
 -- The open waits holding any of a batch's payload-match keys, through the GIN index, one
 -- key at a time: asked for many keys at once (&&), the planner estimates each from the

@@ -99,6 +99,41 @@ func Record(ctx context.Context, tx dbsqlc.DBTX, target, outcome, detail string)
 	return nil
 }
 
+// Change is one change among several made in one transaction on behalf of different
+// requests (RecordAll): Ctx is the context of the request that asked for it.
+type Change struct {
+	Ctx                     context.Context
+	Target, Outcome, Detail string
+}
+
+// RecordAll writes, with one statement, the row of each change whose context carries an
+// entry, as Record would one by one: requests served together in one transaction (sent
+// events decided as a group) still get a row each, and that row commits or rolls back
+// with the transaction.
+func RecordAll(ctx context.Context, tx dbsqlc.DBTX, changes []Change) error {
+	var p dbsqlc.AuditLogInsertManyParams
+	var entries []*Entry
+	for _, c := range changes {
+		e := FromContext(c.Ctx)
+		if e == nil {
+			continue
+		}
+		entries = append(entries, e)
+		p.Principals, p.RemoteAddrs, p.Actions = append(p.Principals, e.Principal), append(p.RemoteAddrs, e.RemoteAddr), append(p.Actions, string(e.Action))
+		p.Targets, p.Outcomes, p.Details = append(p.Targets, c.Target), append(p.Outcomes, c.Outcome), append(p.Details, c.Detail)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := q.AuditLogInsertMany(ctx, tx, p); err != nil {
+		return fmt.Errorf("write audit rows: %w", err)
+	}
+	for _, e := range entries {
+		e.written = true
+	}
+	return nil
+}
+
 // Refused writes, in a transaction of its own, the row of a request that changed
 // nothing because it was refused or failed: status is its HTTP status.
 func Refused(ctx context.Context, pool *pgxpool.Pool, e *Entry, target string, status int, detail string) error {

@@ -69,3 +69,42 @@ func TestPurge(t *testing.T) {
 	require.Len(t, rows, 2)
 	require.Equal(t, "refused 422", rows[0].Outcome)
 }
+
+// TestRecordAllWritesARowPerRequest: changes recorded together get a row each, with
+// their own request's principal, in the order given; a change without an entry (made by
+// the service on its own) gets none; a rollback takes every row with it.
+func TestRecordAllWritesARowPerRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	alice := &audit.Entry{Principal: "oidc:alice", RemoteAddr: "10.0.0.1", Action: audit.ActionEventSend}
+	ci := &audit.Entry{Principal: "token:ci", RemoteAddr: "10.0.0.2", Action: audit.ActionEventSend}
+	changes := []audit.Change{
+		{Ctx: audit.NewContext(ctx, alice), Target: "execution/a", Outcome: "delivered", Detail: "type t1"},
+		{Ctx: ctx, Target: "execution/kafka", Outcome: "delivered"},
+		{Ctx: audit.NewContext(ctx, ci), Target: "execution/b", Outcome: "buffered", Detail: "type t2"},
+	}
+	boom := errors.New("the group failed")
+	require.ErrorIs(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, audit.RecordAll(ctx, tx, changes))
+		return boom
+	}), boom)
+	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, rows, "rolled back with the changes")
+
+	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error { return audit.RecordAll(ctx, tx, changes) }))
+	require.True(t, alice.Written())
+	require.True(t, ci.Written())
+	rows, _, err = audit.List(ctx, pool, audit.Filter{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	got := [][]string{}
+	for _, r := range rows { // newest first
+		got = append(got, []string{r.Principal, r.RemoteAddr, r.Action, r.Target, r.Outcome, r.Detail})
+	}
+	require.Equal(t, [][]string{
+		{"token:ci", "10.0.0.2", "event.send", "execution/b", "buffered", "type t2"},
+		{"oidc:alice", "10.0.0.1", "event.send", "execution/a", "delivered", "type t1"},
+	}, got)
+}
