@@ -137,6 +137,11 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (t
 	if err != nil {
 		return 0, err
 	}
+	return writeDecisions(ctx, pool, decided, batch, workers)
+}
+
+// writeDecisions is statusFloor's reset and timed writes of decided.
+func writeDecisions(ctx context.Context, pool *pgxpool.Pool, decided map[uuid.UUID]sweptDecision, batch, workers int) (time.Duration, error) {
 	for _, q := range []string{
 		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
 		     next_deadline_at = now() - interval '1 second'`,
@@ -150,19 +155,27 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (t
 	}
 	args := func(ids []uuid.UUID) []any {
 		var (
+			execs                                            []uuid.UUID
 			statuses, errs, nodeStatuses, nodeErrs, warnings []string
 			timedOut, outputs                                [][]byte
 			next                                             []time.Time
 		)
 		for _, id := range ids {
 			d := decided[id]
+			execs = append(execs, d.exec)
 			statuses, errs, timedOut, next = append(statuses, d.status), append(errs, d.err), append(timedOut, d.timedOut), append(next, d.next)
 			nodeStatuses, outputs = append(nodeStatuses, d.nodeStatus), append(outputs, d.output)
 			nodeErrs, warnings = append(nodeErrs, d.nodeErr), append(warnings, d.warning)
 		}
-		return []any{ids, statuses, errs, timedOut, next, nodeStatuses, outputs, nodeErrs, warnings}
+		return []any{ids, statuses, errs, timedOut, next, nodeStatuses, outputs, nodeErrs, warnings, execs}
 	}
-	return batchedWrites(ctx, pool, batch, workers, args, `
+	return batchedWrites(ctx, pool, batch, workers, args, deadlineFloorStmt)
+}
+
+// deadlineFloorStmt writes the decisions of the waits $1 (of the executions $10). Each
+// row is found through its key (= ANY of the ids): joined only with the arrays, the
+// planner, counting their elements, reads and hashes whole tables instead.
+const deadlineFloorStmt = `
 WITH i AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS error,
            unnest($4::jsonb[]) AS timed_out_events, unnest($5::timestamptz[]) AS next_deadline_at,
@@ -172,20 +185,20 @@ WITH i AS (
     UPDATE execution_wait_states AS e
     SET status = i.status, version = e.version + 1, updated_at = now(), error = nullif(i.error, ''),
         timed_out_events = i.timed_out_events, next_deadline_at = i.next_deadline_at
-    FROM i WHERE e.id = i.id AND e.status = 'waiting' AND e.next_deadline_at <= now()
+    FROM i WHERE e.id = ANY($1::uuid[]) AND e.id = i.id AND e.status = 'waiting' AND e.next_deadline_at <= now()
     RETURNING e.execution_id, e.node_id, i.node_status, i.output, i.node_error, i.warning
 ), n AS (
     UPDATE node_executions AS n SET status = w.node_status, output = w.output, error = nullif(w.node_error, ''),
         warning = nullif(w.warning, ''), updated_at = now(), finished_at = now()
-    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
+    FROM w WHERE n.execution_id = ANY($10::uuid[]) AND n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
 INSERT INTO run_queue (execution_id, node_id, kind)
 SELECT execution_id, node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING`)
-}
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING`
 
 // sweptDecision is what the sweep wrote for one wait and its node.
 type sweptDecision struct {
+	exec                                      uuid.UUID
 	status, err, nodeStatus, nodeErr, warning string
 	timedOut, output                          []byte
 	next                                      time.Time
@@ -194,7 +207,7 @@ type sweptDecision struct {
 // sweptDecisions reads, by wait id, what the sweep wrote for every wait of the schema.
 func sweptDecisions(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]sweptDecision, error) {
 	rows, err := pool.Query(ctx, `
-SELECT w.id, w.status, coalesce(w.error, ''), w.timed_out_events, w.next_deadline_at,
+SELECT w.id, w.execution_id, w.status, coalesce(w.error, ''), w.timed_out_events, w.next_deadline_at,
        n.status, n.output, coalesce(n.error, ''), coalesce(n.warning, '')
 FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id)`)
 	if err != nil {
@@ -205,7 +218,7 @@ FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, n
 	for rows.Next() {
 		var id uuid.UUID
 		var d sweptDecision
-		if err := rows.Scan(&id, &d.status, &d.err, &d.timedOut, &d.next, &d.nodeStatus, &d.output, &d.nodeErr, &d.warning); err != nil {
+		if err := rows.Scan(&id, &d.exec, &d.status, &d.err, &d.timedOut, &d.next, &d.nodeStatus, &d.output, &d.nodeErr, &d.warning); err != nil {
 			return nil, err
 		}
 		out[id] = d
