@@ -10,7 +10,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
-	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -219,48 +218,6 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 			require.Equal(t, events, full)
 		})
 	}
-}
-
-// TestDeadlineFloorWritesWhatTheSweepWrote: the floor puts the swept waits back and
-// writes, bare, the very columns and values the sweeper's decisions wrote — the node's
-// output and error, the wait's error and timed-out events — and queues each continuation.
-func TestDeadlineFloorWritesWhatTheSweepWrote(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := dbtest.NewSchema(t)
-	pool, err := db.Connect(ctx, s.URL, 4)
-	require.NoError(t, err)
-	defer pool.Close()
-	const due = 40
-	require.NoError(t, parkBare(ctx, pool, "bench-deadlines", due, time.Now().Add(-time.Second), `'events', NULL, 'waiting'`))
-	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: "bench", Logger: slog.New(slog.DiscardHandler), SweepBatch: 100})
-	require.NoError(t, err)
-	n, err := agg.Sweep(ctx, time.Now())
-	require.NoError(t, err)
-	require.Equal(t, due, n)
-	swept, err := sweptDecisions(ctx, pool)
-	require.NoError(t, err)
-	require.Len(t, swept, due)
-	for _, d := range swept {
-		require.Equal(t, "timeout", d.status)
-		require.NotEmpty(t, d.output, "the sweep writes the node's output")
-	}
-
-	_, err = statusFloor(ctx, pool, 16, 2)
-	require.NoError(t, err)
-	floored, err := sweptDecisions(ctx, pool)
-	require.NoError(t, err)
-	require.Len(t, floored, due)
-	for id, want := range swept {
-		got := floored[id]
-		require.JSONEq(t, string(want.output), string(got.output))
-		require.JSONEq(t, string(want.timedOut), string(got.timedOut))
-		got.output, got.timedOut, want.output, want.timedOut = nil, nil, nil, nil
-		require.Equal(t, want, got)
-	}
-	var queued int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`).Scan(&queued))
-	require.Equal(t, due, queued)
 }
 
 func TestGroupBatch(t *testing.T) {

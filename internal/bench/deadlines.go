@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -28,9 +27,8 @@ type DeadlineResult struct {
 	// Lateness: from the deadline to the commit of the wait's timeout.
 	Lateness Latencies `json:"lateness"`
 	// FloorSeconds is how long the rows the sweeper's decisions write take to write alone,
-	// with nothing decided: each wait's status, error and timed-out events, its node's
-	// status, output and error (the values the sweep wrote), and its continuation queued
-	// (the execution itself is failed later, by the executor), by bare set-based
+	// with nothing decided: each wait's status, its node's status, and its continuation
+	// queued (the execution itself is failed later, by the executor), by bare set-based
 	// statements of the sweeper's batch of waits each, as many in flight as it runs. With
 	// FloorSeconds past a lateness target, no sweeper writing these rows meets the target
 	// on this machine. Measured for event waits only (zero for timers).
@@ -125,27 +123,15 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	}, nil
 }
 
-// statusFloor reads back what the sweep wrote for each wait and its node, puts them back
-// as they were parked, empties the run queue, vacuums all three as the sweep found them
-// (fresh, without dead rows), then times the bare writes of the same decisions — every
-// column the sweeper's statement changed, with the values it wrote (the node's output,
-// the wait's timed-out events and error), its continuation queued — by set-based
-// statements of batch waits each, workers of them in flight, as the sweeper runs its
-// transactions.
+// statusFloor puts the swept waits and their nodes back as they were parked, empties the
+// run queue, vacuums all three as the sweep found them (fresh, without dead rows), then
+// times the bare writes of every decision: set-based statements of batch waits each,
+// workers of them in flight, as the sweeper runs its transactions.
 func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
-	decided, err := sweptDecisions(ctx, pool)
-	if err != nil {
-		return 0, err
-	}
-	return writeDecisions(ctx, pool, decided, batch, workers)
-}
-
-// writeDecisions is statusFloor's reset and timed writes of decided.
-func writeDecisions(ctx context.Context, pool *pgxpool.Pool, decided map[uuid.UUID]sweptDecision, batch, workers int) (time.Duration, error) {
 	for _, q := range []string{
-		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
+		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL,
 		     next_deadline_at = now() - interval '1 second'`,
-		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL, warning = NULL`,
+		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL`,
 		`DELETE FROM run_queue`,
 		`VACUUM ANALYZE execution_wait_states, node_executions, run_queue`,
 	} {
@@ -153,75 +139,17 @@ func writeDecisions(ctx context.Context, pool *pgxpool.Pool, decided map[uuid.UU
 			return 0, err
 		}
 	}
-	args := func(ids []uuid.UUID) []any {
-		var (
-			execs                                            []uuid.UUID
-			statuses, errs, nodeStatuses, nodeErrs, warnings []string
-			timedOut, outputs                                [][]byte
-			next                                             []time.Time
-		)
-		for _, id := range ids {
-			d := decided[id]
-			execs = append(execs, d.exec)
-			statuses, errs, timedOut, next = append(statuses, d.status), append(errs, d.err), append(timedOut, d.timedOut), append(next, d.next)
-			nodeStatuses, outputs = append(nodeStatuses, d.nodeStatus), append(outputs, d.output)
-			nodeErrs, warnings = append(nodeErrs, d.nodeErr), append(warnings, d.warning)
-		}
-		return []any{ids, statuses, errs, timedOut, next, nodeStatuses, outputs, nodeErrs, warnings, execs}
-	}
-	return batchedWrites(ctx, pool, batch, workers, args, deadlineFloorStmt)
-}
-
-// deadlineFloorStmt writes the decisions of the waits $1 (of the executions $10). Each
-// row is found through its key (= ANY of the ids): joined only with the arrays, the
-// planner, counting their elements, reads and hashes whole tables instead.
-const deadlineFloorStmt = `
-WITH i AS (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS error,
-           unnest($4::jsonb[]) AS timed_out_events, unnest($5::timestamptz[]) AS next_deadline_at,
-           unnest($6::text[]) AS node_status, unnest($7::jsonb[]) AS output, unnest($8::text[]) AS node_error,
-           unnest($9::text[]) AS warning
-), w AS (
-    UPDATE execution_wait_states AS e
-    SET status = i.status, version = e.version + 1, updated_at = now(), error = nullif(i.error, ''),
-        timed_out_events = i.timed_out_events, next_deadline_at = i.next_deadline_at
-    FROM i WHERE e.id = ANY($1::uuid[]) AND e.id = i.id AND e.status = 'waiting' AND e.next_deadline_at <= now()
-    RETURNING e.execution_id, e.node_id, i.node_status, i.output, i.node_error, i.warning
+	return batchedWrites(ctx, pool, batch, workers, idsOnly, `
+WITH w AS (
+    UPDATE execution_wait_states
+    SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'
+    WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND next_deadline_at <= now()
+    RETURNING execution_id, node_id
 ), n AS (
-    UPDATE node_executions AS n SET status = w.node_status, output = w.output, error = nullif(w.node_error, ''),
-        warning = nullif(w.warning, ''), updated_at = now(), finished_at = now()
-    FROM w WHERE n.execution_id = ANY($10::uuid[]) AND n.execution_id = w.execution_id AND n.node_id = w.node_id
+    UPDATE node_executions AS n SET status = 'failed', error = 'timed out', updated_at = now(), finished_at = now()
+    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
 INSERT INTO run_queue (execution_id, node_id, kind)
 SELECT execution_id, node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING`
-
-// sweptDecision is what the sweep wrote for one wait and its node.
-type sweptDecision struct {
-	exec                                      uuid.UUID
-	status, err, nodeStatus, nodeErr, warning string
-	timedOut, output                          []byte
-	next                                      time.Time
-}
-
-// sweptDecisions reads, by wait id, what the sweep wrote for every wait of the schema.
-func sweptDecisions(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]sweptDecision, error) {
-	rows, err := pool.Query(ctx, `
-SELECT w.id, w.execution_id, w.status, coalesce(w.error, ''), w.timed_out_events, w.next_deadline_at,
-       n.status, n.output, coalesce(n.error, ''), coalesce(n.warning, '')
-FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id)`)
-	if err != nil {
-		return nil, fmt.Errorf("read the sweep's decisions: %w", err)
-	}
-	defer rows.Close()
-	out := map[uuid.UUID]sweptDecision{}
-	for rows.Next() {
-		var id uuid.UUID
-		var d sweptDecision
-		if err := rows.Scan(&id, &d.exec, &d.status, &d.err, &d.timedOut, &d.next, &d.nodeStatus, &d.output, &d.nodeErr, &d.warning); err != nil {
-			return nil, err
-		}
-		out[id] = d
-	}
-	return out, rows.Err()
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING`)
 }
