@@ -185,21 +185,39 @@ func TestPeerCountsWholeRows(t *testing.T) {
 // with the event recorded, its node and its execution completed.
 func TestEventFloorWritesEveryEvent(t *testing.T) {
 	t.Parallel()
-	s := dbtest.NewSchema(t)
-	const events = 250
-	f, err := EventFloor(t.Context(), s.URL, "send", events, 16, 3)
-	require.NoError(t, err)
-	require.Equal(t, FloorResult{Path: "send", Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond}, f)
-	require.Positive(t, f.PerSecond)
-	pool, err := db.Connect(t.Context(), s.URL, 1)
-	require.NoError(t, err)
-	defer pool.Close()
-	var waits, nodes, execs int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
-		(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND jsonb_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
-		(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
-		(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
-	require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
+	for _, path := range []string{"send", "kafka"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			s := dbtest.NewSchema(t)
+			const events = 250
+			f, err := EventFloor(t.Context(), s.URL, path, events, 16, 3)
+			require.NoError(t, err)
+			require.Equal(t, FloorResult{Path: path, Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond}, f)
+			require.Positive(t, f.PerSecond)
+			pool, err := db.Connect(t.Context(), s.URL, 1)
+			require.NoError(t, err)
+			defer pool.Close()
+			var waits, nodes, execs int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+				(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND jsonb_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
+				(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
+				(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
+			require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
+			if path != "kafka" {
+				return
+			}
+			// A Kafka record's write also carries its payload, the instance that continued
+			// the wait, and the node's output as Output builds it, with the wait's own ids.
+			var full int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*)
+				FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id)
+				WHERE w.kafka_event_data->>'correlation_id' = w.correlation_id::text AND w.resumed_by IS NOT NULL
+				  AND w.received_events->0->>'name' = 'kafka_event'
+				  AND n.output->>'correlation_id' = w.correlation_id::text AND n.output->'kafkaEvent' = w.kafka_event_data
+				  AND n.output->'timeout' = 'false'`).Scan(&full))
+			require.Equal(t, events, full)
+		})
+	}
 }
 
 func TestGroupBatch(t *testing.T) {

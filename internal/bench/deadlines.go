@@ -139,7 +139,7 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (t
 			return 0, err
 		}
 	}
-	return batchedWrites(ctx, pool, batch, workers, `
+	return batchedWrites(ctx, pool, batch, workers, idsOnly, `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'

@@ -47,7 +47,20 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE executions, node_executions, execution_wait_states`); err != nil {
 		return FloorResult{}, err
 	}
-	took, err := batchedWrites(ctx, pool, batch, workers, `
+	stmt := eventFloorStmt
+	if path == "kafka" {
+		stmt = kafkaFloorStmt
+	}
+	took, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
+	if err != nil {
+		return FloorResult{}, fmt.Errorf("%s floor: %w", path, err)
+	}
+	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
+		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds()}, nil
+}
+
+// eventFloorStmt writes the three rows of an event completing a wait.
+const eventFloorStmt = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(),
@@ -60,13 +73,37 @@ WITH w AS (
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
 UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
-FROM w WHERE e.id = w.execution_id`)
-	if err != nil {
-		return FloorResult{}, fmt.Errorf("%s floor: %w", path, err)
-	}
-	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
-		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds()}, nil
-}
+FROM w WHERE e.id = w.execution_id`
+
+// kafkaFloorStmt writes the same three rows as a Kafka record completing its wait
+// writes them: every column the service's write changes, with values of the size the
+// bench's records give (computed in Go by the service, constants or cheap builders here) —
+// the received event as the aggregator records it, the record's
+// payload in kafka_event_data, the node's output as Output builds it, the wait marked
+// resumed by the instance continuing it.
+const kafkaFloorStmt = `
+WITH w AS (
+    UPDATE execution_wait_states
+    SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(), resumed_by = 'bench-kafka',
+        received_events = received_events || jsonb_build_array(jsonb_build_object('name', 'kafka_event',
+            'received_at', now(), 'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::jsonb,
+            'key', 'sha256:0f343b0931126a20f133d67c2b018a3b1e5e5e8a1d2c3b4a5f60718293a4b5c6')),
+        kafka_event_data = jsonb_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done'),
+        event_data = '{}'
+    WHERE id = ANY($1::uuid[]) AND status = 'waiting'
+    RETURNING execution_id, node_id, correlation_id, kafka_event_data
+), n AS (
+    UPDATE node_executions AS n SET status = 'completed',
+        output = jsonb_build_object('kafkaEvent', w.kafka_event_data,
+            'events', jsonb_build_array(jsonb_build_object('name', 'kafka_event', 'received_at', now(),
+                'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::jsonb)),
+            'arrival_order', '["kafka_event"]'::jsonb, 'correlation_id', w.correlation_id, 'strategy', 'all',
+            'timeout', false, 'timed_out_events', '[]'::jsonb, 'missing_required_events', '[]'::jsonb),
+        updated_at = now(), finished_at = now()
+    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
+)
+UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
+FROM w WHERE e.id = w.execution_id`
 
 // GroupBatch is the batch a group commit of groups transactions forms when clients
 // callers are in flight at once: they spread over the groups.
@@ -74,10 +111,14 @@ func GroupBatch(clients, groups, maxGroup int) int {
 	return max(1, min((clients+groups-1)/groups, maxGroup))
 }
 
-// batchedWrites runs stmt, whose $1 is a uuid[] of waits, over every waiting wait of
-// the schema in id order, batch ids a statement, on workers connections at once, and
-// returns how long they all took.
-func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, stmt string) (time.Duration, error) {
+// idsOnly is batchedWrites' arguments for a statement that takes only the batch's ids.
+func idsOnly(ids []uuid.UUID) []any { return []any{ids} }
+
+// batchedWrites runs stmt over every waiting wait of the schema in id order, batch ids
+// a statement, on workers connections at once, and returns how long they all took. args
+// gives a statement's arguments for its batch of ids (its $1 is the uuid[] of them);
+// they are built before the clock starts.
+func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (time.Duration, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
 	if err != nil {
 		return 0, err
@@ -86,9 +127,9 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	if err != nil {
 		return 0, err
 	}
-	batches := make(chan []uuid.UUID, len(ids)/max(batch, 1)+1)
+	batches := make(chan []any, len(ids)/max(batch, 1)+1)
 	for lo := 0; lo < len(ids); lo += batch {
-		batches <- ids[lo:min(lo+batch, len(ids))]
+		batches <- args(ids[lo:min(lo+batch, len(ids))])
 	}
 	close(batches)
 	errs := make([]error, workers)
@@ -99,7 +140,7 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				if _, err := pool.Exec(ctx, stmt, b); err != nil {
+				if _, err := pool.Exec(ctx, stmt, b...); err != nil {
 					errs[i] = err
 					return
 				}
