@@ -322,13 +322,10 @@ type Aggregator struct {
 	q      *dbsqlc.Queries
 	logger *slog.Logger
 
-	// Group commit of Apply: callers queue here; up to Config.ApplyGroups of them lead a
-	// transaction each for what is queued, then hand the lead to the next waiter.
-	mu      sync.Mutex
-	queue   []*pending
-	leaders int
-	// sends is the group commit of Send, likewise.
-	sends grouper[Sent, SendResult]
+	// The group commits of Apply and Send: callers queue; up to Config.ApplyGroups of
+	// them lead a transaction each for what is queued, then hand the lead on.
+	applies grouper[Event, Result]
+	sends   grouper[Sent, SendResult]
 
 	// The earliest deadline registered here since the sweeper last looked, and its bell.
 	hintMu       sync.Mutex
@@ -340,18 +337,6 @@ type Aggregator struct {
 
 	ins    instruments
 	gauges telemetry.Cached[dbSnapshot]
-}
-
-// pending is one Apply call waiting for its group's commit.
-type pending struct {
-	ctx  context.Context
-	ev   Event
-	res  Result
-	err  error
-	done chan struct{} // closed when res/err are set
-	lead chan struct{} // closed when this caller must lead the next group
-	// promoted is set, under Aggregator.mu, when lead is closed.
-	promoted bool
 }
 
 // MaxWaitersPerTypeDefault is the default admission limit of one payload-match type.
@@ -384,72 +369,24 @@ func (a *Aggregator) Apply(ctx context.Context, ev Event) (Result, error) {
 	if err := CheckStorable(ev.Payload); err != nil {
 		return Result{}, err
 	}
-	p := &pending{ctx: ctx, ev: ev, done: make(chan struct{}), lead: make(chan struct{})}
-	a.mu.Lock()
-	a.queue = append(a.queue, p)
-	lead := a.leaders < a.cfg.ApplyGroups
-	if lead {
-		a.leaders++
-	}
-	a.mu.Unlock()
-	if !lead {
-		select {
-		case <-p.lead:
-		case <-p.done:
-			// Decided by another leader; if the lead was handed to us meanwhile, it
-			// must be handed on.
-			a.mu.Lock()
-			promoted := p.promoted
-			a.mu.Unlock()
-			if !promoted {
-				return p.res, p.err
-			}
-		}
-	}
-	a.leadGroups(p)
-	<-p.done
-	return p.res, p.err
+	return a.applies.run(ctx, ev, a.cfg.ApplyGroups, takeEvents, a.commitGroup)
 }
 
-// leadGroups commits queued groups until the caller's own event is decided, then hands
-// the lead to the oldest waiter not leading yet, so no caller serves others for long.
-func (a *Aggregator) leadGroups(self *pending) {
-	for {
-		select {
-		case <-self.done:
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			for _, next := range a.queue {
-				if !next.promoted {
-					next.promoted = true
-					close(next.lead)
-					return
-				}
-			}
-			a.leaders--
-			return
-		default:
-		}
-		a.mu.Lock()
-		group := a.queue[:min(len(a.queue), MaxGroupDefault)]
-		a.queue = a.queue[len(group):]
-		a.mu.Unlock()
-		if len(group) == 0 {
-			<-self.done // in a group another leader is committing
-			continue
-		}
-		a.commitGroup(group)
-	}
+// takeEvents takes the next group of events from the queue: the oldest, up to
+// MaxGroupDefault of them (ApplyBatch decides several events for one wait in order).
+func takeEvents(queue []*member[Event, Result]) (group, rest []*member[Event, Result]) {
+	n := min(len(queue), MaxGroupDefault)
+	return queue[:n:n], queue[n:]
 }
 
 // groupAttempts bounds retries of a group whose transaction hit a deadlock or
 // serialization failure (concurrent batches touching the same waits).
 const groupAttempts = 3
 
-func (a *Aggregator) commitGroup(group []*pending) {
+func (a *Aggregator) commitGroup(group []*member[Event, Result]) {
 	events := make([]Event, len(group))
-	for i, p := range group {
-		events[i] = p.ev
+	for i, m := range group {
+		events[i] = m.in
 	}
 	// One caller giving up must not fail the others: the group runs on its own clock.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), 30*time.Second)
@@ -474,22 +411,21 @@ func (a *Aggregator) commitGroup(group []*pending) {
 		// ours that every statement would meet, so it is not called permanent.
 		a.logger.WarnContext(ctx, "the database refused a group's data; deciding its events one by one", "err", err,
 			"events", len(group), "instance_id", a.cfg.InstanceID)
-		for _, p := range group {
-			a.commitGroup([]*pending{p})
+		for _, m := range group {
+			a.commitGroup([]*member[Event, Result]{m})
 		}
 		return
 	}
 	if db.IsUnavailable(err) {
 		a.DatabaseError(ctx)
 	}
-	for i, p := range group {
+	for i, m := range group {
 		if err != nil {
-			p.err = err
+			m.err = err
 		} else {
-			p.res = results[i]
-			a.logResult(p.ctx, p.ev, p.res)
+			m.out = results[i]
+			a.logResult(m.ctx, m.in, m.out)
 		}
-		close(p.done)
 	}
 }
 
