@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 func TestMain(m *testing.M) {
@@ -201,7 +202,7 @@ func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeVie
 	return executor.NodeView{}
 }
 
-func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) executor.WaitView {
+func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) lists.WaitView {
 	t.Helper()
 	for _, w := range v.Waits {
 		if w.NodeID == nodeID {
@@ -209,7 +210,7 @@ func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) executor.Wai
 		}
 	}
 	require.Failf(t, "no wait state", "for node %s in\n%s", nodeID, dump(v))
-	return executor.WaitView{}
+	return lists.WaitView{}
 }
 
 func output(t *testing.T, n executor.NodeView) obj {

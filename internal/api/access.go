@@ -5,47 +5,18 @@ package api
 // log; this file translates between them and HTTP.
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 )
-
-// Cursor kinds of the lists of this file; a cursor of one list is refused by the other.
-const (
-	cursorTokens = 't'
-	cursorAudit  = 'a'
-)
-
-func encodeCursor(kind byte, v string) string {
-	return base64.RawURLEncoding.EncodeToString(append([]byte{kind}, v...))
-}
-
-func decodeCursor(kind byte, s string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 2 || b[0] != kind {
-		return "", invalidQuery("cursor", "not a cursor of this list")
-	}
-	return string(b[1:]), nil
-}
-
-// pageLimit is pageParams' limit with the default applied.
-func pageLimit(q map[string]string) (int, string, error) {
-	limit, cursor, err := pageParams(q)
-	if limit == 0 {
-		limit = 50
-	}
-	return limit, cursor, err
-}
 
 // whoami answers who the caller is, so that the web view shows only what the role may
 // do.
@@ -92,26 +63,13 @@ func (h *handlers) listTokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := pageLimit(q)
+	pg, err := pageParams(q)
 	if err != nil {
 		return err
 	}
-	after := ""
-	if cursor != "" {
-		if after, err = decodeCursor(cursorTokens, cursor); err != nil {
-			return err
-		}
-	}
-	items, more, err := h.access.Auth.Store().List(c.Request().Context(), after, limit)
+	page, err := h.lists.Tokens(c.Request().Context(), h.access.Auth.Store(), pg)
 	if err != nil {
-		return err
-	}
-	page := struct {
-		Items      []auth.Token `json:"items"`
-		NextCursor string       `json:"next_cursor,omitempty"`
-	}{Items: items}
-	if more {
-		page.NextCursor = encodeCursor(cursorTokens, items[len(items)-1].Name)
+		return queryProblem(err)
 	}
 	return c.JSON(http.StatusOK, page)
 }
@@ -135,8 +93,9 @@ func (h *handlers) listAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := audit.Filter{Principal: q["principal"], Action: q["action"], Target: q["target"]}
-	if f.Limit, _, err = pageLimit(q); err != nil {
+	f := lists.AuditFilter{Principal: q["principal"], Action: q["action"], Target: q["target"]}
+	pg, err := pageParams(q)
+	if err != nil {
 		return err
 	}
 	if s, ok := q["since"]; ok {
@@ -144,25 +103,9 @@ func (h *handlers) listAudit(c echo.Context) error {
 			return invalidQuery("since", "not an RFC 3339 time")
 		}
 	}
-	if s, ok := q["cursor"]; ok {
-		v, err := decodeCursor(cursorAudit, s)
-		if err != nil {
-			return err
-		}
-		if f.BeforeID, err = strconv.ParseInt(v, 10, 64); err != nil || f.BeforeID <= 0 {
-			return invalidQuery("cursor", "not a cursor of this list")
-		}
-	}
-	rows, more, err := audit.List(c.Request().Context(), h.access.Pool, f)
+	page, err := h.lists.Audit(c.Request().Context(), f, pg)
 	if err != nil {
-		return err
-	}
-	page := struct {
-		Items      []audit.Row `json:"items"`
-		NextCursor string      `json:"next_cursor,omitempty"`
-	}{Items: rows}
-	if more {
-		page.NextCursor = encodeCursor(cursorAudit, strconv.FormatInt(rows[len(rows)-1].ID, 10))
+		return queryProblem(err)
 	}
 	return c.JSON(http.StatusOK, page)
 }

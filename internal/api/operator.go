@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -29,9 +30,9 @@ func invalidQuery(param, reason string) *problem.Problem {
 	return problem.New(http.StatusBadRequest, param+": "+reason).WithType("invalid-query").With("param", param)
 }
 
-// queryProblem turns the executor's refusal of an argument into invalidQuery.
+// queryProblem turns a list's refusal of an argument into invalidQuery.
 func queryProblem(err error) error {
-	if qe, ok := errors.AsType[*executor.QueryError](err); ok {
+	if qe, ok := errors.AsType[*lists.QueryError](err); ok {
 		return invalidQuery(qe.Param, qe.Reason)
 	}
 	return err
@@ -67,17 +68,13 @@ func queryParams(c echo.Context, allowed ...string) (map[string]string, error) {
 	return out, nil
 }
 
-// pageParams parses limit (absent: the executor's default) and passes cursor on as is;
-// only the executor can read a cursor.
-func pageParams(q map[string]string) (limit int, cursor string, err error) {
-	if s, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > executor.PageLimitMax {
-			return 0, "", invalidQuery("limit", fmt.Sprintf("must be an integer from 1 to %d", executor.PageLimitMax))
-		}
-		limit = n
+// pageParams reads limit and cursor; only package lists can read a cursor.
+func pageParams(q map[string]string) (lists.Paging, error) {
+	limit, err := lists.ParseLimit(q["limit"])
+	if err != nil {
+		return lists.Paging{}, queryProblem(err)
 	}
-	return limit, q["cursor"], nil
+	return lists.Paging{Limit: limit, Cursor: q["cursor"]}, nil
 }
 
 func (h *handlers) listWaitStates(c echo.Context) error {
@@ -85,8 +82,9 @@ func (h *handlers) listWaitStates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := executor.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
-	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
+	f := lists.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
+	pg, err := pageParams(q)
+	if err != nil {
 		return err
 	}
 	if s, ok := q["execution"]; ok {
@@ -96,7 +94,7 @@ func (h *handlers) listWaitStates(c echo.Context) error {
 		}
 		f.ExecutionID = &id
 	}
-	page, err := h.ex.ListWaitStates(c.Request().Context(), f)
+	page, err := h.lists.WaitStates(c.Request().Context(), f, pg)
 	if err != nil {
 		return queryProblem(err)
 	}
@@ -111,8 +109,8 @@ func (h *handlers) getWaitState(c echo.Context) error {
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "wait state id is not a UUID").WithType("malformed-id")
 	}
-	v, err := h.ex.WaitState(c.Request().Context(), id)
-	if errors.Is(err, executor.ErrWaitNotFound) {
+	v, err := h.lists.WaitState(c.Request().Context(), id)
+	if errors.Is(err, lists.ErrNotFound) {
 		return problem.New(http.StatusNotFound, "no wait state "+id.String()).WithType("wait-not-found")
 	}
 	if err != nil {
@@ -126,11 +124,11 @@ func (h *handlers) listWorkflows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := pageParams(q)
+	pg, err := pageParams(q)
 	if err != nil {
 		return err
 	}
-	page, err := h.ex.ListWorkflows(c.Request().Context(), limit, cursor)
+	page, err := h.lists.Workflows(c.Request().Context(), pg)
 	if err != nil {
 		return queryProblem(err)
 	}
@@ -189,7 +187,7 @@ func (h *handlers) listExecutions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := executor.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
+	f := lists.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
 	if s, ok := q["correlation_id"]; ok {
 		id, err := uuid.Parse(s)
 		if err != nil {
@@ -209,10 +207,11 @@ func (h *handlers) listExecutions(c echo.Context) error {
 			*tp.dst = &at
 		}
 	}
-	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
+	pg, err := pageParams(q)
+	if err != nil {
 		return err
 	}
-	page, err := h.ex.ListExecutions(c.Request().Context(), f)
+	page, err := h.lists.Executions(c.Request().Context(), f, pg)
 	if err != nil {
 		return queryProblem(err)
 	}
