@@ -18,6 +18,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // page is a list answer; NextCursor is nil when the member is absent.
@@ -26,7 +27,7 @@ type page[T any] struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-func decodePage[T any](t *testing.T, r response) page[T] {
+func decodePage[T any](t *testing.T, r testkit.Response) page[T] {
 	t.Helper()
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
