@@ -110,6 +110,25 @@ func setup(t *testing.T, opts ...func(*executor.Config)) *harness {
 	return &harness{pod: newPod(t, pool, cfg), fake: fake, attempts: cfg.TestSignals.OutboxAttempted}
 }
 
+// twoPods starts two pods, a and b, on a schema of their own, each with its own pool of
+// 12 connections, 8 workers and outboxWorkers outbox workers, as two replicas run; the
+// harness drives pod a. Neither pod runs until the test calls run.
+func twoPods(t *testing.T, outboxWorkers int) (*harness, []*pod) {
+	t.Helper()
+	schema := dbtest.NewSchema(t)
+	fake := newFakeService(t)
+	var pods []*pod
+	for _, instance := range []string{"a", "b"} {
+		pool, err := db.Connect(context.Background(), schema.URL, 12)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		cfg := config(t, instance)
+		cfg.Workers, cfg.OutboxWorkers = 8, outboxWorkers
+		pods = append(pods, newPod(t, pool, cfg))
+	}
+	return &harness{pod: pods[0], fake: fake}, pods
+}
+
 // ---- workflows ----
 
 type obj = map[string]any
