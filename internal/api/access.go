@@ -59,19 +59,12 @@ func (h *handlers) createToken(c echo.Context) error {
 }
 
 func (h *handlers) listTokens(c echo.Context) error {
-	q, err := queryParams(c, "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	pg, err := pageParams(q)
+	_, pg, err := listQuery(c)
 	if err != nil {
 		return err
 	}
 	page, err := h.lists.Tokens(c.Request().Context(), h.access.Auth.Store(), pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }
 
 func (h *handlers) revokeToken(c echo.Context) error {
@@ -89,23 +82,16 @@ func (h *handlers) revokeToken(c echo.Context) error {
 }
 
 func (h *handlers) listAudit(c echo.Context) error {
-	q, err := queryParams(c, "principal", "action", "target", "since", "limit", "cursor")
+	q, pg, err := listQuery(c, "principal", "action", "target", "since")
 	if err != nil {
 		return err
 	}
 	f := lists.AuditFilter{Principal: q["principal"], Action: q["action"], Target: q["target"]}
-	pg, err := pageParams(q)
-	if err != nil {
-		return err
-	}
 	if s, ok := q["since"]; ok {
 		if f.Since, err = time.Parse(time.RFC3339, s); err != nil {
 			return invalidQuery("since", "not an RFC 3339 time")
 		}
 	}
 	page, err := h.lists.Audit(c.Request().Context(), f, pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }

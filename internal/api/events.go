@@ -159,50 +159,28 @@ func (h *handlers) maySendTo(c echo.Context, id uuid.UUID) error {
 
 // listUnmatched lists recent events that no wait took, newest first, with why.
 func (h *handlers) listUnmatched(c echo.Context) error {
-	q, err := queryParams(c, "reason", "execution", "limit", "cursor")
+	q, pg, err := listQuery(c, "reason", "execution")
 	if err != nil {
 		return err
 	}
 	f := lists.UnmatchedFilter{Reason: q["reason"]}
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		f.ExecutionID = &id
-	}
-	pg, err := pageParams(q)
-	if err != nil {
+	if f.ExecutionID, err = queryUUID(q, "execution"); err != nil {
 		return err
 	}
 	page, err := h.lists.Unmatched(c.Request().Context(), f, pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }
 
 // listDeadLetters lists buffered events that no wait took, newest first.
 func (h *handlers) listDeadLetters(c echo.Context) error {
-	q, err := queryParams(c, "execution", "limit", "cursor")
+	q, pg, err := listQuery(c, "execution")
 	if err != nil {
 		return err
 	}
-	var execution *uuid.UUID
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		execution = &id
-	}
-	pg, err := pageParams(q)
+	execution, err := queryUUID(q, "execution")
 	if err != nil {
 		return err
 	}
 	page, err := h.lists.DeadLetters(c.Request().Context(), execution, pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }

@@ -68,37 +68,52 @@ func queryParams(c echo.Context, allowed ...string) (map[string]string, error) {
 	return out, nil
 }
 
-// pageParams reads limit and cursor; only package lists can read a cursor.
-func pageParams(q map[string]string) (lists.Paging, error) {
+// listQuery reads the query parameters of a list: its filters, by name, and the page
+// (limit and cursor). Only package lists can read a cursor.
+func listQuery(c echo.Context, filters ...string) (map[string]string, lists.Paging, error) {
+	q, err := queryParams(c, append(filters, "limit", "cursor")...)
+	if err != nil {
+		return nil, lists.Paging{}, err
+	}
 	limit, err := lists.ParseLimit(q["limit"])
 	if err != nil {
-		return lists.Paging{}, queryProblem(err)
+		return nil, lists.Paging{}, queryProblem(err)
 	}
-	return lists.Paging{Limit: limit, Cursor: q["cursor"]}, nil
+	return q, lists.Paging{Limit: limit, Cursor: q["cursor"]}, nil
 }
 
-func (h *handlers) listWaitStates(c echo.Context) error {
-	q, err := queryParams(c, "status", "workflow", "node", "execution", "limit", "cursor")
+// queryUUID reads an optional query parameter that is a UUID; nil when absent.
+func queryUUID(q map[string]string, param string) (*uuid.UUID, error) {
+	s, ok := q[param]
+	if !ok {
+		return nil, nil
+	}
+	id, err := uuid.Parse(s)
 	if err != nil {
-		return err
+		return nil, invalidQuery(param, "not a UUID")
 	}
-	f := lists.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
-	pg, err := pageParams(q)
-	if err != nil {
-		return err
-	}
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		f.ExecutionID = &id
-	}
-	page, err := h.lists.WaitStates(c.Request().Context(), f, pg)
+	return &id, nil
+}
+
+// servePage answers a page of a list, or the list's refusal of an argument.
+func servePage[T any](c echo.Context, page lists.Page[T], err error) error {
 	if err != nil {
 		return queryProblem(err)
 	}
 	return c.JSON(http.StatusOK, page)
+}
+
+func (h *handlers) listWaitStates(c echo.Context) error {
+	q, pg, err := listQuery(c, "status", "workflow", "node", "execution")
+	if err != nil {
+		return err
+	}
+	f := lists.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
+	if f.ExecutionID, err = queryUUID(q, "execution"); err != nil {
+		return err
+	}
+	page, err := h.lists.WaitStates(c.Request().Context(), f, pg)
+	return servePage(c, page, err)
 }
 
 func (h *handlers) getWaitState(c echo.Context) error {
@@ -120,19 +135,12 @@ func (h *handlers) getWaitState(c echo.Context) error {
 }
 
 func (h *handlers) listWorkflows(c echo.Context) error {
-	q, err := queryParams(c, "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	pg, err := pageParams(q)
+	_, pg, err := listQuery(c)
 	if err != nil {
 		return err
 	}
 	page, err := h.lists.Workflows(c.Request().Context(), pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }
 
 func (h *handlers) getWorkflow(c echo.Context) error {
@@ -183,17 +191,13 @@ func (h *handlers) validateWorkflow(c echo.Context) error {
 }
 
 func (h *handlers) listExecutions(c echo.Context) error {
-	q, err := queryParams(c, "status", "workflow", "correlation_id", "created_from", "created_to", "limit", "cursor")
+	q, pg, err := listQuery(c, "status", "workflow", "correlation_id", "created_from", "created_to")
 	if err != nil {
 		return err
 	}
 	f := lists.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
-	if s, ok := q["correlation_id"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("correlation_id", "not a UUID")
-		}
-		f.CorrelationID = &id
+	if f.CorrelationID, err = queryUUID(q, "correlation_id"); err != nil {
+		return err
 	}
 	for _, tp := range []struct {
 		param string
@@ -207,13 +211,6 @@ func (h *handlers) listExecutions(c echo.Context) error {
 			*tp.dst = &at
 		}
 	}
-	pg, err := pageParams(q)
-	if err != nil {
-		return err
-	}
 	page, err := h.lists.Executions(c.Request().Context(), f, pg)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	return servePage(c, page, err)
 }
