@@ -81,7 +81,7 @@ func setup(t *testing.T, cfg callbacks.Config) *env {
 			map[string]any{"name": "approval", "source": "callback"}, map[string]any{"name": "review", "source": "callback"},
 		}}),
 	} {
-		r := do(t, http.MethodPut, e.base+"/api/v1/workflows/"+name, mustJSON(t, map[string]any{"name": name, "nodes": []any{node}}), nil)
+		r := testkit.Do(t, http.MethodPut, e.base+"/api/v1/workflows/"+name, mustJSON(t, map[string]any{"name": name, "nodes": []any{node}}), nil)
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
 	}
 	return e
@@ -90,7 +90,7 @@ func setup(t *testing.T, cfg callbacks.Config) *env {
 // start starts an execution of workflow wf and returns its id.
 func (e *env) start(t *testing.T, wf string) string {
 	t.Helper()
-	r := do(t, http.MethodPost, e.base+"/api/v1/workflows/"+wf+"/executions", []byte(`{"input": {"order": 42}}`), nil)
+	r := testkit.Do(t, http.MethodPost, e.base+"/api/v1/workflows/"+wf+"/executions", []byte(`{"input": {"order": 42}}`), nil)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
 	id, _ := r.JSON["id"].(string)
 	require.NotEmpty(t, id)
@@ -114,7 +114,7 @@ func (e *env) newWait(t *testing.T, wf string) (execID, corrID string) {
 // execution returns GET /api/v1/executions/:id.
 func (e *env) execution(t *testing.T, execID string) map[string]any {
 	t.Helper()
-	r := do(t, http.MethodGet, e.base+"/api/v1/executions/"+execID, nil, nil)
+	r := testkit.Do(t, http.MethodGet, e.base+"/api/v1/executions/"+execID, nil, nil)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	return r.JSON
 }
@@ -136,43 +136,9 @@ func (e *env) waitCorrelationID(t *testing.T, execID string) string {
 }
 
 // callback POSTs body to the callback endpoint as service acme.
-func (e *env) callback(t *testing.T, body []byte, hdr http.Header) response {
+func (e *env) callback(t *testing.T, body []byte, hdr http.Header) testkit.Response {
 	t.Helper()
-	return do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme", body, hdr)
-}
-
-type response struct {
-	Status int
-	Header http.Header
-	Raw    []byte
-	JSON   map[string]any
-}
-
-func do(t *testing.T, method, url string, body []byte, hdr http.Header) response {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	return doReader(t, method, url, rd, hdr)
-}
-
-func doReader(t *testing.T, method, url string, body io.Reader, hdr http.Header) response {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	r := response{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
-	_ = json.Unmarshal(raw, &r.JSON)
-	return r
+	return testkit.Do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme", body, hdr)
 }
 
 func mustJSON(t *testing.T, v any) []byte {
@@ -207,7 +173,7 @@ func randomID() string { return uuid.NewString() }
 
 // requireProblem asserts an RFC 7807 answer: status line, content type, and the members
 // type (TypeBaseURI+slug), title, status, detail (containing detailPart) and instance.
-func requireProblem(t *testing.T, r response, status int, slug, detailPart string) {
+func requireProblem(t *testing.T, r testkit.Response, status int, slug, detailPart string) {
 	t.Helper()
 	require.Equal(t, status, r.Status, string(r.Raw))
 	require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"))
@@ -222,7 +188,7 @@ func requireProblem(t *testing.T, r response, status int, slug, detailPart strin
 }
 
 // requireAccepted asserts a 200/202 answer and returns its body.
-func requireAccepted(t *testing.T, r response, status int, outcome, waitStatus string) callbacks.Accepted {
+func requireAccepted(t *testing.T, r testkit.Response, status int, outcome, waitStatus string) callbacks.Accepted {
 	t.Helper()
 	require.Equal(t, status, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
@@ -342,9 +308,9 @@ func TestCallbackOutcomes(t *testing.T) {
 func TestCallbackNamedEvents(t *testing.T) {
 	t.Parallel()
 	e := setup(t, callbacks.Config{})
-	named := func(t *testing.T, query string, body []byte, hdr http.Header) response {
+	named := func(t *testing.T, query string, body []byte, hdr http.Header) testkit.Response {
 		t.Helper()
-		return do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme"+query, body, hdr)
+		return testkit.Do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme"+query, body, hdr)
 	}
 
 	t.Run("completes via ?event=, not without it", func(t *testing.T) {
@@ -492,7 +458,7 @@ func TestCallbackRejections(t *testing.T) {
 	for _, service := range []string{"a%00b", "a%0Ab", "%FF", strings.Repeat("s", callbacks.MaxServiceLen+1)} {
 		t.Run("service label "+service[:min(len(service), 8)], func(t *testing.T) {
 			t.Parallel()
-			r := do(t, http.MethodPost, e.base+"/api/internal/callbacks/"+service, idBody(t, exec, corr, nil), nil)
+			r := testkit.Do(t, http.MethodPost, e.base+"/api/internal/callbacks/"+service, idBody(t, exec, corr, nil), nil)
 			require.Equal(t, http.StatusBadRequest, r.Status, string(r.Raw))
 			require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"))
 			require.Equal(t, problem.TypeBaseURI+"invalid-service", r.JSON["type"], string(r.Raw))
@@ -524,7 +490,7 @@ func TestCallbackRefusedValueFailsOnlyItsSender(t *testing.T) {
 	for i := range waits {
 		waits[i].exec, waits[i].corr = e.newWait(t, wfAPI)
 	}
-	answers := make([]response, len(waits))
+	answers := make([]testkit.Response, len(waits))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, w := range waits {
@@ -590,7 +556,7 @@ func TestCallbackBodyLimit(t *testing.T) {
 			if tt.chunked {
 				rd = iotest.HalfReader(rd) // not a type http.NewRequest measures
 			}
-			r := doReader(t, http.MethodPost, e.base+"/api/internal/callbacks/acme", rd, nil)
+			r := testkit.Do(t, http.MethodPost, e.base+"/api/internal/callbacks/acme", rd, nil)
 			if tt.status == http.StatusAccepted {
 				requireAccepted(t, r, http.StatusAccepted, "completed", "completed")
 				return

@@ -1,10 +1,8 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -155,21 +153,8 @@ func noKafka(c *service.Config) { c.Kafka = consumer.Config{} }
 
 func (e *env) do(t *testing.T, method, url string, body any) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		require.NoError(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.http.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, raw
+	r := testkit.DoWith(t, e.http, method, url, body, nil)
+	return r.Status, r.Raw
 }
 
 // definition is a wait_events node "wait" with the given data, followed by an http node

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
 
 // TestTwoPodsManyExecutions: two pods (a and b) on one schema, each with its own pool,
@@ -23,18 +21,8 @@ import (
 func TestTwoPodsManyExecutions(t *testing.T) {
 	t.Parallel()
 	const n = 100
-	schema := dbtest.NewSchema(t)
-	fake := newFakeService(t)
-	var pods []*pod
-	for _, instance := range []string{"a", "b"} {
-		pool, err := db.Connect(context.Background(), schema.URL, 12)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		cfg := config(t, instance)
-		cfg.Workers, cfg.OutboxWorkers = 8, 4
-		pods = append(pods, newPod(t, pool, cfg))
-	}
-	h := &harness{pod: pods[0], fake: fake}
+	h, pods := twoPods(t, 4)
+	fake := h.fake
 	name := h.put(t, h.workflow("many", []obj{
 		node("wait", "wait_events", obj{
 			"apiCall":    obj{"url": "@{_vars.svc}/process", "body": obj{"order": "@{_trigger.order}"}},

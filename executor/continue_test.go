@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 // TestContinueInDecidingTransaction: an event that completes a wait through Apply (a
@@ -92,7 +92,7 @@ func TestContinueFailureQueues(t *testing.T) {
 
 // waitThenAfter starts an execution of a Kafka wait followed by an http node "after",
 // and returns it with its wait once it waits, with the pod stopped.
-func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, executor.WaitView) {
+func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, lists.WaitView) {
 	t.Helper()
 	name := h.put(t, h.workflow("then-after", []obj{
 		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),

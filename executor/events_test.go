@@ -16,6 +16,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 // Events by type, buffering and payload match, end to end through the
@@ -284,8 +285,9 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	require.Equal(t, aggregator.SendNoExecution, h.send(t, uuid.New(), "a", obj{}, "").Outcome)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE execution_id = $1 AND reason = 'execution_finished'`, id))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'no_execution'`))
-	list, err := h.agg.ListUnmatched(context.Background(), aggregator.UnmatchedFilter{Limit: 10})
+	page, err := lists.New(h.pool).Unmatched(context.Background(), lists.UnmatchedFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
+	list := page.Items
 	require.Len(t, list, 4)
 	require.Equal(t, aggregator.UnmatchedNoExecution, list[0].Reason, "newest first")
 }
@@ -353,7 +355,7 @@ func TestMatchByBusinessKey(t *testing.T) {
 	var mode, plan string
 	require.NoError(t, conn.QueryRow(context.Background(), "SHOW plan_cache_mode").Scan(&mode))
 	require.Equal(t, "force_generic_plan", mode)
-	lookup := bind(sqlQueries(t, "wait_states.sql")["WaitStateListByMatchKeys"], map[string]string{"keys": "$1"})
+	lookup := dbtest.Bind(dbtest.Queries(t, "wait_states.sql")["WaitStateListByMatchKeys"], map[string]string{"keys": "$1"})
 	_, err = conn.Exec(context.Background(), "PREPARE match_lookup (text[]) AS "+lookup)
 	require.NoError(t, err)
 	defer conn.Exec(context.Background(), "DEALLOCATE match_lookup") //nolint:errcheck

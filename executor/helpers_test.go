@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 func TestMain(m *testing.M) {
@@ -107,6 +108,25 @@ func setup(t *testing.T, opts ...func(*executor.Config)) *harness {
 		o(&cfg)
 	}
 	return &harness{pod: newPod(t, pool, cfg), fake: fake, attempts: cfg.TestSignals.OutboxAttempted}
+}
+
+// twoPods starts two pods, a and b, on a schema of their own, each with its own pool of
+// 12 connections, 8 workers and outboxWorkers outbox workers, as two replicas run; the
+// harness drives pod a. Neither pod runs until the test calls run.
+func twoPods(t *testing.T, outboxWorkers int) (*harness, []*pod) {
+	t.Helper()
+	schema := dbtest.NewSchema(t)
+	fake := newFakeService(t)
+	var pods []*pod
+	for _, instance := range []string{"a", "b"} {
+		pool, err := db.Connect(context.Background(), schema.URL, 12)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		cfg := config(t, instance)
+		cfg.Workers, cfg.OutboxWorkers = 8, outboxWorkers
+		pods = append(pods, newPod(t, pool, cfg))
+	}
+	return &harness{pod: pods[0], fake: fake}, pods
 }
 
 // ---- workflows ----
@@ -201,7 +221,7 @@ func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeVie
 	return executor.NodeView{}
 }
 
-func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) executor.WaitView {
+func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) lists.WaitView {
 	t.Helper()
 	for _, w := range v.Waits {
 		if w.NodeID == nodeID {
@@ -209,7 +229,7 @@ func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) executor.Wai
 		}
 	}
 	require.Failf(t, "no wait state", "for node %s in\n%s", nodeID, dump(v))
-	return executor.WaitView{}
+	return lists.WaitView{}
 }
 
 func output(t *testing.T, n executor.NodeView) obj {

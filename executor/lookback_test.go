@@ -13,8 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -59,18 +57,8 @@ func paymentRecord(order string, offset int64, lookback time.Duration) aggregato
 func TestLookbackPaymentBeatsWait(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	schema := dbtest.NewSchema(t)
-	fake := newFakeService(t)
-	var pods []*pod
-	for _, instance := range []string{"a", "b"} {
-		pool, err := db.Connect(context.Background(), schema.URL, 12)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		cfg := config(t, instance)
-		cfg.Workers, cfg.OutboxWorkers = 8, 2
-		pods = append(pods, newPod(t, pool, cfg))
-	}
-	h := &harness{pod: pods[0], fake: fake}
+	h, pods := twoPods(t, 2)
+	fake := h.fake
 	name := h.put(t, h.orderThenPayment("orders", "10m"))
 
 	var produced sync.WaitGroup

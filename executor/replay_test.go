@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 // deadLetterIDs lists the ids of an execution's dead letters, oldest first.
@@ -92,8 +93,9 @@ func TestReplayDeadLetter(t *testing.T) {
 	require.Empty(t, waitOf(t, h.view(t, id), "w2").ReceivedEvents)
 	require.Equal(t, w1Version, h.waitRow(t, id, "w1").Version)
 
-	list, err := h.agg.ListDeadLetters(ctx, &id, 0, 10)
+	page, err := lists.New(h.pool).DeadLetters(ctx, &id, lists.Paging{Limit: 10})
 	require.NoError(t, err)
+	list := page.Items
 	require.Len(t, list, 2)
 	require.Equal(t, aggregator.ResolutionReplayed, list[0].Resolution)
 	require.Equal(t, "duplicate into execution "+id.String(), list[0].ResolutionDetail)
@@ -176,8 +178,9 @@ func TestReplayUnmatched(t *testing.T) {
 	var notReplayable *aggregator.NotReplayableError
 	require.ErrorAs(t, err, &notReplayable)
 	require.NoError(t, h.agg.DismissUnmatched(ctx, truncated, "the order was re-sent"))
-	list, err := h.agg.ListUnmatched(ctx, aggregator.UnmatchedFilter{Limit: 10})
+	page, err := lists.New(h.pool).Unmatched(ctx, lists.UnmatchedFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
+	list := page.Items
 	require.Equal(t, aggregator.ResolutionDismissed, list[0].Resolution)
 	require.Equal(t, "the order was re-sent", list[0].ResolutionDetail)
 }

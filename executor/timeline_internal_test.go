@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 // TestTimeline: an execution that waited for two events, got one from Kafka, timed out
@@ -21,15 +22,15 @@ func TestTimeline(t *testing.T) {
 	part, off := int32(2), int64(41)
 	boom := "boom"
 	v := &ExecutionView{
-		ExecutionSummary: ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
+		ExecutionSummary: lists.ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
 		Nodes: []NodeView{
 			{ID: "wait", Status: "timeout", StartedAt: at(0), FinishedAt: at(6)},
 			{ID: "notify", Status: "failed", Error: &boom, StartedAt: at(7), FinishedAt: at(8)},
 			{ID: "later", Status: "pending"},
 		},
-		Waits: []WaitView{{
+		Waits: []lists.WaitView{{
 			NodeID: "wait", WaitType: aggregator.WaitTypeEvents, Status: aggregator.StatusResumed, CreatedAt: *at(1),
-			UpdatedAt: *at(6), ResumedAt: at(6), ResumedBy: ptr("replica-1"), TimedOutEvents: []string{"callback"},
+			UpdatedAt: *at(6), ResumedAt: at(6), ResumedBy: new("replica-1"), TimedOutEvents: []string{"callback"},
 			ReceivedEvents: []aggregator.Received{{Name: "shipment", ReceivedAt: *at(3),
 				Source: aggregator.Source{Kind: "kafka", Topic: "shipments", Partition: &part, Offset: &off}}},
 		}, {
@@ -84,6 +85,6 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, "redrive 2", got[len(got)-2].Detail)
 
 	// A new execution: started, nothing else.
-	fresh := timeline(&ExecutionView{ExecutionSummary: ExecutionSummary{CreatedAt: t0, Status: "running"}})
+	fresh := timeline(&ExecutionView{ExecutionSummary: lists.ExecutionSummary{CreatedAt: t0, Status: "running"}})
 	require.Equal(t, []TimelineEntry{{At: t0, Kind: TimelineExecutionStarted}}, fresh)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -30,7 +31,7 @@ import (
 const maxDefinitionBytes = 4 << 20
 
 // Access is what the routes of access control need: the authenticator, whose store
-// keeps the tokens, and the pool the audit log is read from.
+// keeps the tokens, and the pool the lists (the audit log among them) are read from.
 type Access struct {
 	Auth *auth.Authenticator
 	Pool *pgxpool.Pool
@@ -41,7 +42,7 @@ type Access struct {
 // the handlers only narrow it where the request decides (a sender's workflow prefix).
 // logger receives a line per recovery action.
 func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, acc Access, logger *slog.Logger) {
-	h := &handlers{ex: ex, agg: agg, access: acc, logger: logger}
+	h := &handlers{ex: ex, agg: agg, lists: lists.New(acc.Pool), access: acc, logger: logger}
 	e.GET("/api/v1/workflows", h.listWorkflows)
 	// Echo tries the static segment first and falls back to :name for other methods, so
 	// a workflow named "validate" is still read and stored (TestValidateIsNotAName).
@@ -70,6 +71,7 @@ func Register(e *echo.Echo, ex *executor.Executor, agg *aggregator.Aggregator, a
 type handlers struct {
 	ex     *executor.Executor
 	agg    *aggregator.Aggregator
+	lists  *lists.Reader
 	access Access
 	logger *slog.Logger
 }

@@ -4,9 +4,7 @@ package api_test
 // of its own. Every error answer is checked down to its RFC 7807 body.
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
@@ -36,33 +35,12 @@ func setup(t *testing.T) *env {
 	return &env{svc: s, base: "http://" + s.Addr()}
 }
 
-type response struct {
-	Status int
-	Header http.Header
-	Raw    []byte
-	JSON   map[string]any
-}
-
-func (e *env) do(t *testing.T, method, path string, body []byte) response {
+func (e *env) do(t *testing.T, method, path string, body []byte) testkit.Response {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.base+path, rd)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	r := response{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
-	_ = json.Unmarshal(raw, &r.JSON)
-	return r
+	return testkit.Do(t, method, e.base+path, body, nil)
 }
 
-func (e *env) put(t *testing.T, name string, def any) response {
+func (e *env) put(t *testing.T, name string, def any) testkit.Response {
 	t.Helper()
 	raw, ok := def.([]byte)
 	if !ok {
@@ -71,7 +49,7 @@ func (e *env) put(t *testing.T, name string, def any) response {
 	return e.do(t, http.MethodPut, "/api/v1/workflows/"+name, raw)
 }
 
-func (e *env) startExecution(t *testing.T, name string, body []byte) response {
+func (e *env) startExecution(t *testing.T, name string, body []byte) testkit.Response {
 	t.Helper()
 	return e.do(t, http.MethodPost, "/api/v1/workflows/"+name+"/executions", body)
 }
@@ -86,7 +64,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // requireProblem asserts an RFC 7807 answer: status line, content type, and the members
 // type (TypeBaseURI+slug, or about:blank for an empty slug), title, status and
 // instance; detail must contain detailPart, or be absent when detailPart is empty.
-func requireProblem(t *testing.T, r response, status int, slug, detailPart, instance string) {
+func requireProblem(t *testing.T, r testkit.Response, status int, slug, detailPart, instance string) {
 	t.Helper()
 	require.Equal(t, status, r.Status, string(r.Raw))
 	require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"))
@@ -113,7 +91,7 @@ type fieldError struct {
 }
 
 // requireInvalid asserts a 422 invalid-definition problem and returns its errors member.
-func requireInvalid(t *testing.T, r response, name string) []fieldError {
+func requireInvalid(t *testing.T, r testkit.Response, name string) []fieldError {
 	t.Helper()
 	requireProblem(t, r, http.StatusUnprocessableEntity, "invalid-definition", "invalid definition: ", "/api/v1/workflows/"+name)
 	var body struct {
@@ -152,7 +130,7 @@ type stored struct {
 	Unchanged bool      `json:"unchanged"`
 }
 
-func decodeStored(t *testing.T, r response, status int) stored {
+func decodeStored(t *testing.T, r testkit.Response, status int) stored {
 	t.Helper()
 	require.Equal(t, status, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
@@ -352,7 +330,7 @@ func TestGetExecution(t *testing.T) {
 
 		// The view's three reads (execution, nodes, waits) are not one snapshot, so wait
 		// for both the wait state and the node's waiting outcome to show.
-		var view response
+		var view testkit.Response
 		require.Eventually(t, func() bool {
 			view = e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
 			waits, _ := view.JSON["wait_states"].([]any)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // counter is an external service that accepts everything and counts requests per path.
@@ -91,7 +92,7 @@ type view struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-func decodeView(t *testing.T, r response) view {
+func decodeView(t *testing.T, r testkit.Response) view {
 	t.Helper()
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
@@ -172,7 +173,7 @@ func (e *env) awaitStatus(t *testing.T, id string, cond func(view) bool) view {
 func status(s string) func(view) bool { return func(v view) bool { return v.Status == s } }
 
 // callback answers a wait as its external service would.
-func (e *env) callback(t *testing.T, execID, corrID string) response {
+func (e *env) callback(t *testing.T, execID, corrID string) testkit.Response {
 	t.Helper()
 	return e.do(t, http.MethodPost, "/api/internal/callbacks/acme", mustJSON(t, map[string]any{
 		"execution_id": execID, "correlation_id": corrID, "result": "approved",

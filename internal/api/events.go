@@ -7,14 +7,9 @@ package api
 // the request and says what happened in HTTP.
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -161,109 +157,30 @@ func (h *handlers) maySendTo(c echo.Context, id uuid.UUID) error {
 		auth.Forbidden("this token may only send events to executions of workflows named "+p.WorkflowPrefix+"…"))
 }
 
-// The event lists page by id, newest first. Their cursors are opaque as the executor's
-// are: a kind byte (a cursor of one list is refused by the other) and the id of the last
-// item shown, base64url-encoded; decoding is strict.
-const (
-	cursorUnmatched   = 'u'
-	cursorDeadLetters = 'd'
-)
-
-var cursorEncoding = base64.RawURLEncoding.Strict()
-
-func encodeIDCursor(kind byte, id int64) string {
-	return cursorEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte{kind}, uint64(id)))
-}
-
-func decodeIDCursor(kind byte, s string) (int64, error) {
-	b, err := cursorEncoding.DecodeString(s)
-	if err != nil || len(b) != 9 || b[0] != kind {
-		return 0, invalidQuery("cursor", "not a cursor of this list; pass next_cursor of the previous page unchanged")
-	}
-	id := binary.BigEndian.Uint64(b[1:])
-	if id < 1 || id > math.MaxInt64 {
-		return 0, invalidQuery("cursor", "not a cursor of this list; pass next_cursor of the previous page unchanged")
-	}
-	return int64(id), nil
-}
-
-// idPage reads limit (default executor.PageLimitDefault) and the cursor of a list paged
-// by id; beforeID is 0 for the first page.
-func idPage(q map[string]string, kind byte) (limit int, beforeID int64, err error) {
-	limit, cursor, err := pageParams(q)
-	if err != nil {
-		return 0, 0, err
-	}
-	if limit == 0 {
-		limit = executor.PageLimitDefault
-	}
-	if cursor != "" {
-		if beforeID, err = decodeIDCursor(kind, cursor); err != nil {
-			return 0, 0, err
-		}
-	}
-	return limit, beforeID, nil
-}
-
-// pageByID turns rows read with a limit of limit+1 into a page, as the executor's lists
-// do: a row beyond limit only tells that there is more.
-func pageByID[T any](rows []T, limit int, kind byte, id func(T) int64) executor.Page[T] {
-	if len(rows) <= limit {
-		return executor.Page[T]{Items: rows}
-	}
-	return executor.Page[T]{Items: rows[:limit], NextCursor: encodeIDCursor(kind, id(rows[limit-1]))}
-}
-
 // listUnmatched lists recent events that no wait took, newest first, with why.
 func (h *handlers) listUnmatched(c echo.Context) error {
-	q, err := queryParams(c, "reason", "execution", "limit", "cursor")
+	q, pg, err := listQuery(c, "reason", "execution")
 	if err != nil {
 		return err
 	}
-	f := aggregator.UnmatchedFilter{Reason: q["reason"]}
-	if f.Reason != "" && !slices.Contains(aggregator.UnmatchedReasons, f.Reason) {
-		return invalidQuery("reason", fmt.Sprintf("%q is not one of %s", f.Reason, strings.Join(aggregator.UnmatchedReasons, ", ")))
-	}
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		f.ExecutionID = &id
-	}
-	limit, before, err := idPage(q, cursorUnmatched)
-	if err != nil {
+	f := lists.UnmatchedFilter{Reason: q["reason"]}
+	if f.ExecutionID, err = queryUUID(q, "execution"); err != nil {
 		return err
 	}
-	f.BeforeID, f.Limit = before, limit+1
-	rows, err := h.agg.ListUnmatched(c.Request().Context(), f)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, pageByID(rows, limit, cursorUnmatched, func(u aggregator.UnmatchedEvent) int64 { return u.ID }))
+	page, err := h.lists.Unmatched(c.Request().Context(), f, pg)
+	return servePage(c, page, err)
 }
 
 // listDeadLetters lists buffered events that no wait took, newest first.
 func (h *handlers) listDeadLetters(c echo.Context) error {
-	q, err := queryParams(c, "execution", "limit", "cursor")
+	q, pg, err := listQuery(c, "execution")
 	if err != nil {
 		return err
 	}
-	var execution *uuid.UUID
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		execution = &id
-	}
-	limit, before, err := idPage(q, cursorDeadLetters)
+	execution, err := queryUUID(q, "execution")
 	if err != nil {
 		return err
 	}
-	rows, err := h.agg.ListDeadLetters(c.Request().Context(), execution, before, limit+1)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, pageByID(rows, limit, cursorDeadLetters, func(d aggregator.DeadLetter) int64 { return d.ID }))
+	page, err := h.lists.DeadLetters(c.Request().Context(), execution, pg)
+	return servePage(c, page, err)
 }

@@ -422,8 +422,8 @@ func TestEventLists(t *testing.T) {
 		first := getPage[unmatched](t, e, "/api/v1/events/unmatched?limit=1")
 		require.NotNil(t, first.NextCursor)
 		dl := "/api/v1/events/dead-letters?cursor=" + url.QueryEscape(*first.NextCursor)
-		requireProblem(t, e.do(t, http.MethodGet, dl, nil), http.StatusBadRequest, "invalid-query", "cursor: not a cursor of this list",
-			"/api/v1/events/dead-letters")
+		requireProblem(t, e.do(t, http.MethodGet, dl, nil), http.StatusBadRequest, "invalid-query",
+			"cursor: a cursor of unmatched events, not of dead letters", "/api/v1/events/dead-letters")
 	})
 
 	// A buffered event whose execution ends goes to the dead letters, listed with its

@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
@@ -29,9 +30,9 @@ func invalidQuery(param, reason string) *problem.Problem {
 	return problem.New(http.StatusBadRequest, param+": "+reason).WithType("invalid-query").With("param", param)
 }
 
-// queryProblem turns the executor's refusal of an argument into invalidQuery.
+// queryProblem turns a list's refusal of an argument into invalidQuery.
 func queryProblem(err error) error {
-	if qe, ok := errors.AsType[*executor.QueryError](err); ok {
+	if qe, ok := errors.AsType[*lists.QueryError](err); ok {
 		return invalidQuery(qe.Param, qe.Reason)
 	}
 	return err
@@ -67,40 +68,52 @@ func queryParams(c echo.Context, allowed ...string) (map[string]string, error) {
 	return out, nil
 }
 
-// pageParams parses limit (absent: the executor's default) and passes cursor on as is;
-// only the executor can read a cursor.
-func pageParams(q map[string]string) (limit int, cursor string, err error) {
-	if s, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > executor.PageLimitMax {
-			return 0, "", invalidQuery("limit", fmt.Sprintf("must be an integer from 1 to %d", executor.PageLimitMax))
-		}
-		limit = n
+// listQuery reads the query parameters of a list: its filters, by name, and the page
+// (limit and cursor). Only package lists can read a cursor.
+func listQuery(c echo.Context, filters ...string) (map[string]string, lists.Paging, error) {
+	q, err := queryParams(c, append(filters, "limit", "cursor")...)
+	if err != nil {
+		return nil, lists.Paging{}, err
 	}
-	return limit, q["cursor"], nil
+	limit, err := lists.ParseLimit(q["limit"])
+	if err != nil {
+		return nil, lists.Paging{}, queryProblem(err)
+	}
+	return q, lists.Paging{Limit: limit, Cursor: q["cursor"]}, nil
 }
 
-func (h *handlers) listWaitStates(c echo.Context) error {
-	q, err := queryParams(c, "status", "workflow", "node", "execution", "limit", "cursor")
+// queryUUID reads an optional query parameter that is a UUID; nil when absent.
+func queryUUID(q map[string]string, param string) (*uuid.UUID, error) {
+	s, ok := q[param]
+	if !ok {
+		return nil, nil
+	}
+	id, err := uuid.Parse(s)
 	if err != nil {
-		return err
+		return nil, invalidQuery(param, "not a UUID")
 	}
-	f := executor.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
-	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
-		return err
-	}
-	if s, ok := q["execution"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("execution", "not a UUID")
-		}
-		f.ExecutionID = &id
-	}
-	page, err := h.ex.ListWaitStates(c.Request().Context(), f)
+	return &id, nil
+}
+
+// servePage answers a page of a list, or the list's refusal of an argument.
+func servePage[T any](c echo.Context, page lists.Page[T], err error) error {
 	if err != nil {
 		return queryProblem(err)
 	}
 	return c.JSON(http.StatusOK, page)
+}
+
+func (h *handlers) listWaitStates(c echo.Context) error {
+	q, pg, err := listQuery(c, "status", "workflow", "node", "execution")
+	if err != nil {
+		return err
+	}
+	f := lists.WaitStateFilter{Status: q["status"], Workflow: q["workflow"], NodeID: q["node"]}
+	if f.ExecutionID, err = queryUUID(q, "execution"); err != nil {
+		return err
+	}
+	page, err := h.lists.WaitStates(c.Request().Context(), f, pg)
+	return servePage(c, page, err)
 }
 
 func (h *handlers) getWaitState(c echo.Context) error {
@@ -111,8 +124,8 @@ func (h *handlers) getWaitState(c echo.Context) error {
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "wait state id is not a UUID").WithType("malformed-id")
 	}
-	v, err := h.ex.WaitState(c.Request().Context(), id)
-	if errors.Is(err, executor.ErrWaitNotFound) {
+	v, err := h.lists.WaitState(c.Request().Context(), id)
+	if errors.Is(err, lists.ErrNotFound) {
 		return problem.New(http.StatusNotFound, "no wait state "+id.String()).WithType("wait-not-found")
 	}
 	if err != nil {
@@ -122,19 +135,12 @@ func (h *handlers) getWaitState(c echo.Context) error {
 }
 
 func (h *handlers) listWorkflows(c echo.Context) error {
-	q, err := queryParams(c, "limit", "cursor")
+	_, pg, err := listQuery(c)
 	if err != nil {
 		return err
 	}
-	limit, cursor, err := pageParams(q)
-	if err != nil {
-		return err
-	}
-	page, err := h.ex.ListWorkflows(c.Request().Context(), limit, cursor)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	page, err := h.lists.Workflows(c.Request().Context(), pg)
+	return servePage(c, page, err)
 }
 
 func (h *handlers) getWorkflow(c echo.Context) error {
@@ -185,17 +191,13 @@ func (h *handlers) validateWorkflow(c echo.Context) error {
 }
 
 func (h *handlers) listExecutions(c echo.Context) error {
-	q, err := queryParams(c, "status", "workflow", "correlation_id", "created_from", "created_to", "limit", "cursor")
+	q, pg, err := listQuery(c, "status", "workflow", "correlation_id", "created_from", "created_to")
 	if err != nil {
 		return err
 	}
-	f := executor.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
-	if s, ok := q["correlation_id"]; ok {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return invalidQuery("correlation_id", "not a UUID")
-		}
-		f.CorrelationID = &id
+	f := lists.ExecutionFilter{Status: q["status"], Workflow: q["workflow"]}
+	if f.CorrelationID, err = queryUUID(q, "correlation_id"); err != nil {
+		return err
 	}
 	for _, tp := range []struct {
 		param string
@@ -209,12 +211,6 @@ func (h *handlers) listExecutions(c echo.Context) error {
 			*tp.dst = &at
 		}
 	}
-	if f.Limit, f.Cursor, err = pageParams(q); err != nil {
-		return err
-	}
-	page, err := h.ex.ListExecutions(c.Request().Context(), f)
-	if err != nil {
-		return queryProblem(err)
-	}
-	return c.JSON(http.StatusOK, page)
+	page, err := h.lists.Executions(c.Request().Context(), f, pg)
+	return servePage(c, page, err)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // page is a list answer; NextCursor is nil when the member is absent.
@@ -25,7 +27,7 @@ type page[T any] struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-func decodePage[T any](t *testing.T, r response) page[T] {
+func decodePage[T any](t *testing.T, r testkit.Response) page[T] {
 	t.Helper()
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
@@ -74,20 +76,20 @@ func walk[T any](t *testing.T, e *env, path string, limit int, between func()) (
 // listAll returns every item of path in one page.
 func listAll[T any](t *testing.T, e *env, path string) []T {
 	t.Helper()
-	items, sizes := walk[T](t, e, path, executor.PageLimitMax, nil)
+	items, sizes := walk[T](t, e, path, lists.LimitMax, nil)
 	require.Len(t, sizes, 1)
 	return items
 }
 
-func waitStates(t *testing.T, e *env, query string) []executor.WaitStateView {
+func waitStates(t *testing.T, e *env, query string) []lists.WaitStateView {
 	t.Helper()
-	return listAll[executor.WaitStateView](t, e, "/api/v1/wait-states"+query)
+	return listAll[lists.WaitStateView](t, e, "/api/v1/wait-states"+query)
 }
 
 // awaitWaits polls the wait-state list with query until it holds n items.
-func awaitWaits(t *testing.T, e *env, query string, n int) []executor.WaitStateView {
+func awaitWaits(t *testing.T, e *env, query string, n int) []lists.WaitStateView {
 	t.Helper()
-	var ws []executor.WaitStateView
+	var ws []lists.WaitStateView
 	require.Eventually(t, func() bool {
 		ws = waitStates(t, e, query)
 		return len(ws) == n
@@ -103,10 +105,10 @@ func ids[T any](items []T, id func(T) uuid.UUID) []uuid.UUID {
 	return out
 }
 
-func waitID(w executor.WaitStateView) uuid.UUID { return w.ID }
+func waitID(w lists.WaitStateView) uuid.UUID { return w.ID }
 
 // requireAscending asserts the wait-state order: (created_at, id) strictly increasing.
-func requireAscending(t *testing.T, ws []executor.WaitStateView) {
+func requireAscending(t *testing.T, ws []lists.WaitStateView) {
 	t.Helper()
 	for i := 1; i < len(ws); i++ {
 		a, b := ws[i-1], ws[i]
@@ -143,13 +145,13 @@ func TestListWaitStatesPages(t *testing.T) {
 	requireAscending(t, before)
 
 	t.Run("limit 3", func(t *testing.T) {
-		ws, sizes := walk[executor.WaitStateView](t, e, "/api/v1/wait-states", 3, nil)
+		ws, sizes := walk[lists.WaitStateView](t, e, "/api/v1/wait-states", 3, nil)
 		require.Equal(t, []int{3, 3, 1}, sizes)
 		require.Equal(t, ids(before, waitID), ids(ws, waitID))
 	})
 	t.Run("limit equal to the count", func(t *testing.T) {
 		// A full last page still ends the list: the next one is not promised.
-		_, sizes := walk[executor.WaitStateView](t, e, "/api/v1/wait-states", 7, nil)
+		_, sizes := walk[lists.WaitStateView](t, e, "/api/v1/wait-states", 7, nil)
 		require.Equal(t, []int{7}, sizes)
 	})
 
@@ -186,7 +188,7 @@ func TestListWaitStatesPages(t *testing.T) {
 				}
 			}
 		}()
-		ws, _ := walk[executor.WaitStateView](t, e, "/api/v1/wait-states", 2, func() { time.Sleep(20 * time.Millisecond) })
+		ws, _ := walk[lists.WaitStateView](t, e, "/api/v1/wait-states", 2, func() { time.Sleep(20 * time.Millisecond) })
 		close(stop)
 		started := <-startedc
 
@@ -205,7 +207,7 @@ func TestListWaitStatesPages(t *testing.T) {
 		// Every execution started registers its wait, and a walk without writers lists
 		// them all.
 		all := awaitWaits(t, e, "", 7+len(started))
-		walked, _ := walk[executor.WaitStateView](t, e, "/api/v1/wait-states", 4, nil)
+		walked, _ := walk[lists.WaitStateView](t, e, "/api/v1/wait-states", 4, nil)
 		require.Equal(t, ids(all, waitID), ids(walked, waitID))
 	})
 }
@@ -298,12 +300,12 @@ func missingEventsDefs(svc string) []map[string]any {
 
 // getWait reads one wait state and checks that the list and the execution's view show
 // it the same way.
-func (e *env) getWait(t *testing.T, id uuid.UUID) executor.WaitStateView {
+func (e *env) getWait(t *testing.T, id uuid.UUID) lists.WaitStateView {
 	t.Helper()
 	r := e.do(t, http.MethodGet, "/api/v1/wait-states/"+id.String(), nil)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Contains(t, r.Header.Get("Content-Type"), "application/json")
-	var w executor.WaitStateView
+	var w lists.WaitStateView
 	require.NoError(t, json.Unmarshal(r.Raw, &w))
 	require.Contains(t, r.JSON, "missing_events", "present even when empty")
 
@@ -326,7 +328,7 @@ func (e *env) getWait(t *testing.T, id uuid.UUID) executor.WaitStateView {
 
 // sameMoment tells whether two reads of a wait saw it unchanged: each change bumps the
 // version, except the continuation's resumed_at.
-func sameMoment(a, b executor.WaitView) bool {
+func sameMoment(a, b lists.WaitView) bool {
 	return a.Version == b.Version && (a.ResumedAt == nil) == (b.ResumedAt == nil)
 }
 
@@ -367,7 +369,7 @@ func TestWaitStateMissingEvents(t *testing.T) {
 		t.Parallel()
 		id := e.start(t, "optional")
 		ws := awaitWaits(t, e, "?execution="+id, 1)
-		var w executor.WaitStateView
+		var w lists.WaitStateView
 		require.Eventually(t, func() bool {
 			w = e.getWait(t, ws[0].ID)
 			return len(w.TimedOutEvents) > 0
@@ -407,7 +409,7 @@ func TestGetWaitState(t *testing.T) {
 	}
 }
 
-type workflowSummary = executor.WorkflowSummary
+type workflowSummary = lists.WorkflowSummary
 
 func TestListAndGetWorkflows(t *testing.T) {
 	t.Parallel()
@@ -590,7 +592,7 @@ func TestListExecutions(t *testing.T) {
 		e.awaitStatus(t, id, status("waiting"))
 	}
 
-	type summary = executor.ExecutionSummary
+	type summary = lists.ExecutionSummary
 	items, sizes := walk[summary](t, e, "/api/v1/executions", 2, nil)
 	require.Equal(t, []int{2, 2, 1}, sizes)
 	for i := 1; i < len(items); i++ {
@@ -684,7 +686,7 @@ func TestListBadParameters(t *testing.T) {
 	}
 	waitCursor, execCursor, wfCursor := cursorOf("/api/v1/wait-states"), cursorOf("/api/v1/executions"), cursorOf("/api/v1/workflows")
 
-	lists := []string{"/api/v1/wait-states", "/api/v1/executions", "/api/v1/workflows"}
+	paths := []string{"/api/v1/wait-states", "/api/v1/executions", "/api/v1/workflows"}
 	common := []struct {
 		query, param, detail string
 	}{
@@ -699,7 +701,7 @@ func TestListBadParameters(t *testing.T) {
 		{"sort=desc", "sort", "sort: unknown parameter; this endpoint takes "},
 		{"Limit=5", "Limit", "Limit: unknown parameter"},
 	}
-	for _, list := range lists {
+	for _, list := range paths {
 		for _, tt := range common {
 			r := e.do(t, http.MethodGet, list+"?"+tt.query, nil)
 			requireProblem(t, r, http.StatusBadRequest, "invalid-query", tt.detail, list)
@@ -718,10 +720,10 @@ func TestListBadParameters(t *testing.T) {
 		{"/api/v1/wait-states?node=%ff", "node", "node: must be UTF-8 text without NUL characters"},
 		{"/api/v1/executions?workflow=%00", "workflow", "workflow: must be UTF-8 text"},
 		// One list's cursor is not another's.
-		{"/api/v1/wait-states?cursor=" + execCursor, "cursor", "cursor: not a cursor of this list"},
-		{"/api/v1/executions?cursor=" + waitCursor, "cursor", "cursor: not a cursor of this list"},
-		{"/api/v1/wait-states?cursor=" + wfCursor, "cursor", "cursor: not a cursor of this list"},
-		{"/api/v1/workflows?cursor=" + waitCursor, "cursor", "cursor: not a cursor of this list"},
+		{"/api/v1/wait-states?cursor=" + execCursor, "cursor", "cursor: a cursor of executions, not of wait states"},
+		{"/api/v1/executions?cursor=" + waitCursor, "cursor", "cursor: a cursor of wait states, not of executions"},
+		{"/api/v1/wait-states?cursor=" + wfCursor, "cursor", "cursor: a cursor of workflows, not of wait states"},
+		{"/api/v1/workflows?cursor=" + waitCursor, "cursor", "cursor: a cursor of wait states, not of workflows"},
 		{"/api/v1/executions?node=wait", "node", "node: unknown parameter; this endpoint takes status, workflow, correlation_id, created_from, created_to, limit, cursor"},
 		{"/api/v1/executions?correlation_id=c-1", "correlation_id", "correlation_id: not a UUID"},
 		{"/api/v1/executions?created_from=yesterday", "created_from", "created_from: must be an RFC 3339 time"},
@@ -762,7 +764,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // newest is the id of the first item of a list newest first.
-func newest(items []executor.ExecutionSummary) string { return items[0].ID.String() }
+func newest(items []lists.ExecutionSummary) string { return items[0].ID.String() }
 
 func without(ids []string, id string) []string {
 	var out []string

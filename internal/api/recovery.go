@@ -15,6 +15,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 )
 
@@ -284,7 +285,7 @@ func (h *handlers) redriveMany(c echo.Context) error {
 		f.FailedBefore = *req.FailedBefore
 	}
 	r, err := h.ex.RedriveMany(c.Request().Context(), f, executor.BulkOptions{DryRun: req.DryRun, Limit: req.Limit, Batch: req.Batch})
-	var qerr *executor.QueryError
+	var qerr *lists.QueryError
 	if errors.As(err, &qerr) {
 		return problem.New(http.StatusBadRequest, qerr.Error()).WithType("invalid-request")
 	}

@@ -147,63 +147,6 @@ func Refused(ctx context.Context, pool *pgxpool.Pool, e *Entry, target string, s
 	})
 }
 
-// Row is one row of the audit log.
-type Row struct {
-	ID         int64     `json:"id"`
-	At         time.Time `json:"at"`
-	Principal  string    `json:"principal"`
-	RemoteAddr string    `json:"remote_addr"`
-	Action     string    `json:"action"`
-	Target     string    `json:"target"`
-	Outcome    string    `json:"outcome"`
-	Detail     string    `json:"detail,omitempty"`
-}
-
-// Filter selects rows; empty fields select everything.
-type Filter struct {
-	Principal, Action, Target string
-	// Since keeps rows at or after it; zero keeps all.
-	Since time.Time
-	// BeforeID keeps rows older than it (the keyset cursor); zero keeps all.
-	BeforeID int64
-	// Limit is the page size (1–500).
-	Limit int
-}
-
-// List returns one page of rows, newest first, and whether there are more.
-func List(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]Row, bool, error) {
-	p := dbsqlc.AuditLogListParams{Max: int32(f.Limit) + 1}
-	if f.Principal != "" {
-		p.Principal = &f.Principal
-	}
-	if f.Action != "" {
-		p.Action = &f.Action
-	}
-	if f.Target != "" {
-		p.Target = &f.Target
-	}
-	if !f.Since.IsZero() {
-		p.Since = &f.Since
-	}
-	if f.BeforeID > 0 {
-		p.BeforeID = &f.BeforeID
-	}
-	rows, err := q.AuditLogList(ctx, pool, p)
-	if err != nil {
-		return nil, false, fmt.Errorf("list audit log: %w", err)
-	}
-	more := len(rows) > f.Limit
-	if more {
-		rows = rows[:f.Limit]
-	}
-	out := make([]Row, len(rows))
-	for i, r := range rows {
-		out[i] = Row{ID: r.ID, At: r.At, Principal: r.Principal, RemoteAddr: r.RemoteAddr,
-			Action: r.Action, Target: r.Target, Outcome: r.Outcome, Detail: r.Detail}
-	}
-	return out, more, nil
-}
-
 // Purge deletes rows older than cutoff, batch rows per transaction, and returns how many.
 func Purge(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch int32) (int64, error) {
 	var total int64

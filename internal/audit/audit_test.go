@@ -12,6 +12,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
 // TestRecordCommitsAndRollsBackWithTheChange: the row belongs to the change's
@@ -30,9 +31,9 @@ func TestRecordCommitsAndRollsBackWithTheChange(t *testing.T) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
-	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	page, err := lists.New(pool).Audit(ctx, lists.AuditFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
-	require.Empty(t, rows, "rolled back with the change")
+	require.Empty(t, page.Items, "rolled back with the change")
 
 	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
 		return audit.Record(actx, tx, "execution/2", audit.OutcomeOK, "workflow orders v1")
@@ -41,11 +42,11 @@ func TestRecordCommitsAndRollsBackWithTheChange(t *testing.T) {
 	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
 		return audit.Record(ctx, tx, "execution/3", audit.OutcomeOK, "")
 	}))
-	rows, more, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	page, err = lists.New(pool).Audit(ctx, lists.AuditFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
-	require.False(t, more)
-	require.Len(t, rows, 1)
-	r := rows[0]
+	require.Empty(t, page.NextCursor)
+	require.Len(t, page.Items, 1)
+	r := page.Items[0]
 	require.Equal(t, []string{"token:ci", "127.0.0.1", "execution.start", "execution/2", "ok", "workflow orders v1"},
 		[]string{r.Principal, r.RemoteAddr, r.Action, r.Target, r.Outcome, r.Detail})
 }
@@ -64,10 +65,10 @@ func TestPurge(t *testing.T) {
 	n, err := audit.Purge(ctx, pool, time.Now().Add(-7*24*time.Hour), 2)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
-	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	page, err := lists.New(pool).Audit(ctx, lists.AuditFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
-	require.Len(t, rows, 2)
-	require.Equal(t, "refused 422", rows[0].Outcome)
+	require.Len(t, page.Items, 2)
+	require.Equal(t, "refused 422", page.Items[0].Outcome)
 }
 
 // TestRecordAllWritesARowPerRequest: changes recorded together get a row each, with

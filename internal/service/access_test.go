@@ -135,25 +135,7 @@ func (s *secured) do(t *testing.T, token, method, path string, body any) exchang
 
 func doAt(t *testing.T, base, token, method, path string, body any) exchange {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		require.NoError(t, err)
-		rd = strings.NewReader(string(raw))
-	}
-	req, err := http.NewRequest(method, base+path, rd)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	ex := exchange{status: resp.StatusCode, header: resp.Header, body: raw}
-	_ = json.Unmarshal(raw, &ex.json)
-	return ex
+	return exchangeOf(testkit.Do(t, method, base+path, body, testkit.Bearer(token)))
 }
 
 // concrete fills an OpenAPI path template with values that reach the handler.

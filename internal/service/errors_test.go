@@ -27,9 +27,9 @@ func TestErrorHandledOnce(t *testing.T) {
 		DatabaseURL: dbtest.NewSchema(t).URL, InstanceID: "errors", AutoMigrate: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	status, body := doJSON(t, http.MethodGet, "http://"+s.Addr()+"/api/v1/executions/"+uuid.NewString(), nil, nil)
+	status, body := testkit.DoJSON(t, http.MethodGet, "http://"+s.Addr()+"/api/v1/executions/"+uuid.NewString(), nil, nil)
 	require.Equal(t, http.StatusNotFound, status, body)
-	status, _ = doJSON(t, http.MethodPost, "http://"+s.Addr()+"/api/internal/callbacks/acme", []byte(`{`), nil)
+	status, _ = testkit.DoJSON(t, http.MethodPost, "http://"+s.Addr()+"/api/internal/callbacks/acme", []byte(`{`), nil)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.NotContains(t, logs.String(), "after response was committed")
 }

@@ -126,11 +126,11 @@ func TestMetricsScenario(t *testing.T) {
 	}
 	for name, def := range defs {
 		def["name"] = name
-		status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/"+name, def, nil)
+		status, body := testkit.DoJSON(t, http.MethodPut, base+"/api/v1/workflows/"+name, def, nil)
 		require.Equal(t, http.StatusCreated, status, body)
 	}
 	start := func(name string) string {
-		status, body := doJSON(t, http.MethodPost, base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": map[string]any{}}, nil)
+		status, body := testkit.DoJSON(t, http.MethodPost, base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": map[string]any{}}, nil)
 		require.Equal(t, http.StatusCreated, status, body)
 		return body["id"].(string)
 	}
@@ -146,7 +146,7 @@ func TestMetricsScenario(t *testing.T) {
 	}
 	var shipmentCorr string
 	require.Eventually(t, func() bool {
-		_, v := doJSON(t, http.MethodGet, base+"/api/v1/executions/"+shipment, nil, nil)
+		_, v := testkit.DoJSON(t, http.MethodGet, base+"/api/v1/executions/"+shipment, nil, nil)
 		waits, _ := v["wait_states"].([]any)
 		if len(waits) != 1 {
 			return false
@@ -171,7 +171,7 @@ func TestMetricsScenario(t *testing.T) {
 	// Callbacks: each wait answered once, the first twice; an unknown wait; a body that
 	// is not JSON.
 	callback := func(body any) (int, map[string]any) {
-		return doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme", body, nil)
+		return testkit.DoJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme", body, nil)
 	}
 	for _, c := range calls {
 		status, body := callback(map[string]any{"execution_id": c["execution_id"], "correlation_id": c["correlation_id"], "ok": true})

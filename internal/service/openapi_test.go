@@ -27,6 +27,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/api"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -317,51 +318,46 @@ type exchange struct {
 	json   map[string]any
 }
 
+func exchangeOf(r testkit.Response) exchange {
+	return exchange{status: r.Status, header: r.Header, body: r.Raw, json: r.JSON}
+}
+
 // call sends a request to the service and checks the answer against the document: the
 // status is declared for the path template and method (not merely covered by default),
 // the media type is one the response declares, and a JSON body validates against the
 // schema declared for it.
 func (o *openAPI) call(t *testing.T, base, method, template, path string, body []byte, hdr map[string]string) exchange {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, base+path, rd)
-	require.NoError(t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	header := http.Header{}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		header.Set(k, v)
 	}
+	// Redirects are answers the document declares, not steps to follow.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	ex := exchange{status: resp.StatusCode, header: resp.Header, body: raw}
-	_ = json.Unmarshal(raw, &ex.json)
+	var send any // nil, not a nil []byte, for a request without a body
+	if body != nil {
+		send = body
+	}
+	ex := exchangeOf(testkit.DoWith(t, client, method, base+path, send, header))
 
-	where := fmt.Sprintf("%s %s (%s) answered %d: %s", method, template, path, resp.StatusCode, raw)
+	where := fmt.Sprintf("%s %s (%s) answered %d: %s", method, template, path, ex.status, ex.body)
 	m := strings.ToLower(method)
-	code := fmt.Sprint(resp.StatusCode)
+	code := fmt.Sprint(ex.status)
 	responses := o.at(t, "/paths/"+escape(template)+"/"+m+"/responses").(map[string]any)
 	require.Contains(t, responses, code, "status not documented: %s", where)
 	declared := o.at(t, responsePointer(t, o, template, m, code)).(map[string]any)
 	content, _ := declared["content"].(map[string]any)
 	if len(content) == 0 {
-		require.Empty(t, raw, "a response without content has no body: %s", where)
+		require.Empty(t, ex.body, "a response without content has no body: %s", where)
 		return ex
 	}
-	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mt, _, err := mime.ParseMediaType(ex.header.Get("Content-Type"))
 	require.NoError(t, err, where)
 	require.Contains(t, content, mt, "media type not documented: %s", where)
 	if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 		return ex
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(ex.body))
 	require.NoError(t, err, where)
 	require.NoError(t, o.schema(t, responseSchemaPointer(t, o, template, m, code, mt)).Validate(inst), where)
 	return ex

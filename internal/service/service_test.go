@@ -1,11 +1,8 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -64,33 +61,6 @@ func startServices(t *testing.T, url string, n int) []*service.Service {
 	return out
 }
 
-func doJSON(t *testing.T, method, url string, body any, hdr map[string]string) (int, map[string]any) {
-	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		require.NoError(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var out map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out
-}
-
 // TestReplicasResumeExactlyOnce is the exactly-once scenario with three replicas:
 // 200 executions, callbacks in random order to random replicas, some twice; every
 // execution completes with its aggregated output and each wait resumes exactly once.
@@ -124,13 +94,13 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 		},
 		"edges": []any{map[string]any{"source": "wait", "target": "notify", "condition": "output.timeout == false"}},
 	}
-	status, body := doJSON(t, http.MethodPut, base()+"/api/v1/workflows/order", def, nil)
+	status, body := testkit.DoJSON(t, http.MethodPut, base()+"/api/v1/workflows/order", def, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 
 	const n = 200
 	ids := make([]string, n)
 	for i := range n {
-		status, body := doJSON(t, http.MethodPost, base()+"/api/v1/workflows/order/executions",
+		status, body := testkit.DoJSON(t, http.MethodPost, base()+"/api/v1/workflows/order/executions",
 			map[string]any{"input": map[string]any{"order": i}}, nil)
 		require.Equal(t, http.StatusCreated, status, body)
 		ids[i] = body["id"].(string)
@@ -159,7 +129,7 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				status, body := doJSON(t, http.MethodPost, base()+"/api/internal/callbacks/acme",
+				status, body := testkit.DoJSON(t, http.MethodPost, base()+"/api/internal/callbacks/acme",
 					map[string]any{"execution_id": r["execution_id"], "correlation_id": r["correlation_id"], "result": r["order"]}, nil)
 				switch status {
 				case http.StatusAccepted:
@@ -195,7 +165,7 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 		require.Equal(t, 1, calls[id], "correlated call of %s sent %d times", id, calls[id])
 	}
 	// The aggregated output reached the continuation.
-	status, view := doJSON(t, http.MethodGet, base()+"/api/v1/executions/"+ids[7], nil, nil)
+	status, view := testkit.DoJSON(t, http.MethodGet, base()+"/api/v1/executions/"+ids[7], nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	nodes := view["nodes"].([]any)
 	var waitOut map[string]any
@@ -260,7 +230,7 @@ func waitStatus(t *testing.T, base, id, status string) {
 	t.Helper()
 	var last map[string]any
 	require.Eventually(t, func() bool {
-		_, last = doJSON(t, http.MethodGet, base+"/api/v1/executions/"+id, nil, nil)
+		_, last = testkit.DoJSON(t, http.MethodGet, base+"/api/v1/executions/"+id, nil, nil)
 		return last["status"] == status
 	}, 20*time.Second, 20*time.Millisecond, "execution %s never became %s: %v", id, status, last)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // TestTraceCallbackAndKafkaWait: a wait for a callback and a Kafka record is one trace.
@@ -60,9 +61,9 @@ func TestTraceCallbackAndKafkaWait(t *testing.T) {
 		},
 		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
 	}
-	status, body := doJSON(t, http.MethodPut, a+"/api/v1/workflows/traced-kafka", def, nil)
+	status, body := testkit.DoJSON(t, http.MethodPut, a+"/api/v1/workflows/traced-kafka", def, nil)
 	require.Equal(t, http.StatusCreated, status, body)
-	status, body = doJSON(t, http.MethodPost, a+"/api/v1/workflows/traced-kafka/executions", map[string]any{"input": map[string]any{}}, nil)
+	status, body = testkit.DoJSON(t, http.MethodPost, a+"/api/v1/workflows/traced-kafka/executions", map[string]any{"input": map[string]any{}}, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 	execID := body["id"].(string)
 	call := fake.nextCall(t)
@@ -74,9 +75,9 @@ func TestTraceCallbackAndKafkaWait(t *testing.T) {
 	// The external service answers within its trace A, at the other replica; the wait
 	// still needs its record.
 	callerA, producerB := foreignSpanContext(1), foreignSpanContext(2)
-	status, body = doJSON(t, http.MethodPost, b+"/api/internal/callbacks/acme",
+	status, body = testkit.DoJSON(t, http.MethodPost, b+"/api/internal/callbacks/acme",
 		map[string]any{"execution_id": execID, "correlation_id": corrID, "approved": true},
-		map[string]string{"Traceparent": w3c(callerA)})
+		http.Header{"Traceparent": {w3c(callerA)}})
 	require.Equal(t, http.StatusAccepted, status, body)
 	require.Equal(t, "recorded", body["status"])
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
@@ -46,9 +47,9 @@ func TestTraceAcrossReplicas(t *testing.T) {
 		},
 		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
 	}
-	status, body := doJSON(t, http.MethodPut, a+"/api/v1/workflows/traced", def, nil)
+	status, body := testkit.DoJSON(t, http.MethodPut, a+"/api/v1/workflows/traced", def, nil)
 	require.Equal(t, http.StatusCreated, status, body)
-	status, body = doJSON(t, http.MethodPost, a+"/api/v1/workflows/traced/executions", map[string]any{"input": map[string]any{}}, nil)
+	status, body = testkit.DoJSON(t, http.MethodPost, a+"/api/v1/workflows/traced/executions", map[string]any{"input": map[string]any{}}, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 	call := fake.nextCall(t)
 	sent := call["_traceparent"].(string)
@@ -58,12 +59,12 @@ func TestTraceAcrossReplicas(t *testing.T) {
 	caller := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
 	})
-	hdr := map[string]string{"Traceparent": fmt.Sprintf("00-%s-%s-01", caller.TraceID(), caller.SpanID())}
-	status, body = doJSON(t, http.MethodPost, b+"/api/internal/callbacks/acme",
+	hdr := http.Header{"Traceparent": {fmt.Sprintf("00-%s-%s-01", caller.TraceID(), caller.SpanID())}}
+	status, body = testkit.DoJSON(t, http.MethodPost, b+"/api/internal/callbacks/acme",
 		map[string]any{"execution_id": call["execution_id"], "correlation_id": call["correlation_id"], "ok": true}, hdr)
 	require.Equal(t, http.StatusAccepted, status, body)
 	require.Eventually(t, func() bool {
-		status, body := doJSON(t, http.MethodGet, a+"/api/v1/executions/"+call["execution_id"].(string), nil, nil)
+		status, body := testkit.DoJSON(t, http.MethodGet, a+"/api/v1/executions/"+call["execution_id"].(string), nil, nil)
 		return status == http.StatusOK && body["status"] == "completed"
 	}, 20*time.Second, 20*time.Millisecond)
 

@@ -1,12 +1,8 @@
 package ui_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +14,8 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 const e2eBootstrap = "ui-e2e-bootstrap-token-0123456789abcdef"
@@ -73,20 +71,10 @@ func (p *page) useToken(t *testing.T, token string) {
 
 func apiCall(t *testing.T, token, method, url string, body any) map[string]any {
 	t.Helper()
-	raw, err := json.Marshal(body)
-	require.NoError(t, err)
-	req, err := http.NewRequest(method, url, bytes.NewReader(raw))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, url, data)
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(data, &out))
-	return out
+	r := testkit.Do(t, method, url, body, testkit.Bearer(token))
+	require.Less(t, r.Status, 300, "%s %s: %s", method, url, r.Raw)
+	require.NotNil(t, r.JSON, "%s %s: %s", method, url, r.Raw)
+	return r.JSON
 }
 
 // startAuthService runs a service with authentication on, whose bootstrap token is

@@ -21,6 +21,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 // setJS sets a form control's value as typing or choosing does. React tracks the value
@@ -137,7 +139,7 @@ func (p *page) confirmSave(t *testing.T, version int) {
 // storedDefinition reads a workflow's latest definition from the API.
 func storedDefinition(t *testing.T, base, name string) (int, any) {
 	t.Helper()
-	status, body := doJSON(t, http.MethodGet, base+"/api/v1/workflows/"+name, nil)
+	status, body := testkit.DoJSON(t, http.MethodGet, base+"/api/v1/workflows/"+name, nil, nil)
 	require.Equal(t, http.StatusOK, status, body)
 	return int(body["version"].(float64)), body["definition"]
 }
@@ -252,7 +254,7 @@ func authorExampleOne(t *testing.T, p *page, base string) {
 // stored version 2 differs from version 1 in that value alone.
 func changeAStoredExample(t *testing.T, p *page, base string) {
 	example := readJSON(t, filepath.Join("..", "..", "examples", "expense-approval.json")).(map[string]any)
-	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/expense-approval", example)
+	status, body := testkit.DoJSON(t, http.MethodPut, base+"/api/v1/workflows/expense-approval", example, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 	p.navigate(t, base+"/ui/#/builder/expense-approval")
 	p.reload(t)

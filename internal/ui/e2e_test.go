@@ -1,11 +1,9 @@
 package ui_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -95,25 +93,6 @@ func startService(t *testing.T, cluster *kfake.Cluster) *replica.Replica {
 		TopicRefresh: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 	}
 	return replica.Start(t, cfg)
-}
-
-func doJSON(t *testing.T, method, url string, body any) (int, map[string]any) {
-	t.Helper()
-	raw, err := json.Marshal(body)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(raw))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var out map[string]any
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(data, &out), "%s %s answered %d: %s", method, url, resp.StatusCode, data)
-	return resp.StatusCode, out
 }
 
 // page is the browser tab showing the view, with what the test watches in it.
@@ -402,11 +381,11 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	base := "http://" + svc.Addr()
 
 	put := func(def map[string]any) {
-		status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/"+def["name"].(string), def)
+		status, body := testkit.DoJSON(t, http.MethodPut, base+"/api/v1/workflows/"+def["name"].(string), def, nil)
 		require.Equal(t, http.StatusCreated, status, body)
 	}
 	start := func(name string) string {
-		status, body := doJSON(t, http.MethodPost, base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": map[string]any{"order": 7}})
+		status, body := testkit.DoJSON(t, http.MethodPost, base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": map[string]any{"order": 7}}, nil)
 		require.Equal(t, http.StatusCreated, status, body)
 		return body["id"].(string)
 	}
@@ -516,8 +495,8 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 
 	// The callback completes the wait: the node turns completed and stops spinning, the
 	// next node runs, the timeline grows to the finish.
-	status, body := doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
-		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "approved"})
+	status, body := testkit.DoJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "approved"}, nil)
 	require.Equal(t, http.StatusAccepted, status, body)
 	v = awaitExec(t, p, "the execution completed", func(v execPage) bool {
 		return v.Status == "completed" && v.Nodes["notify"].State == "completed"
@@ -532,8 +511,8 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	p.screenshot(t, "3-completed", "both events arrived: wait and notify green, no spinner, no actions; the timeline runs from the start through both events, the wait's end and resume to the finish")
 
 	// A late callback is refused and shows under the execution's unmatched events.
-	status, body = doJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
-		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "again"})
+	status, body = testkit.DoJSON(t, http.MethodPost, base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": shipment, "correlation_id": corrID, "decision": "again"}, nil)
 	require.Equal(t, http.StatusConflict, status, body)
 	v = awaitExec(t, p, "the late callback listed as unmatched", func(v execPage) bool { return len(v.Unmatched) == 1 })
 	require.Equal(t, []string{"late"}, v.Unmatched, "the wait had ended")
@@ -646,10 +625,10 @@ func TestConsoleFollowsAndActsOnExecutions(t *testing.T) {
 	awaitExec(t, p, "the timer execution", func(v execPage) bool { return v.ID == timer && v.Nodes["cool_off"].Spinning })
 	p.block(t, base+"/api/v1/executions/"+timer)
 	// An event no node waits for is buffered; the cancel then dead-letters it.
-	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/events", map[string]any{"type": "reminder", "payload": map[string]any{"n": 1}})
+	status, body = testkit.DoJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/events", map[string]any{"type": "reminder", "payload": map[string]any{"n": 1}}, nil)
 	require.Equal(t, http.StatusAccepted, status, body)
 	require.Equal(t, "buffered", body["outcome"])
-	status, body = doJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/cancel", map[string]any{"reason": "e2e"})
+	status, body = testkit.DoJSON(t, http.MethodPost, base+"/api/v1/executions/"+timer+"/cancel", map[string]any{"reason": "e2e"}, nil)
 	require.Equal(t, http.StatusOK, status, body)
 	await(t, p, "the page told the API is out of reach", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "error" })
 	v = awaitExec(t, p, "the last answer kept", func(v execPage) bool { return v.Status == "waiting" })
@@ -822,14 +801,14 @@ func TestConsoleShowsANodeWarning(t *testing.T) {
 		},
 		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
 	}
-	status, body := doJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def)
+	status, body := testkit.DoJSON(t, http.MethodPut, base+"/api/v1/workflows/ui-partial", def, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 	// The browser is started before the execution, whose wait lasts 8 s: a browser that
 	// starts slowly beside the package's other browser tests must still see it waiting.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	p := openBrowser(t, ctx, chromium, base)
-	status, body = doJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}})
+	status, body = testkit.DoJSON(t, http.MethodPost, base+"/api/v1/workflows/ui-partial/executions", map[string]any{"input": map[string]any{}}, nil)
 	require.Equal(t, http.StatusCreated, status, body)
 	execID := body["id"].(string)
 	nextCall(t)

@@ -1,16 +1,15 @@
-package executor_test
+package lists_test
 
 // The operator's list queries must stay cheap on large tables: each page is read along
 // an index in the page's order, never by scanning and sorting every matching row. This
 // test asks PostgreSQL for the plans of the queries as db/queries/operator.sql writes
 // them, on tables large enough for the planner to prefer a scan if an index were missing.
-// The sweeper's claim of due waits is checked the same way, in the generic plan pools use.
+// The sweeper's claim of due waits is checked the same way, in the generic plan pools use,
+// on the same large tables.
 
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -19,61 +18,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
-
-// operatorQueries returns the queries of operator.sql by name, comments removed.
-func operatorQueries(t *testing.T) map[string]string { return sqlQueries(t, "operator.sql") }
-
-// sqlQueries returns the queries of a file of db/queries by name, comments removed.
-func sqlQueries(t *testing.T, file string) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile("../db/queries/" + file)
-	require.NoError(t, err)
-	out := map[string]string{}
-	for _, block := range strings.Split(string(raw), "-- name: ")[1:] {
-		name, rest, _ := strings.Cut(block, " ")
-		var lines []string
-		for _, l := range strings.Split(rest, "\n")[1:] {
-			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-				lines = append(lines, l)
-			}
-		}
-		out[name] = strings.Join(lines, "\n")
-	}
-	return out
-}
-
-var sqlcArg = regexp.MustCompile(`sqlc\.narg\((\w+)\)|@(\w+)`)
-
-// bind writes the arguments (SQL expressions by name; absent ones NULL) into a query,
-// which is what a custom plan sees (OperatorForceCustomPlans).
-func bind(query string, args map[string]string) string {
-	return sqlcArg.ReplaceAllStringFunc(query, func(m string) string {
-		sub := sqlcArg.FindStringSubmatch(m)
-		name := sub[1] + sub[2]
-		if v, ok := args[name]; ok {
-			return v
-		}
-		return "NULL"
-	})
-}
-
-// planNodes flattens an EXPLAIN (FORMAT JSON) plan into "Node Type on relation using
-// index" lines.
-func planNodes(plan map[string]any) []string {
-	line := plan["Node Type"].(string)
-	if rel, ok := plan["Relation Name"].(string); ok {
-		line += " on " + rel
-	}
-	if idx, ok := plan["Index Name"].(string); ok {
-		line += " using " + idx
-	}
-	out := []string{line}
-	children, _ := plan["Plans"].([]any)
-	for _, c := range children {
-		out = append(out, planNodes(c.(map[string]any))...)
-	}
-	return out
-}
 
 func TestOperatorListPlans(t *testing.T) {
 	t.Parallel()
@@ -100,7 +44,7 @@ FROM executions;
 ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 	require.NoError(t, err)
 
-	queries := operatorQueries(t)
+	queries := dbtest.Queries(t, "operator.sql")
 	cursor := map[string]string{
 		"after_created_at": "(now() - interval '5 days')", "after_id": "'00000000-0000-0000-0000-000000000000'",
 		"before_created_at": "(now() - interval '5 days')", "before_id": "'ffffffff-ffff-ffff-ffff-ffffffffffff'",
@@ -139,10 +83,10 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 			q, ok := queries[tt.query]
 			require.True(t, ok, "no query %s in operator.sql", tt.query)
 			var raw []byte
-			require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+bind(q, tt.args)).Scan(&raw))
+			require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+dbtest.Bind(q, tt.args)).Scan(&raw))
 			var plans []map[string]any
 			require.NoError(t, json.Unmarshal(raw, &plans))
-			nodes := planNodes(plans[0]["Plan"].(map[string]any))
+			nodes := dbtest.PlanNodes(plans[0]["Plan"].(map[string]any))
 			require.Equal(t, "Limit", nodes[0], "%v", nodes)
 			usesIndex := false
 			for _, n := range nodes {
@@ -162,14 +106,14 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 	t.Run("sweeper claim, generic plan", func(t *testing.T) {
 		_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
 		require.NoError(t, err)
-		claim := bind(sqlQueries(t, "wait_states.sql")["WaitStateClaimDue"], map[string]string{"now": "$1", "max": "$2"})
+		claim := dbtest.Bind(dbtest.Queries(t, "wait_states.sql")["WaitStateClaimDue"], map[string]string{"now": "$1", "max": "$2"})
 		_, err = conn.Exec(ctx, "PREPARE claim_due (timestamptz, integer) AS "+claim)
 		require.NoError(t, err)
 		var raw []byte
 		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim_due (now(), 2000)").Scan(&raw))
 		var plans []map[string]any
 		require.NoError(t, json.Unmarshal(raw, &plans))
-		nodes := planNodes(plans[0]["Plan"].(map[string]any))
+		nodes := dbtest.PlanNodes(plans[0]["Plan"].(map[string]any))
 		require.Contains(t, nodes, "Index Scan on execution_wait_states using idx_execution_wait_states_next_deadline", "%v", nodes)
 		for _, n := range nodes {
 			require.NotContains(t, n, "Seq Scan", "%v", nodes)
