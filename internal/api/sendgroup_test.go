@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
@@ -37,14 +38,14 @@ func groupEnv(t *testing.T) (*env, *pgx.Conn) {
 // audit_log against inserts: the first sends' transactions block at their audit rows,
 // and the others queue behind them. It releases the table once some transactions wait
 // for it and the others have had time to queue, and returns each request's answer.
-func sendAllHeld(t *testing.T, e *env, conn *pgx.Conn, ids []string, bodies [][]byte) []response {
+func sendAllHeld(t *testing.T, e *env, conn *pgx.Conn, ids []string, bodies [][]byte) []testkit.Response {
 	t.Helper()
 	ctx := t.Context()
 	hold, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	_, err = hold.Exec(ctx, "LOCK TABLE audit_log IN SHARE MODE")
 	require.NoError(t, err)
-	answers := make([]response, len(ids))
+	answers := make([]testkit.Response, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() { answers[i] = e.do(t, http.MethodPost, eventsPath(id), bodies[i]) })
