@@ -90,18 +90,18 @@ func TestRecordAllWritesARowPerRequest(t *testing.T) {
 		require.NoError(t, audit.RecordAll(ctx, tx, changes))
 		return boom
 	}), boom)
-	rows, _, err := audit.List(ctx, pool, audit.Filter{Limit: 10})
+	page, err := lists.New(pool).Audit(ctx, lists.AuditFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
-	require.Empty(t, rows, "rolled back with the changes")
+	require.Empty(t, page.Items, "rolled back with the changes")
 
 	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error { return audit.RecordAll(ctx, tx, changes) }))
 	require.True(t, alice.Written())
 	require.True(t, ci.Written())
-	rows, _, err = audit.List(ctx, pool, audit.Filter{Limit: 10})
+	page, err = lists.New(pool).Audit(ctx, lists.AuditFilter{}, lists.Paging{Limit: 10})
 	require.NoError(t, err)
-	require.Len(t, rows, 2)
+	require.Len(t, page.Items, 2)
 	got := [][]string{}
-	for _, r := range rows { // newest first
+	for _, r := range page.Items { // newest first
 		got = append(got, []string{r.Principal, r.RemoteAddr, r.Action, r.Target, r.Outcome, r.Detail})
 	}
 	require.Equal(t, [][]string{
