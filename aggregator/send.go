@@ -64,7 +64,7 @@ type SendResult struct {
 	// ExpiresAt is when a buffered event expires.
 	ExpiresAt time.Time
 	// ExecutionStatus is the execution's status when the event arrived.
-	ExecutionStatus string
+	ExecutionStatus execstate.ExecutionStatus
 	// Unmatched is the reason recorded in unmatched_events when no wait took the event
 	// (buffered ones included); empty when delivered.
 	Unmatched string
@@ -125,7 +125,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 	if s.Source.Kind == "" {
 		s.Source.Kind = SourceSend
 	}
-	reject := func(outcome SendOutcome, reason, detail, status string) (SendResult, error) {
+	reject := func(outcome SendOutcome, reason, detail string, status execstate.ExecutionStatus) (SendResult, error) {
 		err := a.recordUnmatched(ctx, tx, []unmatched{{reason: reason, source: s.Source, typ: s.Type,
 			executionID: s.ExecutionID, detail: detail, payload: s.Payload}})
 		return SendResult{Outcome: outcome, ExecutionStatus: status, Unmatched: reason}, err
@@ -149,7 +149,7 @@ func (a *Aggregator) sendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 				return reject(SendDuplicate, UnmatchedDuplicate, "an event with id "+s.ID+" was already sent to this execution", exec.Status)
 			}
 		}
-		return reject(SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+exec.Status, exec.Status)
+		return reject(SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+string(exec.Status), exec.Status)
 	}
 	if s.ID != "" {
 		n, err := a.q.ExecutionEventIDInsert(ctx, tx, dbsqlc.ExecutionEventIDInsertParams{ExecutionID: s.ExecutionID, EventID: s.ID})
@@ -280,7 +280,7 @@ func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, vers
 // marks the node waiting before calling it.
 func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
-	if ws.WaitType != WaitTypeEvents {
+	if ws.WaitType != execstate.WaitTypeEvents {
 		return res, nil
 	}
 	w, err := decodeWait(ws)
@@ -293,7 +293,7 @@ func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.Exec
 	now := time.Now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
-		if e.Source != SourceSend || w.row.Status != StatusWaiting {
+		if e.Source != SourceSend || w.row.Status != execstate.WaitWaiting {
 			continue
 		}
 		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})

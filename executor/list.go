@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -29,14 +29,16 @@ const (
 
 // WaitStatuses are the statuses a wait state can have, the values of the wait-state
 // list's status filter.
-var WaitStatuses = []string{
-	aggregator.StatusWaiting, aggregator.StatusScheduled, aggregator.StatusCompleted, aggregator.StatusTimeout,
-	aggregator.StatusFailed, aggregator.StatusCancelled, aggregator.StatusResumed, aggregator.StatusError,
+var WaitStatuses = []execstate.WaitStatus{
+	execstate.WaitWaiting, execstate.WaitScheduled, execstate.WaitCompleted, execstate.WaitTimeout,
+	execstate.WaitFailed, execstate.WaitCancelled, execstate.WaitResumed, execstate.WaitError,
 }
 
 // ExecutionStatuses are the statuses an execution can have, the values of the execution
 // list's status filter.
-var ExecutionStatuses = []string{"running", "waiting", "completed", "failed", "cancelled"}
+var ExecutionStatuses = []execstate.ExecutionStatus{
+	execstate.ExecRunning, execstate.ExecWaiting, execstate.ExecCompleted, execstate.ExecFailed, execstate.ExecCancelled,
+}
 
 // Page is one page of a list. NextCursor, empty on the last page, continues the list
 // after the page's last item.
@@ -321,17 +323,19 @@ func pageLimit(n int) (int, error) {
 }
 
 // oneOf returns nil for an empty value (no filter) and the value when it is one of
-// allowed.
-func oneOf(param, v string, allowed []string) (*string, error) {
+// allowed, the values of a named type (a filter's parameter is text in its statement).
+func oneOf[T ~string](param, v string, allowed []T) (*string, error) {
 	if v == "" {
 		return nil, nil
 	}
-	for _, a := range allowed {
-		if v == a {
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		if v == string(a) {
 			return &v, nil
 		}
+		names[i] = string(a)
 	}
-	return nil, &QueryError{Param: param, Reason: fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", "))}
+	return nil, &QueryError{Param: param, Reason: fmt.Sprintf("%q is not one of %s", v, strings.Join(names, ", "))}
 }
 
 // text returns nil for an empty value (no filter) and the value when PostgreSQL can take

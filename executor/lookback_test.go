@@ -15,6 +15,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -156,7 +157,7 @@ func TestLookbackWithoutLookbackIsLost(t *testing.T) {
 	})
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'match_value_differs'`))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM match_lookback`))
-	require.Equal(t, "waiting", h.view(t, id).Status)
+	require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
 }
 
 // TestLookbackAboveServerMaximum: a definition whose lookback exceeds --max-lookback is

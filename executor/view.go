@@ -14,6 +14,8 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // ErrExecutionNotFound is returned for an unknown execution id.
@@ -22,14 +24,14 @@ var ErrExecutionNotFound = errors.New("execution not found")
 // ExecutionSummary is an execution without its input, nodes and waits: an item of the
 // execution list, and the head of ExecutionView.
 type ExecutionSummary struct {
-	ID              uuid.UUID  `json:"id"`
-	Workflow        string     `json:"workflow"`
-	WorkflowVersion int32      `json:"workflow_version"`
-	Status          string     `json:"status"`
-	Error           *string    `json:"error,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	ID              uuid.UUID                 `json:"id"`
+	Workflow        string                    `json:"workflow"`
+	WorkflowVersion int32                     `json:"workflow_version"`
+	Status          execstate.ExecutionStatus `json:"status"`
+	Error           *string                   `json:"error,omitempty"`
+	CreatedAt       time.Time                 `json:"created_at"`
+	UpdatedAt       time.Time                 `json:"updated_at"`
+	FinishedAt      *time.Time                `json:"finished_at,omitempty"`
 }
 
 // ExecutionView is an execution as the API shows it.
@@ -51,10 +53,10 @@ type ExecutionView struct {
 
 // NodeView is one node execution.
 type NodeView struct {
-	ID     string          `json:"id"`
-	Status string          `json:"status"`
-	Output json.RawMessage `json:"output,omitempty"`
-	Error  *string         `json:"error,omitempty"`
+	ID     string               `json:"id"`
+	Status execstate.NodeStatus `json:"status"`
+	Output json.RawMessage      `json:"output,omitempty"`
+	Error  *string              `json:"error,omitempty"`
 	// Warning is set on a node that finished but not as asked: a wait that continued
 	// after events timed out (onTimeout continue_with_partial).
 	Warning    *string    `json:"warning,omitempty"`
@@ -69,10 +71,10 @@ type WaitView struct {
 	NodeID        string    `json:"node_id"`
 	CorrelationID uuid.UUID `json:"correlation_id"`
 	// WaitType is events or timer; a timer shows its settings and no event fields.
-	WaitType       string                `json:"wait_type"`
+	WaitType       execstate.WaitType    `json:"wait_type"`
 	Timer          json.RawMessage       `json:"timer,omitempty"`
-	Strategy       string                `json:"aggregation_strategy,omitempty"`
-	Status         string                `json:"status"`
+	Strategy       workflow.Strategy     `json:"aggregation_strategy,omitempty"`
+	Status         execstate.WaitStatus  `json:"status"`
 	Version        int64                 `json:"version"`
 	EnabledEvents  []string              `json:"enabled_events"`
 	RequiredEvents []string              `json:"required_events"`
@@ -112,7 +114,7 @@ func newWaitStateView(w dbsqlc.WaitStateListRow) (WaitStateView, error) {
 		},
 		ExecutionID: w.ExecutionID, Workflow: w.WorkflowName, WorkflowVersion: w.WorkflowVersion,
 	}
-	if w.WaitType == aggregator.WaitTypeTimer {
+	if w.WaitType == execstate.WaitTypeTimer {
 		v.Strategy = "" // unused columns of a timer are not shown
 	}
 	for _, part := range []struct {
