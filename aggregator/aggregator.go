@@ -36,6 +36,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // Names of the two events apiCall and kafkaEvent stand for.
@@ -44,29 +45,12 @@ const (
 	EventKafka       = "kafka_event"
 )
 
-// Wait state statuses. An event wait is waiting, then completed, timeout, failed or
-// cancelled; a timer (a wait node) is scheduled, then resumed,
-// cancelled or error.
-const (
-	StatusWaiting   = "waiting"
-	StatusCompleted = "completed"
-	StatusTimeout   = "timeout"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
-	StatusScheduled = "scheduled"
-	StatusResumed   = "resumed"
-	StatusError     = "error"
-)
-
-// Wait types: what a wait state waits for.
-const (
-	WaitTypeEvents = "events"
-	WaitTypeTimer  = "timer"
-)
-
 // Open reports whether a wait with this status can still end: an event wait waiting or
-// a timer scheduled.
-func Open(status string) bool { return status == StatusWaiting || status == StatusScheduled }
+// a timer scheduled. The statuses and types of a wait are execstate's (execstate.WaitStatus,
+// execstate.WaitType): the generated queries carry them, and they cannot import this package.
+func Open(status execstate.WaitStatus) bool {
+	return status == execstate.WaitWaiting || status == execstate.WaitScheduled
+}
 
 // ConflictRetriesDefault bounds how many times one event is decided (the first attempt
 // included) when it keeps losing optimistic-lock races. Each loss means another writer committed, so progress is made
@@ -109,11 +93,11 @@ type Event struct {
 
 // Source describes where an event came from; it is stored with the event.
 type Source struct {
-	Kind      string `json:"kind"` // "callback" or "kafka"
-	Service   string `json:"service,omitempty"`
-	Topic     string `json:"topic,omitempty"`
-	Partition *int32 `json:"partition,omitempty"`
-	Offset    *int64 `json:"offset,omitempty"`
+	Kind      workflow.Source `json:"kind"` // SourceCallback, SourceKafka or SourceSend
+	Service   string          `json:"service,omitempty"`
+	Topic     string          `json:"topic,omitempty"`
+	Partition *int32          `json:"partition,omitempty"`
+	Offset    *int64          `json:"offset,omitempty"`
 }
 
 func (e Event) key() string {
@@ -162,7 +146,7 @@ type Result struct {
 	WaitStateID uuid.UUID
 	NodeID      string
 	// Status is the wait's status after the event.
-	Status  string
+	Status  execstate.WaitStatus
 	Version int64
 	// Conflicts counts optimistic-lock races lost before the decision.
 	Conflicts int
@@ -543,7 +527,7 @@ func (w *wait) eventWrite(loaded int64, then continuation) (waitWrite, error) {
 	ww := waitWrite{id: w.row.ID, version: loaded, bump: int64(w.applied), status: w.row.Status,
 		received: received, timedOut: w.timedOutJSON(), apiResponse: w.row.ApiResponseData, kafkaEvent: w.row.KafkaEventData,
 		eventData: w.eventData(), next: w.row.NextDeadlineAt}
-	if w.row.Status == StatusCompleted {
+	if w.row.Status == execstate.WaitCompleted {
 		output, err := w.output()
 		if err != nil {
 			return waitWrite{}, err

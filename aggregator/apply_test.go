@@ -15,6 +15,8 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 func TestNewRequiresInstanceID(t *testing.T) {
@@ -36,7 +38,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 	f := setup(t)
 	tests := []struct {
 		name     string
-		strategy string
+		strategy workflow.Strategy
 		expected []aggregator.Expected
 		custom   []string
 		// Outcomes of the first and second delivery, per order.
@@ -68,7 +70,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 				payloads := map[string]string{api: apiPayload, kafka: kafkaPayload}
 
 				ws := f.waitState(t, w.ID)
-				require.Equal(t, aggregator.StatusWaiting, ws.Status)
+				require.Equal(t, execstate.WaitWaiting, ws.Status)
 				require.Equal(t, int64(1), ws.Version)
 				require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 
@@ -90,22 +92,22 @@ func TestStrategyArrivalOrders(t *testing.T) {
 					require.Equal(t, applied, receivedNames(t, ws))
 					n := f.node(t, w)
 					if res.Outcome == R {
-						require.Equal(t, aggregator.StatusWaiting, res.Status)
-						require.Equal(t, aggregator.StatusWaiting, ws.Status)
-						require.Equal(t, "waiting_for_events", n.Status)
+						require.Equal(t, execstate.WaitWaiting, res.Status)
+						require.Equal(t, execstate.WaitWaiting, ws.Status)
+						require.Equal(t, execstate.NodeWaiting, n.Status)
 						require.Nil(t, n.Output)
 						require.Empty(t, f.runQueue(t, w))
 					} else {
-						require.Equal(t, aggregator.StatusCompleted, res.Status)
-						require.Equal(t, aggregator.StatusCompleted, ws.Status)
-						require.Equal(t, "completed", n.Status)
+						require.Equal(t, execstate.WaitCompleted, res.Status)
+						require.Equal(t, execstate.WaitCompleted, ws.Status)
+						require.Equal(t, execstate.NodeCompleted, n.Status)
 						require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 					}
 				}
 
 				// Final state.
 				ws = f.waitState(t, w.ID)
-				require.Equal(t, aggregator.StatusCompleted, ws.Status)
+				require.Equal(t, execstate.WaitCompleted, ws.Status)
 				require.Equal(t, int64(1+len(applied)), ws.Version)
 				require.Nil(t, ws.ResumedAt)
 				require.Nil(t, ws.Error)
@@ -131,7 +133,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 				}
 
 				n := f.node(t, w)
-				require.Equal(t, "completed", n.Status)
+				require.Equal(t, execstate.NodeCompleted, n.Status)
 				require.NotNil(t, n.FinishedAt)
 				require.Nil(t, n.Error)
 				out, ok := decode(t, n.Output).(map[string]any)
@@ -155,7 +157,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 				}
 				require.Equal(t, order, out["arrival_order"])
 				require.Equal(t, false, out["timeout"])
-				require.Equal(t, tt.strategy, out["strategy"])
+				require.Equal(t, string(tt.strategy), out["strategy"])
 				require.Equal(t, w.CorrelationID.String(), out["correlation_id"])
 				events, ok := out["events"].([]any)
 				require.True(t, ok)
@@ -164,7 +166,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 					e := e.(map[string]any)
 					require.Equal(t, applied[i], e["name"])
 					require.Contains(t, e, "received_at")
-					require.Equal(t, w.event(applied[i], "").Source.Kind, e["source"].(map[string]any)["kind"])
+					require.Equal(t, string(w.event(applied[i], "").Source.Kind), e["source"].(map[string]any)["kind"])
 				}
 
 				require.Equal(t, []string{"resume"}, f.runQueue(t, w), "exactly one continuation")
@@ -193,7 +195,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 		beforeWant []aggregator.Outcome
 		probe      func(w wait) aggregator.Event
 		want       aggregator.Outcome
-		wantStatus string
+		wantStatus execstate.WaitStatus
 	}{
 		{
 			name:       "same payload twice",
@@ -201,7 +203,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, apiPayload) },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusWaiting,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
 		},
 		{
 			name:       "same payload from another source",
@@ -214,7 +216,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 				ev.Source.Offset = &offset // redelivered after a rebalance
 				return ev
 			},
-			want: aggregator.Duplicate, wantStatus: aggregator.StatusWaiting,
+			want: aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
 		},
 		{
 			name:       "same webhook id, different payload",
@@ -222,7 +224,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{withKey(w.event(api, apiPayload), "wh-1")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, `{"order":{"id":"o-2"}}`), "wh-1") },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusWaiting,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
 		},
 		{
 			name:       "different webhook id, same payload",
@@ -230,7 +232,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{withKey(w.event(api, apiPayload), "wh-1")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, apiPayload), "wh-2") },
-			want:       aggregator.AlreadyRecorded, wantStatus: aggregator.StatusWaiting,
+			want:       aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting,
 		},
 		{
 			name:       "different payload while waiting",
@@ -238,7 +240,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, `{"order":{"id":"o-2"}}`) },
-			want:       aggregator.AlreadyRecorded, wantStatus: aggregator.StatusWaiting,
+			want:       aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting,
 		},
 		{
 			name: "duplicate after completion",
@@ -248,7 +250,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(api, apiPayload) },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name: "duplicate of the completing event",
@@ -258,7 +260,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name: "webhook-id duplicate after completion",
@@ -268,7 +270,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, `{"retry":true}`), "wh-9") },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name: "different event of a recorded name after completion",
@@ -278,7 +280,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, `{"status":"returned"}`) },
-			want:       aggregator.Late, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name:       "new event after any completed",
@@ -286,7 +288,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Late, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name:       "new event after required_only completed",
@@ -294,7 +296,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Late, wantStatus: aggregator.StatusCompleted,
+			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
 		},
 		{
 			name:       "empty payload twice",
@@ -302,7 +304,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, "")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, "") },
-			want:       aggregator.Duplicate, wantStatus: aggregator.StatusWaiting,
+			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
 		},
 	}
 	for _, tt := range tests {
@@ -406,7 +408,7 @@ func TestRejections(t *testing.T) {
 			if tt.wait != nil {
 				require.Equal(t, tt.wait.ID, res.WaitStateID)
 				require.Equal(t, tt.wait.NodeID, res.NodeID)
-				require.Equal(t, aggregator.StatusWaiting, res.Status)
+				require.Equal(t, execstate.WaitWaiting, res.Status)
 				require.Equal(t, int64(1), res.Version)
 			} else {
 				require.Equal(t, aggregator.Result{Outcome: tt.want}, res, "nothing is reported about another execution's wait")
@@ -456,11 +458,11 @@ func TestApplyTxBatchAndRollback(t *testing.T) {
 	})
 	require.NoError(t, err)
 	ws := f.waitState(t, w.ID)
-	require.Equal(t, aggregator.StatusCompleted, ws.Status)
+	require.Equal(t, execstate.WaitCompleted, ws.Status)
 	require.Equal(t, int64(3), ws.Version)
 	require.Equal(t, []string{kafka, api}, receivedNames(t, ws))
 	require.Equal(t, []string{"resume"}, f.runQueue(t, w))
-	require.Equal(t, "completed", f.node(t, w).Status)
+	require.Equal(t, execstate.NodeCompleted, f.node(t, w).Status)
 }
 
 func TestRegister(t *testing.T) {
@@ -478,7 +480,7 @@ func TestRegister(t *testing.T) {
 		require.JSONEq(t, `["api_response","kafka_event"]`, string(ws.EnabledEvents))
 		require.True(t, ws.ApiCallEnabled)
 		require.True(t, ws.KafkaEventEnabled)
-		require.Equal(t, aggregator.StatusWaiting, ws.Status)
+		require.Equal(t, execstate.WaitWaiting, ws.Status)
 		require.Equal(t, int64(1), ws.Version)
 		var expected []aggregator.Expected
 		require.NoError(t, json.Unmarshal(ws.ExpectedEvents, &expected))

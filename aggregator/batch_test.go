@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // TestApplyBatchDecidesLikeApplyTx feeds the same random event sequences (duplicates,
@@ -143,7 +144,7 @@ func TestApplyBatchConflictFallsBack(t *testing.T) {
 		[]aggregator.Outcome{results[0].Outcome, results[1].Outcome, results[2].Outcome, results[3].Outcome})
 	require.GreaterOrEqual(t, results[2].Conflicts, 1)
 	row := f.waitState(t, contested.ID)
-	require.Equal(t, aggregator.StatusCompleted, row.Status)
+	require.Equal(t, execstate.WaitCompleted, row.Status)
 	require.Equal(t, int64(3), row.Version, "two applied events on top of version 1")
 	require.Equal(t, []string{api, kafka}, receivedNames(t, row))
 	require.Equal(t, []string{"resume"}, f.runQueue(t, contested))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // TestBufferedEventTakenOrExpiredNotBoth: a wait takes a buffered event while a janitor
@@ -49,6 +50,6 @@ func TestBufferedEventTakenOrExpiredNotBoth(t *testing.T) {
 	require.Equal(t, 1, deadLetters)
 	require.Zero(t, buffered)
 	got := f.waitState(t, w.ID)
-	require.Equal(t, aggregator.StatusWaiting, got.Status, "the wait did not take the event the janitor moved (took it as %q)", res.Outcome)
+	require.Equal(t, execstate.WaitWaiting, got.Status, "the wait did not take the event the janitor moved (took it as %q)", res.Outcome)
 	require.Equal(t, ws.Version, got.Version)
 }

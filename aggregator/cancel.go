@@ -16,9 +16,9 @@ import (
 )
 
 // WaitFinishedError is returned when a wait to cancel is no longer waiting.
-type WaitFinishedError struct{ Status string }
+type WaitFinishedError struct{ Status execstate.WaitStatus }
 
-func (e *WaitFinishedError) Error() string { return "wait is already " + e.Status }
+func (e *WaitFinishedError) Error() string { return "wait is already " + string(e.Status) }
 
 // CancelWait cancels one open wait inside the caller's transaction: the row is locked,
 // then moved to cancelled behind its version fence, so an event racing the cancel either
@@ -48,7 +48,7 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 		end.nodeStatus, end.nodeError = execstate.NodeCompleted, ""
 	}
 	var written []written
-	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: StatusCancelled,
+	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: execstate.WaitCancelled,
 		next: row.NextDeadlineAt, reason: reason, end: end}}, &written)(tx); err != nil {
 		return nil, fmt.Errorf("cancel wait: %w", err)
 	}
@@ -82,7 +82,7 @@ func (a *Aggregator) CancelOpenWaits(ctx context.Context, tx pgx.Tx, executionID
 // either way.
 func cancelledOutput(row dbsqlc.ExecutionWaitState) (map[string]any, error) {
 	var out map[string]any
-	if row.WaitType == WaitTypeTimer {
+	if row.WaitType == execstate.WaitTypeTimer {
 		var err error
 		if out, err = TimerOutput(row); err != nil {
 			return nil, err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // Continuer is what the aggregator needs of whoever runs workflows (the executor): to
@@ -53,9 +55,9 @@ type Continuation interface {
 type Ended struct {
 	ExecutionID uuid.UUID
 	NodeID      string
-	WaitType    string
-	Strategy    string
-	Status      string
+	WaitType    execstate.WaitType
+	Strategy    workflow.Strategy
+	Status      execstate.WaitStatus
 	// CreatedAt is when the wait was registered, EndedAt when it ended.
 	CreatedAt time.Time
 	EndedAt   time.Time

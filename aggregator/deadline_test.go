@@ -20,6 +20,8 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // expiredLog collects what a sweeper reports through Config.OnExpired.
@@ -162,9 +164,9 @@ func TestDeadlineMatrix(t *testing.T) {
 		cont    = aggregator.OnTimeoutContinue
 		partial = aggregator.OnTimeoutContinueWithPartial
 
-		waiting   = aggregator.StatusWaiting
-		completed = aggregator.StatusCompleted
-		timeout   = aggregator.StatusTimeout
+		waiting   = execstate.WaitWaiting
+		completed = execstate.WaitCompleted
+		timeout   = execstate.WaitTimeout
 
 		errBoth  = "timed out waiting for api_response, kafka_event"
 		errAPI   = "timed out waiting for api_response"
@@ -180,12 +182,12 @@ func TestDeadlineMatrix(t *testing.T) {
 		done      = []aggregator.Outcome{aggregator.Completed}
 	)
 	type cell struct {
-		strategy  string
-		onTimeout string
+		strategy  workflow.Strategy
+		onTimeout workflow.OnTimeout
 		arrive    []string             // delivered before the deadline
 		outcomes  []aggregator.Outcome // of those deliveries
-		status    string               // wait status after the sweep
-		node      string               // node status after the sweep
+		status    execstate.WaitStatus // wait status after the sweep
+		node      execstate.NodeStatus // node status after the sweep
 		timedOut  []string             // timed_out_events of the wait and the output
 		err       string               // error of the node and the wait ("" for none)
 		version   int64
@@ -262,7 +264,7 @@ func TestDeadlineMatrix(t *testing.T) {
 			snapshots[i] = f.snapshot(t, waits[i].ExecutionID)
 		} else {
 			require.Equal(t, waiting, ws.Status, "cell %d", i)
-			require.Equal(t, "waiting_for_events", f.node(t, waits[i]).Status)
+			require.Equal(t, execstate.NodeWaiting, f.node(t, waits[i]).Status)
 			fired++
 		}
 	}
@@ -319,7 +321,7 @@ func TestDeadlineMatrix(t *testing.T) {
 			out := outputOf(t, n)
 			require.Equal(t, c.status == timeout, out["timeout"])
 			require.Equal(t, jsonList(c.timedOut), out["timed_out_events"])
-			require.Equal(t, c.strategy, out["strategy"])
+			require.Equal(t, string(c.strategy), out["strategy"])
 			require.Equal(t, w.CorrelationID.String(), out["correlation_id"])
 			checkEvents(t, w, ws, out, c.arrive)
 			checkMapping(t, out, c.arrive)
@@ -410,14 +412,14 @@ func TestDeadlinePerEvent(t *testing.T) {
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt), "due at its deadline exactly")
 
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusWaiting, ws.Status)
+		require.Equal(t, execstate.WaitWaiting, ws.Status)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		require.True(t, ws.NextDeadlineAt.Equal(ws.ExpiresAt), "next deadline %s, expires %s", ws.NextDeadlineAt, ws.ExpiresAt)
 		require.Equal(t, int64(2), ws.Version, "recording the timeout bumps the version")
 		require.Nil(t, ws.Error)
 		require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 		n := f.node(t, w)
-		require.Equal(t, "waiting_for_events", n.Status)
+		require.Equal(t, execstate.NodeWaiting, n.Status)
 		require.Nil(t, n.Output)
 		require.Empty(t, f.runQueue(t, w))
 		require.Empty(t, expired.all(), "nothing fired")
@@ -428,7 +430,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		snap := f.snapshot(t, w.ExecutionID)
 		res := f.apply(t, w.event(kafka, kafkaPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, aggregator.StatusWaiting, res.Status)
+		require.Equal(t, execstate.WaitWaiting, res.Status)
 		require.Equal(t, int64(2), res.Version)
 		require.Equal(t, snap, f.snapshot(t, w.ExecutionID))
 
@@ -436,10 +438,10 @@ func TestDeadlinePerEvent(t *testing.T) {
 		require.Equal(t, aggregator.Completed, res.Outcome)
 		require.Equal(t, int64(3), res.Version)
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusCompleted, ws.Status)
+		require.Equal(t, execstate.WaitCompleted, ws.Status)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		n = f.node(t, w)
-		require.Equal(t, "completed", n.Status)
+		require.Equal(t, execstate.NodeCompleted, n.Status)
 		require.Nil(t, n.Error)
 		out := outputOf(t, n)
 		require.Equal(t, false, out["timeout"])
@@ -456,7 +458,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			name      string
-			onTimeout string
+			onTimeout workflow.OnTimeout
 			arrive    []string
 			node      string
 			version   int64
@@ -483,11 +485,11 @@ func TestDeadlinePerEvent(t *testing.T) {
 				require.Equal(t, 1, f.sweep(t, sw, kafkaAt.Add(time.Second)))
 
 				ws = f.waitState(t, w.ID)
-				require.Equal(t, aggregator.StatusTimeout, ws.Status, "all can no longer be satisfied: it ends before the overall deadline")
+				require.Equal(t, execstate.WaitTimeout, ws.Status, "all can no longer be satisfied: it ends before the overall deadline")
 				require.Equal(t, tc.version, ws.Version)
 				require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 				n := f.node(t, w)
-				require.Equal(t, tc.node, n.Status)
+				require.Equal(t, tc.node, string(n.Status))
 				require.NotNil(t, n.FinishedAt)
 				if tc.node == "failed" {
 					require.NotNil(t, n.Error)
@@ -529,7 +531,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, apiAt))
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusWaiting, ws.Status, "kafka_event may still come")
+		require.Equal(t, execstate.WaitWaiting, ws.Status, "kafka_event may still come")
 		require.Equal(t, []string{api}, timedOutOf(t, ws))
 		require.True(t, ws.NextDeadlineAt.Equal(kafkaAt), "next deadline is kafka_event's")
 		require.Equal(t, int64(2), ws.Version)
@@ -538,11 +540,11 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt))
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, execstate.WaitTimeout, ws.Status)
 		require.Equal(t, []string{api, kafka}, timedOutOf(t, ws))
 		require.Equal(t, int64(3), ws.Version)
 		n := f.node(t, w)
-		require.Equal(t, "completed", n.Status, "continue_with_partial")
+		require.Equal(t, execstate.NodeCompleted, n.Status, "continue_with_partial")
 		out := outputOf(t, n)
 		require.Equal(t, true, out["timeout"])
 		require.Equal(t, jsonList([]string{api, kafka}), out["timed_out_events"])
@@ -567,12 +569,12 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt.Add(time.Second)))
 		after := f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusWaiting, after.Status)
+		require.Equal(t, execstate.WaitWaiting, after.Status)
 		require.Equal(t, int64(2), after.Version, "version unchanged")
 		require.True(t, after.NextDeadlineAt.Equal(ws.ExpiresAt), "next deadline %s, expires %s", after.NextDeadlineAt, ws.ExpiresAt)
 		require.Equal(t, []string{}, timedOutOf(t, after))
 		require.Equal(t, []string{kafka}, receivedNames(t, after))
-		require.Equal(t, "waiting_for_events", f.node(t, w).Status)
+		require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status)
 		require.Empty(t, f.runQueue(t, w))
 		require.Empty(t, expired.all())
 		require.Zero(t, f.sweep(t, sw, kafkaAt.Add(time.Minute)))
@@ -610,17 +612,17 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		// a replica committing the same event decided just before the deadline.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, aggregator.StatusTimeout, res.Status)
+		require.Equal(t, execstate.WaitTimeout, res.Status)
 		require.Equal(t, int64(2), res.Version, "registration and the timeout")
 		require.NotNil(t, res.Expired)
 		require.Equal(t, w.ID.String(), res.Expired.WaitStateID)
 		require.False(t, res.Expired.Continue)
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, execstate.WaitTimeout, ws.Status)
 		require.Equal(t, int64(2), ws.Version)
 		require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 		require.Equal(t, []string{api}, timedOutOf(t, ws))
-		require.Equal(t, "failed", f.node(t, w).Status)
+		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
@@ -643,7 +645,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, aggregator.Late, res.Outcome)
 		// The late record wrote kafka_event's timeout, as the sweeper would have; the
 		// wait goes on, its next deadline the overall one.
-		require.Equal(t, aggregator.StatusWaiting, res.Status)
+		require.Equal(t, execstate.WaitWaiting, res.Status)
 		require.Equal(t, int64(2), res.Version)
 		require.Nil(t, res.Expired, "the wait did not end")
 		ws = f.waitState(t, w.ID)
@@ -737,9 +739,9 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.True(t, res.Queued(), "the timeout's continuation is announced")
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws := f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, execstate.WaitTimeout, ws.Status)
 		require.Equal(t, []string{"approval"}, timedOutOf(t, ws))
-		require.Equal(t, "failed", f.node(t, w).Status)
+		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 	})
 
@@ -762,16 +764,16 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		// writes that ending itself.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, aggregator.StatusTimeout, res.Status)
+		require.Equal(t, execstate.WaitTimeout, res.Status)
 		require.NotNil(t, res.Expired)
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, execstate.WaitTimeout, ws.Status)
 		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
 		require.Empty(t, receivedNames(t, ws))
 		require.Nil(t, ws.ApiResponseData)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
-		require.Equal(t, "failed", f.node(t, w).Status)
+		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
 
 		// Once the row shows the wait ended, a late arrival changes nothing.
 		snap := f.snapshot(t, w.ExecutionID)
@@ -804,7 +806,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.True(t, res.Expired.Partial)
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusTimeout, ws.Status)
+		require.Equal(t, execstate.WaitTimeout, ws.Status)
 		require.Empty(t, receivedNames(t, ws))
 		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
 		out := outputOf(t, f.node(t, w))
@@ -839,13 +841,13 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 // deadlineRow is what TestDeadlineRacesEvents checks of one wait, read in one query.
 type deadlineRow struct {
-	Status         string
+	Status         execstate.WaitStatus
 	Version        int64
 	Received       []string
 	TimedOut       []string
 	Resumes        int
 	RunQueue       int
-	NodeStatus     string
+	NodeStatus     execstate.NodeStatus
 	NodeFinished   bool
 	NodeError      *string
 	OutputTimeout  *bool
@@ -978,31 +980,31 @@ func TestDeadlineRacesEvents(t *testing.T) {
 		require.True(t, row.NodeFinished, "wait %d", i)
 		require.NotNil(t, row.OutputTimeout, "wait %d: node output written", i)
 		switch row.Status {
-		case aggregator.StatusCompleted:
+		case execstate.WaitCompleted:
 			completed++
 			require.Equal(t, aggregator.Completed, d.res.Outcome, "wait %d", i)
-			require.Equal(t, aggregator.StatusCompleted, d.res.Status, "wait %d", i)
+			require.Equal(t, execstate.WaitCompleted, d.res.Status, "wait %d", i)
 			require.Equal(t, []string{api}, row.Received, "wait %d", i)
 			require.Empty(t, row.TimedOut, "wait %d", i)
-			require.Equal(t, "completed", row.NodeStatus, "wait %d", i)
+			require.Equal(t, execstate.NodeCompleted, row.NodeStatus, "wait %d", i)
 			require.Nil(t, row.NodeError, "wait %d", i)
 			require.False(t, *row.OutputTimeout, "wait %d", i)
 			require.Empty(t, row.OutputTimedOut, "wait %d", i)
 			require.Zero(t, reported[w.ID.String()], "wait %d: a completed wait is not reported expired", i)
 			require.True(t, d.start.Before(expires[w.ID]), "wait %d: an event decided at or after the deadline counted", i)
-		case aggregator.StatusTimeout:
+		case execstate.WaitTimeout:
 			timedOut++
 			require.Equal(t, aggregator.Late, d.res.Outcome, "wait %d", i)
 			require.Empty(t, row.Received, "wait %d", i)
 			require.Equal(t, []string{api}, row.TimedOut, "wait %d", i)
-			require.Equal(t, "failed", row.NodeStatus, "wait %d", i)
+			require.Equal(t, execstate.NodeFailed, row.NodeStatus, "wait %d", i)
 			require.NotNil(t, row.NodeError, "wait %d", i)
 			require.Equal(t, "timed out waiting for api_response", *row.NodeError, "wait %d", i)
 			require.True(t, *row.OutputTimeout, "wait %d", i)
 			require.Equal(t, []string{api}, row.OutputTimedOut, "wait %d", i)
 			require.Equal(t, 1, reported[w.ID.String()], "wait %d: reported expired exactly once", i)
 			require.False(t, d.end.Before(expires[w.ID]), "wait %d: an event that returned before the deadline was late", i)
-			require.Equal(t, aggregator.StatusTimeout, d.res.Status, "wait %d: a late answer stands on the deadline written", i)
+			require.Equal(t, execstate.WaitTimeout, d.res.Status, "wait %d: a late answer stands on the deadline written", i)
 			if d.res.Expired != nil {
 				endedByEvent++ // the late event found the deadline unwritten and wrote it
 			}
@@ -1145,14 +1147,14 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 			if cancelErrs[i] == nil {
 				cancels++
 				require.Equal(t, aggregator.Late, results[i].Outcome, "round %d wait %d", round, i)
-				require.Equal(t, aggregator.StatusCancelled, results[i].Status)
-				require.Equal(t, aggregator.StatusCancelled, ws.Status)
+				require.Equal(t, execstate.WaitCancelled, results[i].Status)
+				require.Equal(t, execstate.WaitCancelled, ws.Status)
 				require.NotNil(t, ws.Error)
 				require.Equal(t, "cancelled by operator", *ws.Error)
 				require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 				require.Nil(t, ws.ApiResponseData)
 				require.Empty(t, f.runQueue(t, w))
-				require.Equal(t, "completed", n.Status, "CancelWait ends the node with the wait: completed, to continue")
+				require.Equal(t, execstate.NodeCompleted, n.Status, "CancelWait ends the node with the wait: completed, to continue")
 				require.JSONEq(t, string(raws[i]), string(n.Output), "the node's output is the one handed on")
 				require.Zero(t, outbox, "the unsent call is dropped")
 				require.Equal(t, true, outputs[i]["cancelled"])
@@ -1161,14 +1163,14 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 			} else {
 				var finished *aggregator.WaitFinishedError
 				require.ErrorAs(t, cancelErrs[i], &finished, "round %d wait %d", round, i)
-				require.Equal(t, aggregator.StatusCompleted, finished.Status)
+				require.Equal(t, execstate.WaitCompleted, finished.Status)
 				require.Nil(t, outputs[i])
 				require.Equal(t, aggregator.Completed, results[i].Outcome, "round %d wait %d", round, i)
-				require.Equal(t, aggregator.StatusCompleted, ws.Status)
+				require.Equal(t, execstate.WaitCompleted, ws.Status)
 				require.Nil(t, ws.Error)
 				require.Equal(t, []string{api}, receivedNames(t, ws))
 				require.Equal(t, []string{"resume"}, f.runQueue(t, w))
-				require.Equal(t, "completed", n.Status)
+				require.Equal(t, execstate.NodeCompleted, n.Status)
 				require.Equal(t, 1, outbox, "the call stays with its completed wait")
 			}
 		}
@@ -1186,7 +1188,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 	})
 	var finished *aggregator.WaitFinishedError
 	require.True(t, errors.As(err, &finished), "error: %v", err)
-	require.Equal(t, aggregator.StatusTimeout, finished.Status)
+	require.Equal(t, execstate.WaitTimeout, finished.Status)
 }
 
 // gate is a slog.Handler that holds the first record with message msg until released:
@@ -1319,15 +1321,15 @@ func TestDeadlineFence(t *testing.T) {
 			require.Equal(t, 1, r.n)
 			require.NoError(t, <-applied)
 			require.Equal(t, aggregator.Late, res.Outcome)
-			require.Equal(t, aggregator.StatusTimeout, res.Status)
+			require.Equal(t, execstate.WaitTimeout, res.Status)
 			require.Equal(t, 1, res.Conflicts, "the event lost the fence once")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, aggregator.StatusTimeout, row.Status)
+			require.Equal(t, execstate.WaitTimeout, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Empty(t, row.Received)
 			require.Equal(t, []string{api}, row.TimedOut)
-			require.Equal(t, "failed", row.NodeStatus)
+			require.Equal(t, execstate.NodeFailed, row.NodeStatus)
 			require.Equal(t, 1, row.Resumes)
 			require.Equal(t, 1, row.RunQueue)
 			require.Len(t, expired.all(), 1)
@@ -1367,10 +1369,10 @@ func TestDeadlineFence(t *testing.T) {
 					require.NoError(t, tx.Commit(ctx))
 					require.Zero(t, f.sweep(t, sw, at))
 					row := f.deadlineRows(t, []wait{w})[w.ID]
-					require.Equal(t, aggregator.StatusCompleted, row.Status)
+					require.Equal(t, execstate.WaitCompleted, row.Status)
 					require.Equal(t, []string{api}, row.Received)
 					require.Empty(t, row.TimedOut)
-					require.Equal(t, "completed", row.NodeStatus)
+					require.Equal(t, execstate.NodeCompleted, row.NodeStatus)
 					require.Equal(t, 1, row.Resumes)
 					require.Empty(t, expired.all())
 					return
@@ -1378,9 +1380,9 @@ func TestDeadlineFence(t *testing.T) {
 				require.NoError(t, tx.Rollback(ctx))
 				require.Equal(t, 1, f.sweep(t, sw, at))
 				row := f.deadlineRows(t, []wait{w})[w.ID]
-				require.Equal(t, aggregator.StatusTimeout, row.Status)
+				require.Equal(t, execstate.WaitTimeout, row.Status)
 				require.Empty(t, row.Received)
-				require.Equal(t, "failed", row.NodeStatus)
+				require.Equal(t, execstate.NodeFailed, row.NodeStatus)
 				require.Equal(t, 1, row.Resumes)
 				require.Len(t, expired.all(), 1)
 			})

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // wait is a wait state decoded for deciding events in memory. ApplyTx and ApplyBatch
@@ -57,7 +59,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 		switch {
 		case w.received[i].Key == key:
 			return Duplicate, name, nil
-		case w.row.Status != StatusWaiting:
+		case w.row.Status != execstate.WaitWaiting:
 			return Late, name, nil
 		default:
 			return AlreadyRecorded, name, nil
@@ -80,7 +82,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 			return FilterMismatch, name, nil
 		}
 	}
-	if w.row.Status != StatusWaiting || slices.Contains(w.timedOut, name) {
+	if w.row.Status != execstate.WaitWaiting || slices.Contains(w.timedOut, name) {
 		return Late, name, nil // as the stored row says: every replica sees the same
 	}
 	if w.eventPastDeadline(name, now) || w.endedByDeadline(now) {
@@ -110,7 +112,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 		if err := w.notePassedDeadlines(now); err != nil {
 			return "", name, err
 		}
-		w.row.Status = StatusCompleted
+		w.row.Status = execstate.WaitCompleted
 		return Completed, name, nil
 	}
 	return Recorded, name, nil
@@ -170,7 +172,7 @@ func (w *wait) firstOpen(names []string, now time.Time) (name string, ok bool) {
 // event sent by type may arrive over HTTP (kind send) or on the Kafka events topic (kind
 // kafka); only the send path names send events, so a Kafka record correlated by ids or
 // by payload never lands on one.
-func sourceFits(expected, kind string) bool {
+func sourceFits(expected, kind workflow.Source) bool {
 	return expected == kind || (expected == SourceSend && kind == SourceKafka)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 func (f *fixture) failCall(t *testing.T, id uuid.UUID, reason string) bool {
@@ -63,12 +64,12 @@ func TestFailCall(t *testing.T) {
 				return
 			}
 			after := f.waitState(t, w.ID)
-			require.Equal(t, aggregator.StatusFailed, after.Status)
+			require.Equal(t, execstate.WaitFailed, after.Status)
 			require.Equal(t, ws.Version+1, after.Version)
 			require.NotNil(t, after.Error)
 			require.Equal(t, "call failed: 503 after 5 attempts", *after.Error)
 			require.Equal(t, ws.ReceivedEvents, after.ReceivedEvents)
-			require.Equal(t, "waiting_for_events", f.node(t, w).Status, "the caller fails the node")
+			require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status, "the caller fails the node")
 			require.Empty(t, f.runQueue(t, w))
 
 			// A failed wait takes no more events and cannot be failed again.
@@ -80,7 +81,7 @@ func TestFailCall(t *testing.T) {
 				}
 				res := f.apply(t, ev)
 				require.Equal(t, aggregator.Late, res.Outcome, ev.Name)
-				require.Equal(t, aggregator.StatusFailed, res.Status)
+				require.Equal(t, execstate.WaitFailed, res.Status)
 			}
 			require.Equal(t, failedSnap, f.snapshot(t, w.ExecutionID), "nothing changed")
 		})
@@ -121,7 +122,7 @@ func TestFailCallVersionFence(t *testing.T) {
 		name        string
 		rival       func(ctx context.Context, tx pgx.Tx, w wait) error
 		want        bool
-		wantStatus  string
+		wantStatus  execstate.WaitStatus
 		wantVersion int64
 	}{
 		{
@@ -130,7 +131,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := tx.Exec(ctx, `UPDATE execution_wait_states SET version = version + 1 WHERE id = $1`, w.ID)
 				return err
 			},
-			want: true, wantStatus: aggregator.StatusFailed, wantVersion: 3,
+			want: true, wantStatus: execstate.WaitFailed, wantVersion: 3,
 		},
 		{
 			name: "kafka_event arrived",
@@ -138,7 +139,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := f.agg.ApplyTx(ctx, tx, w.event(kafka, kafkaPayload))
 				return err
 			},
-			want: true, wantStatus: aggregator.StatusFailed, wantVersion: 3,
+			want: true, wantStatus: execstate.WaitFailed, wantVersion: 3,
 		},
 		{
 			name: "api_response arrived",
@@ -146,7 +147,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := f.agg.ApplyTx(ctx, tx, w.event(api, apiPayload))
 				return err
 			},
-			want: false, wantStatus: aggregator.StatusWaiting, wantVersion: 2,
+			want: false, wantStatus: execstate.WaitWaiting, wantVersion: 2,
 		},
 	}
 	for _, tt := range tests {
@@ -184,7 +185,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				return err
 			})
 		require.ErrorIs(t, err, aggregator.ErrConflictRetries)
-		require.Equal(t, aggregator.StatusWaiting, f.waitState(t, w.ID).Status)
+		require.Equal(t, execstate.WaitWaiting, f.waitState(t, w.ID).Status)
 	})
 }
 
@@ -228,10 +229,10 @@ func TestFailCallByStrategy(t *testing.T) {
 			ws := f.waitState(t, w.ID)
 			require.Equal(t, before.Version+1, ws.Version)
 			if tt.fail {
-				require.Equal(t, aggregator.StatusFailed, ws.Status)
+				require.Equal(t, execstate.WaitFailed, ws.Status)
 				return
 			}
-			require.Equal(t, aggregator.StatusWaiting, ws.Status)
+			require.Equal(t, execstate.WaitWaiting, ws.Status)
 			require.Nil(t, ws.Error)
 			require.Equal(t, []string{api}, timedOutOf(t, ws), "the reply is given up like an event past its deadline")
 			require.Len(t, f.logs.find(slog.LevelWarn,

@@ -21,6 +21,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // waitNode is the node id of every wait the tests register.
@@ -65,7 +66,7 @@ type wait struct {
 }
 
 // registration fills the parts of a Registration every test shares.
-func registration(strategy string, expected []aggregator.Expected, custom ...string) aggregator.Registration {
+func registration(strategy workflow.Strategy, expected []aggregator.Expected, custom ...string) aggregator.Registration {
 	return aggregator.Registration{
 		Strategy:       strategy,
 		Expected:       expected,

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // failingMsg is the warning of a wait that timed out and failed its node.
@@ -73,11 +74,11 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Empty(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID))
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, aggregator.StatusCompleted, row.Status)
+			require.Equal(t, execstate.WaitCompleted, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Equal(t, []string{api}, row.Received)
 			require.Empty(t, row.TimedOut)
-			require.Equal(t, "completed", row.NodeStatus)
+			require.Equal(t, execstate.NodeCompleted, row.NodeStatus)
 			require.Equal(t, 1, row.RunQueue)
 		})
 	}
@@ -110,16 +111,16 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, aggregator.Late, first.Outcome)
 			require.NotNil(t, first.Expired)
 			require.Equal(t, aggregator.Late, second.Outcome)
-			require.Equal(t, aggregator.StatusTimeout, second.Status)
+			require.Equal(t, execstate.WaitTimeout, second.Status)
 			require.Equal(t, 1, second.Conflicts)
 			require.Nil(t, second.Expired, "the deadline is the first's")
 			require.Len(t, f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID), 1, "warned once, by the write that stood")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, aggregator.StatusTimeout, row.Status)
+			require.Equal(t, execstate.WaitTimeout, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Equal(t, []string{api}, row.TimedOut)
-			require.Equal(t, "failed", row.NodeStatus)
+			require.Equal(t, execstate.NodeFailed, row.NodeStatus)
 			require.Equal(t, 1, row.RunQueue)
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // TestMatchRacesDeadlineAndRedelivery is TestDeadlineRacesEvents for records correlated
@@ -97,20 +98,20 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 		require.Equal(t, int64(2), row.Version, "wait %d: one change, by one party; the redelivery changed nothing", i)
 		require.True(t, row.NodeFinished, "wait %d", i)
 		switch row.Status {
-		case aggregator.StatusCompleted:
+		case execstate.WaitCompleted:
 			completed++
 			require.Equal(t, []string{event}, row.Received, "wait %d: the record recorded once", i)
 			require.Empty(t, row.TimedOut, "wait %d", i)
-			require.Equal(t, "completed", row.NodeStatus, "wait %d", i)
+			require.Equal(t, execstate.NodeCompleted, row.NodeStatus, "wait %d", i)
 			require.False(t, *row.OutputTimeout, "wait %d", i)
 			require.Zero(t, reported[w.ID.String()], "wait %d: a completed wait is not reported expired", i)
 			require.True(t, ds[0].start.Before(expires[w.ID]) || ds[1].start.Before(expires[w.ID]),
 				"wait %d: a record decided at or after the deadline counted", i)
-		case aggregator.StatusTimeout:
+		case execstate.WaitTimeout:
 			timedOut++
 			require.Empty(t, row.Received, "wait %d", i)
 			require.Equal(t, []string{event}, row.TimedOut, "wait %d", i)
-			require.Equal(t, "failed", row.NodeStatus, "wait %d", i)
+			require.Equal(t, execstate.NodeFailed, row.NodeStatus, "wait %d", i)
 			require.Equal(t, "timed out waiting for "+event, *row.NodeError, "wait %d", i)
 			require.Equal(t, 1, reported[w.ID.String()], "wait %d: reported expired exactly once", i)
 			for _, d := range ds {

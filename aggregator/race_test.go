@@ -16,6 +16,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // burst serialises the tests that fill their whole pool (20 connections) with concurrent
@@ -134,12 +135,12 @@ func TestConcurrentComplementaryEvents(t *testing.T) {
 				completedByAPI++
 			}
 			require.Equal(t, int64(2), first.Version)
-			require.Equal(t, aggregator.StatusWaiting, first.Status)
+			require.Equal(t, execstate.WaitWaiting, first.Status)
 			require.Equal(t, int64(3), second.Version)
-			require.Equal(t, aggregator.StatusCompleted, second.Status)
+			require.Equal(t, execstate.WaitCompleted, second.Status)
 
 			row := rows[w.ID]
-			require.Equal(t, aggregator.StatusCompleted, row.Status)
+			require.Equal(t, string(execstate.WaitCompleted), row.Status)
 			require.Equal(t, int64(3), row.Version)
 			require.Len(t, row.Received, 2)
 			require.ElementsMatch(t, []string{api, kafka}, names(row.Received))
@@ -202,12 +203,12 @@ func TestConcurrentSameEvent(t *testing.T) {
 		require.Equal(t, map[aggregator.Outcome]int{aggregator.Recorded: 1, aggregator.Duplicate: goroutines - 1}, counts, "round %d", round)
 
 		ws := f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StatusWaiting, ws.Status)
+		require.Equal(t, execstate.WaitWaiting, ws.Status)
 		require.Equal(t, int64(2), ws.Version)
 		require.Equal(t, []string{api}, receivedNames(t, ws))
 		require.JSONEq(t, string(evs[winner].Payload), string(ws.ApiResponseData), "the winner's payload is stored")
 		require.Empty(t, f.runQueue(t, w))
-		require.Equal(t, "waiting_for_events", f.node(t, w).Status)
+		require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status)
 
 		// The wait still completes normally afterwards.
 		require.Equal(t, aggregator.Completed, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
@@ -252,12 +253,12 @@ func TestConcurrentAnyWait(t *testing.T) {
 			default:
 				require.Equal(t, aggregator.Late, r.Outcome, "round %d delivery %d", round, i)
 			}
-			require.Equal(t, aggregator.StatusCompleted, r.Status)
+			require.Equal(t, execstate.WaitCompleted, r.Status)
 			require.Equal(t, int64(2), r.Version)
 		}
 
 		row := f.waitRows(t, []wait{w})[w.ID]
-		require.Equal(t, aggregator.StatusCompleted, row.Status)
+		require.Equal(t, string(execstate.WaitCompleted), row.Status)
 		require.Equal(t, int64(2), row.Version)
 		require.Equal(t, []string{winner}, names(row.Received))
 		require.Equal(t, 1, row.Resumes)
@@ -311,13 +312,13 @@ func TestConcurrentFailCallAndReply(t *testing.T) {
 			if failed[i] {
 				failedWins++
 				require.Equal(t, aggregator.Late, results[i].Outcome)
-				require.Equal(t, aggregator.StatusFailed, row.Status)
+				require.Equal(t, string(execstate.WaitFailed), row.Status)
 				require.Empty(t, row.Received)
 				require.Zero(t, row.RunQueue)
 				require.Equal(t, "waiting_for_events", row.NodeStatus, "FailCall leaves the node to its caller")
 			} else {
 				require.Equal(t, aggregator.Completed, results[i].Outcome)
-				require.Equal(t, aggregator.StatusCompleted, row.Status)
+				require.Equal(t, string(execstate.WaitCompleted), row.Status)
 				require.Equal(t, []string{api}, names(row.Received))
 				require.Equal(t, 1, row.Resumes)
 				require.Equal(t, "completed", row.NodeStatus)
@@ -351,34 +352,34 @@ func TestVersionFence(t *testing.T) {
 		reg          aggregator.Registration
 		rival        func(ctx context.Context, tx pgx.Tx, w wait) error
 		wantOutcome  aggregator.Outcome
-		wantStatus   string
+		wantStatus   execstate.WaitStatus
 		wantVersion  int64
 		wantReceived []string
 		wantResumes  int
 	}{
 		{
 			name: "version bumped", reg: registration(aggregator.StrategyAll, expectBoth(true, true)), rival: bump,
-			wantOutcome: aggregator.Recorded, wantStatus: aggregator.StatusWaiting, wantVersion: 3, wantReceived: []string{api},
+			wantOutcome: aggregator.Recorded, wantStatus: execstate.WaitWaiting, wantVersion: 3, wantReceived: []string{api},
 		},
 		{
 			name: "rival recorded the other event", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) }, aggregator.Recorded),
-			wantOutcome: aggregator.Completed, wantStatus: aggregator.StatusCompleted, wantVersion: 3, wantReceived: []string{kafka, api}, wantResumes: 1,
+			wantOutcome: aggregator.Completed, wantStatus: execstate.WaitCompleted, wantVersion: 3, wantReceived: []string{kafka, api}, wantResumes: 1,
 		},
 		{
 			name: "rival recorded the same event", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(api, apiPayload) }, aggregator.Recorded),
-			wantOutcome: aggregator.Duplicate, wantStatus: aggregator.StatusWaiting, wantVersion: 2, wantReceived: []string{api},
+			wantOutcome: aggregator.Duplicate, wantStatus: execstate.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
 		},
 		{
 			name: "rival recorded another event of that name", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(api, `{"order":{"id":"o-2"}}`) }, aggregator.Recorded),
-			wantOutcome: aggregator.AlreadyRecorded, wantStatus: aggregator.StatusWaiting, wantVersion: 2, wantReceived: []string{api},
+			wantOutcome: aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
 		},
 		{
 			name: "rival completed an any wait", reg: registration(aggregator.StrategyAny, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) }, aggregator.Completed),
-			wantOutcome: aggregator.Late, wantStatus: aggregator.StatusCompleted, wantVersion: 2, wantReceived: []string{kafka}, wantResumes: 1,
+			wantOutcome: aggregator.Late, wantStatus: execstate.WaitCompleted, wantVersion: 2, wantReceived: []string{kafka}, wantResumes: 1,
 		},
 		{
 			name: "rival failed the call", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
@@ -389,7 +390,7 @@ func TestVersionFence(t *testing.T) {
 				}
 				return err
 			},
-			wantOutcome: aggregator.Late, wantStatus: aggregator.StatusFailed, wantVersion: 2, wantReceived: []string{},
+			wantOutcome: aggregator.Late, wantStatus: execstate.WaitFailed, wantVersion: 2, wantReceived: []string{},
 		},
 		{
 			name: "rival cancelled the execution", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
@@ -397,7 +398,7 @@ func TestVersionFence(t *testing.T) {
 				_, err := f.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{ExecutionID: w.ExecutionID, Error: "cancelled"})
 				return err
 			},
-			wantOutcome: aggregator.Late, wantStatus: aggregator.StatusCancelled, wantVersion: 2, wantReceived: []string{},
+			wantOutcome: aggregator.Late, wantStatus: execstate.WaitCancelled, wantVersion: 2, wantReceived: []string{},
 		},
 	}
 	for _, tt := range tests {

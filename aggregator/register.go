@@ -17,6 +17,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/rendezvous-run/rendezvous/outbound"
 )
 
@@ -29,13 +31,13 @@ type Registration struct {
 	ExecutionID   uuid.UUID
 	NodeID        string
 	CorrelationID uuid.UUID
-	Strategy      string
+	Strategy      workflow.Strategy
 	Expected      []Expected
 	// RequiredEvents is the custom strategy's list.
 	RequiredEvents []string
 	// Timeout is the overall deadline, relative to now; DefaultTimeout when zero.
 	Timeout       time.Duration
-	OnTimeout     string
+	OnTimeout     workflow.OnTimeout
 	OutputMapping map[string]string
 	// APICall: an outbound correlated call is queued in the same transaction.
 	APICall bool
@@ -103,10 +105,10 @@ func (a *Aggregator) QueueRegister(ctx context.Context, tx pgx.Tx, p *db.Pipelin
 	db.AfterCommit(tx, func() { a.deadlineRegistered(arg.NextDeadlineAt) })
 	return dbsqlc.ExecutionWaitState{
 		ID: arg.ID, ExecutionID: arg.ExecutionID, NodeID: arg.NodeID, CorrelationID: arg.CorrelationID,
-		AggregationStrategy: arg.AggregationStrategy, RequiredEvents: arg.RequiredEvents, EnabledEvents: arg.EnabledEvents,
+		AggregationStrategy: workflow.Strategy(arg.AggregationStrategy), RequiredEvents: arg.RequiredEvents, EnabledEvents: arg.EnabledEvents,
 		ExpectedEvents: arg.ExpectedEvents, ApiCallEnabled: arg.ApiCallEnabled, KafkaEventEnabled: arg.KafkaEventEnabled,
-		OnTimeout: arg.OnTimeout, OutputMapping: arg.OutputMapping, Status: arg.Status, ExpiresAt: arg.ExpiresAt,
-		NextDeadlineAt: arg.NextDeadlineAt, WaitType: arg.WaitType, TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
+		OnTimeout: workflow.OnTimeout(arg.OnTimeout), OutputMapping: arg.OutputMapping, Status: execstate.WaitStatus(arg.Status), ExpiresAt: arg.ExpiresAt,
+		NextDeadlineAt: arg.NextDeadlineAt, WaitType: execstate.WaitType(arg.WaitType), TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
 	}, nil
 }
 
@@ -162,18 +164,18 @@ func (a *Aggregator) eventWait(ctx context.Context, tx pgx.Tx, r Registration) (
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
 		CorrelationID:       r.CorrelationID,
-		AggregationStrategy: r.Strategy,
+		AggregationStrategy: string(r.Strategy),
 		RequiredEvents:      js[0],
 		EnabledEvents:       js[1],
 		ExpectedEvents:      js[2],
 		ApiCallEnabled:      slices.Contains(enabled, EventAPIResponse),
 		KafkaEventEnabled:   slices.Contains(enabled, EventKafka),
-		OnTimeout:           r.OnTimeout,
+		OnTimeout:           string(r.OnTimeout),
 		OutputMapping:       js[3],
 		ExpiresAt:           expires,
 		NextDeadlineAt:      next,
-		WaitType:            WaitTypeEvents,
-		Status:              StatusWaiting,
+		WaitType:            string(execstate.WaitTypeEvents),
+		Status:              string(execstate.WaitWaiting),
 		TraceParent:         nullable(r.TraceParent),
 		MatchKeys:           append(keys, typeKeys...),
 	}, nil
@@ -238,7 +240,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 			}
 			return false, fmt.Errorf("load wait state: %w", err)
 		}
-		if ws.Status != StatusWaiting {
+		if ws.Status != execstate.WaitWaiting {
 			return false, nil
 		}
 		w, err := decodeWait(ws)
@@ -255,7 +257,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 		if goOn {
 			_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
 				ReceivedEvents: ws.ReceivedEvents, TimedOutEvents: timedOut, EventData: w.eventData(),
-				Status: StatusWaiting, Applied: 1, ID: ws.ID, Version: ws.Version,
+				Status: string(execstate.WaitWaiting), Applied: 1, ID: ws.ID, Version: ws.Version,
 			})
 			if err == nil {
 				a.logger.WarnContext(ctx, "required correlated call failed; the strategy can still be satisfied, the wait goes on without its reply",
@@ -264,7 +266,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 				return false, nil
 			}
 		} else {
-			_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: StatusFailed, Error: &reason, ID: ws.ID, Version: ws.Version})
+			_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: string(execstate.WaitFailed), Error: &reason, ID: ws.ID, Version: ws.Version})
 			if err == nil {
 				return true, nil
 			}

@@ -63,7 +63,7 @@ type SendResult struct {
 	// ExpiresAt is when a buffered event expires.
 	ExpiresAt time.Time
 	// ExecutionStatus is the execution's status when the event arrived.
-	ExecutionStatus string
+	ExecutionStatus execstate.ExecutionStatus
 	// Unmatched is the reason recorded in unmatched_events when no wait took the event
 	// (buffered ones included); empty when delivered.
 	Unmatched string
@@ -271,7 +271,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendR
 					continue
 				}
 			}
-			reject(i, SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+exec.Status)
+			reject(i, SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+string(exec.Status))
 			continue
 		}
 		if s.ID != "" {
@@ -452,7 +452,7 @@ func (a *Aggregator) TakeKept(ctx context.Context, tx pgx.Tx, ws dbsqlc.Executio
 // takeEarly is TakeBuffered, reading the event buffer only when readBuffer is set.
 func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, readBuffer bool) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
-	if ws.WaitType != WaitTypeEvents {
+	if ws.WaitType != execstate.WaitTypeEvents {
 		return res, nil
 	}
 	w, err := decodeWait(ws)
@@ -465,7 +465,7 @@ func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.Executi
 	now := a.now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
-		if !readBuffer || e.Source != SourceSend || w.row.Status != StatusWaiting {
+		if !readBuffer || e.Source != SourceSend || w.row.Status != execstate.WaitWaiting {
 			continue
 		}
 		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})

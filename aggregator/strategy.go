@@ -21,10 +21,10 @@ const (
 
 // Expected is one event a wait expects.
 type Expected struct {
-	Name     string `json:"name"`
-	Source   string `json:"source"` // "callback" or "kafka"
-	Topic    string `json:"topic,omitempty"`
-	Required bool   `json:"required"`
+	Name     string          `json:"name"`
+	Source   workflow.Source `json:"source"` // SourceCallback, SourceKafka or SourceSend
+	Topic    string          `json:"topic,omitempty"`
+	Required bool            `json:"required"`
 	// TimeoutMS is the event's own timeout, relative to registration (0: none but the
 	// node's overall one).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
@@ -41,7 +41,7 @@ type Expected struct {
 	Match *ExpectedMatch `json:"match,omitempty"`
 	// Buffer is the buffer policy of a send event, or of a payload match with a
 	// lookback: fifo (default) or last_write_wins.
-	Buffer string `json:"buffer,omitempty"`
+	Buffer workflow.BufferMode `json:"buffer,omitempty"`
 	// LookbackMS, for a payload match: how old a record kept because it reached no wait
 	// may be for this wait to take it at registration (0: none is taken).
 	LookbackMS int64 `json:"lookback_ms,omitempty"`
@@ -93,7 +93,7 @@ const (
 
 // RequiredSet returns the events a strategy waits for, which is what is stored in
 // required_events. For "any" it is empty: any one enabled event satisfies it.
-func RequiredSet(strategy string, expected []Expected, custom []string) ([]string, error) {
+func RequiredSet(strategy workflow.Strategy, expected []Expected, custom []string) ([]string, error) {
 	var out []string
 	switch strategy {
 	case StrategyAll:
@@ -125,7 +125,7 @@ func RequiredSet(strategy string, expected []Expected, custom []string) ([]strin
 
 // Satisfied reports whether the received events complete a wait. It is a pure function
 // of what the wait state row stores, so every pod reaches the same answer.
-func Satisfied(strategy string, enabled, required, received []string) bool {
+func Satisfied(strategy workflow.Strategy, enabled, required, received []string) bool {
 	if strategy == StrategyAny {
 		for _, r := range received {
 			if slices.Contains(enabled, r) {

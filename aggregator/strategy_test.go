@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 const (
@@ -29,7 +30,7 @@ func TestRequiredSet(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		strategy string
+		strategy workflow.Strategy
 		expected []aggregator.Expected
 		custom   []string
 		want     []string
@@ -91,7 +92,7 @@ func TestSatisfied(t *testing.T) {
 	both := []string{api, kafka}
 	tests := []struct {
 		name     string
-		strategy string
+		strategy workflow.Strategy
 		enabled  []string
 		required []string
 		received []string
@@ -146,7 +147,7 @@ func TestSatisfiedFromRequiredSet(t *testing.T) {
 	t.Parallel()
 	subsets := [][]string{nil, {api}, {kafka}, {api, kafka}, {kafka, api}}
 	type config struct {
-		strategy string
+		strategy workflow.Strategy
 		expected []aggregator.Expected
 		custom   []string
 		// needs reports whether a received set satisfies the strategy, as docs/definitions.md has it.

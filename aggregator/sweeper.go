@@ -14,6 +14,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // Sweeper defaults.
@@ -44,7 +45,7 @@ type Expired struct {
 	// Timer: a wait node's timer resumed; otherwise an event wait timed out under
 	// OnTimeout.
 	Timer     bool
-	OnTimeout string
+	OnTimeout workflow.OnTimeout
 	// Reason names the events that did not arrive when the node failed (not Continue).
 	Reason      string
 	TraceParent string
@@ -173,7 +174,7 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 		for _, row := range rows {
 			var d dueWrite
 			var err error
-			if row.WaitType == WaitTypeTimer {
+			if row.WaitType == execstate.WaitTypeTimer {
 				d, err = timerDue(row, now)
 			} else {
 				d, err = a.eventDue(ctx, row, now)
@@ -255,11 +256,11 @@ func (a *Aggregator) expireNow(ctx context.Context, tx pgx.Tx, row dbsqlc.Execut
 // dueWrite is the sweeper's decision for one due wait.
 type dueWrite struct {
 	bump       int64
-	status     string
+	status     execstate.WaitStatus
 	timedOut   []byte
 	next       time.Time
 	reason     string
-	nodeStatus string
+	nodeStatus execstate.NodeStatus
 	output     []byte
 	warning    string
 	// fired is set when the wait ended.
@@ -284,7 +285,7 @@ func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
 		return dueWrite{}, err
 	}
 	return dueWrite{
-		bump: 1, status: StatusResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: execstate.NodeCompleted, output: output,
+		bump: 1, status: execstate.WaitResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: execstate.NodeCompleted, output: output,
 		fired: &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
 	}, nil
@@ -305,10 +306,10 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 	if err != nil {
 		return dueWrite{}, err
 	}
-	out := dueWrite{bump: 1, status: StatusWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
+	out := dueWrite{bump: 1, status: execstate.WaitWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
 	switch {
 	case d.Fire:
-		out.status, out.nodeStatus = StatusTimeout, execstate.NodeFailed
+		out.status, out.nodeStatus = execstate.WaitTimeout, execstate.NodeFailed
 		if d.Continue {
 			out.nodeStatus = execstate.NodeCompleted
 			out.warning = d.Warning

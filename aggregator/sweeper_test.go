@@ -18,6 +18,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 )
 
@@ -123,7 +124,7 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 	require.Less(t, sf.fired[0].Lateness, time.Second)
 	require.GreaterOrEqual(t, sf.fired[0].Lateness, time.Duration(0))
 	sf.mu.Unlock()
-	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
 
 	// The round that fired the deadline ends with nothing left: the sweeper goes to sleep
 	// for SweepMaxSleep (earlier rounds slept until the deadline).
@@ -159,7 +160,7 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 		t.Fatal("the earlier deadline did not wake the sweeper")
 	}
 	require.Equal(t, 1, sf.firedCount())
-	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
 }
 
 // TestSweeperToldAfterCommit: a wait whose deadline passes before its registering
@@ -194,7 +195,7 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 		t.Fatal("the deadline did not fire after the commit")
 	}
 	require.Less(t, time.Since(committed), 2*time.Second)
-	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, id).Status)
+	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, id).Status)
 }
 
 // TestSweeperFindsOtherReplicasDeadlines: a wait registered elsewhere (no hint reaches
@@ -221,7 +222,7 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a deadline registered by another replica was never fired")
 	}
-	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
 	sf.mu.Lock()
 	require.Less(t, sf.fired[0].Lateness, 300*time.Millisecond+500*time.Millisecond)
 	sf.mu.Unlock()
@@ -258,5 +259,5 @@ func TestSweeperDoesNotSpinOnLockedDueWaits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait was not fired once released")
 	}
-	require.Equal(t, aggregator.StatusTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
 }

@@ -13,7 +13,9 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // scope names the aggregator's tracer and meter.
@@ -77,14 +79,14 @@ func (a *Aggregator) initTelemetry() error {
 	// Series that alert rules divide by or compare exist from the start, at zero: a rate
 	// over a series that appears only with its first event is no rate at all.
 	ctx := context.Background()
-	for _, source := range []string{"callback", "kafka"} {
+	for _, source := range []workflow.Source{SourceCallback, SourceKafka} {
 		for _, outcome := range []Outcome{Recorded, Completed} {
-			in.applied.Add(ctx, 0, metric.WithAttributes(attribute.String("source", source), attribute.String("outcome", string(outcome))))
+			in.applied.Add(ctx, 0, metric.WithAttributes(attribute.String("source", string(source)), attribute.String("outcome", string(outcome))))
 		}
 	}
-	for _, onTimeout := range []string{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
+	for _, onTimeout := range []workflow.OnTimeout{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
 		for _, outcome := range []string{"fail", "continue", "partial"} {
-			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", onTimeout), attribute.String("outcome", outcome)))
+			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", string(onTimeout)), attribute.String("outcome", outcome)))
 		}
 	}
 	for _, outcome := range lookbackOutcomes {
@@ -113,8 +115,8 @@ func (a *Aggregator) initTelemetry() error {
 		if err != nil {
 			return err
 		}
-		for _, status := range []string{StatusWaiting, StatusScheduled} {
-			o.ObserveInt64(waits, snap.open[status], metric.WithAttributes(attribute.String("status", status)))
+		for _, status := range []execstate.WaitStatus{execstate.WaitWaiting, execstate.WaitScheduled} {
+			o.ObserveInt64(waits, snap.open[status], metric.WithAttributes(attribute.String("status", string(status))))
 		}
 		o.ObserveFloat64(lag, snap.lag.Seconds())
 		return nil
@@ -123,7 +125,7 @@ func (a *Aggregator) initTelemetry() error {
 }
 
 type dbSnapshot struct {
-	open map[string]int64
+	open map[execstate.WaitStatus]int64
 	lag  time.Duration
 }
 
@@ -136,7 +138,7 @@ func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
 		return dbSnapshot{}, err
 	}
 	now := a.now()
-	snap := dbSnapshot{open: map[string]int64{}}
+	snap := dbSnapshot{open: map[execstate.WaitStatus]int64{}}
 	for _, r := range rows {
 		snap.open[r.Status] = r.Count
 	}
@@ -162,8 +164,8 @@ func (a *Aggregator) DatabaseError(ctx context.Context) {
 // RecordRejected counts an event a source turned away before deciding it — a poison
 // Kafka record, a callback whose body cannot be stored — next to the aggregator's own
 // reasons.
-func (a *Aggregator) RecordRejected(ctx context.Context, source, reason string) {
-	a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(attribute.String("source", source), attribute.String("reason", reason)))
+func (a *Aggregator) RecordRejected(ctx context.Context, source workflow.Source, reason string) {
+	a.ins.notApplied.Add(ctx, 1, metric.WithAttributes(attribute.String("source", string(source)), attribute.String("reason", reason)))
 }
 
 // observeCommitted records committed decisions: counters by outcome, the first event of
@@ -203,7 +205,7 @@ func (a *Aggregator) observe(ctx context.Context, ev Event, res Result, unmatche
 	if res.Event != "" {
 		ev.Name = res.Event // what a Kafka record correlated by ids was decided as
 	}
-	source := attribute.String("source", ev.Source.Kind)
+	source := attribute.String("source", string(ev.Source.Kind))
 	switch res.Outcome {
 	case Recorded, Completed:
 		a.ins.applied.Add(ctx, 1, metric.WithAttributes(source, attribute.String("outcome", string(res.Outcome))))
@@ -230,7 +232,7 @@ func (a *Aggregator) observe(ctx context.Context, ev Event, res Result, unmatche
 		attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
 		attribute.String("rendezvous.node_id", res.NodeID),
 		attribute.String("rendezvous.event", ev.Name),
-		attribute.String("rendezvous.source", ev.Source.Kind),
+		attribute.String("rendezvous.source", string(ev.Source.Kind)),
 		attribute.String("rendezvous.outcome", string(res.Outcome)),
 		attribute.Int64("rendezvous.version", res.Version),
 	)}
@@ -263,7 +265,7 @@ func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
 			case e.Continue:
 				outcome = "continue"
 			}
-			a.ins.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String("on_timeout", e.OnTimeout), attribute.String("outcome", outcome)))
+			a.ins.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String("on_timeout", string(e.OnTimeout)), attribute.String("outcome", outcome)))
 			if e.Warning != "" {
 				a.ins.warnings.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
 			}

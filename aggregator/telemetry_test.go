@@ -124,7 +124,7 @@ func TestTelemetryEvents(t *testing.T) {
 	other := w
 	other.ExecutionID = o.newExecutionWithoutWait(t)
 	require.Equal(t, aggregator.IDMismatch, o.apply(t, other.event(api, apiPayload)).Outcome)
-	o.agg.RecordRejected(ctx, "kafka", "poison")
+	o.agg.RecordRejected(ctx, aggregator.SourceKafka, "poison")
 
 	src := func(s string) attribute.KeyValue { return attribute.String("source", s) }
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.events.applied", src("callback"), attribute.String("outcome", "recorded")))
@@ -173,7 +173,7 @@ func TestTelemetryDeadlines(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timeouts",
-		attribute.String("on_timeout", aggregator.OnTimeoutContinueWithPartial), attribute.String("outcome", "partial")))
+		attribute.String("on_timeout", string(aggregator.OnTimeoutContinueWithPartial)), attribute.String("outcome", "partial")))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.nodes.warnings", attribute.String("reason", aggregator.WarningPartialData)))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timers.fired"))
 	for _, name := range []string{"rendezvous.wait.timeout", "rendezvous.wait.timer"} {

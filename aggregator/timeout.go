@@ -65,7 +65,7 @@ type timeoutDecision struct {
 //
 // Missing always lists the events continue needs that did not arrive (under
 // required_only, its required set), so the node output can say what it went on without.
-func decideTimeout(strategy, onTimeout string, expected []Expected, required, received, timedOut []string,
+func decideTimeout(strategy workflow.Strategy, onTimeout workflow.OnTimeout, expected []Expected, required, received, timedOut []string,
 	expiresAt, now time.Time,
 ) timeoutDecision {
 	d := timeoutDecision{TimedOut: slices.Clone(timedOut)}
@@ -134,7 +134,7 @@ func decideTimeout(strategy, onTimeout string, expected []Expected, required, re
 // missingRequired lists the events onTimeout continue needs that are not among
 // received, in order: for all and any those marked required: true (the schema's "must
 // receive to continue"), for required_only and custom the strategy's required set.
-func missingRequired(strategy string, expected []Expected, required, received []string) []string {
+func missingRequired(strategy workflow.Strategy, expected []Expected, required, received []string) []string {
 	var mustHave []string
 	switch strategy {
 	case StrategyAll, StrategyAny:

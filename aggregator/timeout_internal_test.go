@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // TestDecideTimeoutMatrix pins the on-timeout rules for every strategy and policy, with
@@ -17,10 +19,10 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	expected := []Expected{
-		{Name: EventAPIResponse, Source: "callback", Required: true},
-		{Name: EventKafka, Source: "kafka", Required: false},
+		{Name: EventAPIResponse, Source: SourceCallback, Required: true},
+		{Name: EventKafka, Source: SourceKafka, Required: false},
 	}
-	requiredOf := func(strategy string) []string {
+	requiredOf := func(strategy workflow.Strategy) []string {
 		r, err := RequiredSet(strategy, expected, []string{EventAPIResponse})
 		require.NoError(t, err)
 		return r
@@ -36,7 +38,7 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 		"required only": {EventAPIResponse},
 	}
 	// strategy -> arrival -> onTimeout -> outcome
-	want := map[string]map[string]map[string]string{
+	want := map[workflow.Strategy]map[string]map[workflow.OnTimeout]string{
 		StrategyAll: {
 			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
@@ -62,7 +64,7 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 		enabled := []string{EventAPIResponse, EventKafka}
 		for arrival, byPolicy := range byArrival {
 			for policy, outcome := range byPolicy {
-				t.Run(strategy+"/"+arrival+"/"+policy, func(t *testing.T) {
+				t.Run(string(strategy)+"/"+arrival+"/"+string(policy), func(t *testing.T) {
 					received := arrivals[arrival]
 					satisfied := Satisfied(strategy, enabled, requiredOf(strategy), received)
 					if outcome == done {
@@ -118,12 +120,13 @@ func TestDecideTimeoutEventDeadlines(t *testing.T) {
 	}
 	custom := []string{EventAPIResponse}
 	cases := []struct {
-		name, strategy string
-		received       []string
-		now            time.Time
-		fire           bool
-		timedOut       []string
-		next           time.Time
+		name     string
+		strategy workflow.Strategy
+		received []string
+		now      time.Time
+		fire     bool
+		timedOut []string
+		next     time.Time
 	}{
 		{"before any deadline", StrategyAll, nil, t0.Add(5 * time.Second), false, nil, kafkaAt},
 		{"all: optional event's deadline ends the wait", StrategyAll, nil, kafkaAt, true, []string{EventKafka}, overall},

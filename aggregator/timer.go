@@ -11,6 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // Timer makes a Registration a time-based wait (the `wait` node): a wait state with no
@@ -38,33 +39,33 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("encode timer settings: %w", err)
 	}
 	now := a.now().UTC().Truncate(time.Microsecond)
-	at, status, reason := t.At.UTC().Truncate(time.Microsecond), StatusScheduled, (*string)(nil)
+	at, status, reason := t.At.UTC().Truncate(time.Microsecond), execstate.WaitScheduled, (*string)(nil)
 	if t.Error != "" {
-		at, status, reason = now, StatusError, &t.Error
+		at, status, reason = now, execstate.WaitError, &t.Error
 	}
 	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
 		ID:                  db.NewID(),
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
 		CorrelationID:       r.CorrelationID,
-		AggregationStrategy: StrategyAll,
+		AggregationStrategy: string(StrategyAll),
 		RequiredEvents:      []byte("[]"),
 		EnabledEvents:       []byte("[]"),
 		ExpectedEvents:      []byte("[]"),
-		OnTimeout:           OnTimeoutFail,
+		OnTimeout:           string(OnTimeoutFail),
 		OutputMapping:       []byte("{}"),
 		ExpiresAt:           at,
 		NextDeadlineAt:      at,
-		WaitType:            WaitTypeTimer,
+		WaitType:            string(execstate.WaitTypeTimer),
 		Timer:               settings,
-		Status:              status,
+		Status:              string(status),
 		Error:               reason,
 		TraceParent:         nullable(r.TraceParent),
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert timer wait: %w", db.Interpret(err))
 	}
-	if status == StatusScheduled {
+	if status == execstate.WaitScheduled {
 		db.AfterCommit(tx, func() { a.deadlineRegistered(at) })
 	}
 	return ws, nil
@@ -81,7 +82,7 @@ func TimerOutput(ws dbsqlc.ExecutionWaitState) (map[string]any, error) {
 		}
 		maps.Copy(out, settings)
 	}
-	out["wait_type"] = WaitTypeTimer
+	out["wait_type"] = string(execstate.WaitTypeTimer)
 	out["scheduled_for"] = ws.ExpiresAt.UTC()
 	return out, nil
 }

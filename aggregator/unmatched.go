@@ -105,7 +105,7 @@ func unmatchedOf(events []Event, results []Result) []unmatched {
 				u.detail = "already kept (or taken) under the value it holds: a redelivery"
 			}
 		case Late:
-			u.detail = "the wait is already " + res.Status
+			u.detail = "the wait is already " + string(res.Status)
 		case NotFound:
 			u.detail = "no wait has this execution_id and correlation_id"
 		case IDMismatch:

@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // waitWrite is one decided wait as writeWaits writes it: an event recorded, a deadline
@@ -16,7 +18,7 @@ type waitWrite struct {
 	id      uuid.UUID
 	version int64 // the version the decision was based on: the fence
 	bump    int64 // how many changes the write applies (0: only the next deadline moves)
-	status  string
+	status  execstate.WaitStatus
 
 	received, timedOut, apiResponse, kafkaEvent, eventData []byte
 	next                                                   time.Time
@@ -29,7 +31,7 @@ type waitWrite struct {
 
 // waitEnd is what a wait that ends hands on: its node's outcome, and its continuation.
 type waitEnd struct {
-	nodeStatus string // completed to continue, failed to fail
+	nodeStatus execstate.NodeStatus // completed to continue, failed to fail
 	output     []byte
 	nodeError  string
 	warning    string
@@ -73,7 +75,7 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 		p.Ids = append(p.Ids, w.id)
 		p.Versions = append(p.Versions, w.version)
 		p.Bumps = append(p.Bumps, w.bump)
-		p.Statuses = append(p.Statuses, w.status)
+		p.Statuses = append(p.Statuses, string(w.status))
 		p.ReceivedEvents = append(p.ReceivedEvents, w.received)
 		p.TimedOutEvents = append(p.TimedOutEvents, w.timedOut)
 		p.ApiResponseData = append(p.ApiResponseData, w.apiResponse)
@@ -81,7 +83,7 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 		p.EventData = append(p.EventData, w.eventData)
 		p.NextDeadlines = append(p.NextDeadlines, w.next)
 		p.Errors = append(p.Errors, w.reason)
-		p.NodeStatuses = append(p.NodeStatuses, end.nodeStatus)
+		p.NodeStatuses = append(p.NodeStatuses, string(end.nodeStatus))
 		p.Outputs = append(p.Outputs, end.output)
 		p.NodeErrors = append(p.NodeErrors, end.nodeError)
 		p.Warnings = append(p.Warnings, end.warning)
@@ -96,8 +98,8 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 		for i, r := range rows {
 			(*out)[i] = written{id: r.ID, then: continuation(r.Continuation)}
 			if r.NodeStatus != "" {
-				(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: r.WaitType,
-					Strategy: r.AggregationStrategy, Status: r.Status, CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+				(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
+					Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
 					TraceParent: deref(r.TraceParent)}
 			}
 		}

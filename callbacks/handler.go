@@ -20,6 +20,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
@@ -111,16 +112,16 @@ func (h *Handler) Register(e *echo.Echo) {
 
 // Accepted is the body of 200 and 202 answers.
 type Accepted struct {
-	Status      string    `json:"status"` // recorded, completed or duplicate
-	WaitStateID uuid.UUID `json:"wait_state_id"`
-	WaitStatus  string    `json:"wait_status"`
-	Version     int64     `json:"version"`
+	Status      string               `json:"status"` // recorded, completed or duplicate
+	WaitStateID uuid.UUID            `json:"wait_state_id"`
+	WaitStatus  execstate.WaitStatus `json:"wait_status"`
+	Version     int64                `json:"version"`
 }
 
 func (h *Handler) handle(c echo.Context) error {
 	req := c.Request()
 	if req.ContentLength > h.cfg.MaxBodyBytes {
-		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, "poison")
 		return tooLarge(h.cfg.MaxBodyBytes)
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, h.cfg.MaxBodyBytes+1))
@@ -128,7 +129,7 @@ func (h *Handler) handle(c echo.Context) error {
 		return problem.New(http.StatusBadRequest, "could not read body: "+err.Error())
 	}
 	if int64(len(body)) > h.cfg.MaxBodyBytes {
-		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, "poison")
 		return tooLarge(h.cfg.MaxBodyBytes)
 	}
 
@@ -137,7 +138,7 @@ func (h *Handler) handle(c echo.Context) error {
 		webhookID, err = h.verifier.Verify(req.Header, body)
 		if err != nil {
 			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: bad signature", "service", c.Param("service"), "err", err)
-			h.agg.RecordRejected(req.Context(), "callback", "invalid_signature")
+			h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, "invalid_signature")
 			return problem.New(http.StatusUnauthorized, err.Error()).WithType("invalid-signature")
 		}
 	}
@@ -151,7 +152,7 @@ func (h *Handler) handle(c echo.Context) error {
 	}
 	if perr != nil {
 		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
-		h.agg.RecordRejected(req.Context(), "callback", rejectReason(perr))
+		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, rejectReason(perr))
 		return perr
 	}
 	if webhookID != "" {
@@ -164,7 +165,7 @@ func (h *Handler) handle(c echo.Context) error {
 		if !same {
 			h.cfg.Logger.WarnContext(req.Context(), "callback rejected: webhook-id replayed against another wait or event", "service", c.Param("service"),
 				"webhook_id", webhookID, "execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "event", ev.Name)
-			h.agg.RecordRejected(req.Context(), "callback", "invalid_signature")
+			h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, "invalid_signature")
 			return problem.New(http.StatusConflict, "this webhook-id was delivered to another wait or as another event; a signed delivery names one").
 				WithType("webhook-id-reused")
 		}
@@ -177,7 +178,7 @@ func (h *Handler) handle(c echo.Context) error {
 
 	res, err := h.agg.Apply(req.Context(), ev)
 	if ue := (*aggregator.UnstorableError)(nil); errors.As(err, &ue) {
-		h.agg.RecordRejected(req.Context(), "callback", "poison")
+		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, "poison")
 		return problem.New(http.StatusBadRequest, "the body cannot be stored: "+ue.Reason).WithType("unstorable-payload")
 	}
 	if err != nil {

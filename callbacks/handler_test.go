@@ -195,7 +195,7 @@ func requireAccepted(t *testing.T, r testkit.Response, status int, outcome, wait
 	var a callbacks.Accepted
 	require.NoError(t, json.Unmarshal(r.Raw, &a))
 	require.Equal(t, outcome, a.Status)
-	require.Equal(t, waitStatus, a.WaitStatus)
+	require.Equal(t, waitStatus, string(a.WaitStatus))
 	require.NotEqual(t, uuid.Nil, a.WaitStateID)
 	return a
 }

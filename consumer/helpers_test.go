@@ -24,6 +24,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -236,7 +237,7 @@ func (e *env) callback(t *testing.T, s *svc, execID, corrID string, payload obj)
 
 // waitStatus polls until the execution has status want; another final status fails at
 // once.
-func (e *env) waitStatus(t *testing.T, s *svc, id, want string) executor.ExecutionView {
+func (e *env) waitStatus(t *testing.T, s *svc, id string, want execstate.ExecutionStatus) executor.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -244,8 +245,7 @@ func (e *env) waitStatus(t *testing.T, s *svc, id, want string) executor.Executi
 		if v.Status == want {
 			return v
 		}
-		final := v.Status == "completed" || v.Status == "failed" || v.Status == "cancelled"
-		if final || time.Now().After(deadline) {
+		if execstate.ExecFinished(v.Status) || time.Now().After(deadline) {
 			raw, _ := json.MarshalIndent(v, "", "  ")
 			require.Failf(t, "execution did not reach status", "want %s, have %s:\n%s", want, v.Status, raw)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -126,9 +127,9 @@ func TestDesignNoteConfigurations(t *testing.T) {
 				}
 				v := e.execution(t, s, execID)
 				if d.completes {
-					require.Equal(t, "completed", v.Waits[0].Status, "delivery %d completes the wait", i)
+					require.Equal(t, execstate.WaitCompleted, v.Waits[0].Status, "delivery %d completes the wait", i)
 				} else if d.wantStatus != http.StatusConflict {
-					require.Equal(t, "waiting", v.Waits[0].Status, "delivery %d leaves the wait open", i)
+					require.Equal(t, execstate.WaitWaiting, v.Waits[0].Status, "delivery %d leaves the wait open", i)
 				}
 			}
 
@@ -202,7 +203,7 @@ func TestRecordIDs(t *testing.T) {
 		e.produce(t, record("payments", 0, data("pending")))
 		require.Eventually(t, func() bool { return s.Consumer.Counts()["filter"] >= 1 }, waitTimeout, 20*time.Millisecond)
 		w := e.execution(t, s, execID).Waits[0]
-		require.Equal(t, "waiting", w.Status)
+		require.Equal(t, execstate.WaitWaiting, w.Status)
 		require.Equal(t, int64(1), w.Version, "a filtered record is not applied")
 
 		e.produce(t, record("payments", 0, data("ok")))

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
@@ -203,7 +204,7 @@ func TestDeadLetterTopicRefused(t *testing.T) {
 	require.Equal(t, 1, lines.count("could not create dead-letter topic"), "the refusal is logged once, not on every retry")
 	require.Equal(t, 1, lines.count("grant this client CREATE"), "the log line says how to fix it")
 	for _, id := range stuck {
-		require.Equal(t, "waiting", e.execution(t, s, id).Waits[0].Status, "nothing behind the poison record is applied")
+		require.Equal(t, execstate.WaitWaiting, e.execution(t, s, id).Waits[0].Status, "nothing behind the poison record is applied")
 	}
 	_, committed := e.committed(t, "ref")[0]
 	require.False(t, committed, "nothing of partition 0 is committed")
@@ -267,7 +268,7 @@ func TestDeadLetterWriteHangs(t *testing.T) {
 	// The shutdown budget of a replica with nothing else in flight is its group leave
 	// (bounded at 5 s); a dead-letter write must not add to it.
 	require.Less(t, took, 5*time.Second, "stopping waited for the dead-letter write")
-	require.Equal(t, "waiting", e.execution(t, e.start(t, "pod-b", noKafka), execID).Waits[0].Status,
+	require.Equal(t, execstate.WaitWaiting, e.execution(t, e.start(t, "pod-b", noKafka), execID).Waits[0].Status,
 		"the record after the poison one was not applied")
 	_, committed := e.committed(t, "hang")[0]
 	require.False(t, committed, "nothing was committed past the poison record")

@@ -11,12 +11,13 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // ExecutionFinishedError is returned when an execution to change has already finished.
-type ExecutionFinishedError struct{ Status string }
+type ExecutionFinishedError struct{ Status execstate.ExecutionStatus }
 
-func (e *ExecutionFinishedError) Error() string { return "execution is already " + e.Status }
+func (e *ExecutionFinishedError) Error() string { return "execution is already " + string(e.Status) }
 
 // ErrWaitNotFound is returned when an execution has no wait for the node.
 var ErrWaitNotFound = errors.New("wait not found")
@@ -68,7 +69,7 @@ func (e *Executor) CancelExecution(ctx context.Context, id uuid.UUID, reason str
 // waits and unfinished nodes are cancelled, its queued work and unsent calls dropped. It
 // returns the execution as cancelled.
 func (e *Executor) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) (dbsqlc.Execution, error) {
-	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: id, Status: execCancelled, Error: &reason}); err != nil {
+	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: id, Status: string(execCancelled), Error: &reason}); err != nil {
 		return dbsqlc.Execution{}, fmt.Errorf("cancel execution: %w", err)
 	}
 	if err := e.agg.CancelOpenWaits(ctx, tx, id, "execution cancelled: "+reason); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
@@ -25,7 +26,7 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
-	require.Equal(t, "running", nodeOf(t, h.view(t, id), "after").Status)
+	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
 	h.run(t)
 	h.waitStatus(t, id, "completed")
@@ -56,7 +57,7 @@ func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
 		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
-	require.Equal(t, "running", nodeOf(t, h.view(t, id), "after").Status)
+	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
 	h.run(t)
 	h.waitStatus(t, id, "completed")
@@ -75,11 +76,11 @@ func TestContinueFailureQueues(t *testing.T) {
 	h.ex.SetContinueFault(func() error { return errors.New("injected") })
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
 	w := h.waitRow(t, id, "wait")
-	require.Equal(t, aggregator.StatusCompleted, w.Status)
+	require.Equal(t, string(execstate.WaitCompleted), w.Status)
 	require.EqualValues(t, 2, w.Version, "the event is applied")
 	require.False(t, w.Resumed, "the failed continuation's mark is undone")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
-	require.Equal(t, "pending", nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
+	require.Equal(t, execstate.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
 
 	h.ex.SetContinueFault(nil)

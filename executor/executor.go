@@ -419,11 +419,11 @@ var ErrWorkflowNotFound = errors.New("workflow not found")
 
 // Started describes a new execution.
 type Started struct {
-	ID              uuid.UUID `json:"id"`
-	Workflow        string    `json:"workflow"`
-	WorkflowVersion int32     `json:"workflow_version"`
-	Status          string    `json:"status"`
-	CreatedAt       time.Time `json:"created_at"`
+	ID              uuid.UUID                 `json:"id"`
+	Workflow        string                    `json:"workflow"`
+	WorkflowVersion int32                     `json:"workflow_version"`
+	Status          execstate.ExecutionStatus `json:"status"`
+	CreatedAt       time.Time                 `json:"created_at"`
 }
 
 // StartExecution starts the latest version of a workflow with input (a JSON value;
@@ -512,7 +512,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 	p.Queue(func(d dbsqlc.DBTX) error {
 		var err error
 		if exec, err = e.q.ExecutionInsert(ctx, d, dbsqlc.ExecutionInsertParams{
-			ID: id, WorkflowName: name, WorkflowVersion: version, Status: st.exec.Status, Input: input, RestartedFrom: restartedFrom,
+			ID: id, WorkflowName: name, WorkflowVersion: version, Status: string(st.exec.Status), Input: input, RestartedFrom: restartedFrom,
 		}); err != nil {
 			return fmt.Errorf("insert execution: %w", err)
 		}
@@ -556,7 +556,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 	nodes := dbsqlc.NodeExecutionInsertParams{ExecutionID: id}
 	for _, n := range wf.Nodes() {
 		ne := st.nodes[n.ID]
-		nodes.NodeIds, nodes.Statuses, nodes.Outputs = append(nodes.NodeIds, n.ID), append(nodes.Statuses, ne.Status), append(nodes.Outputs, string(ne.Output))
+		nodes.NodeIds, nodes.Statuses, nodes.Outputs = append(nodes.NodeIds, n.ID), append(nodes.Statuses, string(ne.Status)), append(nodes.Outputs, string(ne.Output))
 	}
 	p.Queue(func(d dbsqlc.DBTX) error {
 		if err := e.q.NodeExecutionInsert(ctx, d, nodes); err != nil {
@@ -565,7 +565,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		return nil
 	})
 	if len(queued) > 0 && refused == nil {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(execstate.KindRun)}
 		for _, root := range queued {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, id), append(arg.NodeIds, root)
 		}
@@ -643,10 +643,10 @@ func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.
 func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, nodeID string) error {
-	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: execstate.KindRun}); err != nil {
+	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: string(execstate.KindRun)}); err != nil {
 		return fmt.Errorf("enqueue node %s: %w", nodeID, err)
 	}
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeRunning, ExecutionID: execID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeRunning), ExecutionID: execID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("mark node %s running: %w", nodeID, err)
 	}
 	return nil

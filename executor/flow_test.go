@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // TestWaitAllThenContinue is the whole path: a wait for an API reply and a Kafka record
@@ -76,7 +77,7 @@ func TestWaitAllThenContinue(t *testing.T) {
 	require.Equal(t, int32(1), nodeOf(t, v, "notify").Attempts)
 
 	ws = waitOf(t, v, "wait")
-	require.Equal(t, aggregator.StatusCompleted, ws.Status)
+	require.Equal(t, execstate.WaitCompleted, ws.Status)
 	require.EqualValues(t, 3, ws.Version, "registered, then one bump per event")
 	require.Len(t, ws.ReceivedEvents, 2)
 	require.NotNil(t, ws.ResumedAt)
@@ -90,7 +91,7 @@ func TestWaitAllThenContinue(t *testing.T) {
 	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM run_queue`) == 0 })
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/done") == 1 }, "continuation ran twice")
 	v = h.view(t, id)
-	require.Equal(t, "completed", v.Status)
+	require.Equal(t, execstate.ExecCompleted, v.Status)
 	ws = waitOf(t, v, "wait")
 	require.Equal(t, resumedAt, *ws.ResumedAt, "resumed_at is set once")
 	require.EqualValues(t, 3, ws.Version)
@@ -133,15 +134,15 @@ func TestBranching(t *testing.T) {
 				taken, skipped = skipped, taken
 			}
 			for _, n := range taken {
-				require.Equal(t, "completed", nodeOf(t, v, n).Status, n)
+				require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, n).Status, n)
 				require.Equal(t, 1, h.fake.count("/"+n), n)
 			}
 			for _, n := range skipped {
-				require.Equal(t, "skipped", nodeOf(t, v, n).Status, n)
+				require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, n).Status, n)
 				require.Nil(t, nodeOf(t, v, n).StartedAt, n)
 				require.Zero(t, h.fake.count("/"+n), n)
 			}
-			require.Equal(t, "completed", nodeOf(t, v, "join").Status)
+			require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "join").Status)
 			stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/join") == 1 }, "join must run exactly once")
 			require.Equal(t, obj{"yes": float64(1), "decision": approved}, h.fake.requests("/join")[0].Body)
 			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
@@ -164,9 +165,9 @@ func TestAllBranchesSkipped(t *testing.T) {
 	}))
 	h.run(t)
 	v := h.waitStatus(t, h.start(t, name, nil), "completed")
-	require.Equal(t, "completed", nodeOf(t, v, "first").Status)
-	require.Equal(t, "skipped", nodeOf(t, v, "second").Status)
-	require.Equal(t, "skipped", nodeOf(t, v, "third").Status)
+	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "first").Status)
+	require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "second").Status)
+	require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "third").Status)
 	require.Equal(t, 1, h.fake.count("/first"))
 	require.Zero(t, h.fake.count("/second")+h.fake.count("/third"))
 }
@@ -188,11 +189,11 @@ func TestConditionRuntimeErrorFailsExecution(t *testing.T) {
 
 	v := h.waitStatus(t, id, "failed")
 	next := nodeOf(t, v, "next")
-	require.Equal(t, "failed", next.Status)
+	require.Equal(t, execstate.NodeFailed, next.Status)
 	require.Contains(t, errText(next.Error), "edge wait -> next")
 	require.Contains(t, errText(next.Error), cond)
 	require.Contains(t, errText(v.Error), "node next:")
-	require.Equal(t, "completed", nodeOf(t, v, "wait").Status)
+	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/next") == 0 })
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 }
@@ -244,7 +245,7 @@ func TestMissingTemplateValueFailsNode(t *testing.T) {
 			id := h.start(t, name, tc.input)
 			v := h.waitStatus(t, id, "failed")
 			n := nodeOf(t, v, "n")
-			require.Equal(t, "failed", n.Status)
+			require.Equal(t, execstate.NodeFailed, n.Status)
 			for _, w := range tc.want {
 				require.Contains(t, errText(n.Error), w)
 				require.Contains(t, errText(v.Error), w)
@@ -280,7 +281,7 @@ func TestWaitWithoutEventsCompletesAtOnce(t *testing.T) {
 			}, []obj{edge("wait", "after", "output.timeout == false")}))
 			h.run(t)
 			v := h.waitStatus(t, h.start(t, wf, nil), "completed")
-			require.Equal(t, "completed", nodeOf(t, v, "wait").Status)
+			require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
 			require.Equal(t, obj{"events": []any{}, "arrival_order": []any{}, "timeout": false}, output(t, nodeOf(t, v, "wait")))
 			require.Empty(t, v.Waits)
 			require.Zero(t, h.fake.count("/process"))

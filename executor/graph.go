@@ -34,7 +34,7 @@ const (
 	execCancelled = execstate.ExecCancelled
 )
 
-func execFinished(status string) bool { return execstate.ExecFinished(status) }
+func execFinished(status execstate.ExecutionStatus) bool { return execstate.ExecFinished(status) }
 
 // execState is an execution with its definition and node states, loaded together.
 type execState struct {
@@ -99,7 +99,7 @@ func (st *execState) scope() template.Scope {
 	}
 }
 
-func (st *execState) setNode(id, status string, output []byte) {
+func (st *execState) setNode(id string, status execstate.NodeStatus, output []byte) {
 	if n := st.nodes[id]; n != nil {
 		n.Status = status
 		if output != nil {
@@ -225,7 +225,7 @@ func (e *Executor) settle(ctx context.Context, w graphWriter, st *execState) err
 // (so that no node of a finished execution still reads pending or running), queued work
 // and unsent calls are dropped.
 func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, reason string) error {
-	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: execFailed, Error: &reason}); err != nil {
+	if err := e.q.ExecutionSetStatus(ctx, tx, dbsqlc.ExecutionSetStatusParams{ID: st.exec.ID, Status: string(execFailed), Error: &reason}); err != nil {
 		return fmt.Errorf("fail execution: %w", err)
 	}
 	if err := e.agg.CancelOpenWaits(ctx, tx, st.exec.ID, "execution failed: "+reason); err != nil {
@@ -254,7 +254,7 @@ func (e *Executor) failExecution(ctx context.Context, tx pgx.Tx, st *execState, 
 
 // failNode records a node failure and fails the execution.
 func (e *Executor) failNode(ctx context.Context, tx pgx.Tx, st *execState, nodeID, reason string) error {
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeFailed, Error: &reason, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeFailed), Error: &reason, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("fail node %s: %w", nodeID, err)
 	}
 	st.setNode(nodeID, nodeFailed, nil)
@@ -283,7 +283,7 @@ func (e *Executor) advanceOrFail(ctx context.Context, tx pgx.Tx, w graphWriter, 
 type graphWriter interface {
 	enqueue(ctx context.Context, execID uuid.UUID, nodeID string) error
 	skip(ctx context.Context, execID uuid.UUID, nodeID string) error
-	setStatus(ctx context.Context, execID uuid.UUID, status string) error
+	setStatus(ctx context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error
 	// drop forgets what was collected for an execution that is being failed instead.
 	drop(execID uuid.UUID)
 }
@@ -299,14 +299,14 @@ func (w txWriter) enqueue(ctx context.Context, execID uuid.UUID, nodeID string) 
 }
 
 func (w txWriter) skip(ctx context.Context, execID uuid.UUID, nodeID string) error {
-	if err := w.e.q.NodeExecutionFinish(ctx, w.tx, dbsqlc.NodeExecutionFinishParams{Status: nodeSkipped, ExecutionID: execID, NodeID: nodeID}); err != nil {
+	if err := w.e.q.NodeExecutionFinish(ctx, w.tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeSkipped), ExecutionID: execID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("skip node %s: %w", nodeID, err)
 	}
 	return nil
 }
 
-func (w txWriter) setStatus(ctx context.Context, execID uuid.UUID, status string) error {
-	if err := w.e.q.ExecutionSetStatus(ctx, w.tx, dbsqlc.ExecutionSetStatusParams{ID: execID, Status: status}); err != nil {
+func (w txWriter) setStatus(ctx context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error {
+	if err := w.e.q.ExecutionSetStatus(ctx, w.tx, dbsqlc.ExecutionSetStatusParams{ID: execID, Status: string(status)}); err != nil {
 		return fmt.Errorf("set execution status: %w", err)
 	}
 	return nil
@@ -318,13 +318,13 @@ func (txWriter) drop(uuid.UUID) {}
 type batchWriter struct {
 	runs     []execNode
 	nodes    []execNode
-	statuses map[uuid.UUID]string
+	statuses map[uuid.UUID]execstate.ExecutionStatus
 }
 
 type execNode struct {
 	exec   uuid.UUID
 	node   string
-	status string
+	status execstate.NodeStatus
 }
 
 func (w *batchWriter) enqueue(_ context.Context, execID uuid.UUID, nodeID string) error {
@@ -338,9 +338,9 @@ func (w *batchWriter) skip(_ context.Context, execID uuid.UUID, nodeID string) e
 	return nil
 }
 
-func (w *batchWriter) setStatus(_ context.Context, execID uuid.UUID, status string) error {
+func (w *batchWriter) setStatus(_ context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error {
 	if w.statuses == nil {
-		w.statuses = map[uuid.UUID]string{}
+		w.statuses = map[uuid.UUID]execstate.ExecutionStatus{}
 	}
 	w.statuses[execID] = status
 	return nil
@@ -364,7 +364,7 @@ func (w *batchWriter) drop(execID uuid.UUID) {
 // one round trip by the caller.
 func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.runs) > 0 {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: execstate.KindRun}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(execstate.KindRun)}
 		for _, r := range w.runs {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, r.exec), append(arg.NodeIds, r.node)
 		}
@@ -378,7 +378,7 @@ func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.nodes) > 0 {
 		var arg dbsqlc.NodeExecutionSetStatusManyParams
 		for _, n := range w.nodes {
-			arg.ExecutionIds, arg.NodeIds, arg.Statuses = append(arg.ExecutionIds, n.exec), append(arg.NodeIds, n.node), append(arg.Statuses, n.status)
+			arg.ExecutionIds, arg.NodeIds, arg.Statuses = append(arg.ExecutionIds, n.exec), append(arg.NodeIds, n.node), append(arg.Statuses, string(n.status))
 		}
 		p.Queue(func(d dbsqlc.DBTX) error {
 			if err := e.q.NodeExecutionSetStatusMany(ctx, d, arg); err != nil {
@@ -390,7 +390,7 @@ func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.statuses) > 0 {
 		var arg dbsqlc.ExecutionSetStatusManyParams
 		for id, status := range w.statuses {
-			arg.Ids, arg.Statuses = append(arg.Ids, id), append(arg.Statuses, status)
+			arg.Ids, arg.Statuses = append(arg.Ids, id), append(arg.Statuses, string(status))
 		}
 		p.Queue(func(d dbsqlc.DBTX) error {
 			if err := e.q.ExecutionSetStatusMany(ctx, d, arg); err != nil {

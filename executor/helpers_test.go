@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
@@ -176,13 +177,9 @@ func (p *pod) start(t *testing.T, name string, input any) uuid.UUID {
 
 // ---- observing executions ----
 
-func finished(status string) bool {
-	return status == "completed" || status == "failed" || status == "cancelled"
-}
-
 // waitStatus polls until the execution has status want; reaching another final status
 // fails at once, with the execution in the message.
-func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want string) *executor.ExecutionView {
+func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want execstate.ExecutionStatus) *executor.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -191,7 +188,7 @@ func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want string) *executor.Exec
 		if v.Status == want {
 			return v
 		}
-		if (finished(v.Status) && v.Status != want) || time.Now().After(deadline) {
+		if (execstate.ExecFinished(v.Status) && v.Status != want) || time.Now().After(deadline) {
 			require.Failf(t, "execution did not reach status", "want %s, have %s:\n%s", want, v.Status, dump(v))
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
@@ -91,9 +92,9 @@ func TestHTTPNode(t *testing.T) {
 			name := h.put(t, h.workflow("http", []obj{node("n", "http", tc.data)}, nil))
 			h.run(t)
 			id := h.start(t, name, obj{"word": "hello"})
-			v := h.waitStatus(t, id, tc.status)
+			v := h.waitStatus(t, id, execstate.ExecutionStatus(tc.status))
 			n := nodeOf(t, v, "n")
-			require.Equal(t, tc.status, n.Status)
+			require.Equal(t, tc.status, string(n.Status))
 			require.Equal(t, 1, h.fake.count("/call"), "a node's answer is final: no retry")
 			req := h.fake.requests("/call")[0]
 			require.Equal(t, id.String()+":n", req.Header.Get("Idempotency-Key"))

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
@@ -144,7 +145,7 @@ func TestLookbackWithoutLookbackIsLost(t *testing.T) {
 	})
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'match_value_differs'`))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM match_lookback`))
-	require.Equal(t, "waiting", h.view(t, id).Status)
+	require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
 }
 
 // TestLookbackAboveServerMaximum: a definition whose lookback exceeds --max-lookback is

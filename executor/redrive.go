@@ -14,16 +14,17 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // ExecutionNotFailedError is returned when a redrive names an execution that has not
 // failed (it is running, waiting, completed or cancelled — or another redrive got there
 // first).
-type ExecutionNotFailedError struct{ Status string }
+type ExecutionNotFailedError struct{ Status execstate.ExecutionStatus }
 
 func (e *ExecutionNotFailedError) Error() string {
-	return "execution is " + e.Status + ", not failed: only a failed execution can be redriven"
+	return "execution is " + string(e.Status) + ", not failed: only a failed execution can be redriven"
 }
 
 // RedriveAction says what a redrive did with one node.
@@ -51,9 +52,9 @@ type Redriven struct {
 	ExecutionID uuid.UUID `json:"execution_id"`
 	// Status is the execution's status once the redrive committed: running or waiting,
 	// or failed again when a condition on an edge still fails.
-	Status       string         `json:"status"`
-	RedriveCount int32          `json:"redrive_count"`
-	Nodes        []RedrivenNode `json:"nodes"`
+	Status       execstate.ExecutionStatus `json:"status"`
+	RedriveCount int32                     `json:"redrive_count"`
+	Nodes        []RedrivenNode            `json:"nodes"`
 }
 
 // Redrive continues a failed execution from where it failed. Completed and skipped nodes
@@ -220,14 +221,14 @@ func (w *redriveWriter) enqueue(ctx context.Context, execID uuid.UUID, nodeID st
 // reopened shows the node waiting again, with the output a waiting node has.
 func (w *redriveWriter) reopened(ctx context.Context, execID uuid.UUID, nodeID string, r aggregator.Reopened) error {
 	raw, err := json.Marshal(map[string]any{
-		"status": aggregator.StatusWaiting, "correlation_id": r.Wait.CorrelationID.String(),
+		"status": string(execstate.WaitWaiting), "correlation_id": r.Wait.CorrelationID.String(),
 		"execution_id": execID.String(), "wait_state_id": r.Wait.ID.String(),
 	})
 	if err != nil {
 		return err
 	}
 	if err := w.e.q.NodeExecutionFinish(ctx, w.tx, dbsqlc.NodeExecutionFinishParams{
-		Status: nodeWaiting, Output: raw, ExecutionID: execID, NodeID: nodeID,
+		Status: string(nodeWaiting), Output: raw, ExecutionID: execID, NodeID: nodeID,
 	}); err != nil {
 		return fmt.Errorf("mark node %s waiting: %w", nodeID, err)
 	}

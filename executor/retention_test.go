@@ -11,6 +11,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // Retention: executions are made to have finished (and waits to have changed) a month
@@ -152,7 +153,7 @@ func TestPurge(t *testing.T) {
 	require.Equal(t, []string{"w1", "w2"}, h.waitNodes(t, unresumedOld), "a wait whose continuation has not run stays")
 	for _, id := range []uuid.UUID{resumedOld, cancelledOld} {
 		require.Equal(t, [3]int{1, 3, 1}, h.rows(t, id), "the execution and its nodes stay")
-		require.Equal(t, "waiting", h.view(t, id).Status)
+		require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
 	}
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1`, unresumedOld))
 
@@ -166,7 +167,7 @@ func TestPurge(t *testing.T) {
 	for _, id := range []uuid.UUID{resumedOld, cancelledOld, unresumedOld} {
 		h.satisfy(t, id, "w2")
 		v := h.waitStatus(t, id, "completed")
-		require.Equal(t, "completed", nodeOf(t, v, "join").Status)
+		require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "join").Status)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // rowsWrittenBy counts the rows of every table of the test's schema whose current
@@ -46,10 +48,10 @@ func TestStartParksRootWaitInItsTransaction(t *testing.T) {
 	id := h.start(t, name, nil)
 
 	v := h.view(t, id)
-	require.Equal(t, "waiting", v.Status)
+	require.Equal(t, execstate.ExecWaiting, v.Status)
 	require.Len(t, v.Nodes, 1)
 	n := v.Nodes[0]
-	require.Equal(t, "waiting_for_events", n.Status)
+	require.Equal(t, execstate.NodeWaiting, n.Status)
 	require.Equal(t, 1, h.count(t, `SELECT attempts FROM node_executions WHERE execution_id = $1`, id))
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(n.Output, &out))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -91,7 +92,7 @@ func (e *Executor) queueDepth(ctx context.Context) (map[string]int64, error) {
 	}
 	depth := map[string]int64{}
 	for _, r := range rows {
-		depth[r.Kind] = r.Count
+		depth[string(r.Kind)] = r.Count
 	}
 	return depth, nil
 }
@@ -147,7 +148,7 @@ func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context
 	return e.ins.tracer.Start(telemetry.WithTraceParent(ctx, r.TraceParent), "rendezvous.wait.resume", trace.WithAttributes(
 		attribute.String("rendezvous.execution_id", r.ExecutionID.String()),
 		attribute.String("rendezvous.node_id", r.NodeID),
-		attribute.String("rendezvous.outcome", r.Status),
+		attribute.String("rendezvous.outcome", string(r.Status)),
 	))
 }
 
@@ -156,14 +157,15 @@ func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context
 // spans that are not ended are not exported.
 func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
 	for _, w := range waits {
-		strategy := w.wait.Strategy
-		if w.wait.WaitType == aggregator.WaitTypeTimer {
-			strategy = aggregator.WaitTypeTimer
+		// A timer has no strategy: its waits are counted under its type.
+		strategy := string(w.wait.Strategy)
+		if w.wait.WaitType == execstate.WaitTypeTimer {
+			strategy = string(execstate.WaitTypeTimer)
 		}
 		e.ins.waitDuration.Record(ctx, max(w.wait.EndedAt.Sub(w.wait.CreatedAt), 0).Seconds(), metric.WithAttributes(
 			attribute.String("workflow", w.workflow),
 			attribute.String("strategy", strategy),
-			attribute.String("outcome", w.wait.Status),
+			attribute.String("outcome", string(w.wait.Status)),
 		))
 		w.span.End()
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
@@ -247,7 +248,7 @@ func TestTraceFollowsWait(t *testing.T) {
 	resume := o.span(t, "rendezvous.wait.resume", "wait")
 	require.Equal(t, traceID, resume.SpanContext().TraceID())
 	require.Equal(t, run.SpanContext().SpanID(), resume.Parent().SpanID())
-	require.Equal(t, aggregator.StatusCompleted, attr(resume, "rendezvous.outcome"))
+	require.Equal(t, string(execstate.WaitCompleted), attr(resume, "rendezvous.outcome"))
 	require.Equal(t, id.String(), attr(resume, "rendezvous.execution_id"))
 	require.Equal(t, codes.Unset, resume.Status().Code)
 
@@ -307,7 +308,7 @@ func TestTraceFollowsTimer(t *testing.T) {
 		require.Equal(t, run.SpanContext().TraceID(), s.SpanContext().TraceID(), s.Name())
 		require.Equal(t, run.SpanContext().SpanID(), s.Parent().SpanID(), s.Name())
 	}
-	require.Equal(t, aggregator.StatusResumed, attr(resume, "rendezvous.outcome"))
+	require.Equal(t, string(execstate.WaitResumed), attr(resume, "rendezvous.outcome"))
 
 	rm := o.collect(t)
 	waited := histogram(t, rm, "rendezvous.wait.duration",

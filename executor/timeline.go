@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // TimelineKind says what a timeline entry records.
@@ -58,7 +59,7 @@ func timeline(v *ExecutionView) []TimelineEntry {
 			out = append(out, TimelineEntry{At: *n.StartedAt, Kind: TimelineNodeStarted, NodeID: n.ID})
 		}
 		if n.FinishedAt != nil {
-			e := TimelineEntry{At: *n.FinishedAt, Kind: TimelineNodeFinished, NodeID: n.ID, Status: n.Status}
+			e := TimelineEntry{At: *n.FinishedAt, Kind: TimelineNodeFinished, NodeID: n.ID, Status: string(n.Status)}
 			if n.Error != nil {
 				e.Detail = *n.Error
 			}
@@ -66,13 +67,13 @@ func timeline(v *ExecutionView) []TimelineEntry {
 		}
 	}
 	for _, w := range v.Waits {
-		out = append(out, TimelineEntry{At: w.CreatedAt, Kind: TimelineWaitStarted, NodeID: w.NodeID, Status: w.WaitType})
+		out = append(out, TimelineEntry{At: w.CreatedAt, Kind: TimelineWaitStarted, NodeID: w.NodeID, Status: string(w.WaitType)})
 		for _, r := range w.ReceivedEvents {
 			out = append(out, TimelineEntry{At: r.ReceivedAt, Kind: TimelineEventReceived, NodeID: w.NodeID, Event: r.Name, Source: &r.Source})
 		}
-		if w.Status != aggregator.StatusWaiting && w.Status != aggregator.StatusScheduled {
-			end := TimelineEntry{At: w.UpdatedAt, Kind: TimelineWaitEnded, NodeID: w.NodeID, Status: w.Status, TimedOutEvents: w.TimedOutEvents}
-			if w.ResumedAt != nil && w.Status == aggregator.StatusResumed {
+		if w.Status != execstate.WaitWaiting && w.Status != execstate.WaitScheduled {
+			end := TimelineEntry{At: w.UpdatedAt, Kind: TimelineWaitEnded, NodeID: w.NodeID, Status: string(w.Status), TimedOutEvents: w.TimedOutEvents}
+			if w.ResumedAt != nil && w.Status == execstate.WaitResumed {
 				// The update that ended the wait was overwritten by its resume; the resume
 				// is the latest the wait can have ended.
 				end.At = *w.ResumedAt
@@ -95,7 +96,7 @@ func timeline(v *ExecutionView) []TimelineEntry {
 			Detail: fmt.Sprintf("redrive %d", v.RedriveCount)})
 	}
 	if v.FinishedAt != nil {
-		e := TimelineEntry{At: *v.FinishedAt, Kind: TimelineExecutionFinished, Status: v.Status}
+		e := TimelineEntry{At: *v.FinishedAt, Kind: TimelineExecutionFinished, Status: string(v.Status)}
 		if v.Error != nil {
 			e.Detail = *v.Error
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
@@ -29,12 +30,12 @@ func TestTimeline(t *testing.T) {
 			{ID: "later", Status: "pending"},
 		},
 		Waits: []lists.WaitView{{
-			NodeID: "wait", WaitType: aggregator.WaitTypeEvents, Status: aggregator.StatusResumed, CreatedAt: *at(1),
+			NodeID: "wait", WaitType: execstate.WaitTypeEvents, Status: execstate.WaitResumed, CreatedAt: *at(1),
 			UpdatedAt: *at(6), ResumedAt: at(6), ResumedBy: new("replica-1"), TimedOutEvents: []string{"callback"},
 			ReceivedEvents: []aggregator.Received{{Name: "shipment", ReceivedAt: *at(3),
 				Source: aggregator.Source{Kind: "kafka", Topic: "shipments", Partition: &part, Offset: &off}}},
 		}, {
-			NodeID: "other", WaitType: aggregator.WaitTypeTimer, Status: aggregator.StatusScheduled, CreatedAt: *at(2), UpdatedAt: *at(2),
+			NodeID: "other", WaitType: execstate.WaitTypeTimer, Status: execstate.WaitScheduled, CreatedAt: *at(2), UpdatedAt: *at(2),
 		}},
 	}
 	got := timeline(v)

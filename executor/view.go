@@ -12,6 +12,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 )
 
@@ -37,10 +38,10 @@ type ExecutionView struct {
 
 // NodeView is one node execution.
 type NodeView struct {
-	ID     string          `json:"id"`
-	Status string          `json:"status"`
-	Output json.RawMessage `json:"output,omitempty"`
-	Error  *string         `json:"error,omitempty"`
+	ID     string               `json:"id"`
+	Status execstate.NodeStatus `json:"status"`
+	Output json.RawMessage      `json:"output,omitempty"`
+	Error  *string              `json:"error,omitempty"`
 	// Warning is set on a node that finished but not as asked: a wait that continued
 	// after events timed out (onTimeout continue_with_partial).
 	Warning    *string    `json:"warning,omitempty"`

@@ -139,7 +139,7 @@ const resumeMinBatch = 16
 // a burst of satisfied waits costs a few transactions instead of one each.
 func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
 	runs, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindRun, Max: int32(n),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(execstate.KindRun), Max: int32(n),
 	})
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 		return units, nil
 	}
 	resumes, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: execstate.KindResume, Max: int32(free * ResumeBatchDefault),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(execstate.KindResume), Max: int32(free * ResumeBatchDefault),
 	})
 	if err != nil {
 		return units, err
@@ -388,7 +388,7 @@ func (e *Executor) registerWait(ctx context.Context, tx pgx.Tx, st *execState, n
 	if err != nil {
 		return err
 	}
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeWaiting, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeWaiting), Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
 		return fmt.Errorf("mark node waiting: %w", err)
 	}
 	st.setNode(nodeID, nodeWaiting, raw)
@@ -409,7 +409,7 @@ func (e *Executor) completeRun(ctx context.Context, tx pgx.Tx, st *execState, no
 	if err != nil {
 		return false, err
 	}
-	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: nodeCompleted, Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
+	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeCompleted), Output: raw, ExecutionID: st.exec.ID, NodeID: nodeID}); err != nil {
 		return false, fmt.Errorf("complete node: %w", err)
 	}
 	st.setNode(nodeID, nodeCompleted, raw)
@@ -419,7 +419,7 @@ func (e *Executor) completeRun(ctx context.Context, tx pgx.Tx, st *execState, no
 // logWaiting says a node waits (on a timer or for events).
 func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState) {
 	msg := "waiting for events"
-	if ws.WaitType == aggregator.WaitTypeTimer {
+	if ws.WaitType == execstate.WaitTypeTimer {
 		msg = "timer scheduled"
 	}
 	e.logger.InfoContext(ctx, msg, "execution_id", ws.ExecutionID, "node_id", ws.NodeID,
@@ -434,7 +434,7 @@ func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState)
 func waitingOutput(out Outcome, ws dbsqlc.ExecutionWaitState) ([]byte, error) {
 	out.Output["wait_state_id"] = ws.ID.String()
 	out.Output["waitStateId"] = ws.ID.String()
-	if ws.WaitType != aggregator.WaitTypeTimer {
+	if ws.WaitType != execstate.WaitTypeTimer {
 		var enabled []string
 		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
 			return nil, fmt.Errorf("decode enabled events: %w", err)

@@ -278,9 +278,10 @@ func (cl *cli) printWait(w *client.WaitState) error {
 // through the API); as the server sent it otherwise.
 func eventSource(raw json.RawMessage) string {
 	var s struct {
-		Kind, Service, Topic string
-		Partition            *int32
-		Offset               *int64
+		Kind           workflow.Source
+		Service, Topic string
+		Partition      *int32
+		Offset         *int64
 	}
 	if json.Unmarshal(raw, &s) == nil {
 		switch {

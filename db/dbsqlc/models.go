@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 type ApiToken struct {
@@ -71,7 +73,7 @@ type Execution struct {
 	ID              uuid.UUID
 	WorkflowName    string
 	WorkflowVersion int32
-	Status          string
+	Status          execstate.ExecutionStatus
 	Input           json.RawMessage
 	Error           *string
 	CreatedAt       time.Time
@@ -104,7 +106,7 @@ type ExecutionWaitState struct {
 	ExecutionID         uuid.UUID
 	NodeID              string
 	CorrelationID       uuid.UUID
-	AggregationStrategy string
+	AggregationStrategy workflow.Strategy
 	RequiredEvents      json.RawMessage
 	EnabledEvents       json.RawMessage
 	ExpectedEvents      json.RawMessage
@@ -113,9 +115,9 @@ type ExecutionWaitState struct {
 	ApiResponseData     json.RawMessage
 	KafkaEventData      json.RawMessage
 	ReceivedEvents      json.RawMessage
-	OnTimeout           string
+	OnTimeout           workflow.OnTimeout
 	OutputMapping       json.RawMessage
-	Status              string
+	Status              execstate.WaitStatus
 	Error               *string
 	ResumedAt           *time.Time
 	ResumedBy           *string
@@ -125,7 +127,7 @@ type ExecutionWaitState struct {
 	ExpiresAt           time.Time
 	NextDeadlineAt      time.Time
 	TimedOutEvents      json.RawMessage
-	WaitType            string
+	WaitType            execstate.WaitType
 	Timer               json.RawMessage
 	TraceParent         *string
 	EventData           json.RawMessage
@@ -147,7 +149,7 @@ type MatchLookback struct {
 type NodeExecution struct {
 	ExecutionID uuid.UUID
 	NodeID      string
-	Status      string
+	Status      execstate.NodeStatus
 	Output      json.RawMessage
 	Error       *string
 	Attempts    int32
@@ -174,7 +176,7 @@ type RunQueue struct {
 	ID          int64
 	ExecutionID uuid.UUID
 	NodeID      string
-	Kind        string
+	Kind        execstate.RunKind
 	Attempt     int32
 	VisibleAt   time.Time
 	ClaimedBy   *string

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 const executionList = `-- name: ExecutionList :many
@@ -43,7 +45,7 @@ type ExecutionListRow struct {
 	ID              uuid.UUID
 	WorkflowName    string
 	WorkflowVersion int32
-	Status          string
+	Status          execstate.ExecutionStatus
 	Error           *string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
@@ -146,10 +148,10 @@ type WaitStateListRow struct {
 	WorkflowVersion     int32
 	NodeID              string
 	CorrelationID       uuid.UUID
-	WaitType            string
+	WaitType            execstate.WaitType
 	Timer               json.RawMessage
-	AggregationStrategy string
-	Status              string
+	AggregationStrategy workflow.Strategy
+	Status              execstate.WaitStatus
 	Version             int64
 	EnabledEvents       json.RawMessage
 	RequiredEvents      json.RawMessage

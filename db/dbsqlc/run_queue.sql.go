@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 const notify = `-- name: Notify :exec
@@ -151,7 +152,7 @@ GROUP BY kind
 `
 
 type RunQueueDepthRow struct {
-	Kind  string
+	Kind  execstate.RunKind
 	Count int64
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 const waitStateCancelOpenForExecution = `-- name: WaitStateCancelOpenForExecution :many
@@ -146,7 +148,7 @@ GROUP BY status
 `
 
 type WaitStateCountOpenRow struct {
-	Status string
+	Status execstate.WaitStatus
 	Count  int64
 }
 
@@ -876,9 +878,9 @@ type WaitStateMarkResumedManyParams struct {
 type WaitStateMarkResumedManyRow struct {
 	ExecutionID         uuid.UUID
 	NodeID              string
-	WaitType            string
-	AggregationStrategy string
-	Status              string
+	WaitType            execstate.WaitType
+	AggregationStrategy workflow.Strategy
+	Status              execstate.WaitStatus
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	TraceParent         *string

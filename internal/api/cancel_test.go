@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
@@ -74,20 +75,20 @@ func cancelDefs(t *testing.T, e *env, svc string) {
 
 // view is the part of an execution view these tests read.
 type view struct {
-	ID     string  `json:"id"`
-	Status string  `json:"status"`
-	Error  *string `json:"error"`
+	ID     string                    `json:"id"`
+	Status execstate.ExecutionStatus `json:"status"`
+	Error  *string                   `json:"error"`
 	Nodes  []struct {
-		ID     string         `json:"id"`
-		Status string         `json:"status"`
-		Output map[string]any `json:"output"`
-		Error  *string        `json:"error"`
+		ID     string               `json:"id"`
+		Status execstate.NodeStatus `json:"status"`
+		Output map[string]any       `json:"output"`
+		Error  *string              `json:"error"`
 	} `json:"nodes"`
 	Waits []struct {
-		NodeID        string  `json:"node_id"`
-		CorrelationID string  `json:"correlation_id"`
-		Status        string  `json:"status"`
-		Error         *string `json:"error"`
+		NodeID        string               `json:"node_id"`
+		CorrelationID string               `json:"correlation_id"`
+		Status        execstate.WaitStatus `json:"status"`
+		Error         *string              `json:"error"`
 	} `json:"wait_states"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -101,7 +102,7 @@ func decodeView(t *testing.T, r testkit.Response) view {
 	return v
 }
 
-func (v view) node(t *testing.T, id string) (status string, output map[string]any, err string) {
+func (v view) node(t *testing.T, id string) (status execstate.NodeStatus, output map[string]any, err string) {
 	t.Helper()
 	for _, n := range v.Nodes {
 		if n.ID == id {
@@ -115,7 +116,7 @@ func (v view) node(t *testing.T, id string) (status string, output map[string]an
 	return
 }
 
-func (v view) wait(t *testing.T, nodeID string) (status, correlationID, err string) {
+func (v view) wait(t *testing.T, nodeID string) (status execstate.WaitStatus, correlationID, err string) {
 	t.Helper()
 	for _, w := range v.Waits {
 		if w.NodeID == nodeID {
@@ -151,7 +152,7 @@ func (e *env) startWaiting(t *testing.T, name string, n int) string {
 	e.awaitStatus(t, id, func(v view) bool {
 		waiting := 0
 		for _, w := range v.Waits {
-			if w.Status == aggregator.StatusWaiting {
+			if w.Status == execstate.WaitWaiting {
 				waiting++
 			}
 		}
@@ -170,7 +171,9 @@ func (e *env) awaitStatus(t *testing.T, id string, cond func(view) bool) view {
 	return v
 }
 
-func status(s string) func(view) bool { return func(v view) bool { return v.Status == s } }
+func status(s execstate.ExecutionStatus) func(view) bool {
+	return func(v view) bool { return v.Status == s }
+}
 
 // callback answers a wait as its external service would.
 func (e *env) callback(t *testing.T, execID, corrID string) testkit.Response {
@@ -201,21 +204,21 @@ func TestCancelExecutionEndpoint(t *testing.T) {
 
 		v := decodeView(t, e.do(t, http.MethodPost, cancelPath(id), []byte(`{"reason": "operator request"}`)))
 		require.Equal(t, id, v.ID)
-		require.Equal(t, "cancelled", v.Status)
+		require.Equal(t, execstate.ExecCancelled, v.Status)
 		require.Equal(t, "operator request", str(v.Error))
 		for _, n := range []string{"wait", "done"} {
 			st, _, msg := v.node(t, n)
-			require.Equal(t, "cancelled", st, n)
+			require.Equal(t, execstate.NodeCancelled, st, n)
 			require.Equal(t, "execution cancelled: operator request", msg, n)
 		}
 		ws, _, msg := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusCancelled, ws)
+		require.Equal(t, execstate.WaitCancelled, ws)
 		require.Equal(t, "execution cancelled: operator request", msg)
 		require.Equal(t, v, e.get(t, id), "the answer is the execution as stored")
 
 		r := e.callback(t, id, corr)
 		requireProblem(t, r, http.StatusConflict, "late-event", "the wait is already cancelled", "/api/internal/callbacks/acme")
-		require.Equal(t, aggregator.StatusCancelled, r.JSON["wait_status"])
+		require.Equal(t, string(execstate.WaitCancelled), r.JSON["wait_status"])
 
 		again := decodeView(t, e.do(t, http.MethodPost, cancelPath(id), []byte(`{"reason": "second thoughts"}`)))
 		require.Equal(t, v, again, "cancelling a cancelled execution changes nothing")
@@ -226,7 +229,7 @@ func TestCancelExecutionEndpoint(t *testing.T) {
 		t.Parallel()
 		id := e.startWaiting(t, "single", 1)
 		v := decodeView(t, e.do(t, http.MethodPost, cancelPath(id), nil))
-		require.Equal(t, "cancelled", v.Status)
+		require.Equal(t, execstate.ExecCancelled, v.Status)
 		require.Equal(t, "cancelled", str(v.Error), "the default reason")
 	})
 
@@ -268,9 +271,9 @@ func TestCancelExecutionEndpoint(t *testing.T) {
 		}
 		// None of it touched the execution.
 		v := e.get(t, id)
-		require.Equal(t, "waiting", v.Status)
+		require.Equal(t, execstate.ExecWaiting, v.Status)
 		ws, _, _ := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusWaiting, ws)
+		require.Equal(t, execstate.WaitWaiting, ws)
 	})
 }
 
@@ -288,16 +291,16 @@ func TestCancelWaitEndpoint(t *testing.T) {
 		_, corr, _ := e.get(t, id).wait(t, "wait")
 		v := decodeView(t, e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), []byte(`{"then": "continue", "reason": "enough"}`)))
 		st, out, _ := v.node(t, "wait")
-		require.Equal(t, "completed", st)
+		require.Equal(t, execstate.NodeCompleted, st)
 		require.Equal(t, true, out["cancelled"])
 		require.Equal(t, false, out["timeout"])
 		ws, _, msg := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusCancelled, ws)
+		require.Equal(t, execstate.WaitCancelled, ws)
 		require.Equal(t, "enough", msg)
 
 		v = e.awaitStatus(t, id, status("completed"))
 		st, _, _ = v.node(t, "done")
-		require.Equal(t, "completed", st)
+		require.Equal(t, execstate.NodeCompleted, st)
 		require.Equal(t, 1, svc.count("/done"))
 
 		r := e.callback(t, id, corr)
@@ -311,13 +314,13 @@ func TestCancelWaitEndpoint(t *testing.T) {
 		id := e.startWaiting(t, "single", 1)
 		_, corr, _ := e.get(t, id).wait(t, "wait")
 		v := decodeView(t, e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), nil))
-		require.Equal(t, "failed", v.Status)
+		require.Equal(t, execstate.ExecFailed, v.Status)
 		require.Equal(t, "node wait: wait cancelled", str(v.Error))
 		st, _, msg := v.node(t, "wait")
-		require.Equal(t, "failed", st)
+		require.Equal(t, execstate.NodeFailed, st)
 		require.Equal(t, "wait cancelled", msg)
 		ws, _, _ := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusCancelled, ws)
+		require.Equal(t, execstate.WaitCancelled, ws)
 
 		r := e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), []byte(`{"then": "fail"}`))
 		requireProblem(t, r, http.StatusConflict, "execution-finished", "execution is already failed", cancelWaitPath(id, "wait"))
@@ -348,15 +351,15 @@ func TestCancelWaitEndpoint(t *testing.T) {
 			return st == "completed" && v.Status == "waiting"
 		})
 		ws, _, _ := v.wait(t, "w2")
-		require.Equal(t, aggregator.StatusWaiting, ws)
+		require.Equal(t, execstate.WaitWaiting, ws)
 		ws, _, _ = v.wait(t, "w1")
-		require.Equal(t, aggregator.StatusCompleted, ws)
+		require.Equal(t, execstate.WaitCompleted, ws)
 
 		// The other wait can still be cancelled, and the workflow goes on.
 		decodeView(t, e.do(t, http.MethodPost, cancelWaitPath(id, "w2"), []byte(`{"then": "continue"}`)))
 		v = e.awaitStatus(t, id, status("completed"))
 		st, _, _ := v.node(t, "join")
-		require.Equal(t, "completed", st)
+		require.Equal(t, execstate.NodeCompleted, st)
 	})
 
 	t.Run("rejected", func(t *testing.T) {
@@ -384,8 +387,8 @@ func TestCancelWaitEndpoint(t *testing.T) {
 			requireProblem(t, r, tt.status, tt.slug, tt.detail, cancelWaitPath(tt.id, "wait"))
 		}
 		v := e.get(t, id)
-		require.Equal(t, "waiting", v.Status)
+		require.Equal(t, execstate.ExecWaiting, v.Status)
 		ws, _, _ := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusWaiting, ws)
+		require.Equal(t, execstate.WaitWaiting, ws)
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -33,10 +34,10 @@ type delivery struct {
 	NodeID      string    `json:"node_id"`
 	WaitStateID uuid.UUID `json:"wait_state_id"`
 	// Event is the expected event of the node the sent event was taken as.
-	Event      string `json:"event"`
-	Outcome    string `json:"outcome"`
-	WaitStatus string `json:"wait_status"`
-	Version    int64  `json:"version"`
+	Event      string               `json:"event"`
+	Outcome    string               `json:"outcome"`
+	WaitStatus execstate.WaitStatus `json:"wait_status"`
+	Version    int64                `json:"version"`
 }
 
 // sendAnswer is the body of 200 and 202 answers to a sent event.
@@ -131,7 +132,7 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	case aggregator.SendNoExecution:
 		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
 	case aggregator.SendExecutionFinished:
-		return problem.New(http.StatusConflict, "execution is already "+res.ExecutionStatus+"; the event was not applied").
+		return problem.New(http.StatusConflict, "execution is already "+string(res.ExecutionStatus)+"; the event was not applied").
 			WithType("execution-finished").With("execution_status", res.ExecutionStatus)
 	}
 	return fmt.Errorf("send %s event to execution %s: unknown outcome %q", s.Type, id, res.Outcome)

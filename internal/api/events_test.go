@@ -17,6 +17,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 // approval is the send event every definition here waits for.
@@ -175,7 +176,7 @@ func TestSendEvent(t *testing.T) {
 		require.Equal(t, "wait", d.NodeID)
 		require.Equal(t, "approval", d.Event)
 		require.Equal(t, "completed", d.Outcome)
-		require.Equal(t, aggregator.StatusCompleted, d.WaitStatus)
+		require.Equal(t, string(execstate.WaitCompleted), d.WaitStatus)
 		require.NotEqual(t, uuid.Nil, d.WaitStateID)
 		require.Positive(t, d.Version)
 		require.Zero(t, s.BufferID)
@@ -183,7 +184,7 @@ func TestSendEvent(t *testing.T) {
 
 		v := e.awaitStatus(t, id, status("completed"))
 		st, out, _ := v.node(t, "wait")
-		require.Equal(t, "completed", st)
+		require.Equal(t, execstate.NodeCompleted, st)
 		require.Equal(t, "yes", out["decision"])
 		require.Equal(t, corr, out["correlation_id"])
 		require.Equal(t, []string{"approval"}, receivedNames(t, out))
@@ -242,7 +243,7 @@ func TestSendEvent(t *testing.T) {
 		v := e.awaitStatus(t, id, status("completed"))
 		for _, n := range []string{"w1", "w2"} {
 			st, out, _ := v.node(t, n)
-			require.Equal(t, "completed", st, n)
+			require.Equal(t, execstate.NodeCompleted, st, n)
 			require.Equal(t, []string{"approval"}, receivedNames(t, out), n)
 		}
 	})
@@ -256,7 +257,7 @@ func TestSendEvent(t *testing.T) {
 		require.Equal(t, "delivered", s.Outcome)
 		require.Equal(t, "first", s.Deliveries[0].Event)
 		require.Equal(t, "recorded", s.Deliveries[0].Outcome)
-		require.Equal(t, aggregator.StatusWaiting, s.Deliveries[0].WaitStatus)
+		require.Equal(t, string(execstate.WaitWaiting), s.Deliveries[0].WaitStatus)
 
 		r := e.do(t, http.MethodPost, eventsPath(id), []byte(`{"type": "approved", "id": "evt-1", "payload": 1}`))
 		require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
@@ -264,7 +265,7 @@ func TestSendEvent(t *testing.T) {
 		require.Len(t, e.unmatchedOf(t, id, aggregator.UnmatchedDuplicate), 1)
 		v := e.get(t, id)
 		ws, _, _ := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusWaiting, ws, "the repeat did not complete the wait")
+		require.Equal(t, execstate.WaitWaiting, ws, "the repeat did not complete the wait")
 
 		s = e.send(t, id, map[string]any{"type": "approved", "id": "evt-2", "payload": 2}, http.StatusAccepted)
 		require.Equal(t, "second", s.Deliveries[0].Event)
@@ -347,7 +348,7 @@ func TestSendEvent(t *testing.T) {
 		// None of it reached the wait; a 200-character type is still a type.
 		v := e.get(t, id)
 		ws, _, _ := v.wait(t, "wait")
-		require.Equal(t, aggregator.StatusWaiting, ws)
+		require.Equal(t, execstate.WaitWaiting, ws)
 		s := e.send(t, id, map[string]any{"type": strings.Repeat("é", 200), "id": strings.Repeat("é", 200)}, http.StatusAccepted)
 		require.Equal(t, "buffered", s.Outcome)
 	})

@@ -17,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/lists"
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // page is a list answer; NextCursor is nil when the member is absent.
@@ -345,7 +347,7 @@ func TestWaitStateMissingEvents(t *testing.T) {
 		t.Parallel()
 		id := e.start(t, "both")
 		w := e.getWait(t, awaitWaits(t, e, "?execution="+id, 1)[0].ID)
-		require.Equal(t, "waiting", w.Status)
+		require.Equal(t, execstate.WaitWaiting, w.Status)
 		require.Equal(t, []string{"api_response", "kafka_event"}, w.EnabledEvents)
 		require.Equal(t, []string{"api_response", "kafka_event"}, w.MissingEvents)
 		require.Empty(t, w.ReceivedEvents)
@@ -354,11 +356,11 @@ func TestWaitStateMissingEvents(t *testing.T) {
 		r := e.callback(t, id, w.CorrelationID.String())
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
 		after := e.getWait(t, w.ID)
-		require.Equal(t, "waiting", after.Status, "the Kafka record is still due")
+		require.Equal(t, execstate.WaitWaiting, after.Status, "the Kafka record is still due")
 		require.Equal(t, []string{"kafka_event"}, after.MissingEvents)
 		require.Len(t, after.ReceivedEvents, 1)
 		require.Equal(t, "api_response", after.ReceivedEvents[0].Name)
-		require.Equal(t, "callback", after.ReceivedEvents[0].Source.Kind)
+		require.Equal(t, workflow.SourceCallback, after.ReceivedEvents[0].Source.Kind)
 		require.Equal(t, "acme", after.ReceivedEvents[0].Source.Service)
 		require.Equal(t, int64(2), after.Version)
 		require.False(t, after.UpdatedAt.Before(w.UpdatedAt))
@@ -374,14 +376,14 @@ func TestWaitStateMissingEvents(t *testing.T) {
 			w = e.getWait(t, ws[0].ID)
 			return len(w.TimedOutEvents) > 0
 		}, 15*time.Second, 50*time.Millisecond, "the Kafka record never timed out")
-		require.Equal(t, "waiting", w.Status)
+		require.Equal(t, execstate.WaitWaiting, w.Status)
 		require.Equal(t, []string{"kafka_event"}, w.TimedOutEvents)
 		require.Equal(t, []string{"api_response"}, w.MissingEvents)
 
 		r := e.callback(t, id, w.CorrelationID.String())
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
 		done := e.getWait(t, w.ID)
-		require.Equal(t, "completed", done.Status)
+		require.Equal(t, execstate.WaitCompleted, done.Status)
 		require.Empty(t, done.MissingEvents)
 	})
 }
@@ -608,14 +610,14 @@ func TestListExecutions(t *testing.T) {
 	for _, id := range done {
 		it := byID[id]
 		require.Equal(t, "quick", it.Workflow)
-		require.Equal(t, "completed", it.Status)
+		require.Equal(t, execstate.ExecCompleted, it.Status)
 		require.NotNil(t, it.FinishedAt)
 	}
 	for _, id := range slow {
 		it := byID[id]
 		require.Equal(t, "slow", it.Workflow)
 		require.Equal(t, int32(1), it.WorkflowVersion)
-		require.Equal(t, "waiting", it.Status)
+		require.Equal(t, execstate.ExecWaiting, it.Status)
 		require.Nil(t, it.FinishedAt)
 	}
 	// The raw items carry no input, nodes or waits: a list stays small.

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
 func redrivePath(id string) string { return "/api/v1/executions/" + id + "/redrive" }
@@ -43,16 +43,16 @@ func TestRedriveEndpoint(t *testing.T) {
 	require.Equal(t, "waiting", r.JSON["execution_status"])
 
 	r = e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), mustJSON(t, map[string]any{"then": "fail", "reason": "service down"}))
-	require.Equal(t, "failed", decodeView(t, r).Status)
+	require.Equal(t, execstate.ExecFailed, decodeView(t, r).Status)
 
 	r = e.do(t, http.MethodPost, redrivePath(id), nil)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Equal(t, map[string]any{"execution_id": id, "status": "waiting", "redrive_count": float64(1),
 		"nodes": []any{map[string]any{"id": "wait", "action": "reopened"}}}, r.JSON)
 	v := e.get(t, id)
-	require.Equal(t, "waiting", v.Status)
+	require.Equal(t, execstate.ExecWaiting, v.Status)
 	st, corrAfter, _ := v.wait(t, "wait")
-	require.Equal(t, aggregator.StatusWaiting, st)
+	require.Equal(t, execstate.WaitWaiting, st)
 	require.Equal(t, corr, corrAfter)
 	raw := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
 	require.Equal(t, float64(1), raw.JSON["redrive_count"])
@@ -82,7 +82,7 @@ func TestRedriveEndpointConcurrent(t *testing.T) {
 	cancelDefs(t, e, svc.srv.URL)
 	id := e.startWaiting(t, "pair", 2)
 	r := e.do(t, http.MethodPost, cancelWaitPath(id, "w1"), mustJSON(t, map[string]any{"then": "fail"}))
-	require.Equal(t, "failed", decodeView(t, r).Status)
+	require.Equal(t, execstate.ExecFailed, decodeView(t, r).Status)
 
 	const operators = 10
 	codes := make([]int, operators)
@@ -101,11 +101,11 @@ func TestRedriveEndpointConcurrent(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusOK: 1, http.StatusConflict: operators - 1}, count)
 	v := e.get(t, id)
-	require.Equal(t, "waiting", v.Status)
+	require.Equal(t, execstate.ExecWaiting, v.Status)
 	// Both waits are open again: w1 failed, w2 was cancelled with the execution.
 	for _, n := range []string{"w1", "w2"} {
 		st, _, _ := v.wait(t, n)
-		require.Equal(t, aggregator.StatusWaiting, st, n)
+		require.Equal(t, execstate.WaitWaiting, st, n)
 	}
 	raw := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
 	require.Equal(t, float64(1), raw.JSON["redrive_count"])
@@ -131,7 +131,7 @@ func TestRestartEndpoint(t *testing.T) {
 		r := e.do(t, http.MethodPost, restartPath(old), []byte(bad.body))
 		requireProblem(t, r, http.StatusBadRequest, bad.slug, bad.detail, restartPath(old))
 	}
-	require.Equal(t, "waiting", e.get(t, old).Status, "a refused restart changes nothing")
+	require.Equal(t, execstate.ExecWaiting, e.get(t, old).Status, "a refused restart changes nothing")
 
 	r := e.do(t, http.MethodPost, restartPath(old), mustJSON(t, map[string]any{"input": map[string]any{"n": 2}, "reason": "retry"}))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
@@ -162,7 +162,7 @@ func (e *env) startWaitingID(t *testing.T, id string, n int) {
 	e.awaitStatus(t, id, func(v view) bool {
 		waiting := 0
 		for _, w := range v.Waits {
-			if w.Status == aggregator.StatusWaiting {
+			if w.Status == execstate.WaitWaiting {
 				waiting++
 			}
 		}
@@ -181,7 +181,7 @@ func TestReplayEndpoints(t *testing.T) {
 	id := e.startWaiting(t, "pair", 2)
 	_, corr, _ := e.get(t, id).wait(t, "w1")
 	r := e.do(t, http.MethodPost, cancelWaitPath(id, "w1"), mustJSON(t, map[string]any{"then": "fail"}))
-	require.Equal(t, "failed", decodeView(t, r).Status)
+	require.Equal(t, execstate.ExecFailed, decodeView(t, r).Status)
 	require.Equal(t, http.StatusConflict, e.callback(t, id, corr).Status, "late")
 	unmatched := e.do(t, http.MethodGet, "/api/v1/events/unmatched?reason=late", nil)
 	require.Len(t, unmatched.JSON["items"], 1, string(unmatched.Raw))
@@ -198,7 +198,7 @@ func TestReplayEndpoints(t *testing.T) {
 	require.Equal(t, "completed", r.JSON["outcome"])
 	require.Equal(t, id, r.JSON["execution_id"])
 	st, _, _ := e.get(t, id).wait(t, "w1")
-	require.Equal(t, aggregator.StatusCompleted, st)
+	require.Equal(t, execstate.WaitCompleted, st)
 	r = e.do(t, http.MethodPost, path, nil)
 	requireProblem(t, r, http.StatusConflict, "event-resolved", "already replayed", path)
 	require.Equal(t, "replayed", r.JSON["resolution"])
@@ -228,7 +228,7 @@ func TestRedriveManyEndpoint(t *testing.T) {
 	for range 3 {
 		id := e.startWaiting(t, "single", 1)
 		r := e.do(t, http.MethodPost, cancelWaitPath(id, "wait"), mustJSON(t, map[string]any{"then": "fail", "reason": "provider 503"}))
-		require.Equal(t, "failed", decodeView(t, r).Status)
+		require.Equal(t, execstate.ExecFailed, decodeView(t, r).Status)
 	}
 	const path = "/api/v1/executions/redrive"
 	r := e.do(t, http.MethodPost, path, []byte(`{"workflow": "single", "error_contains": "PROVIDER", "dry_run": true}`))

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
@@ -147,7 +148,7 @@ func TestSendRefusedInAGroupFailsOnlyItsSender(t *testing.T) {
 			require.Equal(t, http.StatusInternalServerError, r.Status, string(r.Raw))
 			require.Equal(t, "failed 500", outcomes[eventsPath(ids[i])], "the row of a request that changed nothing names its path")
 			v := e.get(t, ids[i])
-			require.Equal(t, "waiting", v.Status, "the refused event changed nothing")
+			require.Equal(t, execstate.ExecWaiting, v.Status, "the refused event changed nothing")
 			continue
 		}
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))

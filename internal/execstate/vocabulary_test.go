@@ -19,13 +19,16 @@ import (
 // declared: a bare literal of one of these, used as a status, kind, strategy, onTimeout
 // or source, belongs in that declaration instead.
 var vocabulary = map[string][]string{
-	// Wait statuses and types.
-	"aggregator/aggregator.go": {"waiting", "completed", "timeout", "failed", "cancelled", "scheduled", "resumed", "error", "events", "timer"},
-	// Execution and node statuses, run-queue kinds.
-	"internal/execstate/execstate.go": {"running", "waiting", "completed", "failed", "cancelled", "pending", "waiting_for_events", "skipped", "run", "resume"},
+	// Execution, node and wait statuses, run-queue kinds, wait types.
+	"internal/execstate/execstate.go": {"running", "waiting", "completed", "failed", "cancelled", "pending", "waiting_for_events", "skipped", "run", "resume",
+		"timeout", "scheduled", "resumed", "error", "events", "timer"},
 	// Strategies, onTimeout modes, event sources, buffer modes.
 	"internal/workflow/waitevents.go": {"all", "any", "required_only", "custom", "fail", "continue", "continue_with_partial", "callback", "kafka", "send", "fifo", "last_write_wins"},
 }
+
+// vocabularyTypes are the named types of the vocabulary: a constant of one of them
+// declared outside its declaration is a second declaration, like an untyped one.
+var vocabularyTypes = []string{"ExecutionStatus", "NodeStatus", "RunKind", "WaitStatus", "WaitType", "Strategy", "OnTimeout", "Source", "BufferMode"}
 
 // roles are the names (struct fields, parameters, variables) whose values are of the
 // vocabulary: a literal assigned to one, compared with one, or switched on, is a use.
@@ -94,7 +97,7 @@ func TestNoBareVocabulary(t *testing.T) {
 				}
 				for _, spec := range n.Specs {
 					vs := spec.(*ast.ValueSpec)
-					if vs.Type != nil && !isIdent(vs.Type, "string") {
+					if vs.Type != nil && !isIdent(vs.Type, "string") && !slices.Contains(vocabularyTypes, exprName(vs.Type)) {
 						continue // another vocabulary, of its own type
 					}
 					for _, v := range vs.Values {

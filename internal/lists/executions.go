@@ -13,19 +13,19 @@ import (
 
 // ExecutionStatuses are the statuses an execution can have, the values of the execution
 // list's status filter.
-var ExecutionStatuses = []string{execstate.ExecRunning, execstate.ExecWaiting, execstate.ExecCompleted, execstate.ExecFailed, execstate.ExecCancelled}
+var ExecutionStatuses = []execstate.ExecutionStatus{execstate.ExecRunning, execstate.ExecWaiting, execstate.ExecCompleted, execstate.ExecFailed, execstate.ExecCancelled}
 
 // ExecutionSummary is an execution without its input, nodes and waits: an item of the
 // execution list, and the head of an execution's view.
 type ExecutionSummary struct {
-	ID              uuid.UUID  `json:"id"`
-	Workflow        string     `json:"workflow"`
-	WorkflowVersion int32      `json:"workflow_version"`
-	Status          string     `json:"status"`
-	Error           *string    `json:"error,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	ID              uuid.UUID                 `json:"id"`
+	Workflow        string                    `json:"workflow"`
+	WorkflowVersion int32                     `json:"workflow_version"`
+	Status          execstate.ExecutionStatus `json:"status"`
+	Error           *string                   `json:"error,omitempty"`
+	CreatedAt       time.Time                 `json:"created_at"`
+	UpdatedAt       time.Time                 `json:"updated_at"`
+	FinishedAt      *time.Time                `json:"finished_at,omitempty"`
 }
 
 // ExecutionFilter selects executions; zero fields do not filter.

@@ -138,17 +138,19 @@ func limitOf(n int) (int, error) {
 }
 
 // oneOf returns nil for an empty value (no filter) and the value when it is one of
-// allowed.
-func oneOf(param, v string, allowed []string) (*string, error) {
+// allowed, the values of a named type (a filter's parameter is text in its statement).
+func oneOf[T ~string](param, v string, allowed []T) (*string, error) {
 	if v == "" {
 		return nil, nil
 	}
-	for _, a := range allowed {
-		if v == a {
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		if v == string(a) {
 			return &v, nil
 		}
+		names[i] = string(a)
 	}
-	return nil, &QueryError{Param: param, Reason: fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", "))}
+	return nil, &QueryError{Param: param, Reason: fmt.Sprintf("%q is not one of %s", v, strings.Join(names, ", "))}
 }
 
 // Text returns nil for an empty value (no filter) and the value when PostgreSQL can take

@@ -13,6 +13,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/workflow"
 )
 
 // ErrNotFound is returned by a lookup of one item that does not exist.
@@ -20,9 +22,9 @@ var ErrNotFound = errors.New("not found")
 
 // WaitStatuses are the statuses a wait state can have, the values of the wait-state
 // list's status filter.
-var WaitStatuses = []string{
-	aggregator.StatusWaiting, aggregator.StatusScheduled, aggregator.StatusCompleted, aggregator.StatusTimeout,
-	aggregator.StatusFailed, aggregator.StatusCancelled, aggregator.StatusResumed, aggregator.StatusError,
+var WaitStatuses = []execstate.WaitStatus{
+	execstate.WaitWaiting, execstate.WaitScheduled, execstate.WaitCompleted, execstate.WaitTimeout,
+	execstate.WaitFailed, execstate.WaitCancelled, execstate.WaitResumed, execstate.WaitError,
 }
 
 // WaitView is one wait state, as an execution's view lists it.
@@ -31,10 +33,10 @@ type WaitView struct {
 	NodeID        string    `json:"node_id"`
 	CorrelationID uuid.UUID `json:"correlation_id"`
 	// WaitType is events or timer; a timer shows its settings and no event fields.
-	WaitType       string                `json:"wait_type"`
+	WaitType       execstate.WaitType    `json:"wait_type"`
 	Timer          json.RawMessage       `json:"timer,omitempty"`
-	Strategy       string                `json:"aggregation_strategy,omitempty"`
-	Status         string                `json:"status"`
+	Strategy       workflow.Strategy     `json:"aggregation_strategy,omitempty"`
+	Status         execstate.WaitStatus  `json:"status"`
 	Version        int64                 `json:"version"`
 	EnabledEvents  []string              `json:"enabled_events"`
 	RequiredEvents []string              `json:"required_events"`
@@ -75,7 +77,7 @@ func NewWaitStateView(w dbsqlc.WaitStateListRow) (WaitStateView, error) {
 		},
 		ExecutionID: w.ExecutionID, Workflow: w.WorkflowName, WorkflowVersion: w.WorkflowVersion,
 	}
-	if w.WaitType == aggregator.WaitTypeTimer {
+	if w.WaitType == execstate.WaitTypeTimer {
 		v.Strategy = "" // unused columns of a timer are not shown
 	}
 	for _, part := range []struct {

@@ -158,6 +158,13 @@ func (o *object) str(key, def string) string {
 	return def
 }
 
+// enum reads a string of one of the definition's word lists (a strategy, a source, …)
+// into its type, or def when it is absent: the schema has already refused a value
+// outside the list.
+func enum[T ~string](o *object, key string, def T) T {
+	return T(o.str(key, string(def)))
+}
+
 func (o *object) boolean(key string, def bool) bool {
 	if b, ok := o.m[key].(bool); ok {
 		return b

@@ -235,17 +235,17 @@ func at(t *testing.T, v any, keys ...string) any {
 func TestSchemaMatchesGo(t *testing.T) {
 	t.Parallel()
 	we := schemaDoc(t, "wait_events.json")
-	require.Equal(t, []any{StrategyAll, StrategyAny, StrategyRequiredOnly, StrategyCustom, nil}, at(t, we, "properties", "aggregationStrategy", "enum"))
-	require.Equal(t, StrategyAll, at(t, we, "properties", "aggregationStrategy", "default"))
-	require.Equal(t, []any{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial, nil}, at(t, we, "properties", "onTimeout", "enum"))
-	require.Equal(t, OnTimeoutFail, at(t, we, "properties", "onTimeout", "default"))
+	require.Equal(t, []any{string(StrategyAll), string(StrategyAny), string(StrategyRequiredOnly), string(StrategyCustom), nil}, at(t, we, "properties", "aggregationStrategy", "enum"))
+	require.Equal(t, string(StrategyAll), at(t, we, "properties", "aggregationStrategy", "default"))
+	require.Equal(t, []any{string(OnTimeoutFail), string(OnTimeoutContinue), string(OnTimeoutContinueWithPartial), nil}, at(t, we, "properties", "onTimeout", "enum"))
+	require.Equal(t, string(OnTimeoutFail), at(t, we, "properties", "onTimeout", "default"))
 	for _, n := range eventNames {
 		// The two built-in names are valid event names, reserved for apiCall/kafkaEvent.
 		require.Regexp(t, at(t, we, "$defs", "eventName", "pattern"), n)
 	}
-	require.Equal(t, []any{SourceCallback, SourceKafka, SourceSend}, at(t, we, "$defs", "event", "properties", "source", "enum"))
-	require.Equal(t, []any{BufferFIFO, BufferLastWriteWins, nil}, at(t, we, "$defs", "event", "properties", "buffer", "enum"))
-	require.Equal(t, BufferFIFO, at(t, we, "$defs", "event", "properties", "buffer", "default"))
+	require.Equal(t, []any{string(SourceCallback), string(SourceKafka), string(SourceSend)}, at(t, we, "$defs", "event", "properties", "source", "enum"))
+	require.Equal(t, []any{string(BufferFIFO), string(BufferLastWriteWins), nil}, at(t, we, "$defs", "event", "properties", "buffer", "enum"))
+	require.Equal(t, string(BufferFIFO), at(t, we, "$defs", "event", "properties", "buffer", "default"))
 	require.Equal(t, []any{MatchOpEq}, at(t, we, "$defs", "match", "properties", "op", "enum"))
 	require.Equal(t, DefaultWaitTimeout.Seconds(), at(t, we, "properties", "timeout", "default"))
 	api := at(t, we, "$defs", "apiCall", "properties")

@@ -18,20 +18,27 @@ const (
 // eventNames lists every event name in the order Expected reports them.
 var eventNames = []string{EventAPIResponse, EventKafka}
 
-// Event sources, i.e. how an event reaches rendezvous.
+// Source is how an event reaches rendezvous.
+type Source string
+
+// Event sources.
 const (
-	SourceCallback = "callback"
-	SourceKafka    = "kafka"
+	SourceCallback Source = "callback"
+	SourceKafka    Source = "kafka"
 	// SourceSend is an event sent to an execution by type (POST
 	// /api/v1/executions/{id}/events or the Kafka events topic).
-	SourceSend = "send"
+	SourceSend Source = "send"
 )
 
-// Buffer policies of a send event: which of the events sent before the
-// node reached its wait the wait takes.
+// BufferMode is the buffer policy of a send event (or a Kafka event kept for a
+// lookback): which of the events that arrived before the node reached its wait
+// the wait takes.
+type BufferMode string
+
+// Buffer policies.
 const (
-	BufferFIFO          = "fifo"
-	BufferLastWriteWins = "last_write_wins"
+	BufferFIFO          BufferMode = "fifo"
+	BufferLastWriteWins BufferMode = "last_write_wins"
 )
 
 // MatchOpEq is the only payload-match comparison.
@@ -41,19 +48,28 @@ const MatchOpEq = "eq"
 // node to wait for its type, when the definition gives no eventBufferTtl.
 const DefaultEventBufferTTL = 24 * time.Hour
 
-// Aggregation strategies decide when a wait_events node is satisfied.
+// Strategy is an aggregation strategy: it decides when a wait_events node is
+// satisfied. A wait row stores its node's (execution_wait_states.aggregation_strategy),
+// so db/dbsqlc names this type; this package imports nothing that touches the database.
+type Strategy string
+
+// Aggregation strategies.
 const (
-	StrategyAll          = "all"           // every enabled event arrived
-	StrategyAny          = "any"           // the first enabled event arrived
-	StrategyRequiredOnly = "required_only" // every enabled event with required:true arrived
-	StrategyCustom       = "custom"        // every event in RequiredEvents arrived
+	StrategyAll          Strategy = "all"           // every enabled event arrived
+	StrategyAny          Strategy = "any"           // the first enabled event arrived
+	StrategyRequiredOnly Strategy = "required_only" // every enabled event with required:true arrived
+	StrategyCustom       Strategy = "custom"        // every event in RequiredEvents arrived
 )
 
-// OnTimeout policies decide what a timed-out wait_events node does.
+// OnTimeout is what a timed-out wait_events node does; a wait row stores its node's
+// (execution_wait_states.on_timeout).
+type OnTimeout string
+
+// OnTimeout policies.
 const (
-	OnTimeoutFail                = "fail"
-	OnTimeoutContinue            = "continue"
-	OnTimeoutContinueWithPartial = "continue_with_partial"
+	OnTimeoutFail                OnTimeout = "fail"
+	OnTimeoutContinue            OnTimeout = "continue"
+	OnTimeoutContinueWithPartial OnTimeout = "continue_with_partial"
 )
 
 // Defaults applied when a field is absent.
@@ -73,10 +89,10 @@ type WaitEvents struct {
 	APICall             *APICall          // nil when absent or enabled:false
 	KafkaEvent          *KafkaEvent       // nil when absent or enabled:false
 	Events              []NamedEvent      // the events list, in order
-	AggregationStrategy string            // "all" (default) | "any" | "required_only" | "custom"
+	AggregationStrategy Strategy          // StrategyAll (default), StrategyAny, StrategyRequiredOnly or StrategyCustom
 	RequiredEvents      []string          // event names, for "custom"
 	Timeout             time.Duration     // overall, default 300s
-	OnTimeout           string            // "fail" (default) | "continue" | "continue_with_partial"
+	OnTimeout           OnTimeout         // OnTimeoutFail (default), OnTimeoutContinue or OnTimeoutContinueWithPartial
 	OutputMapping       map[string]string // output key -> "<event>" or "<event>.<dot path>"
 }
 
@@ -108,7 +124,7 @@ type KafkaEvent struct {
 // NamedEvent is one entry of a wait_events node's events list.
 type NamedEvent struct {
 	Name   string
-	Source string // SourceCallback | SourceKafka | SourceSend
+	Source Source // SourceCallback | SourceKafka | SourceSend
 	Topic  string // Kafka topic, source kafka only
 	// Type is the type a send event is sent with, or the top-level "type" field
 	// a Kafka record must carry; empty for none.
@@ -119,7 +135,7 @@ type NamedEvent struct {
 	Required bool           // default true
 	// Buffer: which early event the wait takes, BufferFIFO (default) or
 	// BufferLastWriteWins; source send, and source kafka with a Lookback.
-	Buffer string
+	Buffer BufferMode
 	// Lookback, source kafka with Match only: how long a record that matched no
 	// wait is kept for a wait that registers later with its value; 0 keeps none.
 	Lookback time.Duration
@@ -146,14 +162,14 @@ func (m *Match) RightTemplate() string {
 // ExpectedEvent is one event an enabled wait_events node waits for.
 type ExpectedEvent struct {
 	Name     string // EventAPIResponse, EventKafka or a name of the events list
-	Source   string // SourceCallback, SourceKafka or SourceSend
+	Source   Source // SourceCallback, SourceKafka or SourceSend
 	Topic    string // Kafka topic, empty for other sources
 	Type     string
 	Match    *Match
 	Filter   map[string]any
 	Required bool
 	Timeout  time.Duration
-	Buffer   string
+	Buffer   BufferMode
 	Lookback time.Duration
 }
 
@@ -207,10 +223,10 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 		APICall:             parseAPICall(o, overall),
 		KafkaEvent:          parseKafkaEvent(o, overall),
 		Events:              parseEvents(o, overall),
-		AggregationStrategy: o.str("aggregationStrategy", StrategyAll),
+		AggregationStrategy: enum(o, "aggregationStrategy", StrategyAll),
 		RequiredEvents:      o.stringSlice("requiredEvents"),
 		Timeout:             overall,
-		OnTimeout:           o.str("onTimeout", OnTimeoutFail),
+		OnTimeout:           enum(o, "onTimeout", OnTimeoutFail),
 	}
 
 	// The schema requires requiredEvents for "custom" only and knows the
@@ -332,7 +348,7 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 		c := &object{path: indexPath(lp, i), m: m, errs: o.errs, rejected: o.rejected}
 		e := NamedEvent{
 			Name:     c.str("name", ""),
-			Source:   c.str("source", ""),
+			Source:   enum[Source](c, "source", ""),
 			Topic:    c.str("topic", ""),
 			Type:     c.str("type", ""),
 			Filter:   parseFilter(c),
@@ -340,7 +356,7 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 			Required: c.boolean("required", true),
 		}
 		if e.Source == SourceSend {
-			e.Buffer = c.str("buffer", BufferFIFO)
+			e.Buffer = enum(c, "buffer", BufferFIFO)
 		}
 		if _, ok := c.checkable("name"); ok {
 			switch {
@@ -361,7 +377,7 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 				// The schema allows lookback (and then buffer) only here; the
 				// server's maximum is checked where definitions are stored.
 				if e.Lookback = c.duration("lookback", 0); e.Lookback > 0 {
-					e.Buffer = c.str("buffer", BufferFIFO)
+					e.Buffer = enum(c, "buffer", BufferFIFO)
 				}
 			}
 		}
