@@ -363,30 +363,21 @@ func takeEvents(queue []*member[Event, Result]) (group, rest []*member[Event, Re
 	return queue[:n:n], queue[n:]
 }
 
-// groupAttempts bounds retries of a group whose transaction hit a deadlock or
-// serialization failure (concurrent batches touching the same waits).
-const groupAttempts = 3
-
+// commitGroup decides a group of events in one transaction (groupTx). A group the
+// database refuses data of is decided again one event at a time.
 func (a *Aggregator) commitGroup(group []*member[Event, Result]) {
 	events := make([]Event, len(group))
 	for i, m := range group {
 		events[i] = m.in
 	}
-	// One caller giving up must not fail the others: the group runs on its own clock.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), 30*time.Second)
+	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []Result
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
-			var err error
-			results, err = a.ApplyBatch(ctx, tx, events)
-			return err
-		})
-		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
-			break
-		}
-	}
+	err := a.groupTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		results, err = a.ApplyBatch(ctx, tx, events)
+		return err
+	})
 	if len(group) > 1 && db.IsRefusedData(err) {
 		// The database refused a value that CheckStorable let through (or one past a
 		// limit of its own). It belongs to one caller, and should fail only that one:

@@ -3,6 +3,11 @@ package aggregator
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db"
 )
 
 // grouper is a group commit: callers queue what they ask for; up to a number of them at
@@ -92,6 +97,31 @@ func (g *grouper[I, O]) leadGroups(self *member[I, O],
 		commit(group)
 		for _, m := range group {
 			close(m.done)
+		}
+	}
+}
+
+// groupTimeout bounds one group commit, its retries included.
+const groupTimeout = 30 * time.Second
+
+// groupAttempts bounds retries of a group whose transaction hit a deadlock or
+// serialization failure (concurrent batches touching the same waits).
+const groupAttempts = 3
+
+// groupContext is the context a group is committed on: its own, so that one caller
+// giving up does not fail the others, carrying the first member's values (trace, audit
+// principal) and bounded by groupTimeout.
+func groupContext[I, O any](group []*member[I, O]) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(group[0].ctx), groupTimeout)
+}
+
+// groupTx runs fn in one transaction, again when it hits a deadlock or serialization
+// failure, at most groupAttempts times.
+func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := db.Tx(ctx, a.pool, fn)
+		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
+			return err
 		}
 	}
 }

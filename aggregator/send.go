@@ -112,32 +112,25 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 	for i, m := range group {
 		sends[i] = m.in
 	}
-	// One caller giving up must not fail the others: the group runs on its own clock.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), 30*time.Second)
+	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []SendResult
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
-			var err error
-			if results, err = a.sendTxs(ctx, tx, sends); err != nil {
-				return err
-			}
-			changes := make([]audit.Change, len(group))
-			for i, m := range group {
-				changes[i] = audit.Change{Ctx: m.ctx, Target: "execution/" + m.in.ExecutionID.String(),
-					Outcome: string(results[i].Outcome), Detail: "type " + m.in.Type}
-				db.AfterCommit(tx, func() { a.observeSent(m.ctx, m.in, results[i]) })
-			}
-			if Queued(sentDeliveries(results)) {
-				db.AfterCommit(tx, a.wakeContinuations)
-			}
-			return audit.RecordAll(ctx, tx, changes)
-		})
-		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
-			break
+	err := a.groupTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if results, err = a.sendTxs(ctx, tx, sends); err != nil {
+			return err
 		}
-	}
+		changes := make([]audit.Change, len(group))
+		for i, m := range group {
+			changes[i] = audit.Change{Ctx: m.ctx, Target: "execution/" + m.in.ExecutionID.String(),
+				Outcome: string(results[i].Outcome), Detail: "type " + m.in.Type}
+			db.AfterCommit(tx, func() { a.observeSent(m.ctx, m.in, results[i]) })
+		}
+		if Queued(sentDeliveries(results)) {
+			db.AfterCommit(tx, a.wakeContinuations)
+		}
+		return audit.RecordAll(ctx, tx, changes)
+	})
 	if err != nil && len(group) > 1 && !db.IsUnavailable(err) && ctx.Err() == nil {
 		a.logger.WarnContext(ctx, "a group of sent events failed; deciding them one by one", "err", err,
 			"events", len(group), "instance_id", a.cfg.InstanceID)
