@@ -75,8 +75,16 @@ func (a *Aggregator) Register(ctx context.Context, tx pgx.Tx, r Registration) (d
 }
 
 // Queueable reports whether QueueRegister can register r: an event wait without a
-// correlated call (whose outbox row needs the inserted wait). Others go through Register.
-func Queueable(r Registration) bool { return r.Timer == nil && !r.APICall }
+// correlated call (whose outbox row needs the inserted wait) and without payload-match
+// types (whose admission check counts the open waits of each type, so a wait of the
+// same type still queued beside it would not be counted). Others go through Register.
+func Queueable(r Registration) bool {
+	if r.Timer != nil || r.APICall {
+		return false
+	}
+	_, typeKeys := registrationKeys(r.Expected)
+	return len(typeKeys) == 0
+}
 
 // QueueRegister is Register for a Queueable registration, with the wait's insert queued
 // on p instead of run, so that it travels with the statements around it (the start of

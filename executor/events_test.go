@@ -426,6 +426,34 @@ func TestMaxWaitersPerType(t *testing.T) {
 	p1.waitStatus(t, more, "waiting")
 }
 
+// TestMaxWaitersPerTypeCountsRootsOfOneStart: a workflow whose two root waits match
+// the same type registers both in its starting transaction; the second is counted
+// against the first, so under a limit of one the start fails with the admission error
+// instead of leaving two waiters of the type.
+func TestMaxWaitersPerTypeCountsRootsOfOneStart(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ex, err := executor.New(pool, aggregator.Config{MaxWaitersPerType: 1}, config(t, "a"))
+	require.NoError(t, err)
+	p := &pod{pool: pool, agg: ex.Aggregator(), ex: ex}
+	h := &harness{pod: p, fake: newFakeService(t)}
+	wait := func(id string) obj {
+		return node(id, "wait_events", obj{
+			"events": []any{obj{"name": "payment", "source": "kafka", "topic": "payments",
+				"match": obj{"left": "order.id", "op": "eq", "right": "input.order_id"}}},
+			"timeout": "10m",
+		})
+	}
+	name := h.put(t, h.workflow("two-roots", []obj{wait("first"), wait("second")}, nil))
+	id := p.start(t, name, obj{"order_id": "o-1"})
+	p.run(t)
+	p.waitStatus(t, id, execstate.ExecFailed)
+	require.Equal(t, 0, p.count(t, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`),
+		"no more waiters of the type than the limit")
+	require.Equal(t, 1, p.count(t, `SELECT count(*) FROM executions WHERE status = 'failed'
+		AND error LIKE '%too many waiters: topic "payments" already has 1 open waits matched by payload%'`))
+}
+
 // TestSendRacesRegistration: an event sent while its execution is reaching the wait for
 // its type is either buffered before the registration (which then takes it) or delivered
 // to the registered wait — never stranded in the buffer beside a waiting node. Two pods
