@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 
+	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
 )
@@ -226,4 +228,46 @@ func TestGroupBatch(t *testing.T) {
 	require.Equal(t, 2, GroupBatch(8, 4, 128))
 	require.Equal(t, 16, GroupBatch(64, 4, 128))
 	require.Equal(t, 128, GroupBatch(10_000, 4, 128), "bounded by the largest group")
+}
+
+// TestTimeoutFloorWritesWhatTheSweeperWrites: the deadline floor leaves every wait, node
+// and run-queue row exactly as the sweeper's timeout under onTimeout fail leaves it, so
+// the lateness ratio compares the sweeper with the bare SQL of its own writes.
+func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewSchema(t)
+	const due = 40
+	pool, err := db.Connect(t.Context(), s.URL, 4)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, parkBare(t.Context(), pool, "bench-deadlines", due, time.Now().Add(time.Hour), `'events', NULL, 'waiting'`))
+	past := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	_, err = pool.Exec(t.Context(), `UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`, past)
+	require.NoError(t, err)
+	agg, err := aggregator.New(pool, aggregator.Config{InstanceID: "bench", Logger: slog.New(slog.DiscardHandler), SweepBatch: 16, SweepWorkers: 2})
+	require.NoError(t, err)
+	for {
+		n, err := agg.Sweep(t.Context(), time.Now())
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	snapshot := func() []string {
+		rows, err := pool.Query(t.Context(), `SELECT concat_ws(' | ', w.id, w.status, w.version, w.timed_out_events::text,
+				w.next_deadline_at = w.expires_at, w.error, w.received_events::text, n.status, n.output::text, n.error,
+				coalesce(n.warning, '<null>'), n.finished_at IS NOT NULL,
+				(SELECT count(*) FROM run_queue AS r WHERE r.execution_id = w.execution_id AND r.node_id = w.node_id AND r.kind = 'resume'))
+			FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id) ORDER BY w.id`)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return got
+	}
+	swept := snapshot()
+	require.Len(t, swept, due)
+	require.Contains(t, swept[0], "| timeout | 2 |")
+	_, err = statusFloor(t.Context(), pool, 16, 2)
+	require.NoError(t, err)
+	require.Equal(t, swept, snapshot())
 }

@@ -129,7 +129,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 // workers of them in flight, as the sweeper runs its transactions.
 func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
 	for _, q := range []string{
-		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL,
+		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
 		     next_deadline_at = now() - interval '1 second'`,
 		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL`,
 		`DELETE FROM run_queue`,
@@ -139,17 +139,34 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (t
 			return 0, err
 		}
 	}
-	return batchedWrites(ctx, pool, batch, workers, idsOnly, `
+	return batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+}
+
+// timeoutFloorStmt writes the three rows of a parked wait timing out under onTimeout fail
+// as the sweeper's write (WaitStateWrite) leaves them, every column it changes: the wait
+// timed out with the events that timed out, its next deadline moved to its expiry and the
+// reason; the node failed with that reason and the output Output builds (the same keys and
+// values, the correlation id per row); its continuation queued. The sweeper computes these
+// values in Go; here they are constants or cheap builders, so the statement stays one
+// set-based write by id.
+const timeoutFloorStmt = `
 WITH w AS (
     UPDATE execution_wait_states
-    SET status = 'timeout', version = version + 1, updated_at = now(), error = 'timed out'
+    SET status = 'timeout', version = version + 1, updated_at = clock_timestamp(),
+        timed_out_events = '["api_response","kafka_event"]', next_deadline_at = expires_at,
+        error = 'timed out waiting for api_response, kafka_event'
     WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND next_deadline_at <= now()
-    RETURNING execution_id, node_id
+    RETURNING execution_id, node_id, correlation_id, aggregation_strategy
 ), n AS (
-    UPDATE node_executions AS n SET status = 'failed', error = 'timed out', updated_at = now(), finished_at = now()
+    UPDATE node_executions AS n SET status = 'failed',
+        output = jsonb_build_object('apiResponse', null, 'kafkaEvent', null, 'events', '[]'::jsonb,
+            'arrival_order', '[]'::jsonb, 'correlation_id', w.correlation_id, 'strategy', w.aggregation_strategy,
+            'timeout', true, 'timed_out_events', '["api_response","kafka_event"]'::jsonb,
+            'missing_required_events', '["api_response","kafka_event"]'::jsonb),
+        error = 'timed out waiting for api_response, kafka_event', warning = NULL,
+        updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
 INSERT INTO run_queue (execution_id, node_id, kind)
 SELECT execution_id, node_id, 'resume' FROM w
-ON CONFLICT (execution_id, node_id, kind) DO NOTHING`)
-}
+ON CONFLICT (execution_id, node_id, kind) DO NOTHING`
