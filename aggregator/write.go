@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -66,7 +67,19 @@ type written struct {
 // node and queues or marks the continuation in the same write, so a wait can neither end
 // without its node's outcome nor be continued twice.
 func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]written) func(dbsqlc.DBTX) error {
-	p := dbsqlc.WaitStateWriteParams{InstanceID: a.cfg.InstanceID}
+	// Each column's array is sized once: a sweeper batch writes thousands of waits, and
+	// growing sixteen slices by appending copies each of them about a dozen times.
+	n := len(ws)
+	p := dbsqlc.WaitStateWriteParams{
+		InstanceID: a.cfg.InstanceID,
+		Ids:        make([]uuid.UUID, 0, n), Versions: make([]int64, 0, n), Bumps: make([]int64, 0, n),
+		Statuses: make([]string, 0, n), ReceivedEvents: make([]json.RawMessage, 0, n),
+		TimedOutEvents: make([]json.RawMessage, 0, n), ApiResponseData: make([]json.RawMessage, 0, n),
+		KafkaEventData: make([]json.RawMessage, 0, n), EventData: make([]json.RawMessage, 0, n),
+		NextDeadlines: make([]time.Time, 0, n), Errors: make([]string, 0, n), NodeStatuses: make([]string, 0, n),
+		Outputs: make([]json.RawMessage, 0, n), NodeErrors: make([]string, 0, n), Warnings: make([]string, 0, n),
+		Continuations: make([]string, 0, n),
+	}
 	for _, w := range ws {
 		end := w.end
 		if end == nil {
