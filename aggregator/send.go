@@ -186,7 +186,7 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 // follows the commit; results are in input order. In a constant number of round trips
 // for the group (more for events buffered or carrying ids): the executions are locked,
 // in id order, in the round trip that reads their open waits; the events for waits are
-// decided and written together (applyBatch), the executions of the waits they complete
+// decided from those rows and written together (applyBatch), the executions of the waits they complete
 // continued in tx; the others are buffered; the unmatched rows of all are written with
 // one statement.
 func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendResult, error) {
@@ -322,7 +322,9 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendR
 		}
 	}
 	if len(events) > 0 {
-		deliveries, err := a.applyBatch(ctx, tx, events, true)
+		// The waits were read after their executions were locked, in this transaction:
+		// applyBatch decides from them rather than reading them again.
+		deliveries, err := a.applyBatch(ctx, tx, events, true, open)
 		if err != nil {
 			return nil, err
 		}
