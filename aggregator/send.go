@@ -115,7 +115,7 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []SendResult
-	err := a.groupTx(ctx, func(tx pgx.Tx) error {
+	err := a.groupTx(ctx, func(tx pgx.Tx, last *db.Pipeline) error {
 		var err error
 		if results, err = a.sendTxs(ctx, tx, sends); err != nil {
 			return err
@@ -129,7 +129,11 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 		if Queued(sentDeliveries(results)) {
 			db.AfterCommit(tx, a.wakeContinuations)
 		}
-		return audit.RecordAll(ctx, tx, changes)
+		if audit.Any(changes) {
+			// Sent with the COMMIT: if the rows cannot be written, nothing commits.
+			last.Queue(func(d dbsqlc.DBTX) error { return audit.RecordAll(ctx, d, changes) })
+		}
+		return nil
 	})
 	if err != nil && len(group) > 1 && !db.IsUnavailable(err) && ctx.Err() == nil {
 		a.logger.WarnContext(ctx, "a group of sent events failed; deciding them one by one", "err", err,
