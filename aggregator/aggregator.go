@@ -373,7 +373,7 @@ func (a *Aggregator) commitGroup(group []*member[Event, Result]) {
 	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []Result
-	err := a.groupTx(ctx, func(tx pgx.Tx) error {
+	err := a.groupTx(ctx, func(tx pgx.Tx, _ *db.Pipeline) error {
 		var err error
 		results, err = a.ApplyBatch(ctx, tx, events)
 		return err

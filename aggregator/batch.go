@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
 // ApplyBatch decides many events inside the caller's transaction in a constant number of
@@ -38,7 +40,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	}
 	var results []Result
 	if len(expanded) > 0 {
-		if results, err = a.applyBatch(ctx, tx, expanded, true); err != nil {
+		if results, err = a.applyBatch(ctx, tx, expanded, true, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -56,9 +58,19 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 // applyBatch decides events addressed by their ids; callers checked their payloads and
 // register what follows the commit. continuing says the executions of the waits the
 // batch completes may be continued in tx (continueEnded), when there is a Continuer.
-func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool) ([]Result, error) {
+// rows, when not nil, are the events' waits as the caller already read them in tx (every
+// event's wait among them): they are decided from there instead of being read again, one
+// round trip less. Each write is fenced by the version read, so a wait changed since is
+// decided again one event at a time, as after any missed fence.
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool, rows []dbsqlc.ExecutionWaitState) ([]Result, error) {
 	results := make([]Result, len(events))
-	waits, loaded, err := a.loadBatchWaits(ctx, tx, events)
+	if rows == nil {
+		var err error
+		if rows, err = a.loadBatchWaits(ctx, tx, events); err != nil {
+			return nil, err
+		}
+	}
+	waits, loaded, err := decodeBatchWaits(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -112,16 +124,22 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 }
 
 // loadBatchWaits loads, with one query, the waits a batch's events name, by correlation
-// id, with the version each was loaded at (the fence of its write).
-func (a *Aggregator) loadBatchWaits(ctx context.Context, tx pgx.Tx, events []Event) (map[uuid.UUID]*wait, map[*wait]int64, error) {
+// id.
+func (a *Aggregator) loadBatchWaits(ctx context.Context, tx pgx.Tx, events []Event) ([]dbsqlc.ExecutionWaitState, error) {
 	ids := make([]uuid.UUID, 0, len(events))
 	for _, ev := range events {
 		ids = append(ids, ev.CorrelationID)
 	}
 	rows, err := a.q.WaitStateListByCorrelationIDs(ctx, tx, ids)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load wait states: %w", err)
+		return nil, fmt.Errorf("load wait states: %w", err)
 	}
+	return rows, nil
+}
+
+// decodeBatchWaits decodes a batch's waits, by correlation id, with the version each was
+// read at (the fence of its write).
+func decodeBatchWaits(rows []dbsqlc.ExecutionWaitState) (map[uuid.UUID]*wait, map[*wait]int64, error) {
 	waits := make(map[uuid.UUID]*wait, len(rows))
 	loaded := make(map[*wait]int64, len(rows))
 	for _, row := range rows {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
 )
 
@@ -148,4 +149,35 @@ func TestApplyBatchConflictFallsBack(t *testing.T) {
 	require.Equal(t, int64(3), row.Version, "two applied events on top of version 1")
 	require.Equal(t, []string{api, kafka}, receivedNames(t, row))
 	require.Equal(t, []string{"resume"}, f.runQueue(t, contested))
+}
+
+// TestApplyBatchFromStaleRowsKeepsTheFence hands applyBatch a wait as it was read before
+// a rival recorded an event on it (as sendTxs hands over the waits it read): the write is
+// fenced by the version of that read, misses, and the event is decided again against
+// what the rival committed, so nothing the rival recorded is lost.
+func TestApplyBatchFromStaleRowsKeepsTheFence(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	both := []aggregator.Expected{
+		{Name: api, Source: "callback", Required: true},
+		{Name: kafka, Source: "kafka", Topic: "orders", Required: true},
+	}
+	w := f.newWait(t, registration(aggregator.StrategyAll, both))
+	stale := f.waitState(t, w.ID)
+	require.Equal(t, aggregator.Recorded, f.apply(t, w.event(api, apiPayload)).Outcome)
+
+	var results []aggregator.Result
+	err := pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = f.agg.ApplyBatchFrom(t.Context(), tx, []aggregator.Event{w.event(kafka, kafkaPayload)},
+			[]dbsqlc.ExecutionWaitState{stale})
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, aggregator.Completed, results[0].Outcome, "decided again on top of the rival's event")
+	require.Equal(t, 1, results[0].Conflicts, "the write behind the stale version missed its fence once")
+	row := f.waitState(t, w.ID)
+	require.Equal(t, execstate.WaitCompleted, row.Status)
+	require.Equal(t, int64(3), row.Version, "two applied events on top of version 1")
+	require.Equal(t, []string{api, kafka}, receivedNames(t, row))
 }

@@ -116,10 +116,12 @@ func groupContext[I, O any](group []*member[I, O]) (context.Context, context.Can
 }
 
 // groupTx runs fn in one transaction, again when it hits a deadlock or serialization
-// failure, at most groupAttempts times.
-func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+// failure, at most groupAttempts times. What fn queues on last is sent with the COMMIT
+// (db.TxLast): a group's audit rows, known only once its members are decided, cost no
+// round trip of their own.
+func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last *db.Pipeline) error) error {
 	for attempt := 1; ; attempt++ {
-		err := db.Tx(ctx, a.pool, fn)
+		err := db.TxLast(ctx, a.pool, fn)
 		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
 			return err
 		}

@@ -115,7 +115,7 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []SendResult
-	err := a.groupTx(ctx, func(tx pgx.Tx) error {
+	err := a.groupTx(ctx, func(tx pgx.Tx, last *db.Pipeline) error {
 		var err error
 		if results, err = a.sendTxs(ctx, tx, sends); err != nil {
 			return err
@@ -129,7 +129,11 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 		if Queued(sentDeliveries(results)) {
 			db.AfterCommit(tx, a.wakeContinuations)
 		}
-		return audit.RecordAll(ctx, tx, changes)
+		if audit.Any(changes) {
+			// Sent with the COMMIT: if the rows cannot be written, nothing commits.
+			last.Queue(func(d dbsqlc.DBTX) error { return audit.RecordAll(ctx, d, changes) })
+		}
+		return nil
 	})
 	if err != nil && len(group) > 1 && !db.IsUnavailable(err) && ctx.Err() == nil {
 		a.logger.WarnContext(ctx, "a group of sent events failed; deciding them one by one", "err", err,
@@ -186,7 +190,7 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 // follows the commit; results are in input order. In a constant number of round trips
 // for the group (more for events buffered or carrying ids): the executions are locked,
 // in id order, in the round trip that reads their open waits; the events for waits are
-// decided and written together (applyBatch), the executions of the waits they complete
+// decided from those rows and written together (applyBatch), the executions of the waits they complete
 // continued in tx; the others are buffered; the unmatched rows of all are written with
 // one statement.
 func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendResult, error) {
@@ -322,7 +326,9 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendR
 		}
 	}
 	if len(events) > 0 {
-		deliveries, err := a.applyBatch(ctx, tx, events, true)
+		// The waits were read after their executions were locked, in this transaction:
+		// applyBatch decides from them rather than reading them again.
+		deliveries, err := a.applyBatch(ctx, tx, events, true, open)
 		if err != nil {
 			return nil, err
 		}

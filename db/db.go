@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
 var (
@@ -204,4 +206,57 @@ func AfterCommit(tx pgx.Tx, f func()) {
 // unguessable.
 func NewID() uuid.UUID {
 	return uuid.Must(uuid.NewV7())
+}
+
+// TxLast is Tx for a transaction whose last statements are known only at its end (an
+// audit row that says what the transaction decided): fn queues them on last, and they
+// are sent with the COMMIT in one round trip rather than one round trip before it. If
+// one of them fails, the COMMIT is not run (the server skips the rest of a failed
+// pipeline) and the transaction is rolled back, as when fn fails.
+func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pipeline) error) (err error) {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// Released after the rollback below: a connection left inside a transaction is
+	// closed by the pool rather than reused.
+	defer c.Release()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// The transaction is the pgx Tx's until its COMMIT is sent; a rollback after
+			// a COMMIT that failed only draws a warning from the server.
+			if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
+				err = rerr
+			}
+		}
+	}()
+	h := &hookTx{Tx: tx}
+	var last Pipeline
+	if err := fn(h, &last); err != nil {
+		return err
+	}
+	var tag pgconn.CommandTag
+	last.Queue(func(d dbsqlc.DBTX) error {
+		var err error
+		tag, err = d.Exec(ctx, "commit")
+		return err
+	})
+	if err := last.Send(ctx, tx); err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		// The transaction had failed already; the server rolled it back.
+		committed = true
+		return pgx.ErrTxCommitRollback
+	}
+	committed = true
+	for _, f := range h.after {
+		f()
+	}
+	return nil
 }

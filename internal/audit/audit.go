@@ -110,6 +110,9 @@ type Change struct {
 // entry, as Record would one by one: requests served together in one transaction (sent
 // events decided as a group) still get a row each, and that row commits or rolls back
 // with the transaction.
+//
+// It makes one statement when Any(changes), none otherwise: as a call of a db.Pipeline,
+// which must make exactly one, it is queued only when Any(changes).
 func RecordAll(ctx context.Context, tx dbsqlc.DBTX, changes []Change) error {
 	var p dbsqlc.AuditLogInsertManyParams
 	var entries []*Entry
@@ -132,6 +135,17 @@ func RecordAll(ctx context.Context, tx dbsqlc.DBTX, changes []Change) error {
 		e.written = true
 	}
 	return nil
+}
+
+// Any reports whether a row is written for any of changes: whether one of them was made
+// through a request that carries an audit entry.
+func Any(changes []Change) bool {
+	for _, c := range changes {
+		if FromContext(c.Ctx) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Refused writes, in a transaction of its own, the row of a request that changed
