@@ -511,7 +511,7 @@ func (a *Aggregator) write(ctx context.Context, tx pgx.Tx, w *wait, loaded int64
 // version they were decided on): what it received, and — when they completed it — its
 // node's output, its continuation left to then.
 func (w *wait) eventWrite(loaded int64, then continuation) (waitWrite, error) {
-	received, err := json.Marshal(w.received)
+	received, err := receivedJSON(w.received)
 	if err != nil {
 		return waitWrite{}, err
 	}

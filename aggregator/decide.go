@@ -14,7 +14,9 @@ import (
 // wait is a wait state decoded for deciding events in memory. ApplyTx and ApplyBatch
 // both decide with it, so one event is judged the same way whatever path it takes.
 type wait struct {
-	row      dbsqlc.ExecutionWaitState
+	row dbsqlc.ExecutionWaitState
+	// enabled, required and expected are written once, at registration, and shared
+	// between the waits of one node (decodedCache): they are only ever read.
 	enabled  []string
 	required []string
 	received []Received
@@ -30,15 +32,46 @@ type wait struct {
 
 func decodeWait(row dbsqlc.ExecutionWaitState) (*wait, error) {
 	w := &wait{row: row}
+	var err error
+	if w.enabled, err = decodeNames(row.EnabledEvents); err != nil {
+		return nil, fmt.Errorf("decode wait %s: %w", row.ID, err)
+	}
+	if w.required, err = decodeNames(row.RequiredEvents); err != nil {
+		return nil, fmt.Errorf("decode wait %s: %w", row.ID, err)
+	}
 	for _, part := range []struct {
 		raw []byte
 		dst any
-	}{{row.EnabledEvents, &w.enabled}, {row.RequiredEvents, &w.required}, {row.ReceivedEvents, &w.received}, {row.TimedOutEvents, &w.timedOut}} {
+	}{{row.ReceivedEvents, &w.received}, {row.TimedOutEvents, &w.timedOut}} {
+		if string(part.raw) == "[]" {
+			// The usual value of both until something arrives or times out: empty, not nil.
+			switch dst := part.dst.(type) {
+			case *[]Received:
+				*dst = []Received{}
+			case *[]string:
+				*dst = []string{}
+			}
+			continue
+		}
 		if err := json.Unmarshal(part.raw, part.dst); err != nil {
 			return nil, fmt.Errorf("decode wait %s: %w", row.ID, err)
 		}
 	}
 	return w, nil
+}
+
+// decodeNames decodes a list of event names written at registration (enabled_events,
+// required_events), shared through decodedCache: the result must only be read.
+func decodeNames(raw []byte) ([]string, error) {
+	v, err := decodedCache.get(cacheNames, raw, func() (any, error) {
+		var names []string
+		err := json.Unmarshal(raw, &names)
+		return names, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]string), nil
 }
 
 // decide judges one event against the wait and, when it applies, records it in memory:
@@ -224,19 +257,21 @@ func (w *wait) decodeExpected() error {
 	if w.expected != nil {
 		return nil
 	}
-	if err := json.Unmarshal(w.row.ExpectedEvents, &w.expected); err != nil {
+	v, err := decodedCache.get(cacheExpected, w.row.ExpectedEvents, func() (any, error) {
+		var expected []Expected
+		err := json.Unmarshal(w.row.ExpectedEvents, &expected)
+		return expected, err
+	})
+	if err != nil {
 		return fmt.Errorf("decode expected_events of wait %s: %w", w.row.ID, err)
 	}
+	w.expected = v.([]Expected)
 	return nil
 }
 
 // output is the node output of a wait that decide completed.
 func (w *wait) output() ([]byte, error) {
-	out, err := Output(w.row, w.received, w.timedOut, false)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(out)
+	return outputJSON(w.row, w.received, w.timedOut, false)
 }
 
 // eventData is what event_data is written as: the row's, or {} for a row that has none.

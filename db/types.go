@@ -45,7 +45,10 @@ func RegisterTypes(m *pgtype.Map) {
 	}
 	// Arrays of ids are built as []uuid.UUID; the generic path reaches each element
 	// through reflection.
-	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{wrapUUIDSlice}, m.TryWrapEncodePlanFuncs...)
+	// So are arrays of documents and of instants, which the batch statements carry a
+	// column of each, a row per element.
+	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{wrapUUIDSlice, wrapFlatSlice[json.RawMessage], wrapFlatSlice[time.Time]},
+		m.TryWrapEncodePlanFuncs...)
 }
 
 // uuidCodec is PostgreSQL's uuid with uuid.UUID read and written as its 16 bytes in the
@@ -141,6 +144,27 @@ func (p *uuidSliceEncodePlan) Encode(value any, buf []byte) ([]byte, error) {
 		return nil, nil // NULL, as pgx writes a nil slice
 	}
 	return p.next.Encode(pgtype.FlatArray[uuid.UUID](s), buf)
+}
+
+// wrapFlatSlice hands a []T to the array codec as a FlatArray, which it indexes
+// directly, where pgx's own fallback reaches each element through reflection.
+func wrapFlatSlice[T any](value any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
+	if s, ok := value.([]T); ok {
+		return &flatSliceEncodePlan[T]{}, pgtype.FlatArray[T](s), true
+	}
+	return nil, nil, false
+}
+
+type flatSliceEncodePlan[T any] struct{ next pgtype.EncodePlan }
+
+func (p *flatSliceEncodePlan[T]) SetNext(next pgtype.EncodePlan) { p.next = next }
+
+func (p *flatSliceEncodePlan[T]) Encode(value any, buf []byte) ([]byte, error) {
+	s := value.([]T)
+	if s == nil {
+		return nil, nil // NULL, as pgx writes a nil slice
+	}
+	return p.next.Encode(pgtype.FlatArray[T](s), buf)
 }
 
 // rawJSONCodec is json or jsonb with json.RawMessage scanned by copying the document;

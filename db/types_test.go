@@ -74,6 +74,28 @@ func TestRegisteredTypes(t *testing.T) {
 		require.True(t, isNull)
 	})
 
+	t.Run("json and timestamptz arrays", func(t *testing.T) {
+		t.Parallel()
+		docs := []json.RawMessage{json.RawMessage(`{"a": 1}`), nil, json.RawMessage(`null`), json.RawMessage(`[1, "x"]`)}
+		var texts []*string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(d::text ORDER BY o) FROM unnest($1::jsonb[]) WITH ORDINALITY AS t(d, o)`, docs).Scan(&texts))
+		require.Len(t, texts, 4)
+		require.Equal(t, `{"a": 1}`, *texts[0])
+		require.Nil(t, texts[1], "a nil document is NULL")
+		require.Equal(t, `null`, *texts[2])
+		require.Equal(t, `[1, "x"]`, *texts[3])
+
+		at := time.Date(2026, 3, 1, 9, 30, 0, 123456000, time.FixedZone("UTC+9", 9*3600))
+		var backs []time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::timestamptz[]`, []time.Time{at, at.Add(time.Hour)}).Scan(&backs))
+		require.Len(t, backs, 2)
+		require.True(t, at.Equal(backs[0]) && at.Add(time.Hour).Equal(backs[1]))
+
+		var isNull bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::jsonb[] IS NULL AND $2::timestamptz[] IS NULL`, []json.RawMessage(nil), []time.Time(nil)).Scan(&isNull))
+		require.True(t, isNull)
+	})
+
 	t.Run("json", func(t *testing.T) {
 		t.Parallel()
 		for _, typ := range []string{"jsonb", "json"} {

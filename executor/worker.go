@@ -632,12 +632,16 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 	resumed []aggregator.Ended, p *db.Pipeline,
 ) (out continuation, err error) {
 	states := make(map[uuid.UUID]*execState, len(execs))
+	byID := make(map[uuid.UUID]int, len(execs))
+	for i := range execs {
+		byID[execs[i].ID] = i
+	}
 	for _, r := range resumed {
 		if states[r.ExecutionID] != nil {
 			continue
 		}
-		i := slices.IndexFunc(execs, func(x dbsqlc.Execution) bool { return x.ID == r.ExecutionID })
-		if i < 0 {
+		i, ok := byID[r.ExecutionID]
+		if !ok {
 			return out, fmt.Errorf("execution %s of a resumed wait is not locked", r.ExecutionID)
 		}
 		wf, err := e.definition(ctx, tx, execs[i].WorkflowName, execs[i].WorkflowVersion)

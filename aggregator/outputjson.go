@@ -1,0 +1,247 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/dotpath"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+)
+
+// outputJSON is json.Marshal(Output(ws, received, timedOutEvents, timedOut)) built
+// without going through maps: the document a finished wait's node output is written as.
+// It is the same JSON value (PostgreSQL stores it as jsonb, which keeps neither key order
+// nor white space): an outputMapping entry naming a whole payload copies the payload's
+// text (checked and compacted, so a payload that is not JSON fails here as it fails
+// Output); one naming a path inside it decodes that payload once, as Output does.
+//
+// It exists for the event paths' hot loop, where decoding every payload into maps only
+// to encode it again was the largest share of the Go time spent applying a batch.
+func outputJSON(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool) ([]byte, error) {
+	var named map[string]json.RawMessage
+	if len(ws.EventData) > 0 {
+		if err := json.Unmarshal(ws.EventData, &named); err != nil {
+			return nil, fmt.Errorf("decode event_data: %w", err)
+		}
+	}
+	raw := func(name string) []byte {
+		if r, ok := named[name]; ok {
+			return r
+		}
+		switch name {
+		case EventAPIResponse:
+			return ws.ApiResponseData
+		case EventKafka:
+			return ws.KafkaEventData
+		}
+		return nil
+	}
+	mapping, err := outputMapping(ws.OutputMapping)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, 256+len(ws.KafkaEventData)+len(ws.ApiResponseData)+len(ws.EventData))
+	buf = append(buf, '{')
+	var decoded map[string]any // payloads decoded for a path inside them, by name
+	for _, m := range mapping {
+		if outputFixedKey(m.key) {
+			continue // Output sets these after the mapping: theirs win
+		}
+		buf = appendJSONString(buf, m.key)
+		buf = append(buf, ':')
+		r := raw(m.name)
+		switch {
+		case len(r) == 0:
+			buf = append(buf, "null"...)
+		case m.sub == "":
+			var b bytes.Buffer
+			if err := json.Compact(&b, r); err != nil {
+				return nil, fmt.Errorf("decode %s data: %w", m.name, err)
+			}
+			buf = append(buf, b.Bytes()...)
+		default:
+			v, ok := decoded[m.name]
+			if !ok {
+				if v, err = jsonnum.Decode(r); err != nil {
+					return nil, fmt.Errorf("decode %s data: %w", m.name, err)
+				}
+				if decoded == nil {
+					decoded = map[string]any{}
+				}
+				decoded[m.name] = v
+			}
+			v, ok = dotpath.Get(v, m.sub)
+			if !ok {
+				v = nil
+			}
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			buf = append(buf, b...)
+		}
+		buf = append(buf, ',')
+	}
+	buf = append(buf, `"events":[`...)
+	for i, r := range received {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `{"name":`...)
+		buf = appendJSONString(buf, r.Name)
+		buf = append(buf, `,"received_at":`...)
+		if buf, err = appendJSONTime(buf, r.ReceivedAt); err != nil {
+			return nil, err
+		}
+		buf = append(buf, `,"source":`...)
+		buf = appendSourceJSON(buf, r.Source)
+		buf = append(buf, '}')
+	}
+	buf = append(buf, `],"arrival_order":[`...)
+	for i, r := range received {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendJSONString(buf, r.Name)
+	}
+	buf = append(buf, `],"correlation_id":"`...)
+	buf = append(buf, ws.CorrelationID.String()...)
+	buf = append(buf, `","strategy":`...)
+	buf = appendJSONString(buf, string(ws.AggregationStrategy))
+	buf = append(buf, `,"timeout":`...)
+	buf = strconv.AppendBool(buf, timedOut)
+	buf = append(buf, `,"timed_out_events":`...)
+	buf = appendJSONStrings(buf, timedOutEvents)
+	buf = append(buf, `,"missing_required_events":[]}`...)
+	return buf, nil
+}
+
+// outputFixedKey says whether Output sets key itself, over an outputMapping entry of
+// that name.
+func outputFixedKey(key string) bool {
+	switch key {
+	case "events", "arrival_order", "correlation_id", "strategy", "timeout", "timed_out_events", "missing_required_events":
+		return true
+	}
+	return false
+}
+
+// mappedOutput is one outputMapping entry: the output key, and the event (name) and
+// path inside its payload (sub, "" for the whole payload) it takes.
+type mappedOutput struct{ key, name, sub string }
+
+// outputMapping decodes a wait's output_mapping. Every wait of one node holds the same,
+// so decoded mappings are kept by their text (see decodedCache).
+func outputMapping(raw []byte) ([]mappedOutput, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	v, err := decodedCache.get(cacheMapping, raw, func() (any, error) {
+		var mapping map[string]string
+		if err := json.Unmarshal(raw, &mapping); err != nil {
+			return nil, fmt.Errorf("decode output_mapping: %w", err)
+		}
+		out := make([]mappedOutput, 0, len(mapping))
+		for key, path := range mapping {
+			name, sub, _ := strings.Cut(path, ".")
+			out = append(out, mappedOutput{key: key, name: name, sub: sub})
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]mappedOutput), nil
+}
+
+// receivedJSON encodes received events as json.Marshal does, without its reflection.
+func receivedJSON(received []Received) ([]byte, error) {
+	if received == nil {
+		return []byte("null"), nil
+	}
+	buf := make([]byte, 0, 64+200*len(received))
+	buf = append(buf, '[')
+	var err error
+	for i, r := range received {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `{"name":`...)
+		buf = appendJSONString(buf, r.Name)
+		buf = append(buf, `,"received_at":`...)
+		if buf, err = appendJSONTime(buf, r.ReceivedAt); err != nil {
+			return nil, err
+		}
+		buf = append(buf, `,"source":`...)
+		buf = appendSourceJSON(buf, r.Source)
+		buf = append(buf, `,"key":`...)
+		buf = appendJSONString(buf, r.Key)
+		buf = append(buf, '}')
+	}
+	return append(buf, ']'), nil
+}
+
+// appendSourceJSON appends s as json.Marshal encodes a Source.
+func appendSourceJSON(buf []byte, s Source) []byte {
+	buf = append(buf, `{"kind":`...)
+	buf = appendJSONString(buf, string(s.Kind))
+	if s.Service != "" {
+		buf = append(buf, `,"service":`...)
+		buf = appendJSONString(buf, s.Service)
+	}
+	if s.Topic != "" {
+		buf = append(buf, `,"topic":`...)
+		buf = appendJSONString(buf, s.Topic)
+	}
+	if s.Partition != nil {
+		buf = append(buf, `,"partition":`...)
+		buf = strconv.AppendInt(buf, int64(*s.Partition), 10)
+	}
+	if s.Offset != nil {
+		buf = append(buf, `,"offset":`...)
+		buf = strconv.AppendInt(buf, *s.Offset, 10)
+	}
+	return append(buf, '}')
+}
+
+// appendJSONTime appends t as json.Marshal encodes a time.Time.
+func appendJSONTime(buf []byte, t time.Time) ([]byte, error) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		b, err := json.Marshal(t) // the error json.Marshal gives
+		return append(buf, b...), err
+	}
+	buf = append(buf, '"')
+	buf = t.AppendFormat(buf, time.RFC3339Nano)
+	return append(buf, '"'), nil
+}
+
+// appendJSONStrings appends ss as a JSON array ([] for none).
+func appendJSONStrings(buf []byte, ss []string) []byte {
+	buf = append(buf, '[')
+	for i, s := range ss {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendJSONString(buf, s)
+	}
+	return append(buf, ']')
+}
+
+// appendJSONString appends s as a JSON string: as is when it needs no escaping, else as
+// json.Marshal writes it.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(buf, b...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
+}
