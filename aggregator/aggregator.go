@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -568,71 +567,6 @@ func HoldsTypeAndFilter(payload any, typ string, filter map[string]any) bool {
 		}
 	}
 	return true
-}
-
-// Output builds a finished wait's node output: the outputMapping entries (null for an
-// event that did not arrive), which events arrived, when, from where and in what order,
-// which timed out, and whether the wait ended by timeout — so that edges can branch on it.
-func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool) (map[string]any, error) {
-	payloads := map[string]any{}
-	raws := map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData}
-	if len(ws.EventData) > 0 {
-		var named map[string]json.RawMessage
-		if err := json.Unmarshal(ws.EventData, &named); err != nil {
-			return nil, fmt.Errorf("decode event_data: %w", err)
-		}
-		for name, raw := range named {
-			raws[name] = raw
-		}
-	}
-	for name, raw := range raws {
-		if len(raw) == 0 {
-			continue
-		}
-		// Numbers stay exact: an id mapped into the output is the id that arrived.
-		v, err := jsonnum.Decode(raw)
-		if err != nil {
-			return nil, fmt.Errorf("decode %s data: %w", name, err)
-		}
-		payloads[name] = v
-	}
-	var mapping map[string]string
-	if len(ws.OutputMapping) > 0 {
-		if err := json.Unmarshal(ws.OutputMapping, &mapping); err != nil {
-			return nil, fmt.Errorf("decode output_mapping: %w", err)
-		}
-	}
-	out := map[string]any{}
-	for key, path := range mapping {
-		name, sub, _ := strings.Cut(path, ".")
-		v, ok := payloads[name]
-		if ok && sub != "" {
-			v, ok = dotpath.Get(v, sub)
-		}
-		if !ok {
-			v = nil
-		}
-		out[key] = v
-	}
-	events := make([]map[string]any, len(received))
-	order := make([]string, len(received))
-	for i, r := range received {
-		events[i] = map[string]any{"name": r.Name, "received_at": r.ReceivedAt, "source": r.Source}
-		order[i] = r.Name
-	}
-	out["events"] = events
-	out["arrival_order"] = order
-	out["correlation_id"] = ws.CorrelationID.String()
-	out["strategy"] = ws.AggregationStrategy
-	out["timeout"] = timedOut
-	if timedOutEvents == nil {
-		timedOutEvents = []string{}
-	}
-	out["timed_out_events"] = timedOutEvents
-	// The events onTimeout continue needs that did not arrive; a wait that ended by its
-	// deadline replaces this with its own list (decideTimeout's Missing).
-	out["missing_required_events"] = []string{}
-	return out, nil
 }
 
 func (a *Aggregator) classifyMissing(ctx context.Context, tx pgx.Tx, ev Event) (Result, error) {

@@ -536,11 +536,13 @@ func TestOutputTimeout(t *testing.T) {
 		KafkaEventData:      json.RawMessage(kafkaPayload),
 		OutputMapping:       json.RawMessage(`{"kafkaEvent":"kafka_event","orderId":"api_response.order.id","carrier":"kafka_event.shipment.carrier","missing":"kafka_event.nope"}`),
 	}
-	out, err := aggregator.Output(ws, []aggregator.Received{{Name: kafka, Source: aggregator.Source{Kind: "kafka"}}}, []string{api}, true)
+	raw, err := aggregator.Output(ws, []aggregator.Received{{Name: kafka, Source: aggregator.Source{Kind: "kafka"}}}, []string{api}, true, []string{api})
 	require.NoError(t, err)
+	out := decode(t, raw).(map[string]any)
 	require.Equal(t, true, out["timeout"])
-	require.Equal(t, []string{api}, out["timed_out_events"])
-	require.Equal(t, []string{kafka}, out["arrival_order"])
+	require.Equal(t, []any{api}, out["timed_out_events"])
+	require.Equal(t, []any{api}, out["missing_required_events"])
+	require.Equal(t, []any{kafka}, out["arrival_order"])
 	require.Equal(t, corr.String(), out["correlation_id"])
 	require.Nil(t, out["orderId"])
 	require.Contains(t, out, "orderId")

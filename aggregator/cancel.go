@@ -13,6 +13,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // WaitFinishedError is returned when a wait to cancel is no longer waiting.
@@ -95,16 +96,21 @@ func cancelledOutput(row dbsqlc.ExecutionWaitState) (map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if out, err = Output(row, w.received, w.timedOut, false); err != nil {
-			return nil, err
-		}
 		if err := w.decodeExpected(); err != nil {
 			return nil, err
 		}
 		// Cut short like a deadline, so it says the same about what is missing.
-		if missing := missingRequired(row.AggregationStrategy, w.expected, w.required, w.receivedNames()); missing != nil {
-			out["missing_required_events"] = missing
+		missing := missingRequired(row.AggregationStrategy, w.expected, w.required, w.receivedNames())
+		raw, err := Output(row, w.received, w.timedOut, false, missing)
+		if err != nil {
+			return nil, err
 		}
+		// Decoded to add what a cancellation says of itself; numbers stay exact.
+		v, err := jsonnum.Decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		out = v.(map[string]any)
 	}
 	out["cancelled"] = true
 	return out, nil

@@ -271,7 +271,7 @@ func (w *wait) decodeExpected() error {
 
 // output is the node output of a wait that decide completed.
 func (w *wait) output() ([]byte, error) {
-	return outputJSON(w.row, w.received, w.timedOut, false)
+	return Output(w.row, w.received, w.timedOut, false, nil)
 }
 
 // eventData is what event_data is written as: the row's, or {} for a row that has none.

@@ -13,16 +13,20 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
-// outputJSON is json.Marshal(Output(ws, received, timedOutEvents, timedOut)) built
-// without going through maps: the document a finished wait's node output is written as.
-// It is the same JSON value (PostgreSQL stores it as jsonb, which keeps neither key order
-// nor white space): an outputMapping entry naming a whole payload copies the payload's
-// text (checked and compacted, so a payload that is not JSON fails here as it fails
-// Output); one naming a path inside it decodes that payload once, as Output does.
+// Output builds a finished wait's node output, as the JSON document it is written as:
+// the outputMapping entries (null for an event that did not arrive), which events
+// arrived, when, from where and in what order, which timed out, whether the wait ended by
+// timeout, and missing — the required events a wait cut short (by its deadline, or
+// cancelled) did not get, [] when nil — so that edges can branch on it. A mapping entry
+// named like one of these fixed keys is overridden by it. Numbers stay exact: an id
+// mapped into the output is the id that arrived.
 //
-// It exists for the event paths' hot loop, where decoding every payload into maps only
-// to encode it again was the largest share of the Go time spent applying a batch.
-func outputJSON(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool) ([]byte, error) {
+// The document is written directly rather than built as maps and marshalled: a mapping
+// entry naming a whole payload copies the payload's text (checked and compacted, so a
+// payload that is not JSON fails); one naming a path inside it decodes that payload
+// once. Decoding every payload into maps only to encode it again was the largest share
+// of the Go time spent applying a batch of events.
+func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool, missing []string) ([]byte, error) {
 	var named map[string]json.RawMessage
 	if len(ws.EventData) > 0 {
 		if err := json.Unmarshal(ws.EventData, &named); err != nil {
@@ -117,11 +121,12 @@ func outputJSON(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvent
 	buf = strconv.AppendBool(buf, timedOut)
 	buf = append(buf, `,"timed_out_events":`...)
 	buf = appendJSONStrings(buf, timedOutEvents)
-	buf = append(buf, `,"missing_required_events":[]}`...)
-	return buf, nil
+	buf = append(buf, `,"missing_required_events":`...)
+	buf = appendJSONStrings(buf, missing)
+	return append(buf, '}'), nil
 }
 
-// outputFixedKey says whether Output sets key itself, over an outputMapping entry of
+// outputFixedKey says whether Output writes key itself, over an outputMapping entry of
 // that name.
 func outputFixedKey(key string) bool {
 	switch key {

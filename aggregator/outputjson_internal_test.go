@@ -2,6 +2,8 @@ package aggregator
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,14 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
-// TestOutputJSONIsOutput checks that the node output the event paths write (outputJSON)
-// is the JSON value Output gives, encoded: whole payloads, paths inside them, missing
-// events, named events, keys Output sets itself, exact numbers, strings that need
-// escaping.
-func TestOutputJSONIsOutput(t *testing.T) {
+// TestOutputIsItsDefinition checks that Output, which writes the document directly, is
+// the JSON value of outputByMaps, the plain statement of what a node output holds:
+// whole payloads, paths inside them, events that did not arrive, named events, keys
+// Output writes itself, exact numbers, strings that need escaping, the missing list.
+func TestOutputIsItsDefinition(t *testing.T) {
 	t.Parallel()
 	p, o := int32(3), int64(12345)
 	at := time.Date(2026, 5, 1, 12, 30, 45, 123456789, time.UTC)
@@ -30,6 +33,7 @@ func TestOutputJSONIsOutput(t *testing.T) {
 		row      dbsqlc.ExecutionWaitState
 		timedOut []string
 		flag     bool
+		missing  []string
 	}{
 		{name: "bench", row: dbsqlc.ExecutionWaitState{
 			OutputMapping:  []byte(`{"apiResponse":"api_response","kafkaEvent":"kafka_event"}`),
@@ -42,18 +46,18 @@ func TestOutputJSONIsOutput(t *testing.T) {
 			KafkaEventData:  []byte(" {\"order\" : {\"id\": 9007199254740993}, \"big\": 1e400, \"list\": [1, 2.50, \"<&>\"], \"dup\": 1, \"dup\": 2}\n"),
 			ApiResponseData: []byte(`"plain"`),
 			EventData:       []byte(`{"shipped": {"where": "here \u00e9 \u2028"}, "nul": null}`),
-		}, timedOut: []string{"late"}, flag: true},
+		}, timedOut: []string{"late"}, flag: true, missing: []string{"shipped", "n\u00e9"}},
 		{name: "no mapping", row: dbsqlc.ExecutionWaitState{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.row.CorrelationID = uuid.New()
 			c.row.AggregationStrategy = StrategyAll
-			want, err := Output(c.row, received, c.timedOut, c.flag)
+			want, err := outputByMaps(c.row, received, c.timedOut, c.flag, c.missing)
 			require.NoError(t, err)
 			wantJSON, err := json.Marshal(want)
 			require.NoError(t, err)
-			got, err := outputJSON(c.row, received, c.timedOut, c.flag)
+			got, err := Output(c.row, received, c.timedOut, c.flag, c.missing)
 			require.NoError(t, err)
 			require.True(t, json.Valid(got), "%s", got)
 			wantV, err := jsonnum.Decode(wantJSON)
@@ -66,9 +70,9 @@ func TestOutputJSONIsOutput(t *testing.T) {
 
 	t.Run("not JSON", func(t *testing.T) {
 		row := dbsqlc.ExecutionWaitState{OutputMapping: []byte(`{"k":"kafka_event"}`), KafkaEventData: []byte(`{"a":`)}
-		_, err := Output(row, nil, nil, false)
+		_, err := outputByMaps(row, nil, nil, false, nil)
 		require.Error(t, err)
-		_, err = outputJSON(row, nil, nil, false)
+		_, err = Output(row, nil, nil, false, nil)
 		require.Error(t, err)
 	})
 }
@@ -88,4 +92,69 @@ func TestReceivedJSONIsMarshal(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got))
 	}
+}
+
+// outputByMaps states what Output writes the plain way, as maps marshalled: the
+// definition Output is checked against.
+func outputByMaps(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool, missing []string) (map[string]any, error) {
+	payloads := map[string]any{}
+	raws := map[string][]byte{EventAPIResponse: ws.ApiResponseData, EventKafka: ws.KafkaEventData}
+	if len(ws.EventData) > 0 {
+		var named map[string]json.RawMessage
+		if err := json.Unmarshal(ws.EventData, &named); err != nil {
+			return nil, fmt.Errorf("decode event_data: %w", err)
+		}
+		for name, raw := range named {
+			raws[name] = raw
+		}
+	}
+	for name, raw := range raws {
+		if len(raw) == 0 {
+			continue
+		}
+		// Numbers stay exact: an id mapped into the output is the id that arrived.
+		v, err := jsonnum.Decode(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decode %s data: %w", name, err)
+		}
+		payloads[name] = v
+	}
+	var mapping map[string]string
+	if len(ws.OutputMapping) > 0 {
+		if err := json.Unmarshal(ws.OutputMapping, &mapping); err != nil {
+			return nil, fmt.Errorf("decode output_mapping: %w", err)
+		}
+	}
+	out := map[string]any{}
+	for key, path := range mapping {
+		name, sub, _ := strings.Cut(path, ".")
+		v, ok := payloads[name]
+		if ok && sub != "" {
+			v, ok = dotpath.Get(v, sub)
+		}
+		if !ok {
+			v = nil
+		}
+		out[key] = v
+	}
+	events := make([]map[string]any, len(received))
+	order := make([]string, len(received))
+	for i, r := range received {
+		events[i] = map[string]any{"name": r.Name, "received_at": r.ReceivedAt, "source": r.Source}
+		order[i] = r.Name
+	}
+	out["events"] = events
+	out["arrival_order"] = order
+	out["correlation_id"] = ws.CorrelationID.String()
+	out["strategy"] = ws.AggregationStrategy
+	out["timeout"] = timedOut
+	if timedOutEvents == nil {
+		timedOutEvents = []string{}
+	}
+	out["timed_out_events"] = timedOutEvents
+	if missing == nil {
+		missing = []string{}
+	}
+	out["missing_required_events"] = missing
+	return out, nil
 }

@@ -314,14 +314,7 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 			out.nodeStatus = execstate.NodeCompleted
 			out.warning = d.Warning
 		}
-		o, err := Output(row, w.received, d.TimedOut, true)
-		if err != nil {
-			return dueWrite{}, err
-		}
-		if d.Missing != nil {
-			o["missing_required_events"] = d.Missing
-		}
-		if out.output, err = json.Marshal(o); err != nil {
+		if out.output, err = Output(row, w.received, d.TimedOut, true, d.Missing); err != nil {
 			return dueWrite{}, err
 		}
 		out.fired = &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
