@@ -96,15 +96,11 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = append(buf, `{"name":`...)
-		buf = appendJSONString(buf, r.Name)
-		buf = append(buf, `,"received_at":`...)
-		if buf, err = appendJSONTime(buf, r.ReceivedAt); err != nil {
+		// The output shows what arrived, when and from where; the dedup key stays in
+		// the wait row.
+		if buf, err = appendReceivedJSON(buf, r, false); err != nil {
 			return nil, err
 		}
-		buf = append(buf, `,"source":`...)
-		buf = appendSourceJSON(buf, r.Source)
-		buf = append(buf, '}')
 	}
 	buf = append(buf, `],"arrival_order":[`...)
 	for i, r := range received {
@@ -176,19 +172,30 @@ func receivedJSON(received []Received) ([]byte, error) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = append(buf, `{"name":`...)
-		buf = appendJSONString(buf, r.Name)
-		buf = append(buf, `,"received_at":`...)
-		if buf, err = appendJSONTime(buf, r.ReceivedAt); err != nil {
+		if buf, err = appendReceivedJSON(buf, r, true); err != nil {
 			return nil, err
 		}
-		buf = append(buf, `,"source":`...)
-		buf = appendSourceJSON(buf, r.Source)
-		buf = append(buf, `,"key":`...)
-		buf = appendJSONString(buf, r.Key)
-		buf = append(buf, '}')
 	}
 	return append(buf, ']'), nil
+}
+
+// appendReceivedJSON appends one received event as json.Marshal encodes it, its key
+// only when withKey (the wait row keeps it; the node output does not show it).
+func appendReceivedJSON(buf []byte, r Received, withKey bool) ([]byte, error) {
+	buf = append(buf, `{"name":`...)
+	buf = appendJSONString(buf, r.Name)
+	buf = append(buf, `,"received_at":`...)
+	buf, err := appendJSONTime(buf, r.ReceivedAt)
+	if err != nil {
+		return nil, err
+	}
+	buf = append(buf, `,"source":`...)
+	buf = appendSourceJSON(buf, r.Source)
+	if withKey {
+		buf = append(buf, `,"key":`...)
+		buf = appendJSONString(buf, r.Key)
+	}
+	return append(buf, '}'), nil
 }
 
 // appendSourceJSON appends s as json.Marshal encodes a Source.
