@@ -352,7 +352,7 @@ WITH e AS (
 moved AS (
     DELETE FROM event_buffer AS b
     USING e
-    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    WHERE b.execution_id = e.id AND b.execution_id = $3::uuid AND e.status IN ('completed', 'failed', 'cancelled')
     RETURNING b.id, b.execution_id, b.event_type, b.event_id, b.payload, b.source, b.created_at, b.expires_at
 )
 INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
@@ -381,7 +381,9 @@ WITH e AS (
         updated_at = now(),
         finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
     FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status) AS c
-    WHERE x.id = c.id
+    -- id = ANY reaches the rows through the primary key even on a table never analyzed,
+    -- where the join alone was planned as a scan of every execution.
+    WHERE x.id = c.id AND x.id = ANY($1::uuid[])
     RETURNING x.id, x.status
 ),
 moved AS (

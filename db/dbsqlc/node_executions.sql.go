@@ -212,7 +212,7 @@ SET status = c.status,
     finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
 FROM (SELECT unnest($1::uuid[]) AS execution_id, unnest($2::text[]) AS node_id,
              unnest($3::text[]) AS status) AS c
-WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
+WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id AND n.execution_id = ANY($1::uuid[])
   AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 `
 

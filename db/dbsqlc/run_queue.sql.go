@@ -105,7 +105,7 @@ func (q *Queries) RunQueueDeleteClaimed(ctx context.Context, db DBTX, arg RunQue
 const runQueueDeleteClaimedMany = `-- name: RunQueueDeleteClaimedMany :many
 DELETE FROM run_queue AS r
 USING (SELECT unnest($1::bigint[]) AS id, unnest($2::integer[]) AS attempt) AS c
-WHERE r.id = c.id AND r.attempt = c.attempt
+WHERE r.id = c.id AND r.id = ANY($1::bigint[]) AND r.attempt = c.attempt
 RETURNING r.id
 `
 

@@ -21,7 +21,7 @@ SET status = 'cancelled',
     error = $1::text,
     version = version + 1,
     updated_at = clock_timestamp()
-WHERE execution_id = $2::uuid AND status IN ('waiting', 'scheduled')
+WHERE execution_id = $2::uuid AND (status IN ('waiting', 'scheduled')) IS TRUE
 RETURNING id
 `
 
@@ -731,13 +731,13 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 
 const waitStateListOpenByExecution = `-- name: WaitStateListOpenByExecution :many
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
-WHERE execution_id = $1::uuid AND status = 'waiting'
+WHERE execution_id = $1::uuid AND (status = 'waiting') IS TRUE
 ORDER BY created_at, id
 `
 
 // The waiting event waits of one execution, for an event sent to it by type; found
 // through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
-// they started waiting.
+// they started waiting. The status test only filters (IS TRUE), as in WaitStateWrite.
 func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, executionID uuid.UUID) ([]ExecutionWaitState, error) {
 	rows, err := db.Query(ctx, waitStateListOpenByExecution, executionID)
 	if err != nil {
@@ -791,11 +791,12 @@ func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, exe
 
 const waitStateListOpenByExecutions = `-- name: WaitStateListOpenByExecutions :many
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
-WHERE execution_id = ANY($1::uuid[]) AND status = 'waiting'
+WHERE execution_id = ANY($1::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id
 `
 
-// WaitStateListOpenByExecution for the executions of sent events decided together.
+// WaitStateListOpenByExecution for the executions of sent events decided together. The
+// status test only filters the executions' waits (IS TRUE), as in WaitStateWrite.
 func (q *Queries) WaitStateListOpenByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]ExecutionWaitState, error) {
 	rows, err := db.Query(ctx, waitStateListOpenByExecutions, executionIds)
 	if err != nil {
@@ -863,7 +864,7 @@ UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),
     resumed_by = $1::text
 FROM (SELECT unnest($2::uuid[]) AS execution_id, unnest($3::text[]) AS node_id) AS c
-WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
+WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.execution_id = ANY($2::uuid[])
   AND (w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL) IS TRUE
 RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
     w.trace_parent
@@ -1096,7 +1097,11 @@ w AS (
         resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
         resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN $17::text ELSE e.resumed_by END
     FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
+    -- The batch's rows are reached through the primary key (id = ANY), whatever the
+    -- statistics say: the fence's status test only filters them (IS TRUE), so a plan made
+    -- on a table never analyzed cannot read every open wait through an index on status.
+    WHERE e.id = i.id AND e.id = ANY($1::uuid[]) AND e.version = i.version
+      AND (e.status IN ('waiting', 'scheduled')) IS TRUE
     RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
         e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
 ),

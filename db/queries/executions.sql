@@ -34,7 +34,7 @@ WITH e AS (
 moved AS (
     DELETE FROM event_buffer AS b
     USING e
-    WHERE b.execution_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+    WHERE b.execution_id = e.id AND b.execution_id = @id::uuid AND e.status IN ('completed', 'failed', 'cancelled')
     RETURNING b.*
 )
 INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, source, reason, buffered_at)
@@ -54,7 +54,9 @@ WITH e AS (
         updated_at = now(),
         finished_at = CASE WHEN c.status IN ('completed', 'failed', 'cancelled') THEN now() ELSE NULL END
     FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status) AS c
-    WHERE x.id = c.id
+    -- id = ANY reaches the rows through the primary key even on a table never analyzed,
+    -- where the join alone was planned as a scan of every execution.
+    WHERE x.id = c.id AND x.id = ANY(@ids::uuid[])
     RETURNING x.id, x.status
 ),
 moved AS (

@@ -46,7 +46,7 @@ SET status = c.status,
     finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id,
              unnest(@statuses::text[]) AS status) AS c
-WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id
+WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id AND n.execution_id = ANY(@execution_ids::uuid[])
   AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled');
 
 -- name: NodeExecutionCancelOpen :exec

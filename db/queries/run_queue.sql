@@ -51,7 +51,7 @@ ON CONFLICT (execution_id, node_id, kind) DO NOTHING;
 -- lost to another pod is absent and must not be acted on.
 DELETE FROM run_queue AS r
 USING (SELECT unnest(@ids::bigint[]) AS id, unnest(@attempts::integer[]) AS attempt) AS c
-WHERE r.id = c.id AND r.attempt = c.attempt
+WHERE r.id = c.id AND r.id = ANY(@ids::bigint[]) AND r.attempt = c.attempt
 RETURNING r.id;
 
 -- name: RunQueueDepth :many

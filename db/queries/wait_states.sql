@@ -68,7 +68,7 @@ SET status = 'cancelled',
     error = @error::text,
     version = version + 1,
     updated_at = clock_timestamp()
-WHERE execution_id = @execution_id::uuid AND status IN ('waiting', 'scheduled')
+WHERE execution_id = @execution_id::uuid AND (status IN ('waiting', 'scheduled')) IS TRUE
 RETURNING id;
 
 -- name: WaitStateGetByID :one
@@ -90,7 +90,7 @@ UPDATE execution_wait_states AS w
 SET resumed_at = clock_timestamp(),
     resumed_by = @instance_id::text
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id) AS c
-WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id
+WHERE w.execution_id = c.execution_id AND w.node_id = c.node_id AND w.execution_id = ANY(@execution_ids::uuid[])
   AND (w.status IN ('completed', 'timeout', 'resumed') AND w.resumed_at IS NULL) IS TRUE
 RETURNING w.execution_id, w.node_id, w.wait_type, w.aggregation_strategy, w.status, w.created_at, w.updated_at,
     w.trace_parent;
@@ -164,7 +164,11 @@ w AS (
         resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
         resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN @instance_id::text ELSE e.resumed_by END
     FROM input AS i
-    WHERE e.id = i.id AND e.version = i.version AND e.status IN ('waiting', 'scheduled')
+    -- The batch's rows are reached through the primary key (id = ANY), whatever the
+    -- statistics say: the fence's status test only filters them (IS TRUE), so a plan made
+    -- on a table never analyzed cannot read every open wait through an index on status.
+    WHERE e.id = i.id AND e.id = ANY(@ids::uuid[]) AND e.version = i.version
+      AND (e.status IN ('waiting', 'scheduled')) IS TRUE
     RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
         e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
 ),
@@ -220,15 +224,16 @@ GROUP BY status;
 -- name: WaitStateListOpenByExecution :many
 -- The waiting event waits of one execution, for an event sent to it by type; found
 -- through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
--- they started waiting.
+-- they started waiting. The status test only filters (IS TRUE), as in WaitStateWrite.
 SELECT * FROM execution_wait_states
-WHERE execution_id = @execution_id::uuid AND status = 'waiting'
+WHERE execution_id = @execution_id::uuid AND (status = 'waiting') IS TRUE
 ORDER BY created_at, id;
 
 -- name: WaitStateListOpenByExecutions :many
--- WaitStateListOpenByExecution for the executions of sent events decided together.
+-- WaitStateListOpenByExecution for the executions of sent events decided together. The
+-- status test only filters the executions' waits (IS TRUE), as in WaitStateWrite.
 SELECT * FROM execution_wait_states
-WHERE execution_id = ANY(@execution_ids::uuid[]) AND status = 'waiting'
+WHERE execution_id = ANY(@execution_ids::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id;
 
 -- name: WaitStateListByMatchKeys :many
