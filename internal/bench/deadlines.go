@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,24 +49,19 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		return DeadlineResult{}, err
 	}
 	defer pool.Close()
-	far := time.Now().Add(24 * time.Hour)
 	kind, waitCols := "events", `'events', NULL, 'waiting'`
 	if timers {
 		kind, waitCols = "timers", `'timer', '{"for":"4s"}', 'scheduled'`
 	}
-	parkStart := time.Now()
-	if err := parkBare(ctx, pool, "bench-deadlines", due, far, waitCols); err != nil {
-		return DeadlineResult{}, err
-	}
 	// The shared deadline must still be ahead once the rows carry it and are vacuumed,
 	// which takes about as long again as inserting them did (every row and its deadline
 	// index entry are rewritten): twice the insert time ahead, at least 4 s, so that a
-	// loaded machine does not fail the part.
-	deadline := time.Now().Add(max(4*time.Second, 2*time.Since(parkStart))).UTC().Truncate(time.Microsecond)
-	if _, err := pool.Exec(ctx, `UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`, deadline); err != nil {
-		return DeadlineResult{}, err
-	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE execution_wait_states`); err != nil {
+	// loaded machine does not fail the part. The park's own time is known only after it,
+	// so the rows carry a far deadline first (parkDue).
+	deadline, err := parkDue(ctx, pool, due, waitCols, func(parked time.Duration) time.Time {
+		return time.Now().Add(max(4*time.Second, 2*parked))
+	})
+	if err != nil {
 		return DeadlineResult{}, err
 	}
 	if time.Until(deadline) < time.Second {
@@ -113,7 +109,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	secs := last.Sub(deadline).Seconds()
 	var floor time.Duration
 	if !timers {
-		if floor, err = statusFloor(ctx, pool, batch, workers); err != nil {
+		if floor, err = statusFloor(ctx, pool, due, batch, workers); err != nil {
 			return DeadlineResult{}, fmt.Errorf("floor: %w", err)
 		}
 	}
@@ -123,23 +119,56 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	}, nil
 }
 
-// statusFloor puts the swept waits and their nodes back as they were parked, empties the
-// run queue, vacuums all three as the sweep found them (fresh, without dead rows), then
-// times the bare writes of every decision: set-based statements of batch waits each,
-// workers of them in flight, as the sweeper runs its transactions.
-func statusFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
+// statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so
+// that the floor writes rows in the same state — pages as full, indexes as large, the
+// run queue as empty — then times the bare writes of every decision: set-based statements
+// of batch waits each, workers of them in flight, as the sweeper runs its transactions.
+func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers int) (time.Duration, error) {
+	if _, err := parkDue(ctx, pool, due, `'events', NULL, 'waiting'`, func(time.Duration) time.Time {
+		return time.Now().Add(-time.Second)
+	}); err != nil {
+		return 0, err
+	}
+	return timeoutFloor(ctx, pool, batch, workers)
+}
+
+// timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt).
+func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
+	return batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+}
+
+// parkDue empties the schema's executions (and with them every row that belongs to
+// one), then parks n waits as registering writes them (parkBare), waitCols giving their
+// wait_type, timer and status, all due at the deadline at returns given how long the
+// park took. The rows are parked with a far deadline, then given theirs by one update,
+// and the tables vacuumed and analyzed, as autovacuum would leave them. CHECKPOINT needs
+// a superuser or the pg_checkpoint role, as the bench's default URL has.
+func parkDue(ctx context.Context, pool *pgxpool.Pool, n int, waitCols string, at func(parked time.Duration) time.Time) (time.Time, error) {
+	if _, err := pool.Exec(ctx, `TRUNCATE executions, workflows CASCADE`); err != nil {
+		return time.Time{}, err
+	}
+	start := time.Now()
+	if err := parkBare(ctx, pool, "bench-deadlines", n, time.Now().Add(24*time.Hour), waitCols); err != nil {
+		return time.Time{}, err
+	}
+	deadline := at(time.Since(start)).UTC().Truncate(time.Microsecond)
 	for _, q := range []string{
-		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
-		     next_deadline_at = now() - interval '1 second'`,
-		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL`,
-		`DELETE FROM run_queue`,
-		`VACUUM ANALYZE execution_wait_states, node_executions, run_queue`,
+		`UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`,
+		`VACUUM ANALYZE executions, node_executions, execution_wait_states, run_queue`,
+		// What the park wrote is flushed before the clock starts, so that the sweep and
+		// the floor both begin right after a checkpoint, not wherever the server's own
+		// checkpoints happen to fall among them.
+		`CHECKPOINT`,
 	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			return 0, err
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{deadline}
+		}
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			return time.Time{}, err
 		}
 	}
-	return batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+	return deadline, nil
 }
 
 // timeoutFloorStmt writes the three rows of a parked wait timing out under onTimeout fail
