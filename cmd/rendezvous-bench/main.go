@@ -84,7 +84,7 @@ func main() {
 	flag.DurationVar(&o.lookback, "match-lookback", 10*time.Minute, "(m) lookback of the small run's second pass, which also keeps and takes as many early records; 0 skips it")
 	flag.IntVar(&o.peerFlows, "peer-workflows", 2000, "(p) workflows each system parks and then delivers one event to, per round and number of senders")
 	peerSenders := flag.String("peer-senders", "8,64", "(p) concurrent starters and senders, comma-separated; each number is a run of both systems per round")
-	flag.IntVar(&o.peerRounds, "peer-rounds", 3, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
+	flag.IntVar(&o.peerRounds, "peer-rounds", 5, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")

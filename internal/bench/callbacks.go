@@ -82,11 +82,16 @@ func startCallbacks(ctx context.Context, url string, logger *slog.Logger) (*call
 	return rig, nil
 }
 
-// park parks n API-only waits (see parkClones) and returns their ids. The template's
+// park parks n API-only waits (see parkClones), settles the tables as the floor's are,
+// and returns their ids. The template's
 // call reaches the fake service, which accepts it; the clones' calls count as already
 // sent, as after the outbox delivered them.
 func (r *callbackRig) park(ctx context.Context, n int) ([]waitIDs, error) {
-	return parkClones(ctx, r.svc, callbackWorkflow, n, false)
+	ids, err := parkClones(ctx, r.svc, callbackWorkflow, n, false)
+	if err != nil {
+		return nil, err
+	}
+	return ids, settle(ctx, r.svc.Pool())
 }
 
 // send posts w's callback and checks that it was correlated.

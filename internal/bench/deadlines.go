@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -141,8 +140,7 @@ func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (
 // one), then parks n waits as registering writes them (parkBare), waitCols giving their
 // wait_type, timer and status, all due at the deadline at returns given how long the
 // park took. The rows are parked with a far deadline, then given theirs by one update,
-// and the tables vacuumed and analyzed, as autovacuum would leave them. CHECKPOINT needs
-// a superuser or the pg_checkpoint role, as the bench's default URL has.
+// and the tables settled (vacuumed, analyzed, checkpointed).
 func parkDue(ctx context.Context, pool *pgxpool.Pool, n int, waitCols string, at func(parked time.Duration) time.Time) (time.Time, error) {
 	if _, err := pool.Exec(ctx, `TRUNCATE executions, workflows CASCADE`); err != nil {
 		return time.Time{}, err
@@ -152,23 +150,10 @@ func parkDue(ctx context.Context, pool *pgxpool.Pool, n int, waitCols string, at
 		return time.Time{}, err
 	}
 	deadline := at(time.Since(start)).UTC().Truncate(time.Microsecond)
-	for _, q := range []string{
-		`UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`,
-		`VACUUM ANALYZE executions, node_executions, execution_wait_states, run_queue`,
-		// What the park wrote is flushed before the clock starts, so that the sweep and
-		// the floor both begin right after a checkpoint, not wherever the server's own
-		// checkpoints happen to fall among them.
-		`CHECKPOINT`,
-	} {
-		var args []any
-		if strings.Contains(q, "$1") {
-			args = []any{deadline}
-		}
-		if _, err := pool.Exec(ctx, q, args...); err != nil {
-			return time.Time{}, err
-		}
+	if _, err := pool.Exec(ctx, `UPDATE execution_wait_states SET expires_at = $1, next_deadline_at = $1`, deadline); err != nil {
+		return time.Time{}, err
 	}
-	return deadline, nil
+	return deadline, settle(ctx, pool)
 }
 
 // timeoutFloorStmt writes the three rows of a parked wait timing out under onTimeout fail

@@ -44,7 +44,7 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	if err := parkBare(ctx, pool, "bench-floor", events, time.Now().Add(24*time.Hour), `'events', NULL, 'waiting'`); err != nil {
 		return FloorResult{}, err
 	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE executions, node_executions, execution_wait_states`); err != nil {
+	if err := settle(ctx, pool); err != nil {
 		return FloorResult{}, err
 	}
 	stmt := eventFloorStmt
@@ -57,6 +57,24 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	}
 	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
 		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds()}, nil
+}
+
+// settle leaves the tables the event paths write as a measured phase should find them,
+// the same for the service and for its floor: vacuumed and analyzed, as autovacuum leaves
+// freshly parked rows (hint bits set, statistics taken), then checkpointed, so that no
+// phase pays for the dirty pages of the one before, nor for the full-page images that
+// follow a checkpoint of the server's own falling inside it. CHECKPOINT needs a superuser
+// or the pg_checkpoint role, as the bench's default URL has.
+func settle(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, q := range []string{
+		`VACUUM ANALYZE executions, node_executions, execution_wait_states, run_queue`,
+		`CHECKPOINT`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+	}
+	return nil
 }
 
 // eventFloorStmt writes the three rows of an event completing a wait.

@@ -137,12 +137,16 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 // waitIDs names one parked wait.
 type waitIDs struct{ exec, corr uuid.UUID }
 
-// park parks n Kafka-only waits (see parkClones) and returns their ids. Only this run's
+// park parks n Kafka-only waits (see parkClones), settles the tables as the floor's are,
+// and returns their ids. Only this run's
 // waits are returned, so rows already in the table (other runs, the million filler
 // waits) are never addressed.
 func (r *kafkaRig) park(ctx context.Context, n int) ([]waitIDs, error) {
 	ids, err := parkClones(ctx, r.svc, benchWorkflow, n, false)
 	if err != nil {
+		return nil, err
+	}
+	if err := settle(ctx, r.svc.Pool()); err != nil {
 		return nil, err
 	}
 	// The consumer joins its group and is assigned the topic meanwhile; leave it time to
