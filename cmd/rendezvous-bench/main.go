@@ -57,6 +57,7 @@ type options struct {
 	peerFlows    int
 	peerSenders  []int
 	peerRounds   int
+	dueRounds    int
 	only         map[string]bool
 	out          string
 }
@@ -72,6 +73,7 @@ func main() {
 	flag.DurationVar(&o.baselineFor, "baseline-duration", 5*time.Second, "(a) how long the baseline loop runs")
 	flag.IntVar(&o.rounds, "kafka-rounds", 3, "(b, f) rounds of Kafka runs — tracing off, tracing on, tracing on with the filled table — the median of each is reported")
 	flag.IntVar(&o.due, "due", 100000, "(e) waits whose deadline falls at the same moment")
+	flag.IntVar(&o.dueRounds, "deadline-rounds", 3, "(e) runs of the deadline burst, each with its floor; each figure is the median of its runs")
 	flag.IntVar(&o.sweepWorkers, "sweep-workers", aggregator.SweepWorkersDefault, "(e) sweeper transactions in flight")
 	flag.IntVar(&o.sweepBatch, "sweep-batch", aggregator.SweepBatchDefault, "(e) due waits decided per sweeper transaction")
 	flag.IntVar(&o.filled, "filled", 1000000, "(f) waiting rows of other executions in the table")
@@ -91,6 +93,7 @@ func main() {
 	flag.Parse()
 	o.rounds = max(o.rounds, 1)
 	o.peerRounds = max(o.peerRounds, 1)
+	o.dueRounds = max(o.dueRounds, 1)
 	for f := range strings.SplitSeq(*peerSenders, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || c < 1 {
@@ -166,6 +169,8 @@ type results struct {
 	KafkaLatency    bench.LatencyResult  `json:"kafka_latency"`
 	CallbackLatency bench.LatencyResult  `json:"callback_latency"`
 	Deadlines       bench.DeadlineResult `json:"deadlines"`
+	// DeadlineRuns are the runs Deadlines is the median of.
+	DeadlineRuns []bench.DeadlineResult `json:"deadline_runs"`
 	// DeadlineRatio: timed-out waits per second against the baseline's updates per second.
 	DeadlineRatio float64 `json:"deadlines_to_baseline"`
 	// Timers: the same burst of wait-node timers resuming.
@@ -355,14 +360,19 @@ func run(ctx context.Context, o options) error {
 	}
 
 	if o.runs("deadlines") {
-		s, err := newSchema()
-		if err != nil {
-			return err
+		for range o.dueRounds {
+			s, err := newSchema()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("(e) deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", o.due, o.sweepWorkers)
+			d, err := bench.Deadlines(ctx, s.URL, o.due, o.sweepWorkers, o.sweepBatch, false, logger)
+			if err != nil {
+				return fmt.Errorf("deadlines: %w", err)
+			}
+			r.DeadlineRuns = append(r.DeadlineRuns, d)
 		}
-		fmt.Printf("(e) deadlines: %d waits due at the same moment, %d sweeper transactions in flight …\n", o.due, o.sweepWorkers)
-		if r.Deadlines, err = bench.Deadlines(ctx, s.URL, o.due, o.sweepWorkers, o.sweepBatch, false, logger); err != nil {
-			return fmt.Errorf("deadlines: %w", err)
-		}
+		r.Deadlines = bench.MedianDeadlines(r.DeadlineRuns)
 		r.DeadlineRatio = r.Deadlines.PerSecond / r.Baseline.PerSecond
 	}
 	if o.runs("timers") {

@@ -281,3 +281,19 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, swept, snapshot())
 }
+
+// TestMedianDeadlines: each figure is the median of its own runs, not one run's.
+func TestMedianDeadlines(t *testing.T) {
+	run := func(p99 time.Duration, floor float64) DeadlineResult {
+		return DeadlineResult{Kind: "events", Due: 10, Lateness: Latencies{P50: p99 / 2, P99: p99, Max: p99 + time.Second},
+			Seconds: p99.Seconds(), PerSecond: 10 / p99.Seconds(), FloorSeconds: floor}
+	}
+	got := MedianDeadlines([]DeadlineResult{run(5*time.Second, 2), run(7*time.Second, 4), run(6*time.Second, 3.5)})
+	require.Equal(t, 6*time.Second, got.Lateness.P99)
+	require.Equal(t, 3*time.Second, got.Lateness.P50)
+	require.Equal(t, 7*time.Second, got.Lateness.Max)
+	require.Equal(t, 3.5, got.FloorSeconds)
+	require.Equal(t, 6.0, got.Seconds)
+	require.Equal(t, "events", got.Kind)
+	require.Zero(t, MedianDeadlines(nil).Due)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +117,35 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
 		Lateness: Summarise(lateness), FloorSeconds: floor.Seconds(),
 	}, nil
+}
+
+// MedianDeadlines is each figure of runs at its median: the lateness percentiles, the
+// sweep's time and rate, and the floor's time, each over the runs separately.
+func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
+	if len(runs) == 0 {
+		return DeadlineResult{}
+	}
+	med := func(f func(DeadlineResult) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	medD := func(f func(DeadlineResult) time.Duration) time.Duration {
+		return time.Duration(med(func(r DeadlineResult) float64 { return float64(f(r)) }))
+	}
+	out := runs[0]
+	out.Seconds = med(func(r DeadlineResult) float64 { return r.Seconds })
+	out.PerSecond = med(func(r DeadlineResult) float64 { return r.PerSecond })
+	out.FloorSeconds = med(func(r DeadlineResult) float64 { return r.FloorSeconds })
+	out.Lateness = Latencies{
+		P50: medD(func(r DeadlineResult) time.Duration { return r.Lateness.P50 }),
+		P99: medD(func(r DeadlineResult) time.Duration { return r.Lateness.P99 }),
+		Max: medD(func(r DeadlineResult) time.Duration { return r.Lateness.Max }),
+	}
+	return out
 }
 
 // statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so
