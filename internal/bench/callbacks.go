@@ -83,9 +83,8 @@ func startCallbacks(ctx context.Context, url string, logger *slog.Logger) (*call
 }
 
 // park parks n API-only waits (see parkClones), settles the tables as the floor's are,
-// and returns their ids. The template's
-// call reaches the fake service, which accepts it; the clones' calls count as already
-// sent, as after the outbox delivered them.
+// and returns their ids. The template's call reaches the fake service, which accepts
+// it; the clones' calls count as already sent, as after the outbox delivered them.
 func (r *callbackRig) park(ctx context.Context, n int) ([]waitIDs, error) {
 	ids, err := parkClones(ctx, r.svc, callbackWorkflow, n, false)
 	if err != nil {

@@ -61,10 +61,12 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 
 // settle leaves the tables the event paths write as a measured phase should find them,
 // the same for the service and for its floor: vacuumed and analyzed, as autovacuum leaves
-// freshly parked rows (hint bits set, statistics taken), then checkpointed, so that no
-// phase pays for the dirty pages of the one before, nor for the full-page images that
-// follow a checkpoint of the server's own falling inside it. CHECKPOINT needs a superuser
-// or the pg_checkpoint role, as the bench's default URL has.
+// freshly parked rows (hint bits set, statistics taken), then checkpointed. Every phase
+// so starts at the same point of the checkpoint cycle: none pays for the dirty pages of
+// the one before, a checkpoint of the server's own rarely falls inside one, and each pays
+// the full-page image of every page it first changes, as events do that arrive a
+// checkpoint after their waits were parked. CHECKPOINT needs a superuser or the
+// pg_checkpoint role, as the bench's default URL has.
 func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, q := range []string{
 		`VACUUM ANALYZE executions, node_executions, execution_wait_states, run_queue`,

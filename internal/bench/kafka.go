@@ -138,9 +138,8 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 type waitIDs struct{ exec, corr uuid.UUID }
 
 // park parks n Kafka-only waits (see parkClones), settles the tables as the floor's are,
-// and returns their ids. Only this run's
-// waits are returned, so rows already in the table (other runs, the million filler
-// waits) are never addressed.
+// and returns their ids. Only this run's waits are returned, so rows already in the
+// table (other runs, the million filler waits) are never addressed.
 func (r *kafkaRig) park(ctx context.Context, n int) ([]waitIDs, error) {
 	ids, err := parkClones(ctx, r.svc, benchWorkflow, n, false)
 	if err != nil {

@@ -172,9 +172,9 @@ type peerRunner interface {
 func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSide, error) {
 	side := PeerSide{System: sys.name(), Senders: c}
 	p := sys.probe()
-	// Each side starts right after a checkpoint, so that neither pays for the other's
-	// dirty pages, nor for full-page images after one of the server's own checkpoints
-	// that happened to fall in its run.
+	// Each side starts right after a checkpoint, at the same point of the checkpoint
+	// cycle: neither pays for the other's dirty pages, and a checkpoint of the server's
+	// own rarely falls inside either.
 	if _, err := p.conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		return side, fmt.Errorf("checkpoint: %w", err)
 	}
