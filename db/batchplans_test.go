@@ -13,7 +13,6 @@ package db_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -83,16 +82,12 @@ SELECT id, 'wait', 'resume' FROM executions;`)
 			t.Run(fmt.Sprintf("%s, analyzed %v", st.name, analyzed), func(t *testing.T) {
 				q, ok := dbtest.Queries(t, st.file)[st.name]
 				require.True(t, ok, "no query %s in %s", st.name, st.file)
-				prepared, params := positional(q)
+				prepared, params := dbtest.Positional(q)
 				name := fmt.Sprintf("s%d_%v", i, analyzed)
 				_, err := conn.Exec(ctx, "PREPARE "+name+" AS "+prepared)
 				require.NoError(t, err)
 				nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-				var raw []byte
-				require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+nulls+")").Scan(&raw))
-				var plans []map[string]any
-				require.NoError(t, json.Unmarshal(raw, &plans))
-				nodes := dbtest.PlanNodes(plans[0]["Plan"].(map[string]any))
+				nodes := dbtest.Explain(t, conn, "EXECUTE "+name+"("+nulls+")")
 				for _, n := range nodes {
 					require.False(t, seqScan.MatchString(n), "scans a whole table: %v", nodes)
 					for _, idx := range statusIndexes {
@@ -102,20 +97,4 @@ SELECT id, 'wait', 'resume' FROM executions;`)
 			})
 		}
 	}
-}
-
-// positional numbers a query's sqlc parameters $1, $2, … in order of first use, as sqlc
-// does, and returns how many there are.
-func positional(query string) (string, int) {
-	arg := regexp.MustCompile(`sqlc\.narg\((\w+)\)|@(\w+)`)
-	index := map[string]int{}
-	out := arg.ReplaceAllStringFunc(query, func(m string) string {
-		sub := arg.FindStringSubmatch(m)
-		name := sub[1] + sub[2]
-		if _, ok := index[name]; !ok {
-			index[name] = len(index) + 1
-		}
-		return fmt.Sprintf("$%d", index[name])
-	})
-	return out, len(index)
 }

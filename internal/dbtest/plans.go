@@ -1,12 +1,17 @@
 package dbtest
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Tests of query plans read the statements as db/queries writes them, so that a plan
@@ -50,6 +55,37 @@ func Bind(query string, args map[string]string) string {
 		}
 		return "NULL"
 	})
+}
+
+// Positional numbers a query's sqlc parameters $1, $2, … in order of first use, as sqlc
+// does, and returns how many there are: the statement a pool prepares, whose generic plan
+// cannot see the values.
+func Positional(query string) (string, int) {
+	index := map[string]int{}
+	out := sqlcArg.ReplaceAllStringFunc(query, func(m string) string {
+		sub := sqlcArg.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
+		if _, ok := index[name]; !ok {
+			index[name] = len(index) + 1
+		}
+		return fmt.Sprintf("$%d", index[name])
+	})
+	return out, len(index)
+}
+
+// Explain returns the plan PostgreSQL gives statement (anything EXPLAIN takes) on conn,
+// flattened by PlanNodes.
+func Explain(tb testing.TB, conn *pgx.Conn, statement string) []string {
+	tb.Helper()
+	var raw []byte
+	if err := conn.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+statement).Scan(&raw); err != nil {
+		tb.Fatalf("explain: %v", err)
+	}
+	var plans []map[string]any
+	if err := json.Unmarshal(raw, &plans); err != nil {
+		tb.Fatalf("explain: %v", err)
+	}
+	return PlanNodes(plans[0]["Plan"].(map[string]any))
 }
 
 // PlanNodes flattens an EXPLAIN (FORMAT JSON) plan into "Node Type on relation using

@@ -9,7 +9,6 @@ package lists_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -82,11 +81,7 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 		t.Run(tt.name, func(t *testing.T) {
 			q, ok := queries[tt.query]
 			require.True(t, ok, "no query %s in operator.sql", tt.query)
-			var raw []byte
-			require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+dbtest.Bind(q, tt.args)).Scan(&raw))
-			var plans []map[string]any
-			require.NoError(t, json.Unmarshal(raw, &plans))
-			nodes := dbtest.PlanNodes(plans[0]["Plan"].(map[string]any))
+			nodes := dbtest.Explain(t, conn, dbtest.Bind(q, tt.args))
 			require.Equal(t, "Limit", nodes[0], "%v", nodes)
 			usesIndex := false
 			for _, n := range nodes {
@@ -109,11 +104,7 @@ ANALYZE workflows; ANALYZE executions; ANALYZE execution_wait_states;`)
 		claim := dbtest.Bind(dbtest.Queries(t, "wait_states.sql")["WaitStateClaimDue"], map[string]string{"now": "$1", "max": "$2"})
 		_, err = conn.Exec(ctx, "PREPARE claim_due (timestamptz, integer) AS "+claim)
 		require.NoError(t, err)
-		var raw []byte
-		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE claim_due (now(), 2000)").Scan(&raw))
-		var plans []map[string]any
-		require.NoError(t, json.Unmarshal(raw, &plans))
-		nodes := dbtest.PlanNodes(plans[0]["Plan"].(map[string]any))
+		nodes := dbtest.Explain(t, conn, "EXECUTE claim_due (now(), 2000)")
 		require.Contains(t, nodes, "Index Scan on execution_wait_states using idx_execution_wait_states_next_deadline", "%v", nodes)
 		for _, n := range nodes {
 			require.NotContains(t, n, "Seq Scan", "%v", nodes)
