@@ -372,9 +372,9 @@ func (a *Aggregator) commitGroup(group []*member[Event, Result]) {
 	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []Result
-	err := a.groupTx(ctx, func(tx pgx.Tx, _ *db.Pipeline) error {
+	err := a.groupTx(ctx, func(tx pgx.Tx, _, atCommit *db.Pipeline) error {
 		var err error
-		results, err = a.ApplyBatch(ctx, tx, events)
+		results, err = a.applyEvents(ctx, tx, events, atCommit)
 		return err
 	})
 	if len(group) > 1 && db.IsRefusedData(err) {

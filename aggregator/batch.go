@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
@@ -29,6 +30,12 @@ import (
 // wait they reach, and folded back into one Result each. Events that applied nowhere are
 // recorded in unmatched_events, with why, in the same transaction.
 func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]Result, error) {
+	return a.applyEvents(ctx, tx, events, nil)
+}
+
+// applyEvents is ApplyBatch; atCommit, when not nil, is the pipeline sent with tx's
+// COMMIT, where the continuations' writes go (continueEnded).
+func (a *Aggregator) applyEvents(ctx context.Context, tx pgx.Tx, events []Event, atCommit *db.Pipeline) ([]Result, error) {
 	for _, ev := range events {
 		if err := CheckStorable(ev.Payload); err != nil {
 			return nil, err
@@ -40,7 +47,7 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	}
 	var results []Result
 	if len(expanded) > 0 {
-		if results, err = a.applyBatch(ctx, tx, expanded, true, nil); err != nil {
+		if results, err = a.applyBatch(ctx, tx, expanded, true, nil, atCommit); err != nil {
 			return nil, err
 		}
 	}
@@ -61,8 +68,10 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 // rows, when not nil, are the events' waits as the caller already read them in tx (every
 // event's wait among them): they are decided from there instead of being read again, one
 // round trip less. Each write is fenced by the version read, so a wait changed since is
-// decided again one event at a time, as after any missed fence.
-func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool, rows []dbsqlc.ExecutionWaitState) ([]Result, error) {
+// decided again one event at a time, as after any missed fence. atCommit, when not nil,
+// is the pipeline sent with tx's COMMIT, where the continuations' writes go
+// (continueEnded).
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool, rows []dbsqlc.ExecutionWaitState, atCommit *db.Pipeline) ([]Result, error) {
 	results := make([]Result, len(events))
 	if rows == nil {
 		var err error
@@ -111,9 +120,14 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 	}
 	// Rows are locked in id order, so concurrent batches cannot deadlock each other.
 	slices.SortFunc(dirty, func(x, y *wait) int { return slices.Compare(x.row.ID[:], y.row.ID[:]) })
+	if len(slow) > 0 {
+		// Events decided one by one after the write may touch the executions it continues:
+		// the continuation's writes must reach the server before them, not with the COMMIT.
+		atCommit = nil
+	}
 	if len(dirty) > 0 {
 		fused := continuing && a.cfg.Continuer != nil
-		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused); err != nil {
+		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused, atCommit); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +192,7 @@ func (a *Aggregator) decideOneByOne(ctx context.Context, tx pgx.Tx, events []Eve
 // otherwise their continuations are queued. The events of waits whose fence missed are
 // appended to slow, to be decided again one by one.
 func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, loaded map[*wait]int64, touched map[*wait][]int,
-	results []Result, slow []int, fused bool,
+	results []Result, slow []int, fused bool, atCommit *db.Pipeline,
 ) ([]int, error) {
 	ws := make([]waitWrite, 0, len(dirty))
 	var completing []uuid.UUID
@@ -199,7 +213,7 @@ func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, l
 	var out []written
 	var err error
 	if fused && len(completing) > 0 {
-		out, fused, err = a.continueEnded(ctx, tx, completing, ws)
+		out, fused, err = a.continueEnded(ctx, tx, completing, ws, atCommit)
 	} else {
 		fused = false
 		err = a.writeWaits(ctx, ws, &out)(tx)

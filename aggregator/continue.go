@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,7 +95,15 @@ func (a *Aggregator) MarkResumed(ctx context.Context, execIDs []uuid.UUID, nodeI
 // statement, behind the same fences: a continuation that cannot run never holds up the
 // events. It returns the waits written (their fences held) and whether those that ended
 // were continued here.
-func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, ws []waitWrite) (out []written, continued bool, err error) {
+//
+// atCommit, when not nil, is the pipeline sent with tx's COMMIT (db.TxLast): when every
+// fence held, the continuation's writes are queued there instead of taking a round trip
+// of their own, and nothing after them in tx touches the executions they continue.
+// A write that fails there can no longer be undone to the savepoint: it fails the whole
+// transaction, with an error continuedAtCommit recognises, and the caller decides the
+// events again in a new transaction with atCommit nil, where the same failure queues the
+// continuations instead (decideGroup).
+func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, ws []waitWrite, atCommit *db.Pipeline) (out []written, continued bool, err error) {
 	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs)
 	var p db.Pipeline
 	p.Queue(c.LockExecutions)
@@ -111,7 +120,17 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 	if len(ended) == 0 {
 		return out, false, nil // every fence missed; the savepoint ends with the transaction
 	}
+	if len(out) < len(ws) {
+		// A fence missed: its events are decided again one by one after this, and must
+		// find the continuation's writes done (see applyBatch).
+		atCommit = nil
+	}
 	committed, err := c.Continue(ctx, tx, &p, ended)
+	if err == nil && atCommit != nil {
+		p.MoveTo(atCommit, func(err error) error { return continuedAtCommitError{err} })
+		db.AfterCommit(tx, committed)
+		return out, true, nil
+	}
 	if err == nil {
 		p.Queue(func(d dbsqlc.DBTX) error {
 			_, err := d.Exec(ctx, "RELEASE SAVEPOINT continuation")
@@ -140,6 +159,21 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 		return nil, false, err
 	}
 	return out, false, nil
+}
+
+// continuedAtCommitError is the failure of a continuation's write sent with the COMMIT.
+type continuedAtCommitError struct{ err error }
+
+func (e continuedAtCommitError) Error() string { return "continuation at commit: " + e.err.Error() }
+func (e continuedAtCommitError) Unwrap() error { return e.err }
+
+// continuedAtCommit reports whether err is a transaction's failure on a continuation's
+// write sent with its COMMIT (see continueEnded): the transaction rolled back whole, and
+// deciding its events again with the continuation's writes sent before the COMMIT
+// queues the continuations if they fail again, instead of failing the events.
+func continuedAtCommit(err error) bool {
+	var c continuedAtCommitError
+	return errors.As(err, &c)
 }
 
 // wakeContinuations announces continuations queued by a committed transaction. It runs

@@ -118,10 +118,28 @@ func groupContext[I, O any](group []*member[I, O]) (context.Context, context.Can
 // groupTx runs fn in one transaction, again when it hits a deadlock or serialization
 // failure, at most groupAttempts times. What fn queues on last is sent with the COMMIT
 // (db.TxLast): a group's audit rows, known only once its members are decided, cost no
-// round trip of their own.
-func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last *db.Pipeline) error) error {
+// round trip of their own. atCommit is where fn's continuations send their writes
+// (continueEnded): last as well, so that continuing the executions costs no round trip
+// either, until an attempt fails on one of those writes; the group is then decided again
+// with atCommit nil, where the same failure queues the continuations instead of failing
+// the group.
+func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last, atCommit *db.Pipeline) error) error {
+	continueAtCommit := true
 	for attempt := 1; ; attempt++ {
-		err := db.TxLast(ctx, a.pool, fn)
+		err := db.TxLast(ctx, a.pool, func(tx pgx.Tx, last *db.Pipeline) error {
+			atCommit := last
+			if !continueAtCommit {
+				atCommit = nil
+			}
+			return fn(tx, last, atCommit)
+		})
+		if continueAtCommit && continuedAtCommit(err) {
+			a.logger.WarnContext(ctx, "a continuation's write failed with the commit; deciding the group again, its continuations written first",
+				"err", err, "instance_id", a.cfg.InstanceID)
+			continueAtCommit = false
+			attempt--
+			continue
+		}
 		if err == nil || !db.IsRetryable(err) || attempt == groupAttempts {
 			return err
 		}

@@ -115,9 +115,9 @@ func (a *Aggregator) commitSends(group []*member[Sent, SendResult]) {
 	ctx, cancel := groupContext(group)
 	defer cancel()
 	var results []SendResult
-	err := a.groupTx(ctx, func(tx pgx.Tx, last *db.Pipeline) error {
+	err := a.groupTx(ctx, func(tx pgx.Tx, last, atCommit *db.Pipeline) error {
 		var err error
-		if results, err = a.sendTxs(ctx, tx, sends); err != nil {
+		if results, err = a.sendTxs(ctx, tx, sends, atCommit); err != nil {
 			return err
 		}
 		changes := make([]audit.Change, len(group))
@@ -172,7 +172,7 @@ func sentDeliveries(results []SendResult) []Result {
 // locks keep the order every writer takes — as long as a caller sending several events
 // in one transaction sends them in execution id order (the consumer does).
 func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult, error) {
-	results, err := a.sendTxs(ctx, tx, []Sent{s})
+	results, err := a.sendTxs(ctx, tx, []Sent{s}, nil)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -192,8 +192,9 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 // in id order, in the round trip that reads their open waits; the events for waits are
 // decided from those rows and written together (applyBatch), the executions of the waits they complete
 // continued in tx; the others are buffered; the unmatched rows of all are written with
-// one statement.
-func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendResult, error) {
+// one statement. atCommit, when not nil, is the pipeline sent with tx's COMMIT, where the
+// continuations' writes go (continueEnded).
+func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit *db.Pipeline) ([]SendResult, error) {
 	sends := slices.Clone(in)
 	ids := make([]uuid.UUID, len(sends))
 	for i := range sends {
@@ -328,7 +329,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent) ([]SendR
 	if len(events) > 0 {
 		// The waits were read after their executions were locked, in this transaction:
 		// applyBatch decides from them rather than reading them again.
-		deliveries, err := a.applyBatch(ctx, tx, events, true, open)
+		deliveries, err := a.applyBatch(ctx, tx, events, true, open, atCommit)
 		if err != nil {
 			return nil, err
 		}

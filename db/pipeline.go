@@ -34,6 +34,22 @@ func (p *Pipeline) Queue(call func(dbsqlc.DBTX) error) {
 // Len is the number of calls queued.
 func (p *Pipeline) Len() int { return len(p.calls) }
 
+// MoveTo moves p's calls to the end of dst, to be sent with dst's, and empties p. An
+// error one of them meets there is passed through mark, so that whoever sends dst can
+// tell which of its calls failed.
+func (p *Pipeline) MoveTo(dst *Pipeline, mark func(error) error) {
+	for _, call := range p.calls {
+		dst.Queue(func(d dbsqlc.DBTX) error {
+			err := call(d)
+			if err == nil || errors.Is(err, errQueued) {
+				return err
+			}
+			return mark(err)
+		})
+	}
+	p.calls = nil
+}
+
 // errQueued is what a call sees on its first pass: its statement was queued.
 var errQueued = errors.New("statement queued in a pipeline")
 

@@ -2,6 +2,8 @@ package db_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -83,4 +85,71 @@ func TestPipeline(t *testing.T) {
 		require.ErrorContains(t, p.Send(ctx, tx), "queued 2 statements")
 		return nil
 	}))
+}
+
+// TestPipelineMoveTo: calls moved to another pipeline run there, after its own, each
+// reading its own answer; only their errors go through the mark, and the moved-from
+// pipeline is empty.
+func TestPipelineMoveTo(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := context.Background()
+	marked := errors.New("moved")
+	mark := func(err error) error { return fmt.Errorf("%w: %w", marked, err) }
+
+	require.NoError(t, db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		var src, dst db.Pipeline
+		var order []int
+		dst.Queue(func(d dbsqlc.DBTX) error {
+			var n int
+			err := d.QueryRow(ctx, `SELECT 1`).Scan(&n)
+			order = append(order, n)
+			return err
+		})
+		src.Queue(func(d dbsqlc.DBTX) error {
+			var n int
+			err := d.QueryRow(ctx, `SELECT 2`).Scan(&n)
+			order = append(order, n)
+			return err
+		})
+		src.MoveTo(&dst, mark)
+		require.Zero(t, src.Len())
+		require.Equal(t, 2, dst.Len())
+		require.NoError(t, dst.Send(ctx, tx))
+		// Each call is made once to queue and once to read: the answers are 1 then 2.
+		require.Equal(t, []int{0, 0, 1, 2}, order)
+		return nil
+	}))
+
+	err := db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		var src, dst db.Pipeline
+		dst.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, `SELECT 1/0`)
+			return err
+		})
+		src.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, `SELECT 1`)
+			return err
+		})
+		src.MoveTo(&dst, mark)
+		return dst.Send(ctx, tx)
+	})
+	require.ErrorContains(t, err, "division by zero")
+	require.NotErrorIs(t, err, marked, "the failure is the pipeline's own call's")
+
+	err = db.Tx(ctx, pool, func(tx pgx.Tx) error {
+		var src, dst db.Pipeline
+		dst.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, `SELECT 1`)
+			return err
+		})
+		src.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, `SELECT 1/0`)
+			return err
+		})
+		src.MoveTo(&dst, mark)
+		return dst.Send(ctx, tx)
+	})
+	require.ErrorContains(t, err, "division by zero")
+	require.ErrorIs(t, err, marked, "the moved call's failure is marked")
 }

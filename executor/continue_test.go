@@ -105,3 +105,58 @@ func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, lists.WaitView) {
 	stop()
 	return id, ws
 }
+
+// TestContinueWriteFailureWithCommitQueues: a group of callbacks or sent events sends its
+// continuation's writes with its COMMIT. When one of them fails there, the whole
+// transaction rolls back; the group is decided again with the writes sent before the
+// COMMIT, where the same failure goes back to the savepoint and queues the continuation.
+// The event is applied once (version 2, not 3), the caller sees no error, nothing of the
+// failed continuation is left, and the queued one resumes the wait exactly once.
+func TestContinueWriteFailureWithCommitQueues(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"apply", "send"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			var id uuid.UUID
+			var decide func() bool
+			if path == "apply" {
+				var ws lists.WaitView
+				id, ws = h.waitThenAfter(t)
+				decide = func() bool {
+					return h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}) == aggregator.Completed
+				}
+			} else {
+				name := h.put(t, h.workflow("sent-then-after", []obj{
+					sendWait("wait", sendEv("go", "go")),
+					node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+				}, []obj{edge("wait", "after", "")}))
+				stop := h.run(t)
+				id = h.start(t, name, nil)
+				h.waitStatus(t, id, "waiting")
+				stop()
+				decide = func() bool {
+					res := h.send(t, id, "go", obj{}, "")
+					return res.Outcome == aggregator.SendDelivered && res.Queued()
+				}
+			}
+
+			h.ex.SetContinueWriteFault(true)
+			require.True(t, decide(), "the event is delivered and its continuation queued")
+			w := h.waitRow(t, id, "wait")
+			require.Equal(t, string(execstate.WaitCompleted), w.Status)
+			require.EqualValues(t, 2, w.Version, "the event is applied once")
+			require.False(t, w.Resumed, "the failed continuation's mark is undone")
+			require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
+			require.Equal(t, execstate.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
+			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
+
+			h.ex.SetContinueWriteFault(false)
+			h.run(t)
+			h.waitStatus(t, id, "completed")
+			require.Equal(t, 1, h.fake.count("/after"))
+			require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND resumed_by = 'a'`, id))
+			h.requireQueuesEmpty(t, id)
+		})
+	}
+}

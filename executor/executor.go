@@ -203,6 +203,9 @@ type Executor struct {
 
 	// continueFault, set by tests, fails continuations run in the deciding transaction.
 	continueFault func() error
+	// continueWriteFault, set by tests, adds to the writes of those continuations one
+	// the server refuses.
+	continueWriteFault bool
 }
 
 type defKey struct {

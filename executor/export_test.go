@@ -64,3 +64,7 @@ func (e *Executor) ExpireQueueSnapshot() {
 // SetContinueFault has every continuation run in an aggregator's transaction fail with
 // what f returns (nil: succeed), after it has done its work.
 func (e *Executor) SetContinueFault(f func() error) { e.continueFault = f }
+
+// SetContinueWriteFault has every continuation run in an aggregator's transaction add to
+// its writes one the server refuses (a division by zero), wherever they are sent.
+func (e *Executor) SetContinueWriteFault(on bool) { e.continueWriteFault = on }

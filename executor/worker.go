@@ -597,6 +597,12 @@ func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeli
 	if err != nil {
 		return nil, err
 	}
+	if e.continueWriteFault {
+		p.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, "SELECT 1/0")
+			return err
+		})
+	}
 	if e.continueFault != nil {
 		if err := p.Send(ctx, tx); err != nil {
 			return nil, err
