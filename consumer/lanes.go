@@ -53,19 +53,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (map[tp]hold
 		}
 		return failed, nil
 	}
-	// Partitions are spread over lanes applied side by side, each on its own
-	// connection; a partition stays in one lane, so its order is kept.
-	lanes := make([][]*kgo.Record, c.cfg.Lanes)
-	laneOf := map[tp]int{}
-	for _, r := range recs {
-		p := tp{r.Topic, r.Partition}
-		l, ok := laneOf[p]
-		if !ok {
-			l = len(laneOf) % c.cfg.Lanes
-			laneOf[p] = l
-		}
-		lanes[l] = append(lanes[l], r)
-	}
+	lanes := spreadOverLanes(recs, c.cfg.Lanes)
 	type laneResult struct {
 		failed      map[tp]hold
 		done        map[tp]*kgo.Record
@@ -110,6 +98,41 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) (map[tp]hold
 	}
 	c.setHealth(ctx, unavailable)
 	return failed, done
+}
+
+// spreadOverLanes splits a poll's records into n lanes, applied side by side, each on
+// its own connection. A partition stays in one lane, so its records keep their order.
+// The poll waits for its slowest lane, so the lanes are balanced by records: the
+// partitions, most records first, each go to the lane holding the fewest so far.
+func spreadOverLanes(recs []*kgo.Record, n int) [][]*kgo.Record {
+	count := map[tp]int{}
+	var parts []tp // in order of first record, for ties
+	for _, r := range recs {
+		p := tp{r.Topic, r.Partition}
+		if count[p] == 0 {
+			parts = append(parts, p)
+		}
+		count[p]++
+	}
+	slices.SortStableFunc(parts, func(a, b tp) int { return count[b] - count[a] })
+	load := make([]int, n)
+	laneOf := make(map[tp]int, len(parts))
+	for _, p := range parts {
+		l := 0
+		for i := range load {
+			if load[i] < load[l] {
+				l = i
+			}
+		}
+		laneOf[p] = l
+		load[l] += count[p]
+	}
+	lanes := make([][]*kgo.Record, n)
+	for _, r := range recs {
+		l := laneOf[tp{r.Topic, r.Partition}]
+		lanes[l] = append(lanes[l], r)
+	}
+	return lanes
 }
 
 // processLane applies one lane's records in batches. It returns, per partition, the
