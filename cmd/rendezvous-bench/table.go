@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -15,8 +16,8 @@ type figure struct {
 	// part; lines that explain a part leave it empty.
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
-	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written) or
-	// "tx" (transactions).
+	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written),
+	// "tx" (transactions) or "µs" (of CPU).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Ratio is Value against the baseline's figure of the same kind: its updates per
@@ -69,6 +70,17 @@ func figures(o options, r results) []figure {
 			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
 			v := k.PerSecond / f.PerSecond
 			target(plain("b", "kafka records applied/s, of its floor", v, "×"), "≥ 0.80×", v >= 0.8)
+			if k.CPU != nil && f.CPU != nil {
+				plain("", "kafka CPU per record: PostgreSQL", k.CPU.PostgresUS, "µs")
+				plain("", "kafka CPU per record: replica, broker, producer", k.CPU.ProcessUS, "µs")
+				plain("", "floor CPU per record", f.CPU.TotalUS(), "µs")
+				// What the CPU per record allows: the rate at which it would keep every core
+				// of this machine busy, the database's and the broker's work included, of
+				// the floor's rate. The service cannot go faster than that, however its
+				// work is arranged, unless it spends less per record.
+				ceiling := float64(runtime.NumCPU()) * 1e6 / k.CPU.TotalUS()
+				plain("", "kafka of its floor at most, every core busy", ceiling/f.PerSecond, "×")
+			}
 		}
 		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
 		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)
@@ -191,6 +203,8 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.2f", f.Value)
 	case "rows", "tx":
 		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
+	case "µs":
+		return fmt.Sprintf("%.0f µs", f.Value)
 	default:
 		return fmt.Sprintf("%.0f", f.Value)
 	}

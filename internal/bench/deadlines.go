@@ -163,7 +163,8 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers in
 
 // timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt).
 func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
-	return batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+	took, _, err := batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+	return took, err
 }
 
 // parkDue empties the schema's executions (and with them every row that belongs to

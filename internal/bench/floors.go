@@ -26,6 +26,8 @@ type FloorResult struct {
 	// Seconds is from the first statement to the last commit.
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"per_second"`
+	// CPU is what the writes took per event, when it can be read here.
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
@@ -51,12 +53,12 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	if path == "kafka" {
 		stmt = kafkaFloorStmt
 	}
-	took, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
+	took, cpu, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
 	if err != nil {
 		return FloorResult{}, fmt.Errorf("%s floor: %w", path, err)
 	}
 	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
-		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds()}, nil
+		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds(), CPU: cpu}, nil
 }
 
 // settle leaves the tables the event paths write as a measured phase should find them,
@@ -135,18 +137,20 @@ func GroupBatch(clients, groups, maxGroup int) int {
 func idsOnly(ids []uuid.UUID) []any { return []any{ids} }
 
 // batchedWrites runs stmt over every waiting wait of the schema in id order, batch ids
-// a statement, on workers connections at once, and returns how long they all took. args
-// gives a statement's arguments for its batch of ids (its $1 is the uuid[] of them);
-// they are built before the clock starts.
-func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (time.Duration, error) {
+// a statement, on workers connections at once, and returns how long they all took, and
+// the CPU they took per wait when it can be read here (newCPUMeter). args gives a
+// statement's arguments for its batch of ids (its $1 is the uuid[] of them); they are
+// built before the clock starts.
+func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (time.Duration, *CPUUse, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	meter, _ := newCPUMeter(ctx, pool)
 	batches := make(chan []any, len(ids)/max(batch, 1)+1)
 	for lo := 0; lo < len(ids); lo += batch {
 		batches <- args(ids[lo:min(lo+batch, len(ids))])
@@ -154,6 +158,12 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	close(batches)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
+	var cpuStart cpuReading
+	if meter != nil {
+		if cpuStart, err = meter.read(); err != nil {
+			meter = nil
+		}
+	}
 	start := time.Now()
 	for i := range workers {
 		wg.Add(1)
@@ -168,7 +178,12 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 		}()
 	}
 	wg.Wait()
-	return time.Since(start), errors.Join(errs...)
+	took := time.Since(start)
+	var cpu *CPUUse
+	if meter != nil {
+		cpu, _ = meter.since(cpuStart, len(ids))
+	}
+	return took, cpu, errors.Join(errs...)
 }
 
 // parkBare writes n parked waits of workflow name set-based, as registering writes

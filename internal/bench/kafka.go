@@ -44,6 +44,10 @@ type KafkaResult struct {
 	// ToContinuation is from produce to the continuation (resumed_at, stamped inside its
 	// transaction; the latency runs measure to the commit).
 	ToContinuation Latencies `json:"to_continuation"`
+	// CPU is what the run took per record, from the first produce until every record
+	// was applied, when it can be read here. The process's share holds the embedded
+	// broker and the producer as well as the replica.
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 const (
@@ -197,6 +201,13 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	}
 	others -= len(ids)
 
+	meter, _ := newCPUMeter(ctx, rig.svc.Pool())
+	var cpuStart cpuReading
+	if meter != nil {
+		if cpuStart, err = meter.read(); err != nil {
+			meter = nil
+		}
+	}
 	produced := make(map[uuid.UUID]time.Time, len(ids))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -221,6 +232,10 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	if err := rig.waitApplied(ctx, len(ids)); err != nil {
 		return KafkaResult{}, err
 	}
+	var cpu *CPUUse
+	if meter != nil {
+		cpu, _ = meter.since(cpuStart, len(ids))
+	}
 	times, err := resumeTimes(ctx, rig.svc, ids)
 	if err != nil {
 		return KafkaResult{}, err
@@ -238,7 +253,7 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	secs := last.Sub(start).Seconds()
 	return KafkaResult{
 		Tracing: tracing, Partitions: partitions, Records: len(ids), Seconds: secs, PerSecond: float64(len(ids)) / secs,
-		OtherWaits: others, ToState: Summarise(toState), ToContinuation: Summarise(toCont),
+		OtherWaits: others, ToState: Summarise(toState), ToContinuation: Summarise(toCont), CPU: cpu,
 	}, nil
 }
 

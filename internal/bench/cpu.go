@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// CPUUse is the CPU time a measured phase spent, per event it handled, split between the
+// PostgreSQL server and this process (the service under test, and for the Kafka runs the
+// embedded broker and the producer beside it). On a machine whose cores the phase keeps
+// busy, it is what bounds a rate: a path that needs twice the CPU per event of its floor
+// cannot reach more than half the floor's rate, however its work is arranged.
+type CPUUse struct {
+	// PostgresUS and ProcessUS are microseconds of CPU (user and system) per event.
+	PostgresUS float64 `json:"postgres_us_per_event"`
+	ProcessUS  float64 `json:"process_us_per_event"`
+}
+
+// TotalUS is the CPU per event of both.
+func (c CPUUse) TotalUS() float64 { return c.PostgresUS + c.ProcessUS }
+
+// cpuMeter reads the CPU time of the PostgreSQL server (its postmaster, the live
+// processes it started and those it has reaped) and of this process. It only works
+// when the server runs on this machine and its processes can be read here, as with the
+// bench's default URL; otherwise there is no meter and no CPU figure.
+type cpuMeter struct {
+	postmaster int
+	tick       float64 // seconds per clock tick of /proc
+}
+
+// newCPUMeter finds the server behind pool from one of its backends' process ids.
+func newCPUMeter(ctx context.Context, pool *pgxpool.Pool) (*cpuMeter, error) {
+	var backend int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return nil, err
+	}
+	st, err := readStat(backend)
+	if err != nil {
+		return nil, fmt.Errorf("the server's processes cannot be read here: %w", err)
+	}
+	if !strings.HasPrefix(st.comm, "postgres") {
+		return nil, fmt.Errorf("process %d here is %q, not the server's backend", backend, st.comm)
+	}
+	// USER_HZ: 100 on every Linux this runs on (sysconf(_SC_CLK_TCK) needs cgo).
+	return &cpuMeter{postmaster: st.ppid, tick: 0.01}, nil
+}
+
+// cpuReading is a meter's reading: seconds of CPU so far.
+type cpuReading struct {
+	at                time.Time
+	postgres, process float64
+}
+
+// read sums the server's CPU so far: its postmaster's own and that of the children it
+// has reaped, and that of its live children. A backend that exits between two readings
+// moves from the second sum to the first, so nothing is counted twice.
+func (m *cpuMeter) read() (cpuReading, error) {
+	pm, err := readStat(m.postmaster)
+	if err != nil {
+		return cpuReading{}, err
+	}
+	ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return cpuReading{}, err
+	}
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == m.postmaster {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil || st.ppid != m.postmaster {
+			continue // gone meanwhile, or not the server's
+		}
+		ticks += st.utime + st.stime
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return cpuReading{}, err
+	}
+	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds()}, nil
+}
+
+// since is the CPU per event spent from start to now, for events events.
+func (m *cpuMeter) since(start cpuReading, events int) (*CPUUse, error) {
+	end, err := m.read()
+	if err != nil || events == 0 {
+		return nil, err
+	}
+	per := 1e6 / float64(events)
+	return &CPUUse{PostgresUS: (end.postgres - start.postgres) * per, ProcessUS: (end.process - start.process) * per}, nil
+}
+
+// procStat is what the bench reads of /proc/<pid>/stat.
+type procStat struct {
+	comm                         string
+	ppid                         int
+	utime, stime, cutime, cstime int64
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name is in parentheses and may hold spaces; the fields follow the
+	// last closing one.
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return procStat{}, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	// f[0] is field 3 (state): ppid is field 4, utime…cstime fields 14–17.
+	st := procStat{comm: s[open+1 : closing]}
+	var errs [5]error
+	st.ppid, errs[0] = strconv.Atoi(f[1])
+	st.utime, errs[1] = strconv.ParseInt(f[11], 10, 64)
+	st.stime, errs[2] = strconv.ParseInt(f[12], 10, 64)
+	st.cutime, errs[3] = strconv.ParseInt(f[13], 10, 64)
+	st.cstime, errs[4] = strconv.ParseInt(f[14], 10, 64)
+	for _, err := range errs {
+		if err != nil {
+			return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+	}
+	return st, nil
+}

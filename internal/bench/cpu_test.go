@@ -1,0 +1,35 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+)
+
+// TestCPUMeter: the meter finds the local server, and charges a query that keeps a
+// backend busy to PostgreSQL and a busy loop here to this process, per event.
+func TestCPUMeter(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := t.Context()
+	m, err := newCPUMeter(ctx, pool)
+	require.NoError(t, err, "the test server runs on this machine")
+
+	start, err := m.read()
+	require.NoError(t, err)
+	// A few hundred milliseconds of a backend's CPU.
+	_, err = pool.Exec(ctx, `SELECT count(*) FROM generate_series(1, 5000000)`)
+	require.NoError(t, err)
+	for until := time.Now().Add(200 * time.Millisecond); time.Now().Before(until); {
+	}
+	use, err := m.since(start, 10)
+	require.NoError(t, err)
+	// Per event of 10: the query's CPU over 10 at least 10 ms each, the loop's 20 ms each
+	// less what the race detector and a loaded machine take from it.
+	require.Greater(t, use.PostgresUS, 10_000.0, "the query's CPU is the server's")
+	require.Greater(t, use.ProcessUS, 5_000.0, "the loop's CPU is this process's")
+	require.InDelta(t, use.PostgresUS+use.ProcessUS, use.TotalUS(), 1e-9)
+}
