@@ -102,7 +102,7 @@ func (a *Aggregator) MarkResumed(ctx context.Context, execIDs []uuid.UUID, nodeI
 // A write that fails there can no longer be undone to the savepoint: it fails the whole
 // transaction, with an error continuedAtCommit recognises, and the caller decides the
 // events again in a new transaction with atCommit nil, where the same failure queues the
-// continuations instead (decideGroup).
+// continuations instead (groupTx).
 func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, ws []waitWrite, atCommit *db.Pipeline) (out []written, continued bool, err error) {
 	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs)
 	var p db.Pipeline
