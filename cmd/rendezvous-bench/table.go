@@ -135,6 +135,16 @@ func figures(o options, r results) []figure {
 		if d.FloorSeconds > 0 {
 			v := d.Lateness.P99.Seconds() / d.FloorSeconds
 			target(plain("e", "deadline → timeout committed p99, of its floor", v, "×"), "≤ 1.50×", v <= 1.5)
+			if d.CPU != nil && d.FloorCPU != nil {
+				plain("", "deadline CPU per wait: PostgreSQL", d.CPU.PostgresUS, "µs")
+				plain("", "deadline CPU per wait: sweeper", d.CPU.ProcessUS, "µs")
+				plain("", "floor CPU per wait", d.FloorCPU.TotalUS(), "µs")
+				// What the CPU per wait allows: the time the sweep takes with every core of
+				// this machine busy, the database's work included, of the floor's time. The
+				// last wait cannot time out sooner, unless the sweep spends less per wait.
+				least := float64(d.Due) * d.CPU.TotalUS() / 1e6 / float64(runtime.NumCPU())
+				plain("", "deadline p99 of its floor at least, every core busy", least/d.FloorSeconds, "×")
+			}
 		}
 	}
 	if t := r.Timers; t.Due > 0 {

@@ -278,7 +278,7 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 		_, err := pool.Exec(t.Context(), q)
 		require.NoError(t, err)
 	}
-	_, err = timeoutFloor(t.Context(), pool, 16, 2)
+	_, _, err = timeoutFloor(t.Context(), pool, 16, 2)
 	require.NoError(t, err)
 	require.Equal(t, swept, snapshot())
 }
@@ -297,4 +297,16 @@ func TestMedianDeadlines(t *testing.T) {
 	require.Equal(t, 6.0, got.Seconds)
 	require.Equal(t, "events", got.Kind)
 	require.Zero(t, MedianDeadlines(nil).Due)
+	require.Nil(t, got.CPU, "no run read its CPU")
+
+	// Each share of the CPU at its own median; none at all when one run could not read it.
+	runs := []DeadlineResult{run(5*time.Second, 2), run(7*time.Second, 4), run(6*time.Second, 3.5)}
+	for i, c := range []CPUUse{{PostgresUS: 40, ProcessUS: 9}, {PostgresUS: 50, ProcessUS: 7}, {PostgresUS: 45, ProcessUS: 8}} {
+		runs[i].CPU, runs[i].FloorCPU = &c, &CPUUse{PostgresUS: c.PostgresUS - 5}
+	}
+	got = MedianDeadlines(runs)
+	require.Equal(t, &CPUUse{PostgresUS: 45, ProcessUS: 8}, got.CPU)
+	require.Equal(t, &CPUUse{PostgresUS: 40}, got.FloorCPU)
+	runs[1].FloorCPU = nil
+	require.Nil(t, MedianDeadlines(runs).FloorCPU)
 }

@@ -34,6 +34,11 @@ type DeadlineResult struct {
 	// FloorSeconds past a lateness target, no sweeper writing these rows meets the target
 	// on this machine. Measured for event waits only (zero for timers).
 	FloorSeconds float64 `json:"floor_seconds"`
+	// CPU is what the sweep took per wait, from the park to the last commit (nothing else
+	// runs meanwhile), and FloorCPU what the floor's writes took, when they can be read
+	// here.
+	CPU      *CPUUse `json:"cpu,omitempty"`
+	FloorCPU *CPUUse `json:"floor_cpu,omitempty"`
 }
 
 // Deadlines parks due waits (executions, nodes and wait states, written set-based as
@@ -68,6 +73,13 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		return DeadlineResult{}, fmt.Errorf("parking %d waits took too long to measure a shared deadline", due)
 	}
 
+	meter, _ := newCPUMeter(ctx, pool)
+	var cpuStart cpuReading
+	if meter != nil {
+		if cpuStart, err = meter.read(); err != nil {
+			meter = nil
+		}
+	}
 	var mu sync.Mutex
 	lateness := make([]time.Duration, 0, due)
 	var last time.Time
@@ -93,8 +105,12 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	defer stop()
 	done := make(chan struct{})
 	go func() { agg.RunSweeper(sweepCtx); close(done) }()
+	var cpu *CPUUse
 	select {
 	case <-allFired:
+		if meter != nil {
+			cpu, _ = meter.since(cpuStart, due)
+		}
 	case <-time.After(time.Until(deadline) + 5*time.Minute):
 		stop()
 		<-done
@@ -108,14 +124,15 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
 	var floor time.Duration
+	var floorCPU *CPUUse
 	if !timers {
-		if floor, err = statusFloor(ctx, pool, due, batch, workers); err != nil {
+		if floor, floorCPU, err = statusFloor(ctx, pool, due, batch, workers); err != nil {
 			return DeadlineResult{}, fmt.Errorf("floor: %w", err)
 		}
 	}
 	return DeadlineResult{
 		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
-		Lateness: Summarise(lateness), FloorSeconds: floor.Seconds(),
+		Lateness: Summarise(lateness), FloorSeconds: floor.Seconds(), CPU: cpu, FloorCPU: floorCPU,
 	}, nil
 }
 
@@ -145,26 +162,43 @@ func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
 		P99: medD(func(r DeadlineResult) time.Duration { return r.Lateness.P99 }),
 		Max: medD(func(r DeadlineResult) time.Duration { return r.Lateness.Max }),
 	}
+	out.CPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.CPU })
+	out.FloorCPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.FloorCPU })
 	return out
+}
+
+// medianCPU is each share of the CPU of runs at its median, or nil when a run has none.
+func medianCPU(runs []DeadlineResult, of func(DeadlineResult) *CPUUse) *CPUUse {
+	var pg, proc []float64
+	for _, r := range runs {
+		c := of(r)
+		if c == nil {
+			return nil
+		}
+		pg, proc = append(pg, c.PostgresUS), append(proc, c.ProcessUS)
+	}
+	slices.Sort(pg)
+	slices.Sort(proc)
+	return &CPUUse{PostgresUS: pg[len(pg)/2], ProcessUS: proc[len(proc)/2]}
 }
 
 // statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so
 // that the floor writes rows in the same state — pages as full, indexes as large, the
 // run queue as empty — then times the bare writes of every decision: set-based statements
 // of batch waits each, workers of them in flight, as the sweeper runs its transactions.
-func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers int) (time.Duration, error) {
+func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers int) (time.Duration, *CPUUse, error) {
 	if _, err := parkDue(ctx, pool, due, `'events', NULL, 'waiting'`, func(time.Duration) time.Time {
 		return time.Now().Add(-time.Second)
 	}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	return timeoutFloor(ctx, pool, batch, workers)
 }
 
-// timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt).
-func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, error) {
-	took, _, err := batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
-	return took, err
+// timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt),
+// and reads their CPU per wait where it can (batchedWrites).
+func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, *CPUUse, error) {
+	return batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
 }
 
 // parkDue empties the schema's executions (and with them every row that belongs to
