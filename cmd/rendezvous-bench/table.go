@@ -17,7 +17,7 @@ type figure struct {
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
 	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written),
-	// "tx" (transactions) or "µs" (of CPU).
+	// "tx" (transactions), "trips" (round trips to PostgreSQL) or "µs" (of CPU).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Ratio is Value against the baseline's figure of the same kind: its updates per
@@ -211,7 +211,7 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.1f %%", f.Value)
 	case "×":
 		return fmt.Sprintf("%.2f", f.Value)
-	case "rows", "tx":
+	case "rows", "tx", "trips":
 		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
 	case "µs":
 		return fmt.Sprintf("%.0f µs", f.Value)
