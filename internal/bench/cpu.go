@@ -52,6 +52,25 @@ func newCPUMeter(ctx context.Context, pool *pgxpool.Pool) (*cpuMeter, error) {
 	return &cpuMeter{postmaster: st.ppid, tick: 0.01}, nil
 }
 
+// startCPU starts reading the CPU of the server behind pool and of this process. The
+// function it returns gives the CPU per event spent since, for events events, or nil
+// when it cannot be read here.
+func startCPU(ctx context.Context, pool *pgxpool.Pool) (since func(events int) *CPUUse) {
+	none := func(int) *CPUUse { return nil }
+	m, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return none
+	}
+	start, err := m.read()
+	if err != nil {
+		return none
+	}
+	return func(events int) *CPUUse {
+		use, _ := m.since(start, events)
+		return use
+	}
+}
+
 // cpuReading is a meter's reading: seconds of CPU so far.
 type cpuReading struct {
 	at                time.Time

@@ -73,13 +73,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 		return DeadlineResult{}, fmt.Errorf("parking %d waits took too long to measure a shared deadline", due)
 	}
 
-	meter, _ := newCPUMeter(ctx, pool)
-	var cpuStart cpuReading
-	if meter != nil {
-		if cpuStart, err = meter.read(); err != nil {
-			meter = nil
-		}
-	}
+	cpuSince := startCPU(ctx, pool)
 	var mu sync.Mutex
 	lateness := make([]time.Duration, 0, due)
 	var last time.Time
@@ -108,9 +102,7 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	var cpu *CPUUse
 	select {
 	case <-allFired:
-		if meter != nil {
-			cpu, _ = meter.since(cpuStart, due)
-		}
+		cpu = cpuSince(due)
 	case <-time.After(time.Until(deadline) + 5*time.Minute):
 		stop()
 		<-done

@@ -138,7 +138,7 @@ func idsOnly(ids []uuid.UUID) []any { return []any{ids} }
 
 // batchedWrites runs stmt over every waiting wait of the schema in id order, batch ids
 // a statement, on workers connections at once, and returns how long they all took, and
-// the CPU they took per wait when it can be read here (newCPUMeter). args gives a
+// the CPU they took per wait when it can be read here (startCPU). args gives a
 // statement's arguments for its batch of ids (its $1 is the uuid[] of them); they are
 // built before the clock starts.
 func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (time.Duration, *CPUUse, error) {
@@ -150,7 +150,6 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	if err != nil {
 		return 0, nil, err
 	}
-	meter, _ := newCPUMeter(ctx, pool)
 	batches := make(chan []any, len(ids)/max(batch, 1)+1)
 	for lo := 0; lo < len(ids); lo += batch {
 		batches <- args(ids[lo:min(lo+batch, len(ids))])
@@ -158,12 +157,7 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	close(batches)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
-	var cpuStart cpuReading
-	if meter != nil {
-		if cpuStart, err = meter.read(); err != nil {
-			meter = nil
-		}
-	}
+	cpuSince := startCPU(ctx, pool)
 	start := time.Now()
 	for i := range workers {
 		wg.Add(1)
@@ -179,11 +173,7 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	}
 	wg.Wait()
 	took := time.Since(start)
-	var cpu *CPUUse
-	if meter != nil {
-		cpu, _ = meter.since(cpuStart, len(ids))
-	}
-	return took, cpu, errors.Join(errs...)
+	return took, cpuSince(len(ids)), errors.Join(errs...)
 }
 
 // parkBare writes n parked waits of workflow name set-based, as registering writes

@@ -201,13 +201,7 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	}
 	others -= len(ids)
 
-	meter, _ := newCPUMeter(ctx, rig.svc.Pool())
-	var cpuStart cpuReading
-	if meter != nil {
-		if cpuStart, err = meter.read(); err != nil {
-			meter = nil
-		}
-	}
+	cpuSince := startCPU(ctx, rig.svc.Pool())
 	produced := make(map[uuid.UUID]time.Time, len(ids))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -232,10 +226,7 @@ func Kafka(ctx context.Context, url string, partitions, records int, tracing boo
 	if err := rig.waitApplied(ctx, len(ids)); err != nil {
 		return KafkaResult{}, err
 	}
-	var cpu *CPUUse
-	if meter != nil {
-		cpu, _ = meter.since(cpuStart, len(ids))
-	}
+	cpu := cpuSince(len(ids))
 	times, err := resumeTimes(ctx, rig.svc, ids)
 	if err != nil {
 		return KafkaResult{}, err
