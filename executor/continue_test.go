@@ -75,15 +75,31 @@ func TestContinueFailureQueues(t *testing.T) {
 
 	h.ex.SetContinueFault(func() error { return errors.New("injected") })
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
+	h.requireContinuationQueued(t, id)
+
+	h.ex.SetContinueFault(nil)
+	h.requireResumedOnce(t, id)
+}
+
+// requireContinuationQueued checks execution id — a wait node "wait" followed by an http
+// node "after" — after its continuation failed in the deciding transaction: the event
+// applied once (version 2), the continuation's mark undone and the continuation queued,
+// nothing of it left.
+func (h *harness) requireContinuationQueued(t *testing.T, id uuid.UUID) {
+	t.Helper()
 	w := h.waitRow(t, id, "wait")
 	require.Equal(t, string(execstate.WaitCompleted), w.Status)
-	require.EqualValues(t, 2, w.Version, "the event is applied")
+	require.EqualValues(t, 2, w.Version, "the event is applied once")
 	require.False(t, w.Resumed, "the failed continuation's mark is undone")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
 	require.Equal(t, execstate.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
+}
 
-	h.ex.SetContinueFault(nil)
+// requireResumedOnce runs the pod and checks that the queued continuation resumed the
+// wait exactly once: "after" called once, the execution completed, the queues empty.
+func (h *harness) requireResumedOnce(t *testing.T, id uuid.UUID) {
+	t.Helper()
 	h.run(t)
 	h.waitStatus(t, id, "completed")
 	require.Equal(t, 1, h.fake.count("/after"))
@@ -143,20 +159,10 @@ func TestContinueWriteFailureWithCommitQueues(t *testing.T) {
 
 			h.ex.SetContinueWriteFault(true)
 			require.True(t, decide(), "the event is delivered and its continuation queued")
-			w := h.waitRow(t, id, "wait")
-			require.Equal(t, string(execstate.WaitCompleted), w.Status)
-			require.EqualValues(t, 2, w.Version, "the event is applied once")
-			require.False(t, w.Resumed, "the failed continuation's mark is undone")
-			require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
-			require.Equal(t, execstate.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
-			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
+			h.requireContinuationQueued(t, id)
 
 			h.ex.SetContinueWriteFault(false)
-			h.run(t)
-			h.waitStatus(t, id, "completed")
-			require.Equal(t, 1, h.fake.count("/after"))
-			require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND resumed_by = 'a'`, id))
-			h.requireQueuesEmpty(t, id)
+			h.requireResumedOnce(t, id)
 		})
 	}
 }
