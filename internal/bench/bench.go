@@ -91,6 +91,29 @@ func Summarise(d []time.Duration) Latencies {
 	return Latencies{P50: at(0.50), P99: at(0.99), Max: s[len(s)-1]}
 }
 
+// medianOf is the median of f over items, each figure taken on its own (the upper middle
+// one of an even count). items must not be empty.
+func medianOf[T any](items []T, f func(T) float64) float64 {
+	v := make([]float64, len(items))
+	for i, it := range items {
+		v[i] = f(it)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// medianLatencies is each percentile of f over items at its own median.
+func medianLatencies[T any](items []T, f func(T) Latencies) Latencies {
+	at := func(p func(Latencies) time.Duration) time.Duration {
+		return time.Duration(medianOf(items, func(it T) float64 { return float64(p(f(it))) }))
+	}
+	return Latencies{
+		P50: at(func(l Latencies) time.Duration { return l.P50 }),
+		P99: at(func(l Latencies) time.Duration { return l.P99 }),
+		Max: at(func(l Latencies) time.Duration { return l.Max }),
+	}
+}
+
 // BaselineResult is the versioned-UPDATE loop's figure.
 type BaselineResult struct {
 	Concurrency int       `json:"concurrency"`

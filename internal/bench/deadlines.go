@@ -134,26 +134,12 @@ func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
 	if len(runs) == 0 {
 		return DeadlineResult{}
 	}
-	med := func(f func(DeadlineResult) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, r := range runs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
-	medD := func(f func(DeadlineResult) time.Duration) time.Duration {
-		return time.Duration(med(func(r DeadlineResult) float64 { return float64(f(r)) }))
-	}
+	med := func(f func(DeadlineResult) float64) float64 { return medianOf(runs, f) }
 	out := runs[0]
 	out.Seconds = med(func(r DeadlineResult) float64 { return r.Seconds })
 	out.PerSecond = med(func(r DeadlineResult) float64 { return r.PerSecond })
 	out.FloorSeconds = med(func(r DeadlineResult) float64 { return r.FloorSeconds })
-	out.Lateness = Latencies{
-		P50: medD(func(r DeadlineResult) time.Duration { return r.Lateness.P50 }),
-		P99: medD(func(r DeadlineResult) time.Duration { return r.Lateness.P99 }),
-		Max: medD(func(r DeadlineResult) time.Duration { return r.Lateness.Max }),
-	}
+	out.Lateness = medianLatencies(runs, func(r DeadlineResult) Latencies { return r.Lateness })
 	out.CPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.CPU })
 	out.FloorCPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.FloorCPU })
 	return out
@@ -161,17 +147,13 @@ func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
 
 // medianCPU is each share of the CPU of runs at its median, or nil when a run has none.
 func medianCPU(runs []DeadlineResult, of func(DeadlineResult) *CPUUse) *CPUUse {
-	var pg, proc []float64
-	for _, r := range runs {
-		c := of(r)
-		if c == nil {
-			return nil
-		}
-		pg, proc = append(pg, c.PostgresUS), append(proc, c.ProcessUS)
+	if slices.ContainsFunc(runs, func(r DeadlineResult) bool { return of(r) == nil }) {
+		return nil
 	}
-	slices.Sort(pg)
-	slices.Sort(proc)
-	return &CPUUse{PostgresUS: pg[len(pg)/2], ProcessUS: proc[len(proc)/2]}
+	return &CPUUse{
+		PostgresUS: medianOf(runs, func(r DeadlineResult) float64 { return of(r).PostgresUS }),
+		ProcessUS:  medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessUS }),
+	}
 }
 
 // statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so

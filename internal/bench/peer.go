@@ -293,26 +293,12 @@ func medianSide(sides []PeerSide) PeerSide {
 	if len(sides) == 0 {
 		return PeerSide{}
 	}
-	med := func(f func(PeerSide) float64) float64 {
-		v := make([]float64, len(sides))
-		for i, s := range sides {
-			v[i] = f(s)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
-	medD := func(f func(PeerSide) time.Duration) time.Duration {
-		return time.Duration(med(func(s PeerSide) float64 { return float64(f(s)) }))
-	}
+	med := func(f func(PeerSide) float64) float64 { return medianOf(sides, f) }
 	return PeerSide{
 		System: sides[0].System, Senders: sides[0].Senders,
-		ParkedPerSecond: med(func(s PeerSide) float64 { return s.ParkedPerSecond }),
-		EventsPerSecond: med(func(s PeerSide) float64 { return s.EventsPerSecond }),
-		SendToCompletion: Latencies{
-			P50: medD(func(s PeerSide) time.Duration { return s.SendToCompletion.P50 }),
-			P99: medD(func(s PeerSide) time.Duration { return s.SendToCompletion.P99 }),
-			Max: medD(func(s PeerSide) time.Duration { return s.SendToCompletion.Max }),
-		},
+		ParkedPerSecond:       med(func(s PeerSide) float64 { return s.ParkedPerSecond }),
+		EventsPerSecond:       med(func(s PeerSide) float64 { return s.EventsPerSecond }),
+		SendToCompletion:      medianLatencies(sides, func(s PeerSide) Latencies { return s.SendToCompletion }),
 		RowsPerParked:         med(func(s PeerSide) float64 { return s.RowsPerParked }),
 		TransactionsPerParked: med(func(s PeerSide) float64 { return s.TransactionsPerParked }),
 		RowsPerEvent:          med(func(s PeerSide) float64 { return s.RowsPerEvent }),
