@@ -160,20 +160,39 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 }
 
 // Tx runs fn in a transaction, committing when fn returns nil and rolling back otherwise.
-// Functions fn registers with AfterCommit run once the commit has succeeded.
-func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	h := &hookTx{}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		h.Tx = tx
-		return fn(h)
-	})
+// Functions fn registers with AfterCommit run once the commit has succeeded. The
+// transaction's BEGIN goes with its first statements (beginWithFirst).
+func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (err error) {
+	c, err := pool.Acquire(ctx)
 	if err != nil {
+		return err
+	}
+	// Released after the rollback below: a connection left inside a transaction is
+	// closed by the pool rather than reused.
+	defer c.Release()
+	tx := &beginWithFirst{conn: c.Conn()}
+	// Also when fn panics; after a commit, pgx's Rollback only answers ErrTxClosed.
+	defer rollback(ctx, tx, &err)
+	h := &hookTx{Tx: tx}
+	if err := fn(h); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
 	for _, f := range h.after {
 		f()
 	}
 	return nil
+}
+
+// rollback rolls tx back, reporting a failure to do so in *err when nothing failed
+// before. A transaction already committed or rolled back answers pgx.ErrTxClosed, which
+// is no failure.
+func rollback(ctx context.Context, tx pgx.Tx, err *error) {
+	if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && *err == nil {
+		*err = rerr
+	}
 }
 
 // hookTx is the transaction Tx hands to its function: it remembers what to do after the
@@ -221,24 +240,22 @@ func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pi
 	// Released after the rollback below: a connection left inside a transaction is
 	// closed by the pool rather than reused.
 	defer c.Release()
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		return err
-	}
+	tx := &beginWithFirst{conn: c.Conn()}
 	committed := false
 	defer func() {
+		// The transaction is the pgx Tx's until its COMMIT is sent; a rollback after
+		// a COMMIT that failed only draws a warning from the server.
 		if !committed {
-			// The transaction is the pgx Tx's until its COMMIT is sent; a rollback after
-			// a COMMIT that failed only draws a warning from the server.
-			if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
-				err = rerr
-			}
+			rollback(ctx, tx, &err)
 		}
 	}()
 	h := &hookTx{Tx: tx}
 	var last Pipeline
 	if err := fn(h, &last); err != nil {
 		return err
+	}
+	if tx.tx == nil && last.Len() == 0 {
+		return nil // nothing was sent: nothing to commit
 	}
 	var tag pgconn.CommandTag
 	last.Queue(func(d dbsqlc.DBTX) error {
@@ -249,12 +266,11 @@ func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pi
 	if err := last.Send(ctx, tx); err != nil {
 		return err
 	}
+	committed = true
 	if tag.String() == "ROLLBACK" {
 		// The transaction had failed already; the server rolled it back.
-		committed = true
 		return pgx.ErrTxCommitRollback
 	}
-	committed = true
 	for _, f := range h.after {
 		f()
 	}
