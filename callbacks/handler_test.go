@@ -362,8 +362,8 @@ func TestCallbackNamedEvents(t *testing.T) {
 		body := idBody(t, execID, corrID, map[string]any{"amount": json.Number("1e400"), "ref": json.Number("9007199254740993")})
 		requireAccepted(t, named(t, "?event=approval", body, nil), http.StatusAccepted, "completed", "completed")
 		var same bool
-		require.NoError(t, e.svc.Pool().QueryRow(t.Context(), `SELECT output -> 'approval' -> 'ref' = '9007199254740993'::jsonb
-			AND output -> 'approval' -> 'amount' = '1e400'::jsonb FROM node_executions WHERE execution_id = $1`, execID).Scan(&same))
+		require.NoError(t, e.svc.Pool().QueryRow(t.Context(), `SELECT output::jsonb -> 'approval' -> 'ref' = '9007199254740993'::jsonb
+			AND output::jsonb -> 'approval' -> 'amount' = '1e400'::jsonb FROM node_executions WHERE execution_id = $1`, execID).Scan(&same))
 		require.True(t, same, "the node output holds the numbers as sent")
 	})
 

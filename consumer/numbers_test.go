@@ -71,7 +71,7 @@ func (e *env) outputHas(t *testing.T, execID, key, want string) bool {
 	t.Helper()
 	var same bool
 	require.NoError(t, e.direct.QueryRow(t.Context(),
-		"SELECT output -> $2::text = $3::jsonb FROM node_executions WHERE execution_id = $1 AND node_id = 'wait'",
+		"SELECT output::jsonb -> $2::text = $3::jsonb FROM node_executions WHERE execution_id = $1 AND node_id = 'wait'",
 		execID, key, want).Scan(&same))
 	return same
 }

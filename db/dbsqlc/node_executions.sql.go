@@ -36,7 +36,7 @@ func (q *Queries) NodeExecutionCancelOpen(ctx context.Context, db DBTX, arg Node
 const nodeExecutionFinish = `-- name: NodeExecutionFinish :exec
 UPDATE node_executions
 SET status = $1::text,
-    output = $2::jsonb,
+    output = $2::json,
     error = $3::text,
     updated_at = now(),
     finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
@@ -67,7 +67,7 @@ func (q *Queries) NodeExecutionFinish(ctx context.Context, db DBTX, arg NodeExec
 
 const nodeExecutionInsert = `-- name: NodeExecutionInsert :exec
 INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
-SELECT $1::uuid, n.node_id, n.status, NULLIF(n.output, '')::jsonb,
+SELECT $1::uuid, n.node_id, n.status, NULLIF(n.output, '')::json,
        CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
        CASE WHEN n.status = 'waiting_for_events' THEN now() END
 FROM (SELECT unnest($2::text[]) AS node_id, unnest($3::text[]) AS status,

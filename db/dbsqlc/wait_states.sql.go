@@ -1073,7 +1073,7 @@ WITH input AS (
            unnest($10::timestamptz[]) AS next_deadline_at,
            unnest($11::text[]) AS error,
            unnest($12::text[]) AS node_status,
-           unnest($13::jsonb[]) AS output,
+           unnest($13::json[]) AS output,
            unnest($14::text[]) AS node_error,
            unnest($15::text[]) AS warning,
            unnest($16::text[]) AS continuation,

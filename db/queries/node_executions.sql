@@ -3,7 +3,7 @@
 -- (queued); or waiting_for_events with its output, run once in the starting transaction.
 -- An empty output is none.
 INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
-SELECT @execution_id::uuid, n.node_id, n.status, NULLIF(n.output, '')::jsonb,
+SELECT @execution_id::uuid, n.node_id, n.status, NULLIF(n.output, '')::json,
        CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
        CASE WHEN n.status = 'waiting_for_events' THEN now() END
 FROM (SELECT unnest(@node_ids::text[]) AS node_id, unnest(@statuses::text[]) AS status,
@@ -28,7 +28,7 @@ WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
 -- moves, so a stale writer cannot overwrite an outcome.
 UPDATE node_executions
 SET status = @status::text,
-    output = sqlc.narg(output)::jsonb,
+    output = sqlc.narg(output)::json,
     error = sqlc.narg(error)::text,
     updated_at = now(),
     finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END

@@ -140,7 +140,7 @@ WITH input AS (
            unnest(@next_deadlines::timestamptz[]) AS next_deadline_at,
            unnest(@errors::text[]) AS error,
            unnest(@node_statuses::text[]) AS node_status,
-           unnest(@outputs::jsonb[]) AS output,
+           unnest(@outputs::json[]) AS output,
            unnest(@node_errors::text[]) AS node_error,
            unnest(@warnings::text[]) AS warning,
            unnest(@continuations::text[]) AS continuation,

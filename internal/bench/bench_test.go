@@ -216,8 +216,8 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 				FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id)
 				WHERE w.kafka_event_data->>'correlation_id' = w.correlation_id::text AND w.resumed_by IS NOT NULL
 				  AND w.received_events->0->>'name' = 'kafka_event'
-				  AND n.output->>'correlation_id' = w.correlation_id::text AND n.output->'kafkaEvent' = w.kafka_event_data
-				  AND n.output->'timeout' = 'false'`).Scan(&full))
+				  AND n.output->>'correlation_id' = w.correlation_id::text AND (n.output->'kafkaEvent')::jsonb = w.kafka_event_data
+				  AND (n.output->'timeout')::jsonb = 'false'`).Scan(&full))
 			require.Equal(t, events, full)
 		})
 	}
@@ -256,7 +256,7 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	}
 	snapshot := func() []string {
 		rows, err := pool.Query(t.Context(), `SELECT concat_ws(' | ', w.id, w.status, w.version, w.timed_out_events::text,
-				w.next_deadline_at = w.expires_at, w.error, w.received_events::text, n.status, n.output::text, n.error,
+				w.next_deadline_at = w.expires_at, w.error, w.received_events::text, n.status, n.output::jsonb::text, n.error,
 				coalesce(n.warning, '<null>'), n.finished_at IS NOT NULL,
 				(SELECT count(*) FROM run_queue AS r WHERE r.execution_id = w.execution_id AND r.node_id = w.node_id AND r.kind = 'resume'))
 			FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id) ORDER BY w.id`)

@@ -212,10 +212,10 @@ WITH w AS (
     RETURNING execution_id, node_id, correlation_id, aggregation_strategy
 ), n AS (
     UPDATE node_executions AS n SET status = 'failed',
-        output = jsonb_build_object('apiResponse', null, 'kafkaEvent', null, 'events', '[]'::jsonb,
-            'arrival_order', '[]'::jsonb, 'correlation_id', w.correlation_id, 'strategy', w.aggregation_strategy,
-            'timeout', true, 'timed_out_events', '["api_response","kafka_event"]'::jsonb,
-            'missing_required_events', '["api_response","kafka_event"]'::jsonb),
+        output = json_build_object('apiResponse', null, 'kafkaEvent', null, 'events', '[]'::json,
+            'arrival_order', '[]'::json, 'correlation_id', w.correlation_id, 'strategy', w.aggregation_strategy,
+            'timeout', true, 'timed_out_events', '["api_response","kafka_event"]'::json,
+            'missing_required_events', '["api_response","kafka_event"]'::json),
         error = 'timed out waiting for api_response, kafka_event', warning = NULL,
         updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id

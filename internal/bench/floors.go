@@ -116,11 +116,11 @@ WITH w AS (
     RETURNING execution_id, node_id, correlation_id, kafka_event_data
 ), n AS (
     UPDATE node_executions AS n SET status = 'completed',
-        output = jsonb_build_object('kafkaEvent', w.kafka_event_data,
-            'events', jsonb_build_array(jsonb_build_object('name', 'kafka_event', 'received_at', now(),
-                'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::jsonb)),
-            'arrival_order', '["kafka_event"]'::jsonb, 'correlation_id', w.correlation_id, 'strategy', 'all',
-            'timeout', false, 'timed_out_events', '[]'::jsonb, 'missing_required_events', '[]'::jsonb),
+        output = json_build_object('kafkaEvent', w.kafka_event_data,
+            'events', json_build_array(json_build_object('name', 'kafka_event', 'received_at', now(),
+                'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::json)),
+            'arrival_order', '["kafka_event"]'::json, 'correlation_id', w.correlation_id, 'strategy', 'all',
+            'timeout', false, 'timed_out_events', '[]'::json, 'missing_required_events', '[]'::json),
         updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )
