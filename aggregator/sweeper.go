@@ -125,31 +125,34 @@ func (a *Aggregator) takeDeadlineHint() (time.Time, bool) {
 	return h, !h.IsZero()
 }
 
-// drainDue sweeps until nothing is due. One sweep looks first; only when it found a
-// full batch do SweepWorkers transactions run at once, sharing a burst of deadlines
-// (100 000 waits registered together) out by SKIP LOCKED.
+// drainDue sweeps until nothing is due. One sweep looks first; as soon as its claim
+// comes back full, before it has decided and written its batch, the other SweepWorkers-1
+// start, and all of them share the burst of deadlines (100 000 waits registered
+// together) out by SKIP LOCKED until a sweep claims less than a full batch.
 func (a *Aggregator) drainDue(ctx context.Context) error {
-	n, err := a.Sweep(ctx, a.now())
-	if err != nil || n < a.cfg.SweepBatch {
-		return err
-	}
 	var wg sync.WaitGroup
 	errs := make([]error, a.cfg.SweepWorkers)
-	for i := range a.cfg.SweepWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				n, err := a.Sweep(ctx, a.now())
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				if n < a.cfg.SweepBatch {
-					return
-				}
+	drain := func(i int) {
+		for ctx.Err() == nil {
+			n, err := a.Sweep(ctx, a.now())
+			if err != nil {
+				errs[i] = err
+				return
 			}
-		}()
+			if n < a.cfg.SweepBatch {
+				return
+			}
+		}
+	}
+	n, err := a.sweep(ctx, a.now(), func() {
+		for i := 1; i < a.cfg.SweepWorkers; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); drain(i) }()
+		}
+	})
+	errs[0] = err
+	if err == nil && n >= a.cfg.SweepBatch {
+		drain(0)
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -158,6 +161,11 @@ func (a *Aggregator) drainDue(ctx context.Context) error {
 // Sweep decides up to SweepBatch waits whose next deadline is at or before now, in one
 // transaction, and returns how many it claimed.
 func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
+	return a.sweep(ctx, now, nil)
+}
+
+// sweep is Sweep, calling full (when not nil) as soon as its claim comes back full.
+func (a *Aggregator) sweep(ctx context.Context, now time.Time, full func()) (int, error) {
 	var claimed int
 	var fired []Expired
 	err := db.Tx(ctx, a.pool, func(tx pgx.Tx) error {
@@ -169,6 +177,10 @@ func (a *Aggregator) Sweep(ctx context.Context, now time.Time) (int, error) {
 		claimed = len(rows)
 		if claimed == 0 {
 			return nil
+		}
+		if claimed >= a.cfg.SweepBatch && full != nil {
+			full()
+			full = nil
 		}
 		ws := make([]waitWrite, 0, len(rows))
 		for _, row := range rows {

@@ -261,3 +261,45 @@ func TestSweeperDoesNotSpinOnLockedDueWaits(t *testing.T) {
 	}
 	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
 }
+
+// TestSweeperDrainsABurstOnce: a burst of deadlines several batches deep, due at once,
+// is drained by the sweeper's workers together (drainDue), and every wait times out
+// exactly once.
+func TestSweeperDrainsABurstOnce(t *testing.T) {
+	t.Parallel()
+	stub := clock.NewStub(time.Now())
+	sf := newSweeperFixture(t, aggregator.Config{SweepBatch: 8, SweepWorkers: 3, SweepMaxSleep: time.Minute, Clock: stub})
+	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg.Timeout = time.Minute
+	const waitCount = 60
+	ids := make(map[string]bool, waitCount)
+	var deadline time.Time
+	for range waitCount {
+		w := sf.newWait(t, reg)
+		ids[w.ID.String()] = true
+		if d := sf.waitState(t, w.ID).NextDeadlineAt; d.After(deadline) {
+			deadline = d
+		}
+	}
+	sf.run(t)
+	sf.rounds.Wait(t)
+	stub.Set(deadline)
+	require.Eventually(t, func() bool { return sf.firedCount() >= waitCount }, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a second decision of a wait would be reported by now
+
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	seen := map[string]int{}
+	for _, e := range sf.fired {
+		seen[e.WaitStateID]++
+	}
+	require.Len(t, seen, waitCount)
+	for id, n := range seen {
+		require.True(t, ids[id], "an unknown wait fired: %s", id)
+		require.Equal(t, 1, n, "wait %s fired %d times", id, n)
+	}
+	var timedOut int
+	require.NoError(t, sf.pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM execution_wait_states WHERE status = 'timeout' AND version = 2`).Scan(&timedOut))
+	require.Equal(t, waitCount, timedOut)
+}
