@@ -862,7 +862,7 @@ func (f *fixture) deadlineRows(t *testing.T, waits []wait) map[uuid.UUID]deadlin
 	}
 	rows, err := f.pool.Query(t.Context(), `
 		SELECT w.id, w.status, w.version,
-			coalesce((SELECT jsonb_agg(e->'name') FROM jsonb_array_elements(w.received_events) e), '[]'),
+			coalesce((SELECT json_agg(e->'name') FROM json_array_elements(w.received_events) e), '[]'),
 			w.timed_out_events,
 			(SELECT count(*) FROM run_queue r WHERE r.execution_id = w.execution_id AND r.node_id = w.node_id AND r.kind = 'resume'),
 			(SELECT count(*) FROM run_queue r WHERE r.execution_id = w.execution_id),

@@ -158,7 +158,7 @@ func TestConcurrentComplementaryEvents(t *testing.T) {
 	}
 	total := waitsPerRound * rounds
 	var completed, resumes int
-	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND version = 3 AND jsonb_array_length(received_events) = 2`).Scan(&completed))
+	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND version = 3 AND json_array_length(received_events) = 2`).Scan(&completed))
 	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM run_queue WHERE kind = 'resume'`).Scan(&resumes))
 	require.Equal(t, total, completed)
 	require.Equal(t, total, resumes)

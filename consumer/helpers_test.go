@@ -411,7 +411,7 @@ func (e *env) waits(t *testing.T, n int) map[string]string {
 
 // applied counts the wait states that hold a kafka_event.
 func (e *env) applied(t *testing.T) int {
-	return e.count(t, `SELECT count(*) FROM execution_wait_states WHERE received_events @> '[{"name": "kafka_event"}]'`)
+	return e.count(t, `SELECT count(*) FROM execution_wait_states WHERE received_events::jsonb @> '[{"name": "kafka_event"}]'`)
 }
 
 // requireResumedOnce checks that every wait state of the schema completed with exactly
@@ -426,7 +426,7 @@ func (e *env) requireResumedOnce(t *testing.T, execIDs []string, events int) {
 		t.FailNow()
 	}
 	require.Zero(t, e.count(t, `SELECT count(*) FROM execution_wait_states
-		WHERE status <> 'completed' OR version <> $1 OR jsonb_array_length(received_events) <> $2 OR resumed_at IS NULL`,
+		WHERE status <> 'completed' OR version <> $1 OR json_array_length(received_events) <> $2 OR resumed_at IS NULL`,
 		1+events, events), "each wait records its events once, one version bump each, and is resumed")
 	done := e.fake.doneBy()
 	for _, id := range execIDs {
@@ -494,7 +494,7 @@ func (e *env) dumpState(t *testing.T) {
 	t.Helper()
 	for _, q := range []string{
 		"SELECT status, count(*) FROM executions GROUP BY 1",
-		"SELECT status, version, jsonb_array_length(received_events), resumed_at IS NOT NULL, count(*) FROM execution_wait_states GROUP BY 1, 2, 3, 4",
+		"SELECT status, version, json_array_length(received_events), resumed_at IS NOT NULL, count(*) FROM execution_wait_states GROUP BY 1, 2, 3, 4",
 		"SELECT node_id, status, count(*) FROM node_executions GROUP BY 1, 2",
 		"SELECT kind, node_id, attempt, claimed_by, visible_at > now(), count(*) FROM run_queue GROUP BY 1, 2, 3, 4, 5",
 	} {

@@ -355,7 +355,7 @@ func TestCancelExecutionRacesEvent(t *testing.T) {
 		var received int
 		var resumed bool
 		require.NoError(t, h.pool.QueryRow(ctx, `
-			SELECT e.status, w.status, jsonb_array_length(w.received_events), w.resumed_at IS NOT NULL, nw.status, na.status
+			SELECT e.status, w.status, json_array_length(w.received_events), w.resumed_at IS NOT NULL, nw.status, na.status
 			FROM executions e
 			JOIN execution_wait_states w ON w.execution_id = e.id
 			JOIN node_executions nw ON nw.execution_id = e.id AND nw.node_id = 'wait'

@@ -241,7 +241,7 @@ func TestDuplicateEventIDs(t *testing.T) {
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, id, "a", obj{"n": 1}, "evt-1").Outcome)
 	// The same id on another type is the same event: still a duplicate.
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, id, "b", obj{"n": 2}, "evt-1").Outcome)
-	require.Equal(t, 1, h.count(t, `SELECT jsonb_array_length(received_events) FROM execution_wait_states WHERE execution_id = $1`, id))
+	require.Equal(t, 1, h.count(t, `SELECT json_array_length(received_events) FROM execution_wait_states WHERE execution_id = $1`, id))
 	h.send(t, id, "b", obj{"n": 2}, "evt-2")
 	h.waitStatus(t, id, "completed")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE execution_id = $1 AND reason = 'duplicate' AND event_type = 'a'`, id))
@@ -489,5 +489,5 @@ func TestSendRacesRegistration(t *testing.T) {
 	require.Equal(t, 0, h.count(t, `SELECT count(*) FROM event_buffer`))
 	require.Equal(t, 0, h.count(t, `SELECT count(*) FROM event_dead_letters`))
 	require.Equal(t, n, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE node_id = 'w' AND status = 'completed'
-		AND jsonb_array_length(received_events) = 1`))
+		AND json_array_length(received_events) = 1`))
 }

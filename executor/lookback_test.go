@@ -103,7 +103,7 @@ func TestLookbackPaymentBeatsWait(t *testing.T) {
 	require.Equal(t, n, fake.count("/orders"), "one order created per execution")
 	// Every wait completed with the payment of its own execution's order, recorded once.
 	require.Equal(t, n, h.count(t, `SELECT count(*) FROM execution_wait_states w JOIN executions e ON e.id = w.execution_id
-		WHERE w.status = 'completed' AND jsonb_array_length(w.received_events) = 1
+		WHERE w.status = 'completed' AND json_array_length(w.received_events) = 1
 		  AND w.event_data->'payment'->'order'->>'id' = e.input->>'order'`))
 	// Every record taken at registration was taken by the wait of its own order.
 	taken := h.count(t, `SELECT count(*) FROM match_lookback WHERE status = 'taken'`)

@@ -385,7 +385,7 @@ func TestRedriveRacesLateEvent(t *testing.T) {
 		row := h.waitRow(t, id, "wait")
 		require.Equal(t, string(execstate.WaitCompleted), row.Status)
 		require.Equal(t, versions[id]+2, row.Version, "reopen and reply of %s, nothing else", id)
-		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states w, jsonb_array_elements(w.received_events) r
+		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states w, json_array_elements(w.received_events) r
 			WHERE w.execution_id = $1 AND r->>'name' = 'api_response'`, id), "the reply of %s recorded once", id)
 		require.Equal(t, 1, h.count(t, `SELECT redrive_count FROM executions WHERE id = $1`, id))
 	}

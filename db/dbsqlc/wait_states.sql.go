@@ -490,7 +490,7 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 
 const waitStateHasEventKey = `-- name: WaitStateHasEventKey :one
 SELECT EXISTS (
-    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    SELECT 1 FROM execution_wait_states AS w, json_array_elements(w.received_events) AS r
     WHERE w.execution_id = $1::uuid AND r->>'key' = $2::text
 )
 `
@@ -940,11 +940,11 @@ func (q *Queries) WaitStateNextDeadline(ctx context.Context, db DBTX) (time.Time
 
 const waitStateRecordEvent = `-- name: WaitStateRecordEvent :one
 UPDATE execution_wait_states
-SET received_events = $1::jsonb,
-    timed_out_events = $2::jsonb,
-    api_response_data = coalesce($3::jsonb, api_response_data),
-    kafka_event_data = coalesce($4::jsonb, kafka_event_data),
-    event_data = $5::jsonb,
+SET received_events = $1::json,
+    timed_out_events = $2::json,
+    api_response_data = coalesce($3::json, api_response_data),
+    kafka_event_data = coalesce($4::json, kafka_event_data),
+    event_data = $5::json,
     status = $6::text,
     -- version counts applied changes: a write carrying several events adds them all.
     version = version + $7::bigint,
@@ -1065,11 +1065,11 @@ WITH input AS (
            unnest($2::bigint[]) AS version,
            unnest($3::bigint[]) AS bump,
            unnest($4::text[]) AS status,
-           unnest($5::jsonb[]) AS received_events,
-           unnest($6::jsonb[]) AS timed_out_events,
-           unnest($7::jsonb[]) AS api_response_data,
-           unnest($8::jsonb[]) AS kafka_event_data,
-           unnest($9::jsonb[]) AS event_data,
+           unnest($5::json[]) AS received_events,
+           unnest($6::json[]) AS timed_out_events,
+           unnest($7::json[]) AS api_response_data,
+           unnest($8::json[]) AS kafka_event_data,
+           unnest($9::json[]) AS event_data,
            unnest($10::timestamptz[]) AS next_deadline_at,
            unnest($11::text[]) AS error,
            unnest($12::text[]) AS node_status,

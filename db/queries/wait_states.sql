@@ -34,11 +34,11 @@ WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text;
 -- The optimistic fence: the update applies only to the version the caller read. Zero
 -- rows means another writer got there first and the caller must reload and decide again.
 UPDATE execution_wait_states
-SET received_events = @received_events::jsonb,
-    timed_out_events = @timed_out_events::jsonb,
-    api_response_data = coalesce(sqlc.narg(api_response_data)::jsonb, api_response_data),
-    kafka_event_data = coalesce(sqlc.narg(kafka_event_data)::jsonb, kafka_event_data),
-    event_data = @event_data::jsonb,
+SET received_events = @received_events::json,
+    timed_out_events = @timed_out_events::json,
+    api_response_data = coalesce(sqlc.narg(api_response_data)::json, api_response_data),
+    kafka_event_data = coalesce(sqlc.narg(kafka_event_data)::json, kafka_event_data),
+    event_data = @event_data::json,
     status = @status::text,
     -- version counts applied changes: a write carrying several events adds them all.
     version = version + @applied::bigint,
@@ -132,11 +132,11 @@ WITH input AS (
            unnest(@versions::bigint[]) AS version,
            unnest(@bumps::bigint[]) AS bump,
            unnest(@statuses::text[]) AS status,
-           unnest(@received_events::jsonb[]) AS received_events,
-           unnest(@timed_out_events::jsonb[]) AS timed_out_events,
-           unnest(@api_response_data::jsonb[]) AS api_response_data,
-           unnest(@kafka_event_data::jsonb[]) AS kafka_event_data,
-           unnest(@event_data::jsonb[]) AS event_data,
+           unnest(@received_events::json[]) AS received_events,
+           unnest(@timed_out_events::json[]) AS timed_out_events,
+           unnest(@api_response_data::json[]) AS api_response_data,
+           unnest(@kafka_event_data::json[]) AS kafka_event_data,
+           unnest(@event_data::json[]) AS event_data,
            unnest(@next_deadlines::timestamptz[]) AS next_deadline_at,
            unnest(@errors::text[]) AS error,
            unnest(@node_statuses::text[]) AS node_status,
@@ -291,6 +291,6 @@ DELETE FROM execution_wait_states WHERE id = @id::uuid;
 -- name: WaitStateHasEventKey :one
 -- Whether a wait of the execution recorded an event under this idempotency key.
 SELECT EXISTS (
-    SELECT 1 FROM execution_wait_states AS w, jsonb_array_elements(w.received_events) AS r
+    SELECT 1 FROM execution_wait_states AS w, json_array_elements(w.received_events) AS r
     WHERE w.execution_id = @execution_id::uuid AND r->>'key' = @key::text
 );

@@ -202,7 +202,7 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 			defer pool.Close()
 			var waits, nodes, execs int
 			require.NoError(t, pool.QueryRow(t.Context(), `SELECT
-				(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND jsonb_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
+				(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND json_array_length(received_events) = 1 AND resumed_at IS NOT NULL),
 				(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
 				(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
 			require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
@@ -216,7 +216,7 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 				FROM execution_wait_states AS w JOIN node_executions AS n USING (execution_id, node_id)
 				WHERE w.kafka_event_data->>'correlation_id' = w.correlation_id::text AND w.resumed_by IS NOT NULL
 				  AND w.received_events->0->>'name' = 'kafka_event'
-				  AND n.output->>'correlation_id' = w.correlation_id::text AND (n.output->'kafkaEvent')::jsonb = w.kafka_event_data
+				  AND n.output->>'correlation_id' = w.correlation_id::text AND (n.output->'kafkaEvent')::jsonb = w.kafka_event_data::jsonb
 				  AND (n.output->'timeout')::jsonb = 'false'`).Scan(&full))
 			require.Equal(t, events, full)
 		})

@@ -86,7 +86,7 @@ const eventFloorStmt = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(),
-        received_events = received_events || '[{"name":"api_response","data":{"result":"ok"}}]'::jsonb
+        received_events = '[{"name":"api_response","data":{"result":"ok"}}]'
     WHERE id = ANY($1::uuid[]) AND status = 'waiting'
     RETURNING execution_id, node_id
 ), n AS (
@@ -107,10 +107,10 @@ const kafkaFloorStmt = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(), resumed_by = 'bench-kafka',
-        received_events = received_events || jsonb_build_array(jsonb_build_object('name', 'kafka_event',
-            'received_at', now(), 'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::jsonb,
+        received_events = json_build_array(json_build_object('name', 'kafka_event',
+            'received_at', now(), 'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::json,
             'key', 'sha256:0f343b0931126a20f133d67c2b018a3b1e5e5e8a1d2c3b4a5f60718293a4b5c6')),
-        kafka_event_data = jsonb_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done'),
+        kafka_event_data = json_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done'),
         event_data = '{}'
     WHERE id = ANY($1::uuid[]) AND status = 'waiting'
     RETURNING execution_id, node_id, correlation_id, kafka_event_data

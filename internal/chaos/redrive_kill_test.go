@@ -339,7 +339,7 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 				(SELECT count(*) FROM audit_log WHERE action = 'execution.redrive' AND target = 'execution/' || e.id AND outcome = 'ok'),
 				(SELECT count(*) FROM audit_log WHERE action = 'execution.redrive' AND target = '/api/v1/executions/' || e.id || '/redrive' AND outcome = 'refused 409'),
 				(SELECT coalesce(array_agg(DISTINCT principal), '{}') FROM audit_log WHERE action = 'execution.redrive' AND target LIKE '%' || e.id || '%'),
-				w.version, w.status, jsonb_array_length(w.received_events), coalesce(w.received_events->0->>'name', ''),
+				w.version, w.status, json_array_length(w.received_events), coalesce(w.received_events->0->>'name', ''),
 				(SELECT status FROM node_executions WHERE execution_id = e.id AND node_id = 'wait'),
 				(SELECT status FROM node_executions WHERE execution_id = e.id AND node_id = $2),
 				(SELECT status FROM node_executions WHERE execution_id = e.id AND node_id = $3)

@@ -156,7 +156,7 @@ func TestReplicasResumeExactlyOnce(t *testing.T) {
 	require.Equal(t, n, resumed)
 	var badVersions int
 	require.NoError(t, svcs[0].Pool().QueryRow(ctx,
-		`SELECT count(*) FROM execution_wait_states WHERE version <> 2 OR jsonb_array_length(received_events) <> 1 OR status <> 'completed'`).Scan(&badVersions))
+		`SELECT count(*) FROM execution_wait_states WHERE version <> 2 OR json_array_length(received_events) <> 1 OR status <> 'completed'`).Scan(&badVersions))
 	require.Zero(t, badVersions, "each wait records exactly one event and one version bump")
 
 	done, calls := fake.CountBy("/done", "execution_id"), fake.CountBy("/process", "execution_id")
