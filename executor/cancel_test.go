@@ -197,9 +197,11 @@ func TestCancelWait(t *testing.T) {
 		id := h.start(t, name, nil)
 		ws := waitOf(t, h.waitStatus(t, id, "waiting"), "wait")
 		require.Equal(t, aggregator.Recorded, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
+		// Sent once (503), and queued for a retry with the error. visible_at alone is not
+		// enough: the claim also pushes it ahead, before the call is even sent.
 		eventually(t, func() bool {
-			return h.count(t, `SELECT count(*) FROM outbox WHERE execution_id = $1 AND attempt = 1
-				AND visible_at > now() + interval '10 seconds'`, id) == 1
+			return h.fake.count("/process") == 1 && h.count(t, `SELECT count(*) FROM outbox WHERE execution_id = $1 AND attempt = 1
+				AND last_error IS NOT NULL AND visible_at > now() + interval '10 seconds'`, id) == 1
 		}, "the call was never queued for a retry")
 
 		require.NoError(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenContinue, ""))
