@@ -146,6 +146,13 @@ func TestTxBeginsWithFirstStatement(t *testing.T) {
 		})
 	}))
 	require.Equal(t, 2, ran)
+	require.Equal(t, int64(0), trips(func() error {
+		return db.TxLast(ctx, pool, func(tx pgx.Tx, _ *db.Pipeline) error {
+			db.AfterCommit(tx, func() { ran++ })
+			return nil
+		})
+	}))
+	require.Equal(t, 4, ran, "TxLast's too")
 
 	// The first statement rolls back with the transaction: when fn fails after it, and
 	// when it fails itself.

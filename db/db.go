@@ -255,7 +255,13 @@ func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pi
 		return err
 	}
 	if tx.tx == nil && last.Len() == 0 {
-		return nil // nothing was sent: nothing to commit
+		// Nothing was sent, so there is nothing to commit: what was to follow the commit
+		// follows at once.
+		committed = true
+		for _, f := range h.after {
+			f()
+		}
+		return nil
 	}
 	var tag pgconn.CommandTag
 	last.Queue(func(d dbsqlc.DBTX) error {
