@@ -386,8 +386,29 @@ func (s stats) minus(earlier stats, units int) (rows, transactions float64) {
 // backend reports its counters when it goes idle, at most once a second (else only
 // after ten idle seconds), so this waits out the second, then runs a statement on each
 // of the system's idle connections and on the probe's, and counts those statements as
-// the probe's own.
+// the probe's own. A connection busy at that moment (a peer's poller) reports once it
+// goes idle: the counters are read again, a second apart, until they stop moving (at
+// most statsSettleReads times).
 func (p *probe) snapshot(ctx context.Context, pool *pgxpool.Pool) (stats, error) {
+	var last stats
+	for read := range statsSettleReads {
+		s, err := p.read(ctx, pool)
+		if err != nil {
+			return stats{}, err
+		}
+		if read > 0 && s.rows == last.rows {
+			return s, nil
+		}
+		last = s
+	}
+	return last, nil
+}
+
+// statsSettleReads bounds the reads of one snapshot.
+const statsSettleReads = 4
+
+// read is one reading of the counters for snapshot.
+func (p *probe) read(ctx context.Context, pool *pgxpool.Pool) (stats, error) {
 	if err := sleepCtx(ctx, 1100*time.Millisecond); err != nil {
 		return stats{}, err
 	}
