@@ -180,9 +180,7 @@ func Tx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (err err
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	for _, f := range h.after {
-		f()
-	}
+	h.committed()
 	return nil
 }
 
@@ -200,6 +198,13 @@ func rollback(ctx context.Context, tx pgx.Tx, err *error) {
 type hookTx struct {
 	pgx.Tx
 	after []func()
+}
+
+// committed runs what was registered to follow the commit, in order.
+func (h *hookTx) committed() {
+	for _, f := range h.after {
+		f()
+	}
 }
 
 // AfterCommit has f run after tx commits, and never if it rolls back, when tx is the
@@ -258,9 +263,7 @@ func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pi
 		// Nothing was sent, so there is nothing to commit: what was to follow the commit
 		// follows at once.
 		committed = true
-		for _, f := range h.after {
-			f()
-		}
+		h.committed()
 		return nil
 	}
 	var tag pgconn.CommandTag
@@ -277,8 +280,6 @@ func TxLast(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx, last *Pi
 		// The transaction had failed already; the server rolled it back.
 		return pgx.ErrTxCommitRollback
 	}
-	for _, f := range h.after {
-		f()
-	}
+	h.committed()
 	return nil
 }
