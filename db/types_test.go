@@ -76,14 +76,27 @@ func TestRegisteredTypes(t *testing.T) {
 
 	t.Run("json and timestamptz arrays", func(t *testing.T) {
 		t.Parallel()
-		docs := []json.RawMessage{json.RawMessage(`{"a": 1}`), nil, json.RawMessage(`null`), json.RawMessage(`[1, "x"]`)}
-		var texts []*string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(d::text ORDER BY o) FROM unnest($1::jsonb[]) WITH ORDINALITY AS t(d, o)`, docs).Scan(&texts))
-		require.Len(t, texts, 4)
-		require.Equal(t, `{"a": 1}`, *texts[0])
-		require.Nil(t, texts[1], "a nil document is NULL")
-		require.Equal(t, `null`, *texts[2])
-		require.Equal(t, `[1, "x"]`, *texts[3])
+		docs := []json.RawMessage{json.RawMessage(`{"b": 2,  "a": 1}`), nil, json.RawMessage(`null`), json.RawMessage(`[1, "x"]`)}
+		for typ, first := range map[string]string{"jsonb": `{"a": 1, "b": 2}`, "json": `{"b": 2,  "a": 1}`} {
+			var texts []*string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(d::text ORDER BY o) FROM unnest($1::`+typ+`[]) WITH ORDINALITY AS t(d, o)`, docs).Scan(&texts))
+			require.Len(t, texts, 4, typ)
+			require.Equal(t, first, *texts[0], "%s: json keeps the text as sent", typ)
+			require.Nil(t, texts[1], "%s: a nil document is NULL", typ)
+			require.Equal(t, `null`, *texts[2], typ)
+			require.Equal(t, `[1, "x"]`, *texts[3], typ)
+
+			var n int
+			var hasNull bool
+			require.NoError(t, pool.QueryRow(ctx, `SELECT cardinality($1::`+typ+`[]), array_position($1::`+typ+`[]::text[], NULL) IS NOT NULL`,
+				[]json.RawMessage{}).Scan(&n, &hasNull))
+			require.Zero(t, n, typ)
+			require.False(t, hasNull, typ)
+			require.NoError(t, pool.QueryRow(ctx, `SELECT $1::`+typ+`[] IS NULL`, []json.RawMessage(nil)).Scan(&hasNull))
+			require.True(t, hasNull, "%s: a nil slice is NULL", typ)
+			require.Error(t, pool.QueryRow(ctx, `SELECT $1::`+typ+`[]`, []json.RawMessage{json.RawMessage(`{"a":`)}).Scan(&n),
+				"%s: the server checks the text it is sent", typ)
+		}
 
 		at := time.Date(2026, 3, 1, 9, 30, 0, 123456000, time.FixedZone("UTC+9", 9*3600))
 		var backs []time.Time
