@@ -90,6 +90,7 @@ func main() {
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprofile := flag.String("memprofile", "", "write a profile of the whole run's allocations to this file")
 	flag.Parse()
 	o.rounds = max(o.rounds, 1)
 	o.peerRounds = max(o.peerRounds, 1)
@@ -129,6 +130,26 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("\nwhole run: %s\n", time.Since(start).Round(time.Second))
+	if *memprofile != "" {
+		if err := writeAllocs(*memprofile); err != nil {
+			fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// writeAllocs writes the allocations made since the process started (pprof's allocs
+// profile) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runs reports whether a part is to run.
