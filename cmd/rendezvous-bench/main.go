@@ -28,6 +28,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/bench"
+	"github.com/rendezvous-run/rendezvous/internal/gctune"
 )
 
 // parts are the names --only accepts, in the order they run.
@@ -123,6 +124,10 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	// The replicas measured here run in this process, so it runs with the collector
+	// settings a replica's process runs with (the peer, in the same process, too).
+	gc := gctune.Apply()
+	fmt.Printf("garbage collector: GOGC %s; memory limit %s\n", gc.GOGC(), gc.MemoryLimit())
 	start := time.Now()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)

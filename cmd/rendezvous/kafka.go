@@ -15,6 +15,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/examples"
+	"github.com/rendezvous-run/rendezvous/internal/gctune"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -122,6 +123,7 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	if err != nil {
 		return err
 	}
+	logger.Debug("garbage collector", gctune.Apply().LogAttrs()...)
 	auth := "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)"
 	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
 		cfg.Auth.Insecure = true

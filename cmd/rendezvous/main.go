@@ -22,6 +22,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/gctune"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/suggest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -315,6 +316,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.AutoMigrate = !noMigrate
 	cfg.Logger = logger
 	cfg.Version = buildVersion()
+	logger.Info("garbage collector", gctune.Apply().LogAttrs()...)
 	s, err := service.New(ctx, cfg)
 	if err != nil {
 		return err
