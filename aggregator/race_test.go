@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -475,5 +476,16 @@ func TestApplyGroupsHandOff(t *testing.T) {
 			counts[r.Outcome]++
 		}
 		require.Equal(t, map[aggregator.Outcome]int{aggregator.Recorded: 50, aggregator.Completed: 50, aggregator.Duplicate: 50}, counts, "wave %d", wave)
+	}
+}
+
+// TestDefaultApplyGroups: one group transaction per CPU the process may use, between 2
+// and 4.
+func TestDefaultApplyGroups(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
+	for _, c := range []struct{ procs, groups int }{{1, 2}, {2, 2}, {3, 3}, {4, 4}, {16, 4}} {
+		runtime.GOMAXPROCS(c.procs)
+		require.Equal(t, c.groups, aggregator.DefaultApplyGroups(), "GOMAXPROCS %d", c.procs)
 	}
 }

@@ -266,7 +266,7 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("peer: %w", err)
 		}
 		for _, c := range o.peerSenders {
-			f, err := eventFloor(ctx, newSchema, "send", o.peerFlows, groupBatch(c), aggregator.ApplyGroupsDefault)
+			f, err := eventFloor(ctx, newSchema, "send", o.peerFlows, groupBatch(c), aggregator.DefaultApplyGroups())
 			if err != nil {
 				return err
 			}
@@ -284,11 +284,11 @@ func run(ctx context.Context, o options) error {
 			if r.CallbacksWide, err = bench.Callbacks(ctx, schema.URL, o.wideClients, 2*o.waits, logger); err != nil {
 				return fmt.Errorf("callbacks: %w", err)
 			}
-			if r.CallbacksWideFloor, err = eventFloor(ctx, newSchema, "callbacks", 2*o.waits, groupBatch(o.wideClients), aggregator.ApplyGroupsDefault); err != nil {
+			if r.CallbacksWideFloor, err = eventFloor(ctx, newSchema, "callbacks", 2*o.waits, groupBatch(o.wideClients), aggregator.DefaultApplyGroups()); err != nil {
 				return err
 			}
 		}
-		if r.CallbacksFloor, err = eventFloor(ctx, newSchema, "callbacks", o.waits, groupBatch(o.concurrency), aggregator.ApplyGroupsDefault); err != nil {
+		if r.CallbacksFloor, err = eventFloor(ctx, newSchema, "callbacks", o.waits, groupBatch(o.concurrency), aggregator.DefaultApplyGroups()); err != nil {
 			return err
 		}
 	}
@@ -468,7 +468,7 @@ func run(ctx context.Context, o options) error {
 
 // groupBatch is the batch the aggregator's group commit forms with clients in flight.
 func groupBatch(clients int) int {
-	return bench.GroupBatch(clients, aggregator.ApplyGroupsDefault, aggregator.MaxGroupDefault)
+	return bench.GroupBatch(clients, aggregator.DefaultApplyGroups(), aggregator.MaxGroupDefault)
 }
 
 // eventFloor measures a path's floor on a schema of its own.
