@@ -144,6 +144,7 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	collectGarbage()
 	tripsBefore := counter.count()
 	start := time.Now()
 	for range concurrency {

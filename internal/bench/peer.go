@@ -185,6 +185,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 
 	// Park.
 	ids := make([]string, workflows)
+	collectGarbage()
 	start := time.Now()
 	if err := fanOut(c, workflows, func(i int) error {
 		id, err := sys.start(ctx)
@@ -218,6 +219,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 
 	// Deliver.
 	sent, returned := make([]time.Time, workflows), make([]time.Time, workflows)
+	collectGarbage()
 	start = time.Now()
 	if err := fanOut(c, workflows, func(i int) error {
 		sent[i] = time.Now()
