@@ -220,7 +220,7 @@ func TestFailCallByStrategy(t *testing.T) {
 			w := f.newWait(t, tt.reg)
 			if tt.kafkaLate {
 				_, err := f.pool.Exec(t.Context(), `UPDATE execution_wait_states
-					SET expected_events = jsonb_set(expected_events, '{1,deadline_at}', to_jsonb(now() - interval '1 second'))
+					SET expected_events = jsonb_set(expected_events::jsonb, '{1,deadline_at}', to_jsonb(now() - interval '1 second'))::json
 					WHERE id = $1`, w.ID)
 				require.NoError(t, err)
 			}

@@ -516,10 +516,10 @@ INSERT INTO execution_wait_states (
     wait_type, timer, status, error, trace_parent, match_keys
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
-    $6::jsonb, $7::jsonb, $8::jsonb,
-    $9::boolean, $10::boolean, $11::text, $12::jsonb,
+    $6::json, $7::json, $8::json,
+    $9::boolean, $10::boolean, $11::text, $12::json,
     $13::timestamptz, $14::timestamptz,
-    $15::text, $16::jsonb, $17::text, $18::text,
+    $15::text, $16::json, $17::text, $18::text,
     $19::text, coalesce($20::text[], '{}')
 )
 RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys
@@ -990,7 +990,7 @@ const waitStateReopen = `-- name: WaitStateReopen :one
 UPDATE execution_wait_states
 SET status = 'waiting',
     error = NULL,
-    expected_events = $1::jsonb,
+    expected_events = $1::json,
     timed_out_events = '[]',
     expires_at = $2::timestamptz,
     next_deadline_at = $3::timestamptz,

@@ -6,10 +6,10 @@ INSERT INTO execution_wait_states (
     wait_type, timer, status, error, trace_parent, match_keys
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
-    @required_events::jsonb, @enabled_events::jsonb, @expected_events::jsonb,
-    @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::jsonb,
+    @required_events::json, @enabled_events::json, @expected_events::json,
+    @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::json,
     @expires_at::timestamptz, @next_deadline_at::timestamptz,
-    @wait_type::text, sqlc.narg(timer)::jsonb, @status::text, sqlc.narg(error)::text,
+    @wait_type::text, sqlc.narg(timer)::json, @status::text, sqlc.narg(error)::text,
     sqlc.narg(trace_parent)::text, coalesce(@match_keys::text[], '{}')
 )
 RETURNING *;
@@ -272,7 +272,7 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' |
 UPDATE execution_wait_states
 SET status = 'waiting',
     error = NULL,
-    expected_events = @expected_events::jsonb,
+    expected_events = @expected_events::json,
     timed_out_events = '[]',
     expires_at = @expires_at::timestamptz,
     next_deadline_at = @next_deadline_at::timestamptz,

@@ -118,7 +118,7 @@ func Match(ctx context.Context, url string, waiting, matched, concurrency int, l
 		value := fmt.Sprintf(`'"%s-' || src.wait_id::text || '"'`, tag)
 		return map[string]string{
 			"match_keys":      fmt.Sprintf(`ARRAY[%s || %s, %s]`, literal(prefix), value, literal(typeKey)),
-			"expected_events": fmt.Sprintf(`jsonb_set(t.expected_events, '{0,match,value}', to_jsonb(%s))`, value),
+			"expected_events": fmt.Sprintf(`jsonb_set(t.expected_events::jsonb, '{0,match,value}', to_jsonb(%s))::json`, value),
 		}
 	}
 	if _, err := cloneWaits(ctx, pool, started.ID, waiting-1-matched, true, keyed("bg")); err != nil {
