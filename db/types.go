@@ -81,7 +81,7 @@ func (c rowArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value
 			}
 		case []json.RawMessage:
 			if c.elem == pgtype.JSONOID || c.elem == pgtype.JSONBOID {
-				return encodeDocArray{jsonb: c.elem == pgtype.JSONBOID}
+				return encodeDocArray{elem: c.elem}
 			}
 		}
 	}
@@ -123,18 +123,19 @@ func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// encodeDocArray writes documents as json or, with jsonb, as jsonb (led by its version
-// byte); a nil document is NULL. The text is sent as it is: PostgreSQL checks it.
-type encodeDocArray struct{ jsonb bool }
+// encodeDocArray writes documents as elements of type elem, json or jsonb (each led by
+// jsonb's version byte); a nil document is NULL. The text is sent as it is: PostgreSQL
+// checks it.
+type encodeDocArray struct{ elem uint32 }
 
 func (p encodeDocArray) Encode(value any, buf []byte) ([]byte, error) {
 	s := value.([]json.RawMessage)
 	if s == nil {
 		return nil, nil // NULL, as pgx writes a nil slice
 	}
-	version := 0
-	if p.jsonb {
-		version = 1
+	prefix := 0 // bytes before each document's text: jsonb's format version
+	if p.elem == pgtype.JSONBOID {
+		prefix = 1
 	}
 	size, hasNull := arrayHeaderLen, false
 	for _, d := range s {
@@ -143,21 +144,17 @@ func (p encodeDocArray) Encode(value any, buf []byte) ([]byte, error) {
 			hasNull = true
 			continue
 		}
-		size += version + len(d)
-	}
-	elem := uint32(pgtype.JSONOID)
-	if p.jsonb {
-		elem = pgtype.JSONBOID
+		size += prefix + len(d)
 	}
 	buf = slices.Grow(buf, size)
-	buf = appendArrayHeader(buf, elem, len(s), hasNull)
+	buf = appendArrayHeader(buf, p.elem, len(s), hasNull)
 	for _, d := range s {
 		if d == nil {
 			buf = binary.BigEndian.AppendUint32(buf, math.MaxUint32) // -1: NULL
 			continue
 		}
-		buf = binary.BigEndian.AppendUint32(buf, uint32(version+len(d)))
-		if p.jsonb {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(prefix+len(d)))
+		if prefix > 0 {
 			buf = append(buf, 1)
 		}
 		buf = append(buf, d...)
