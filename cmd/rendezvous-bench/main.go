@@ -215,7 +215,10 @@ type results struct {
 	// KafkaFloor, CallbacksFloor, CallbacksWideFloor and SendFloors are the bare writes
 	// of the same events' rows, in the service's batches at its concurrency (SendFloors:
 	// one per number of peer senders).
-	KafkaFloor         bench.FloorResult   `json:"kafka_floor"`
+	KafkaFloor bench.FloorResult `json:"kafka_floor"`
+	// KafkaPipelineFloor is the Kafka floor with the broker, the producer and a bare
+	// consumer on the same cores, as every Kafka run has them.
+	KafkaPipelineFloor bench.FloorResult   `json:"kafka_pipeline_floor"`
 	CallbacksFloor     bench.FloorResult   `json:"callbacks_floor"`
 	CallbacksWideFloor bench.FloorResult   `json:"callbacks_wide_floor"`
 	SendFloors         []bench.FloorResult `json:"send_floors"`
@@ -349,6 +352,15 @@ func run(ctx context.Context, o options) error {
 		if o.runs("kafka") {
 			if r.KafkaFloor, err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 				return err
+			}
+			s, err := newSchema()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, bare writes by correlation id, %d a statement, %d at once …\n",
+				consumer.BatchSizeDefault, consumer.LanesDefault)
+			if r.KafkaPipelineFloor, err = bench.KafkaPipelineFloor(ctx, s.URL, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+				return fmt.Errorf("floor: %w", err)
 			}
 		}
 		r.Kafka = medianRun(r.KafkaRuns)

@@ -81,6 +81,17 @@ func figures(o options, r results) []figure {
 				ceiling := float64(runtime.NumCPU()) * 1e6 / k.CPU.TotalUS()
 				plain("", "kafka of its floor at most, every core busy", ceiling/f.PerSecond, "×")
 			}
+			if p := r.KafkaPipelineFloor; p.Events > 0 {
+				// The bare writes with what every Kafka run here carries besides them: the
+				// broker and the producer on the same cores, every record fetched. No Kafka
+				// path can reach more of the bare-writes floor than this on this machine.
+				rate("", "floor with the broker: bare consumer, bare writes", p.PerSecond)
+				if p.CPU != nil {
+					plain("", "floor with the broker CPU per record", p.CPU.TotalUS(), "µs")
+				}
+				plain("b", "floor with the broker, of the bare-writes floor (most any Kafka run reaches)", p.PerSecond/f.PerSecond, "×")
+				plain("b", "kafka records applied/s, of the floor with the broker", k.PerSecond/p.PerSecond, "×")
+			}
 		}
 		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
 		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)

@@ -51,7 +51,7 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	}
 	stmt := eventFloorStmt
 	if path == "kafka" {
-		stmt = kafkaFloorStmt
+		stmt = kafkaFloorStmt("id")
 	}
 	took, cpu, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
 	if err != nil {
@@ -98,12 +98,13 @@ UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at
 FROM w WHERE e.id = w.execution_id`
 
 // kafkaFloorStmt writes the same three rows as a Kafka record completing its wait
-// writes them: every column the service's write changes, with values of the size the
+// writes them, for the waits whose column key (id or correlation_id) is in $1: every column the service's write changes, with values of the size the
 // bench's records give (computed in Go by the service, constants or cheap builders here) —
 // the received event as the aggregator records it, the record's
 // payload in kafka_event_data, the node's output as Output builds it, the wait marked
 // resumed by the instance continuing it.
-const kafkaFloorStmt = `
+func kafkaFloorStmt(key string) string {
+	return `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(), resumed_by = 'bench-kafka',
@@ -112,7 +113,7 @@ WITH w AS (
             'key', 'sha256:0f343b0931126a20f133d67c2b018a3b1e5e5e8a1d2c3b4a5f60718293a4b5c6')),
         kafka_event_data = json_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done'),
         event_data = '{}'
-    WHERE id = ANY($1::uuid[]) AND status = 'waiting'
+    WHERE ` + key + ` = ANY($1::uuid[]) AND status = 'waiting'
     RETURNING execution_id, node_id, correlation_id, kafka_event_data
 ), n AS (
     UPDATE node_executions AS n SET status = 'completed',
@@ -126,6 +127,7 @@ WITH w AS (
 )
 UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
 FROM w WHERE e.id = w.execution_id`
+}
 
 // GroupBatch is the batch a group commit of groups transactions forms when clients
 // callers are in flight at once: they spread over the groups.
