@@ -123,13 +123,18 @@ func figures(o options, r results) []figure {
 		if o.latencyRate <= 0 {
 			share = fmt.Sprintf(", %.2f of (b)", o.latencyLoad)
 		}
-		rate("d", "offered rate, open loop"+share, kl.OfferedRate)
+		rate("d", "kafka offered rate, open loop"+share, kl.OfferedRate)
 		latency("d", "kafka produce → continuation p50", kl.ToContinuation.P50, 0.5)
 		f := latency("d", "kafka produce → continuation p99", kl.ToContinuation.P99, 0.99)
 		target(f, "≤ 50 ms", kl.ToContinuation.P99 <= latencyTarget)
 		latency("", "kafka produce → state p99", kl.ToState.P99, 0.99)
 		latency("", "kafka load generator send lag p99", kl.SendLag.P99, 0.99)
 		if cl.Events > 0 {
+			share := ""
+			if o.latencyRate <= 0 {
+				share = ", " + r.CallbackLatencyOffered
+			}
+			rate("d", "callbacks offered rate, open loop"+share, cl.OfferedRate)
 			latency("d", "callback → continuation p50", cl.ToContinuation.P50, 0.5)
 			f := latency("d", "callback → continuation p99", cl.ToContinuation.P99, 0.99)
 			target(f, "≤ 50 ms", cl.ToContinuation.P99 <= latencyTarget)
