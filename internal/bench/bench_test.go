@@ -187,14 +187,19 @@ func TestPeerCountsWholeRows(t *testing.T) {
 // with the event recorded, its node and its execution completed.
 func TestEventFloorWritesEveryEvent(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"send", "kafka"} {
+	for _, path := range []string{"callbacks", "send", "kafka"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			s := dbtest.NewSchema(t)
 			const events = 250
 			f, err := EventFloor(t.Context(), s.URL, path, events, 16, 3)
 			require.NoError(t, err)
-			require.Equal(t, FloorResult{Path: path, Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond, CPU: f.CPU}, f)
+			rows := 3.0 // the wait, its node, its execution
+			if path == "send" {
+				rows = 4 // and the audit row
+			}
+			require.Equal(t, FloorResult{Path: path, Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond, CPU: f.CPU,
+				RowsPerEvent: rows}, f)
 			require.Positive(t, f.PerSecond)
 			require.NotNil(t, f.CPU, "the test server runs on this machine: its CPU is read")
 			pool, err := db.Connect(t.Context(), s.URL, 1)
@@ -206,6 +211,14 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 				(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
 				(SELECT count(*) FROM executions WHERE status = 'completed' AND finished_at IS NOT NULL)`).Scan(&waits, &nodes, &execs))
 			require.Equal(t, []int{events, events, events}, []int{waits, nodes, execs})
+			var audited int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_log AS a JOIN executions AS e ON a.target = 'execution/' || e.id
+				WHERE a.action = 'event.send' AND a.outcome = 'delivered'`).Scan(&audited))
+			if path == "send" {
+				require.Equal(t, events, audited, "a sent event's audit row, for each")
+			} else {
+				require.Zero(t, audited)
+			}
 			if path != "kafka" {
 				return
 			}

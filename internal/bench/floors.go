@@ -28,6 +28,9 @@ type FloorResult struct {
 	PerSecond float64 `json:"per_second"`
 	// CPU is what the writes took per event, when it can be read here.
 	CPU *CPUUse `json:"cpu,omitempty"`
+	// RowsPerEvent is the rows the floor's statement inserted, updated and deleted per
+	// event, as PostgreSQL counted them for the first batch (pg_stat_xact_user_tables).
+	RowsPerEvent float64 `json:"rows_per_event"`
 }
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
@@ -50,15 +53,18 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 		return FloorResult{}, err
 	}
 	stmt := eventFloorStmt
-	if path == "kafka" {
+	switch path {
+	case "kafka":
 		stmt = kafkaFloorStmt("id")
+	case "send":
+		stmt = sendFloorStmt
 	}
-	took, cpu, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
+	w, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
 	if err != nil {
 		return FloorResult{}, fmt.Errorf("%s floor: %w", path, err)
 	}
 	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
-		Seconds: took.Seconds(), PerSecond: float64(events) / took.Seconds(), CPU: cpu}, nil
+		Seconds: w.took.Seconds(), PerSecond: float64(events) / w.took.Seconds(), CPU: w.cpu, RowsPerEvent: w.rowsPerEvent}, nil
 }
 
 // settle leaves the tables the event paths write as a measured phase should find them,
@@ -81,8 +87,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// eventFloorStmt writes the three rows of an event completing a wait.
-const eventFloorStmt = `
+// eventFloorWrites are the three rows of an event completing a wait, the executions
+// completed returned as e.
+const eventFloorWrites = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(),
@@ -93,9 +100,23 @@ WITH w AS (
     UPDATE node_executions AS n SET status = 'completed', output = '{"api_response":{"result":"ok"}}',
         updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
-)
-UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
-FROM w WHERE e.id = w.execution_id`
+), e AS (
+    UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
+    FROM w WHERE e.id = w.execution_id
+    RETURNING e.id
+)`
+
+// eventFloorStmt writes the three rows of a callback completing a wait.
+const eventFloorStmt = eventFloorWrites + `
+SELECT count(*) FROM e`
+
+// sendFloorStmt writes the rows of an event sent through the API completing a wait: the
+// same three, and the audit row every change made through the API writes in its own
+// transaction (its principal, address, action, target, outcome and detail as the
+// service writes them).
+const sendFloorStmt = eventFloorWrites + `
+INSERT INTO audit_log (principal, remote_addr, action, target, outcome, detail)
+SELECT 'bench-sender', '127.0.0.1', 'event.send', 'execution/' || id, 'delivered', 'type go' FROM e`
 
 // kafkaFloorStmt writes the same three rows as a Kafka record completing its wait
 // writes them, for the waits whose column key (id or correlation_id) is in $1: every column the service's write changes, with values of the size the
@@ -138,35 +159,57 @@ func GroupBatch(clients, groups, maxGroup int) int {
 // idsOnly is batchedWrites' arguments for a statement that takes only the batch's ids.
 func idsOnly(ids []uuid.UUID) []any { return []any{ids} }
 
+// floorRun is what batchedWrites measured.
+type floorRun struct {
+	took time.Duration
+	cpu  *CPUUse
+	// rowsPerEvent: see FloorResult.RowsPerEvent.
+	rowsPerEvent float64
+}
+
 // batchedWrites runs stmt over every waiting wait of the schema in id order, batch ids
-// a statement, on workers connections at once, and returns how long they all took, and
-// the CPU they took per wait when it can be read here (startCPU). args gives a
-// statement's arguments for its batch of ids (its $1 is the uuid[] of them); they are
-// built before the clock starts.
-func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (time.Duration, *CPUUse, error) {
+// a statement, on workers connections at once, and returns how long they all took, the
+// CPU they took per wait when it can be read here (startCPU), and the rows written per
+// wait. args gives a statement's arguments for its batch of ids (its $1 is the uuid[] of
+// them); they are built before the clock starts. The first batch runs in a transaction
+// of its own that reads what it wrote from PostgreSQL's counters before committing: one
+// statement more in the whole run.
+func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (floorRun, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
 	if err != nil {
-		return 0, nil, err
+		return floorRun{}, err
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return 0, nil, err
+		return floorRun{}, err
 	}
-	batches := make(chan []any, len(ids)/max(batch, 1)+1)
+	type work struct {
+		waits int
+		args  []any
+	}
+	batches := make(chan work, len(ids)/max(batch, 1)+1)
 	for lo := 0; lo < len(ids); lo += batch {
-		batches <- args(ids[lo:min(lo+batch, len(ids))])
+		b := ids[lo:min(lo+batch, len(ids))]
+		batches <- work{len(b), args(b)}
 	}
 	close(batches)
+	first := <-batches
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
+	var counted int64
 	cpuSince := startCPU(ctx, pool)
 	start := time.Now()
 	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if i == 0 {
+				if counted, errs[i] = countedWrite(ctx, pool, stmt, first.args); errs[i] != nil {
+					return
+				}
+			}
 			for b := range batches {
-				if _, err := pool.Exec(ctx, stmt, b...); err != nil {
+				if _, err := pool.Exec(ctx, stmt, b.args...); err != nil {
 					errs[i] = err
 					return
 				}
@@ -175,7 +218,21 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	}
 	wg.Wait()
 	took := time.Since(start)
-	return took, cpuSince(len(ids)), errors.Join(errs...)
+	return floorRun{took: took, cpu: cpuSince(len(ids)), rowsPerEvent: float64(counted) / float64(max(first.waits, 1))}, errors.Join(errs...)
+}
+
+// countedWrite runs stmt in a transaction and returns the rows it inserted, updated and
+// deleted, as PostgreSQL counts them for the transaction.
+func countedWrite(ctx context.Context, pool *pgxpool.Pool, stmt string, args []any) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, stmt, args...); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+			FROM pg_stat_xact_user_tables`).Scan(&n)
+	})
+	return n, err
 }
 
 // parkBare writes n parked waits of workflow name set-based, as registering writes
