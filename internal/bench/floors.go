@@ -172,8 +172,8 @@ type floorRun struct {
 // CPU they took per wait when it can be read here (startCPU), and the rows written per
 // wait. args gives a statement's arguments for its batch of ids (its $1 is the uuid[] of
 // them); they are built before the clock starts. The first batch runs in a transaction
-// of its own that reads what it wrote from PostgreSQL's counters before committing: one
-// statement more in the whole run.
+// of its own that reads what it wrote from PostgreSQL's counters (countedWrite): two
+// statements more in the whole run.
 func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (floorRun, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
 	if err != nil {
@@ -222,17 +222,23 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 }
 
 // countedWrite runs stmt in a transaction and returns the rows it inserted, updated and
-// deleted, as PostgreSQL counts them for the transaction.
+// deleted, as PostgreSQL counts them for the transaction: the counters read before and
+// after it, since they also hold what earlier transactions of the same connection did
+// and have not yet been reported (a backend reports when idle, at most once a second).
 func countedWrite(ctx context.Context, pool *pgxpool.Pool, stmt string, args []any) (int64, error) {
-	var n int64
+	const written = `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+		FROM pg_stat_xact_user_tables WHERE schemaname = current_schema()`
+	var before, after int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, written).Scan(&before); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, stmt, args...); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
-			FROM pg_stat_xact_user_tables`).Scan(&n)
+		return tx.QueryRow(ctx, written).Scan(&after)
 	})
-	return n, err
+	return after - before, err
 }
 
 // parkBare writes n parked waits of workflow name set-based, as registering writes
