@@ -87,9 +87,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// eventFloorWrites are the three rows of an event completing a wait, the executions
-// completed returned as e.
-const eventFloorWrites = `
+// eventFloorWaits decides the waits and completes their nodes: the first two of the
+// three rows of an event completing a wait, the waits decided returned as w.
+const eventFloorWaits = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(),
@@ -100,30 +100,31 @@ WITH w AS (
     UPDATE node_executions AS n SET status = 'completed', output = '{"api_response":{"result":"ok"}}',
         updated_at = now(), finished_at = now()
     FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
-), e AS (
-    UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
-    FROM w WHERE e.id = w.execution_id
-    RETURNING e.id
 )`
 
 // eventFloorStmt writes the three rows of a callback completing a wait.
-const eventFloorStmt = eventFloorWrites + `
-SELECT count(*) FROM e`
+const eventFloorStmt = eventFloorWaits + `
+UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
+FROM w WHERE e.id = w.execution_id`
 
 // sendFloorStmt writes the rows of an event sent through the API completing a wait: the
 // same three, and the audit row every change made through the API writes in its own
 // transaction (its principal, address, action, target, outcome and detail as the
 // service writes them).
-const sendFloorStmt = eventFloorWrites + `
+const sendFloorStmt = eventFloorWaits + `, e AS (
+    UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
+    FROM w WHERE e.id = w.execution_id
+    RETURNING e.id
+)
 INSERT INTO audit_log (principal, remote_addr, action, target, outcome, detail)
 SELECT 'bench-sender', '127.0.0.1', 'event.send', 'execution/' || id, 'delivered', 'type go' FROM e`
 
 // kafkaFloorStmt writes the same three rows as a Kafka record completing its wait
-// writes them, for the waits whose column key (id or correlation_id) is in $1: every column the service's write changes, with values of the size the
-// bench's records give (computed in Go by the service, constants or cheap builders here) —
-// the received event as the aggregator records it, the record's
-// payload in kafka_event_data, the node's output as Output builds it, the wait marked
-// resumed by the instance continuing it.
+// writes them, for the waits whose column key (id, or correlation_id) is in $1: every
+// column the service's write changes, with values of the size the bench's records give
+// (computed in Go by the service, constants or cheap builders here) — the received event
+// as the aggregator records it, the record's payload in kafka_event_data, the node's
+// output as Output builds it, the wait marked resumed by the instance continuing it.
 func kafkaFloorStmt(key string) string {
 	return `
 WITH w AS (
@@ -172,7 +173,7 @@ type floorRun struct {
 // CPU they took per wait when it can be read here (startCPU), and the rows written per
 // wait. args gives a statement's arguments for its batch of ids (its $1 is the uuid[] of
 // them); they are built before the clock starts. The first batch runs in a transaction
-// of its own that reads what it wrote from PostgreSQL's counters (countedWrite): two
+// of its own that reads PostgreSQL's counters before and after it (countedWrite): a few
 // statements more in the whole run.
 func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (floorRun, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
@@ -193,7 +194,10 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 		batches <- work{len(b), args(b)}
 	}
 	close(batches)
-	first := <-batches
+	first, ok := <-batches
+	if !ok {
+		return floorRun{}, errors.New("no waiting wait to write")
+	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	var counted int64
