@@ -41,17 +41,11 @@ type FloorResult struct {
 // batch and workers are the service's for the path: the consumer's batch size and lanes
 // for Kafka, the aggregator's group commit for callbacks and sent events.
 func EventFloor(ctx context.Context, url, path string, events, batch, workers int) (FloorResult, error) {
-	pool, err := db.Connect(ctx, url, int32(workers+2))
+	pool, err := parkFloor(ctx, url, events, workers)
 	if err != nil {
 		return FloorResult{}, err
 	}
 	defer pool.Close()
-	if err := parkBare(ctx, pool, "bench-floor", events, time.Now().Add(24*time.Hour), `'events', NULL, 'waiting'`); err != nil {
-		return FloorResult{}, err
-	}
-	if err := settle(ctx, pool); err != nil {
-		return FloorResult{}, err
-	}
 	stmt := eventFloorStmt
 	switch path {
 	case "kafka":
@@ -65,6 +59,25 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	}
 	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
 		Seconds: w.took.Seconds(), PerSecond: float64(events) / w.took.Seconds(), CPU: w.cpu, RowsPerEvent: w.rowsPerEvent}, nil
+}
+
+// parkFloor connects to the schema at url with a connection for each of workers and two
+// more, parks n waits there set-based with a far deadline (parkBare), and settles the
+// tables as every measured phase finds them.
+func parkFloor(ctx context.Context, url string, n, workers int) (*pgxpool.Pool, error) {
+	pool, err := db.Connect(ctx, url, int32(workers+2))
+	if err != nil {
+		return nil, err
+	}
+	if err := parkBare(ctx, pool, "bench-floor", n, time.Now().Add(24*time.Hour), `'events', NULL, 'waiting'`); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := settle(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 // settle leaves the tables the event paths write as a measured phase should find them,

@@ -95,13 +95,9 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 	} else {
 		tel.TracerProvider = tracenoop.NewTracerProvider()
 	}
-	cluster, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(int32(partitions), benchTopic),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }),
-	)
+	cluster, err := newBroker(partitions)
 	if err != nil {
-		return nil, fmt.Errorf("embedded broker: %w", err)
+		return nil, err
 	}
 	cleanup = append(cleanup, cluster.Close)
 
@@ -136,6 +132,20 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 			cleanup[i]()
 		}
 	}}, nil
+}
+
+// newBroker starts an embedded broker on loopback with the bench topic, of partitions
+// partitions.
+func newBroker(partitions int) (*kfake.Cluster, error) {
+	cluster, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(int32(partitions), benchTopic),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	return cluster, nil
 }
 
 // waitIDs names one parked wait.

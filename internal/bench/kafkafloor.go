@@ -2,20 +2,15 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/rendezvous-run/rendezvous/db"
 )
 
 // KafkaPipelineFloor is the Kafka path's floor with what this bench's Kafka runs carry
@@ -30,17 +25,11 @@ import (
 // and more. Its rate over the bare-writes floor's (EventFloor) is the most any Kafka run
 // of this bench can reach of that floor on this machine.
 func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, batch, workers int) (FloorResult, error) {
-	pool, err := db.Connect(ctx, url, int32(workers+2))
+	pool, err := parkFloor(ctx, url, records, workers)
 	if err != nil {
 		return FloorResult{}, err
 	}
 	defer pool.Close()
-	if err := parkBare(ctx, pool, "bench-floor", records, time.Now().Add(24*time.Hour), `'events', NULL, 'waiting'`); err != nil {
-		return FloorResult{}, err
-	}
-	if err := settle(ctx, pool); err != nil {
-		return FloorResult{}, err
-	}
 	rows, err := pool.Query(ctx, `SELECT execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
 	if err != nil {
 		return FloorResult{}, err
@@ -54,17 +43,12 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 	// The records are the Kafka runs' records, built before the clock starts as theirs are.
 	recs := make([]*kgo.Record, len(ids))
 	for i, w := range ids {
-		value, _ := json.Marshal(map[string]any{"execution_id": w.exec, "correlation_id": w.corr, "status": "done"})
-		recs[i] = &kgo.Record{Topic: benchTopic, Key: w.corr[:], Value: value}
+		recs[i] = w.record()
 	}
 
-	cluster, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(int32(partitions), benchTopic),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }),
-	)
+	cluster, err := newBroker(partitions)
 	if err != nil {
-		return FloorResult{}, fmt.Errorf("embedded broker: %w", err)
+		return FloorResult{}, err
 	}
 	defer cluster.Close()
 	assigned := make(chan struct{})
