@@ -29,8 +29,9 @@ type FloorResult struct {
 	// CPU is what the writes took per event, when it can be read here.
 	CPU *CPUUse `json:"cpu,omitempty"`
 	// RowsPerEvent is the rows the floor's statement inserted, updated and deleted per
-	// event, as PostgreSQL counted them for the first batch (pg_stat_xact_user_tables).
-	RowsPerEvent float64 `json:"rows_per_event"`
+	// event, as PostgreSQL counted them for the first batch (pg_stat_xact_user_tables);
+	// zero where they are not counted (the Kafka floor with the broker).
+	RowsPerEvent float64 `json:"rows_per_event,omitempty"`
 }
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
