@@ -76,9 +76,9 @@ run:
 	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
 
 ## bench: the performance figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
-## (c) callbacks/s, (d) latency at half of each path's maximum, (e) 100 000 deadlines at once, (f) (b) with
-## 1 000 000 waiting rows — as a table of ratios to (a) and targets, and as JSON in
-## BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
+## (c) callbacks/s, (d) latency at half of each path's maximum, (e) 100 000 deadlines at
+## once, (f) (b) with 1 000 000 waiting rows — as a table of ratios to (a) and targets, and
+## as JSON in BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
 BENCH_JSON ?= bench-results.json
 BENCH_FLAGS ?=
 bench:
