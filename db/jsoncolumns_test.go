@@ -9,7 +9,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
@@ -17,11 +16,8 @@ import (
 
 func TestPreviousReleaseWritesJSONColumns(t *testing.T) {
 	t.Parallel()
-	schema := dbtest.NewSchema(t)
+	conn := dbtest.NewPool(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, schema.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(ctx) })
 
 	waitCols := []string{"required_events", "enabled_events", "expected_events", "output_mapping", "timer",
 		"received_events", "timed_out_events", "api_response_data", "kafka_event_data", "event_data"}
@@ -45,7 +41,7 @@ func TestPreviousReleaseWritesJSONColumns(t *testing.T) {
 		"event_data":        `{"a": {"n": 1}}`,
 	}
 	// Parameters typed jsonb, as the previous release's statements declared them.
-	_, err = conn.Exec(ctx, `
+	_, err := conn.Exec(ctx, `
 INSERT INTO workflows (name, version, definition) VALUES ('wf', 1, '{}');
 INSERT INTO executions (id, workflow_name, workflow_version, status)
 VALUES ('00000000-0000-0000-0000-000000000001', 'wf', 1, 'waiting')`)

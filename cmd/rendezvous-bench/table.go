@@ -269,9 +269,10 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		at := fmt.Sprintf(", %d senders", m.Senders)
 		plain("p", "rendezvous delivered events/s"+at, rdv.EventsPerSecond, "/s")
 		plain("", "DBOS delivered events/s"+at, peer.EventsPerSecond, "/s")
-		if f, ok := sendFloor(r, m.Senders); ok {
-			plain("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond, "/s")
-			plain("p", "rendezvous delivered events/s, of its floor"+at, rdv.EventsPerSecond/f.PerSecond, "×")
+		floor, measured := sendFloor(r, m.Senders)
+		if measured {
+			plain("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", floor.Batch, floor.Workers), floor.PerSecond, "/s")
+			plain("p", "rendezvous delivered events/s, of its floor"+at, rdv.EventsPerSecond/floor.PerSecond, "×")
 		}
 		v := rdv.EventsPerSecond / peer.EventsPerSecond
 		target(plain("p", "delivery events/s, rendezvous ÷ DBOS"+at, v, "×"), "≥ 2.00×", v >= 2.0)
@@ -289,10 +290,10 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		plain("", "DBOS rows written per parked workflow"+at, peer.RowsPerParked, "rows")
 		target(plain("p", "rendezvous rows written per delivered event"+at, rdv.RowsPerEvent, "rows"), "≤ 3", rdv.RowsPerEvent <= 3)
 		plain("", "DBOS rows written per delivered event"+at, peer.RowsPerEvent, "rows")
-		if f, ok := sendFloor(r, m.Senders); ok {
+		if measured {
 			// The three rows of every floor and the audit row of a change made through the
 			// API, written in its transaction: fewer rows would drop a guarantee.
-			plain("p", "floor rows written per delivered event, its audit row included"+at, f.RowsPerEvent, "rows")
+			plain("p", "floor rows written per delivered event, its audit row included"+at, floor.RowsPerEvent, "rows")
 		}
 		plain("", "rendezvous transactions per parked workflow"+at, rdv.TransactionsPerParked, "tx")
 		plain("", "    … per delivered event"+at, rdv.TransactionsPerEvent, "tx")
