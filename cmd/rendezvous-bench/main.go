@@ -222,7 +222,10 @@ type results struct {
 	KafkaFloor bench.FloorResult `json:"kafka_floor"`
 	// KafkaPipelineFloor is the Kafka floor with the broker, the producer and a bare
 	// consumer on the same cores, as every Kafka run has them.
-	KafkaPipelineFloor bench.FloorResult   `json:"kafka_pipeline_floor"`
+	KafkaPipelineFloor bench.FloorResult `json:"kafka_pipeline_floor"`
+	// KafkaReadsFloor is the Kafka floor with the rows a decision reads first: the
+	// waits, their executions locked, their nodes.
+	KafkaReadsFloor    bench.FloorResult   `json:"kafka_reads_floor"`
 	CallbacksFloor     bench.FloorResult   `json:"callbacks_floor"`
 	CallbacksWideFloor bench.FloorResult   `json:"callbacks_wide_floor"`
 	SendFloors         []bench.FloorResult `json:"send_floors"`
@@ -355,6 +358,11 @@ func run(ctx context.Context, o options) error {
 		}
 		if o.runs("kafka") {
 			if r.KafkaFloor, err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+				return err
+			}
+			fmt.Printf("    floor with the reads: the waits read by correlation id, their executions locked, the bare writes, their nodes read; %d a transaction, %d at once …\n",
+				consumer.BatchSizeDefault, consumer.LanesDefault)
+			if r.KafkaReadsFloor, err = eventFloor(ctx, newSchema, "kafka-reads", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 				return err
 			}
 			s, err := newSchema()

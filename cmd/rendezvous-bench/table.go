@@ -81,6 +81,18 @@ func figures(o options, r results) []figure {
 				ceiling := float64(runtime.NumCPU()) * 1e6 / k.CPU.TotalUS()
 				plain("", "kafka of its floor at most, every core busy", ceiling/f.PerSecond, "×")
 			}
+			if p := r.KafkaReadsFloor; p.Events > 0 {
+				// The bare SQL of the path as the service does it: the same writes, and
+				// first the rows its decisions and continuations are made from. A path that
+				// decides from the wait's state in the replica reaches no more of the
+				// bare-writes floor than this, however little its own work costs.
+				rate("", "floor with the reads: waits, executions locked, nodes", p.PerSecond)
+				if p.CPU != nil {
+					plain("", "floor with the reads CPU per record", p.CPU.TotalUS(), "µs")
+				}
+				plain("b", "floor with the reads, of the bare-writes floor (most a replica deciding from them reaches)", p.PerSecond/f.PerSecond, "×")
+				plain("b", "kafka records applied/s, of the floor with the reads", k.PerSecond/p.PerSecond, "×")
+			}
 			if p := r.KafkaPipelineFloor; p.Events > 0 {
 				// The bare writes with what every Kafka run here carries besides them: the
 				// broker and the producer on the same cores, every record fetched. No Kafka

@@ -3,6 +3,7 @@ package bench
 import (
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,7 +188,7 @@ func TestPeerCountsWholeRows(t *testing.T) {
 // with the event recorded, its node and its execution completed.
 func TestEventFloorWritesEveryEvent(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"callbacks", "send", "kafka"} {
+	for _, path := range []string{"callbacks", "send", "kafka", "kafka-reads"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			s := dbtest.NewSchema(t)
@@ -198,8 +199,12 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 			if path == "send" {
 				rows = 4 // and the audit row
 			}
+			read := 0.0
+			if path == "kafka-reads" {
+				read = 3 // the wait, its execution locked, its node
+			}
 			require.Equal(t, FloorResult{Path: path, Events: events, Batch: 16, Workers: 3, Seconds: f.Seconds, PerSecond: f.PerSecond, CPU: f.CPU,
-				RowsPerEvent: rows}, f)
+				RowsPerEvent: rows, RowsReadPerEvent: read}, f)
 			require.Positive(t, f.PerSecond)
 			require.NotNil(t, f.CPU, "the test server runs on this machine: its CPU is read")
 			pool, err := db.Connect(t.Context(), s.URL, 1)
@@ -219,7 +224,7 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 			} else {
 				require.Zero(t, audited)
 			}
-			if path != "kafka" {
+			if !strings.HasPrefix(path, "kafka") {
 				return
 			}
 			// A Kafka record's write also carries its payload, the instance that continued

@@ -172,7 +172,7 @@ func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers in
 // timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt),
 // and reads their CPU per wait where it can (batchedWrites).
 func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, *CPUUse, error) {
-	w, err := batchedWrites(ctx, pool, batch, workers, idsOnly, timeoutFloorStmt)
+	w, err := batchedWrites(ctx, pool, batch, workers, idsOnly, statement(timeoutFloorStmt))
 	return w.took, w.cpu, err
 }
 

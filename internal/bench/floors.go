@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,9 @@ type FloorResult struct {
 	// event, as PostgreSQL counted them for the first batch (pg_stat_xact_user_tables);
 	// zero where they are not counted (the Kafka floor with the broker).
 	RowsPerEvent float64 `json:"rows_per_event,omitempty"`
+	// RowsReadPerEvent is the rows the floor read back per event, for a floor that reads
+	// what a decision needs (the Kafka floor with the reads); zero for the others.
+	RowsReadPerEvent float64 `json:"rows_read_per_event,omitempty"`
 }
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
@@ -40,26 +44,32 @@ type FloorResult struct {
 // completion — the three rows every delivered event must change — by set-based
 // statements of batch waits each, workers of them in flight, each its own transaction.
 // batch and workers are the service's for the path: the consumer's batch size and lanes
-// for Kafka, the aggregator's group commit for callbacks and sent events.
+// for Kafka, the aggregator's group commit for callbacks and sent events. Path
+// "kafka-reads" is the Kafka floor with the reads a decision needs first (kafkaReadsFloor).
 func EventFloor(ctx context.Context, url, path string, events, batch, workers int) (FloorResult, error) {
 	pool, err := parkFloor(ctx, url, events, workers)
 	if err != nil {
 		return FloorResult{}, err
 	}
 	defer pool.Close()
-	stmt := eventFloorStmt
+	write, args := statement(eventFloorStmt), idsOnly
 	switch path {
 	case "kafka":
-		stmt = kafkaFloorStmt("id")
+		write = statement(kafkaFloorStmt("id"))
+	case "kafka-reads":
+		if write, args, err = kafkaReadsFloor(ctx, pool); err != nil {
+			return FloorResult{}, err
+		}
 	case "send":
-		stmt = sendFloorStmt
+		write = statement(sendFloorStmt)
 	}
-	w, err := batchedWrites(ctx, pool, batch, workers, idsOnly, stmt)
+	w, err := batchedWrites(ctx, pool, batch, workers, args, write)
 	if err != nil {
 		return FloorResult{}, fmt.Errorf("%s floor: %w", path, err)
 	}
 	return FloorResult{Path: path, Events: events, Batch: batch, Workers: workers,
-		Seconds: w.took.Seconds(), PerSecond: float64(events) / w.took.Seconds(), CPU: w.cpu, RowsPerEvent: w.rowsPerEvent}, nil
+		Seconds: w.took.Seconds(), PerSecond: float64(events) / w.took.Seconds(), CPU: w.cpu, RowsPerEvent: w.rowsPerEvent,
+		RowsReadPerEvent: float64(write.read.Load()) / float64(events)}, nil
 }
 
 // parkFloor connects to the schema at url with a connection for each of workers and two
@@ -174,6 +184,31 @@ func GroupBatch(clients, groups, maxGroup int) int {
 // idsOnly is batchedWrites' arguments for a statement that takes only the batch's ids.
 func idsOnly(ids []uuid.UUID) []any { return []any{ids} }
 
+// floorWrite is what a floor does with one batch of waits, given the batch's arguments:
+// run does it as a transaction of its own, inTx inside tx, a transaction the caller
+// holds (the batch whose rows are counted). read counts the rows it reads back, for a
+// floor that reads.
+type floorWrite struct {
+	run  func(ctx context.Context, pool *pgxpool.Pool, args []any) error
+	inTx func(ctx context.Context, tx pgx.Tx, args []any) error
+	read *atomic.Int64
+}
+
+// statement is the floorWrite of one statement, its own transaction.
+func statement(stmt string) floorWrite {
+	return floorWrite{
+		run: func(ctx context.Context, pool *pgxpool.Pool, args []any) error {
+			_, err := pool.Exec(ctx, stmt, args...)
+			return err
+		},
+		inTx: func(ctx context.Context, tx pgx.Tx, args []any) error {
+			_, err := tx.Exec(ctx, stmt, args...)
+			return err
+		},
+		read: new(atomic.Int64),
+	}
+}
+
 // floorRun is what batchedWrites measured.
 type floorRun struct {
 	took time.Duration
@@ -182,14 +217,14 @@ type floorRun struct {
 	rowsPerEvent float64
 }
 
-// batchedWrites runs stmt over every waiting wait of the schema in id order, batch ids
-// a statement, on workers connections at once, and returns how long they all took, the
+// batchedWrites runs write over every waiting wait of the schema in id order, batch ids
+// at a time, on workers connections at once, and returns how long they all took, the
 // CPU they took per wait when it can be read here (startCPU), and the rows written per
-// wait. args gives a statement's arguments for its batch of ids (its $1 is the uuid[] of
-// them); they are built before the clock starts. The first batch runs in a transaction
-// of its own that reads PostgreSQL's counters before and after it (countedWrite): a few
-// statements more in the whole run.
-func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, stmt string) (floorRun, error) {
+// wait. args gives a batch's arguments for its ids (for a statement, its $1 is the
+// uuid[] of them); they are built before the clock starts. The first batch runs in a
+// transaction that reads PostgreSQL's counters before and after it (countedWrite): a
+// few statements more in the whole run.
+func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, args func([]uuid.UUID) []any, write floorWrite) (floorRun, error) {
 	rows, err := pool.Query(ctx, `SELECT id FROM execution_wait_states WHERE status = 'waiting' ORDER BY id`)
 	if err != nil {
 		return floorRun{}, err
@@ -222,12 +257,12 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 		go func() {
 			defer wg.Done()
 			if i == 0 {
-				if counted, errs[i] = countedWrite(ctx, pool, stmt, first.args); errs[i] != nil {
+				if counted, errs[i] = countedWrite(ctx, pool, write, first.args); errs[i] != nil {
 					return
 				}
 			}
 			for b := range batches {
-				if _, err := pool.Exec(ctx, stmt, b.args...); err != nil {
+				if err := write.run(ctx, pool, b.args); err != nil {
 					errs[i] = err
 					return
 				}
@@ -239,11 +274,11 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	return floorRun{took: took, cpu: cpuSince(len(ids)), rowsPerEvent: float64(counted) / float64(max(first.waits, 1))}, errors.Join(errs...)
 }
 
-// countedWrite runs stmt in a transaction and returns the rows it inserted, updated and
+// countedWrite runs write in a transaction and returns the rows it inserted, updated and
 // deleted, as PostgreSQL counts them for the transaction: the counters read before and
 // after it, since they also hold what earlier transactions of the same connection did
 // and have not yet been reported (a backend reports when idle, at most once a second).
-func countedWrite(ctx context.Context, pool *pgxpool.Pool, stmt string, args []any) (int64, error) {
+func countedWrite(ctx context.Context, pool *pgxpool.Pool, write floorWrite, args []any) (int64, error) {
 	const written = `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
 		FROM pg_stat_xact_user_tables WHERE schemaname = current_schema()`
 	var before, after int64
@@ -251,7 +286,7 @@ func countedWrite(ctx context.Context, pool *pgxpool.Pool, stmt string, args []a
 		if err := tx.QueryRow(ctx, written).Scan(&before); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, stmt, args...); err != nil {
+		if err := write.inTx(ctx, tx, args); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, written).Scan(&after)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -164,4 +166,72 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 	}
 	return FloorResult{Path: "kafka-pipeline", Events: len(recs), Batch: batch, Workers: workers,
 		Seconds: took.Seconds(), PerSecond: float64(len(recs)) / took.Seconds(), CPU: cpu}, nil
+}
+
+// kafkaReadsFloor is the Kafka floor with the reads every decision needs before it
+// writes, for the waits parked on pool: a batch's waits read by correlation id (the only
+// id a record carries; every column, since the decision is made from the wait's state),
+// their executions locked in id order (the continuation advances them in the same
+// transaction), the floor's statement (kafkaFloorStmt) by correlation id, and the
+// executions' nodes read back (what a continuation advances the graph from) — in one
+// transaction a batch, its statements sent in one round trip. Nothing is decided or
+// decoded: the rows read are only received. So it is the bare SQL of the Kafka path as
+// the service does it, rows read included, and the Kafka path's rate over the
+// bare-writes floor's cannot pass this floor's over it, however its own work is done. It
+// returns the floor's work and its batches' arguments: the correlation ids, then the
+// executions' ids in order.
+func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func([]uuid.UUID) []any, error) {
+	rows, err := pool.Query(ctx, `SELECT id, execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
+	if err != nil {
+		return floorWrite{}, nil, err
+	}
+	type ids struct{ exec, corr uuid.UUID }
+	byID := map[uuid.UUID]ids{}
+	var id uuid.UUID
+	var w ids
+	if _, err := pgx.ForEachRow(rows, []any{&id, &w.exec, &w.corr}, func() error {
+		byID[id] = w
+		return nil
+	}); err != nil {
+		return floorWrite{}, nil, err
+	}
+	args := func(waits []uuid.UUID) []any {
+		corrs := make([]uuid.UUID, len(waits))
+		execs := make([]uuid.UUID, len(waits))
+		for i, id := range waits {
+			corrs[i], execs[i] = byID[id].corr, byID[id].exec
+		}
+		slices.SortFunc(execs, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+		return []any{corrs, execs}
+	}
+
+	write := floorWrite{read: new(atomic.Int64)}
+	queue := func(b *pgx.Batch, args []any) {
+		corrs, execs := args[0], args[1]
+		received := func(rows pgx.Rows) error {
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			write.read.Add(int64(n))
+			return rows.Err()
+		}
+		b.Queue(`SELECT * FROM execution_wait_states WHERE correlation_id = ANY($1::uuid[])`, corrs).Query(received)
+		b.Queue(`SELECT * FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`, execs).Query(received)
+		b.Queue(kafkaFloorStmt("correlation_id"), corrs)
+		b.Queue(`SELECT * FROM node_executions WHERE execution_id = ANY($1::uuid[])`, execs).Query(received)
+	}
+	write.run = func(ctx context.Context, pool *pgxpool.Pool, args []any) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		queue(b, args)
+		b.Queue("COMMIT")
+		return pool.SendBatch(ctx, b).Close()
+	}
+	write.inTx = func(ctx context.Context, tx pgx.Tx, args []any) error {
+		b := &pgx.Batch{}
+		queue(b, args)
+		return tx.SendBatch(ctx, b).Close()
+	}
+	return write, args, nil
 }
