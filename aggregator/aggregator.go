@@ -606,9 +606,9 @@ func (a *Aggregator) logResult(ctx context.Context, ev Event, res Result) {
 		"instance_id", a.cfg.InstanceID, "event", ev.Name, "outcome", res.Outcome, "version", res.Version}
 	switch res.Outcome {
 	case Completed:
-		a.logger.InfoContext(ctx, "wait satisfied", attrs...)
+		a.logger.DebugContext(ctx, "wait satisfied", attrs...)
 	case Recorded:
-		a.logger.InfoContext(ctx, "event recorded", attrs...)
+		a.logger.DebugContext(ctx, "event recorded", attrs...)
 	case Duplicate:
 		a.logger.DebugContext(ctx, "duplicate event ignored", attrs...)
 	case Late, AlreadyRecorded, NotExpected:

@@ -341,7 +341,7 @@ func TestDeadlineMatrix(t *testing.T) {
 
 			require.Equal(t, []string{"resume"}, f.runQueue(t, w), "exactly one continuation")
 
-			failLogs := f.logs.find(slog.LevelWarn, failingMsg, "correlation_id", w.CorrelationID)
+			failLogs := f.logs.find(slog.LevelDebug, failingMsg, "correlation_id", w.CorrelationID)
 			partialLogs := f.logs.find(slog.LevelWarn, "wait timed out; continuing with partial data", "correlation_id", w.CorrelationID)
 			e, wasReported := reported[w.ID]
 			if c.status == completed {

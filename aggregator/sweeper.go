@@ -238,7 +238,7 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", e.ExecutionID,
 				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "warning", e.Warning)
 		case !e.Continue && !e.Timer:
-			a.logger.WarnContext(ctx, "wait timed out; failing the node", "execution_id", e.ExecutionID,
+			a.logger.DebugContext(ctx, "wait timed out; failing the node", "execution_id", e.ExecutionID,
 				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "reason", e.Reason)
 		}
 	}

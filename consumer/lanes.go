@@ -327,9 +327,9 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
 		switch res.Outcome {
 		case aggregator.Completed:
-			c.logger.InfoContext(rctx, "kafka event completed a wait", attrs...)
+			c.logger.DebugContext(rctx, "kafka event completed a wait", attrs...)
 		case aggregator.Recorded:
-			c.logger.InfoContext(rctx, "kafka event recorded", attrs...)
+			c.logger.DebugContext(rctx, "kafka event recorded", attrs...)
 		case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
 			c.logger.DebugContext(rctx, "kafka event not applied", attrs...)
 		case aggregator.IDMismatch:
@@ -363,7 +363,7 @@ func (c *Consumer) logMatch(ctx context.Context, ev aggregator.Event, res aggreg
 	}
 	attrs = append(attrs, "applied", applied, "completed", completed)
 	if applied > 0 {
-		c.logger.InfoContext(ctx, "kafka record matched waits by payload", attrs...)
+		c.logger.DebugContext(ctx, "kafka record matched waits by payload", attrs...)
 	} else {
 		c.logger.DebugContext(ctx, "kafka record matched waits by payload; none took it", attrs...)
 	}

@@ -159,11 +159,11 @@ func (c *Consumer) logSent(ctx context.Context, s aggregator.Sent, res aggregato
 	switch res.Outcome {
 	case aggregator.SendDelivered:
 		for _, d := range res.Deliveries {
-			c.logger.InfoContext(ctx, "sent event delivered", append(attrs, "wait_state_id", d.WaitStateID,
+			c.logger.DebugContext(ctx, "sent event delivered", append(attrs, "wait_state_id", d.WaitStateID,
 				"node_id", d.NodeID, "event", d.Event, "delivery", d.Outcome)...)
 		}
 	case aggregator.SendBuffered:
-		c.logger.InfoContext(ctx, "sent event buffered until a node waits for its type",
+		c.logger.DebugContext(ctx, "sent event buffered until a node waits for its type",
 			append(attrs, "expires_at", res.ExpiresAt, "reason", res.Unmatched)...)
 	case aggregator.SendDuplicate:
 		c.logger.DebugContext(ctx, "sent event ignored: duplicate id", attrs...)

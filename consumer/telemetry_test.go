@@ -261,6 +261,14 @@ func TestTelemetryKafkaEvent(t *testing.T) {
 		"execution_id": execID.String(), "correlation_id": corrID.String(), "node_id": "wait", "instance_id": "pod-a",
 		"trace_id": producerSC.TraceID().String(), "span_id": receive.SpanContext().SpanID().String(),
 	}, line.pick("execution_id", "correlation_id", "node_id", "instance_id", "trace_id", "span_id"))
+	// A step of an execution is logged at debug: at the default level (info) a replica
+	// writes no line per record.
+	require.Equal(t, slog.LevelDebug, line.level)
+	for _, l := range te.logs.all() {
+		if l.level >= slog.LevelInfo {
+			require.NotEqual(t, execID.String(), l.attrs["execution_id"], "%s %q logged for one record", l.level, l.msg)
+		}
+	}
 }
 
 // TestTelemetryPoisonRecord dead-letters a record that is not JSON: it is counted as a
@@ -348,6 +356,7 @@ type logStore struct {
 }
 
 type logLine struct {
+	level slog.Level
 	msg   string
 	attrs map[string]string
 }
@@ -365,7 +374,7 @@ func (l logLine) pick(keys ...string) map[string]string {
 func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
 
 func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
-	line := logLine{msg: r.Message, attrs: map[string]string{}}
+	line := logLine{level: r.Level, msg: r.Message, attrs: map[string]string{}}
 	for _, a := range c.attrs {
 		line.attrs[a.Key] = a.Value.String()
 	}
@@ -384,6 +393,13 @@ func (c *logCapture) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (c *logCapture) WithGroup(string) slog.Handler { return c }
+
+// all returns the lines logged so far.
+func (c *logCapture) all() []logLine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lines)
+}
 
 // wait returns the first line logged with msg, waiting for it.
 func (c *logCapture) wait(t *testing.T, msg string) logLine {

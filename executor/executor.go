@@ -471,7 +471,7 @@ func (e *Executor) StartTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, name st
 		return Started{}, err
 	}
 	db.AfterCommit(tx, func() {
-		e.logger.InfoContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
+		e.logger.DebugContext(ctx, "execution started", "execution_id", exec.ID, "workflow", name,
 			"workflow_version", latest.Version, "instance_id", e.cfg.InstanceID)
 	})
 	return Started{ID: exec.ID, Workflow: name, WorkflowVersion: latest.Version, Status: exec.Status, CreatedAt: exec.CreatedAt}, nil

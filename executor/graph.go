@@ -214,7 +214,7 @@ func (e *Executor) settle(ctx context.Context, w graphWriter, st *execState) err
 		return err
 	}
 	if status == execCompleted {
-		e.logger.InfoContext(ctx, "execution completed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID)
+		e.logger.DebugContext(ctx, "execution completed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID)
 	}
 	st.exec.Status = status
 	return nil

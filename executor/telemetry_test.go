@@ -45,7 +45,7 @@ func withTelemetry(t *testing.T) (*observed, func(*executor.Config)) {
 	})
 	return o, func(c *executor.Config) {
 		c.TracerProvider, c.MeterProvider = tp, mp
-		c.Logger = slog.New(telemetry.LogHandler(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		c.Logger = slog.New(telemetry.LogHandler(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	}
 }
 

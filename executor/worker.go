@@ -422,7 +422,7 @@ func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState)
 	if ws.WaitType == execstate.WaitTypeTimer {
 		msg = "timer scheduled"
 	}
-	e.logger.InfoContext(ctx, msg, "execution_id", ws.ExecutionID, "node_id", ws.NodeID,
+	e.logger.DebugContext(ctx, msg, "execution_id", ws.ExecutionID, "node_id", ws.NodeID,
 		"correlation_id", ws.CorrelationID, "instance_id", e.cfg.InstanceID, "wait_state_id", ws.ID,
 		"next_deadline_at", ws.NextDeadlineAt)
 }
@@ -684,7 +684,7 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 			}
 			continue
 		}
-		e.logger.InfoContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
+		e.logger.DebugContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
 			"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
 		more, err := e.advanceOrFail(rctx, tx, w, st, r.NodeID)
 		if err != nil {

@@ -226,7 +226,7 @@ func (s *Sender) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, 
 	}
 	if sendErr == nil && resp.Status >= 200 && resp.Status <= 299 {
 		s.record(ctx, resultOK, took)
-		log.InfoContext(ctx, "correlated call sent", "method", req.Method, "url", req.URL, "status", resp.Status, "attempt", item.Attempt)
+		log.DebugContext(ctx, "correlated call sent", "method", req.Method, "url", req.URL, "status", resp.Status, "attempt", item.Attempt)
 		return s.delete(ctx, s.pool, item)
 	}
 	reason := ""

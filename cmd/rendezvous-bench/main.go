@@ -30,6 +30,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/bench"
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
+	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )
 
 // parts are the names --only accepts, in the order they run.
@@ -62,6 +63,8 @@ type options struct {
 	dueRounds    int
 	only         map[string]bool
 	out          string
+	logLevel     slog.Level
+	logFile      string
 }
 
 func main() {
@@ -91,6 +94,8 @@ func main() {
 	flag.IntVar(&o.peerRounds, "peer-rounds", 5, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
+	flag.TextVar(&o.logLevel, "log-level", telemetry.DefaultLogLevel, "level of the replicas' (and the peer's) log lines: debug, info, warn, error; the default is serve's")
+	flag.StringVar(&o.logFile, "log-file", os.DevNull, "where the replicas' log lines go, in serve's default format: a replica pays for every line it logs, as in production")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write a profile of the whole run's allocations to this file")
 	flag.Parse()
@@ -129,6 +134,8 @@ func main() {
 	// settings a replica's process runs with (the peer, in the same process, too).
 	gc := gctune.Apply()
 	fmt.Printf("garbage collector: GOGC %s; memory limit %s\n", gc.GOGC(), gc.MemoryLimit())
+	fmt.Printf("logs: %s and above, %s, to %s (serve logs at %s by default; --log-level, --log-file)\n",
+		strings.ToLower(o.logLevel.String()), telemetry.DefaultLogFormat, o.logFile, strings.ToLower(telemetry.DefaultLogLevel.String()))
 	start := time.Now()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
@@ -170,6 +177,8 @@ func envOr(k, def string) string {
 
 // results is the JSON file: every part's detail, and the figures of the table.
 type results struct {
+	// LogLevel is the level the replicas logged at (--log-level).
+	LogLevel  string               `json:"log_level"`
 	Figures   []figure             `json:"figures"`
 	Baseline  bench.BaselineResult `json:"baseline"`
 	Callbacks bench.CallbackResult `json:"callbacks"`
@@ -251,8 +260,16 @@ func run(ctx context.Context, o options) error {
 		schemas = append(schemas, s)
 		return s, nil
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	var r results
+	logs, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("--log-file: %w", err)
+	}
+	defer logs.Close()
+	logger, err := telemetry.NewLogger(logs, o.logLevel, telemetry.DefaultLogFormat)
+	if err != nil {
+		return err
+	}
+	r := results{LogLevel: strings.ToLower(o.logLevel.String())}
 
 	schema, err := newSchema()
 	if err != nil {

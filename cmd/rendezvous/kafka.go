@@ -106,7 +106,9 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
 	var exampleAddr string
 	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
-	c.logFormat = "text"
+	// dev logs for a person watching one replica try the examples: as text, and at
+	// debug, every step of every execution.
+	c.logFormat, c.logLevel = "text", "debug"
 	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
 	// without authentication, and only this machine can reach it.
 	cfg.HTTPAddr = devHTTPAddr

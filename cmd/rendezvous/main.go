@@ -226,8 +226,8 @@ type common struct {
 
 func (c *common) bind(o *options) {
 	o.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection string")
-	o.String(&c.logLevel, "log-level", "RENDEZVOUS_LOG_LEVEL", "info", "log level: debug, info, warn, error")
-	o.String(&c.logFormat, "log-format", "RENDEZVOUS_LOG_FORMAT", "json", "log format: json or text")
+	o.String(&c.logLevel, "log-level", "RENDEZVOUS_LOG_LEVEL", strings.ToLower(telemetry.DefaultLogLevel.String()), "log level: debug, info, warn, error")
+	o.String(&c.logFormat, "log-format", "RENDEZVOUS_LOG_FORMAT", telemetry.DefaultLogFormat, "log format: json or text")
 }
 
 func (c *common) logger(w io.Writer) (*slog.Logger, error) {
@@ -235,15 +235,11 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	hopts := &slog.HandlerOptions{Level: level}
-	// Lines logged with a context holding a span carry trace_id and span_id.
-	switch c.logFormat {
-	case "json":
-		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, hopts))), nil
-	case "text":
-		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, hopts))), nil
+	l, err := telemetry.NewLogger(w, level, c.logFormat)
+	if err != nil {
+		return nil, fmt.Errorf("--log-format: %w", err)
 	}
-	return nil, fmt.Errorf("--log-format: must be json or text, not %q", c.logFormat)
+	return l, nil
 }
 
 // serveOptions binds every serve flag onto a service.Config.

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -146,6 +147,25 @@ func SpanContextOf(ctx context.Context, p propagation.TextMapPropagator, c propa
 	// announcing nothing yields nothing rather than that span.
 	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	return trace.SpanContextFromContext(p.Extract(ctx, c))
+}
+
+// The replica's logging when no flag says otherwise.
+const (
+	DefaultLogLevel  = slog.LevelInfo
+	DefaultLogFormat = "json"
+)
+
+// NewLogger is a replica's logger: lines in format ("json" or "text") on w, at level and
+// above, each carrying trace_id and span_id when logged inside a span (LogHandler).
+func NewLogger(w io.Writer, level slog.Level, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "json":
+		return slog.New(LogHandler(slog.NewJSONHandler(w, opts))), nil
+	case "text":
+		return slog.New(LogHandler(slog.NewTextHandler(w, opts))), nil
+	}
+	return nil, fmt.Errorf("must be json or text, not %q", format)
 }
 
 // LogHandler wraps h so that a record logged with a context holding a span carries

@@ -118,3 +118,31 @@ func TestLogHandler(t *testing.T) {
 	require.Equal(t, "a", in["instance_id"])
 	require.NotContains(t, out, "trace_id")
 }
+
+// TestNewLogger: the replica's logger writes its format at its level and above, joins
+// lines to spans, and refuses a format it does not know.
+func TestNewLogger(t *testing.T) {
+	tel, err := New(context.Background(), Config{ServiceName: "rendezvous"})
+	require.NoError(t, err)
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	var buf bytes.Buffer
+	logger, err := NewLogger(&buf, DefaultLogLevel, DefaultLogFormat)
+	require.NoError(t, err)
+	ctx, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
+	logger.DebugContext(ctx, "a step")
+	logger.InfoContext(ctx, "the replica's life")
+	span.End()
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &line), "one JSON line: %s", buf.String())
+	require.Equal(t, "the replica's life", line["msg"])
+	require.Equal(t, span.SpanContext().TraceID().String(), line["trace_id"])
+
+	buf.Reset()
+	logger, err = NewLogger(&buf, slog.LevelDebug, "text")
+	require.NoError(t, err)
+	logger.Debug("a step")
+	require.Contains(t, buf.String(), `level=DEBUG msg="a step"`)
+
+	_, err = NewLogger(&buf, DefaultLogLevel, "yaml")
+	require.EqualError(t, err, `must be json or text, not "yaml"`)
+}
