@@ -162,8 +162,9 @@ func TestFill(t *testing.T) {
 // both systems park and deliver every workflow, and the rows each writes come out as
 // whole numbers per workflow — every backend's counters were read in the window they
 // belong to (a counter reported late would leave a fraction here and an excess there).
+// It runs alone, not in parallel: a backend starved of CPU by the package's other tests
+// reported its counters a window late once under make test (6.65 rows a workflow).
 func TestPeerCountsWholeRows(t *testing.T) {
-	t.Parallel()
 	const workflows = 20
 	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, 4, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
