@@ -341,6 +341,7 @@ func run(ctx context.Context, o options) error {
 			rounds = 1 // only (d)'s rate is wanted
 		}
 		var offs []bench.KafkaResult
+		var floors [3][]bench.FloorResult // bare writes, with the reads, with the broker
 		for range rounds {
 			if o.runs("kafka") {
 				s, err := newSchema()
@@ -372,25 +373,20 @@ func run(ctx context.Context, o options) error {
 				}
 				r.KafkaFilledRuns = append(r.KafkaFilledRuns, res)
 			}
+			if o.runs("kafka") {
+				// The floors run every round too, beside the runs they are the floors of:
+				// each ratio is a median over medians, not over one run of its floor.
+				f, err := kafkaFloors(ctx, newSchema, o)
+				if err != nil {
+					return err
+				}
+				for i := range floors {
+					floors[i] = append(floors[i], f[i])
+				}
+			}
 		}
-		if o.runs("kafka") {
-			if r.KafkaFloor, err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
-				return err
-			}
-			fmt.Printf("    floor with the reads: the waits read by correlation id, their executions locked, the bare writes, their nodes read; %d a transaction, %d at once …\n",
-				consumer.BatchSizeDefault, consumer.LanesDefault)
-			if r.KafkaReadsFloor, err = eventFloor(ctx, newSchema, "kafka-reads", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
-				return err
-			}
-			s, err := newSchema()
-			if err != nil {
-				return err
-			}
-			fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, bare writes by correlation id, %d a statement, %d at once …\n",
-				consumer.BatchSizeDefault, consumer.LanesDefault)
-			if r.KafkaPipelineFloor, err = bench.KafkaPipelineFloor(ctx, s.URL, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
-				return fmt.Errorf("floor: %w", err)
-			}
+		if len(floors) > 0 {
+			r.KafkaFloor, r.KafkaReadsFloor, r.KafkaPipelineFloor = medianFloor(floors[0]), medianFloor(floors[1]), medianFloor(floors[2])
 		}
 		r.Kafka = medianRun(r.KafkaRuns)
 		r.KafkaRatio = r.Kafka.PerSecond / r.Baseline.PerSecond
@@ -522,6 +518,41 @@ func run(ctx context.Context, o options) error {
 // groupBatch is the batch the aggregator's group commit forms with clients in flight.
 func groupBatch(clients int) int {
 	return bench.GroupBatch(clients, aggregator.DefaultApplyGroups(), aggregator.MaxGroupDefault)
+}
+
+// kafkaFloors measures (b)'s three floors, each on a schema of its own: the bare writes,
+// the writes with the reads, the writes with the broker.
+func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o options) ([3]bench.FloorResult, error) {
+	var f [3]bench.FloorResult
+	var err error
+	if f[0], err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+		return f, err
+	}
+	fmt.Printf("    floor with the reads: the waits read by correlation id, their executions locked, the bare writes, their nodes read; %d a transaction, %d at once …\n",
+		consumer.BatchSizeDefault, consumer.LanesDefault)
+	if f[1], err = eventFloor(ctx, newSchema, "kafka-reads", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+		return f, err
+	}
+	s, err := newSchema()
+	if err != nil {
+		return f, err
+	}
+	fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, bare writes by correlation id, %d a statement, %d at once …\n",
+		consumer.BatchSizeDefault, consumer.LanesDefault)
+	if f[2], err = bench.KafkaPipelineFloor(ctx, s.URL, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+		return f, fmt.Errorf("floor: %w", err)
+	}
+	return f, nil
+}
+
+// medianFloor is the run of a floor at the median rate, with how many runs it is the
+// median of.
+func medianFloor(runs []bench.FloorResult) bench.FloorResult {
+	s := slices.Clone(runs)
+	slices.SortFunc(s, func(a, b bench.FloorResult) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	m := s[len(s)/2]
+	m.Runs = len(runs)
+	return m
 }
 
 // eventFloor measures a path's floor on a schema of its own.

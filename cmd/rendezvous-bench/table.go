@@ -67,7 +67,7 @@ func figures(o options, r results) []figure {
 			plain("", "tracing cost (1 − on/off)", 100*r.TracingCost, "%")
 		}
 		if f := r.KafkaFloor; f.Events > 0 {
-			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once", f.Batch, f.Workers), f.PerSecond)
+			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once%s", f.Batch, f.Workers, medianOfRuns(f)), f.PerSecond)
 			v := k.PerSecond / f.PerSecond
 			target(plain("b", "kafka records applied/s, of its floor", v, "×"), "≥ 0.80×", v >= 0.8)
 			if k.CPU != nil && f.CPU != nil {
@@ -86,7 +86,7 @@ func figures(o options, r results) []figure {
 				// first the rows its decisions and continuations are made from. A path that
 				// decides from the wait's state in the replica reaches no more of the
 				// bare-writes floor than this, however little its own work costs.
-				rate("", "floor with the reads: waits, executions locked, nodes", p.PerSecond)
+				rate("", "floor with the reads: waits, executions locked, nodes"+medianOfRuns(p), p.PerSecond)
 				if p.CPU != nil {
 					plain("", "floor with the reads CPU per record", p.CPU.TotalUS(), "µs")
 				}
@@ -97,7 +97,7 @@ func figures(o options, r results) []figure {
 				// The bare writes with what every Kafka run here carries besides them: the
 				// broker and the producer on the same cores, every record fetched. No Kafka
 				// path can reach more of the bare-writes floor than this on this machine.
-				rate("", "floor with the broker: bare consumer, bare writes", p.PerSecond)
+				rate("", "floor with the broker: bare consumer, bare writes"+medianOfRuns(p), p.PerSecond)
 				if p.CPU != nil {
 					plain("", "floor with the broker CPU per record", p.CPU.TotalUS(), "µs")
 				}
@@ -261,6 +261,14 @@ func printStages(w io.Writer, runs ...bench.LatencyResult) {
 			fmt.Fprintf(w, "    %-66s %8.2f ms %8.2f ms\n", s.Name, ms(s.Latency.P50), ms(s.Latency.P99))
 		}
 	}
+}
+
+// medianOfRuns says how many runs a floor is the median of, when more than one.
+func medianOfRuns(f bench.FloorResult) string {
+	if f.Runs < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (median of %d)", f.Runs)
 }
 
 // callbackFloor lays out a callbacks run's floor and the run's share of it.

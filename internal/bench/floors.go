@@ -36,6 +36,9 @@ type FloorResult struct {
 	// RowsReadPerEvent is the rows the floor read back per event, for a floor that reads
 	// what a decision needs (the Kafka floor with the reads); zero for the others.
 	RowsReadPerEvent float64 `json:"rows_read_per_event,omitempty"`
+	// Runs, when the floor was run more than once, is how many runs this one is the
+	// median of (by rate).
+	Runs int `json:"runs,omitempty"`
 }
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
