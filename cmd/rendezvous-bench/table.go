@@ -63,7 +63,7 @@ func figures(o options, r results) []figure {
 		target(rate("b", fmt.Sprintf("kafka records applied/s (median of %d)", len(r.KafkaRuns)), k.PerSecond),
 			"≥ 2.00×", r.KafkaRatio >= 2.0)
 		if r.KafkaUntraced.Records > 0 {
-			rate("", "kafka records applied/s, tracing off", r.KafkaUntraced.PerSecond)
+			rate("", "kafka records applied/s, no trace exporter (spans not recorded)", r.KafkaUntraced.PerSecond)
 			plain("", "tracing cost (1 − on/off)", 100*r.TracingCost, "%")
 		}
 		if f := r.KafkaFloor; f.Events > 0 {

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/consumer"
@@ -27,7 +26,8 @@ import (
 // KafkaResult is the Kafka path's figure.
 type KafkaResult struct {
 	// Tracing: spans recorded for every record (sampled 100%, batched to an exporter
-	// that drops them); otherwise a no-op tracer. Metrics are on either way.
+	// that drops them); otherwise the tracer a replica has without an exporter (spans
+	// with ids, not recorded). Metrics are on either way.
 	Tracing    bool    `json:"tracing"`
 	Partitions int     `json:"partitions"`
 	Records    int     `json:"records"`
@@ -65,7 +65,7 @@ type kafkaRig struct {
 
 // startKafka starts an embedded broker with the bench topic and one replica that
 // consumes it. Tracing records every span (as a deployment with an exporter does);
-// without it the tracer is a no-op. rec, when not nil, also keeps every ended span (for
+// without it the tracer is the one a replica has without an exporter. rec, when not nil, also keeps every ended span (for
 // the latency runs' breakdown; it needs tracing).
 func startKafka(ctx context.Context, url string, partitions int, tracing bool, rec *tracetest.SpanRecorder, logger *slog.Logger) (_ *kafkaRig, err error) {
 	var cleanup []func()
@@ -92,8 +92,6 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 		tp := sdktrace.NewTracerProvider(opts...)
 		cleanup = append(cleanup, func() { _ = tp.Shutdown(context.Background()) })
 		tel.TracerProvider = tp
-	} else {
-		tel.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	cluster, err := newBroker(partitions)
 	if err != nil {

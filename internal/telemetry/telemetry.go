@@ -84,6 +84,12 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 		t.Exporting = true
+	} else if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+		// With nowhere to send them, recording spans is work thrown away at their end
+		// (several spans per event). Unrecorded spans keep their ids — for log lines, the
+		// traceparent stored with a wait and sent to the services called — so only spans
+		// under a sampled parent from outside are recorded, to hand its sampled flag on.
+		topts = append(topts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 	}
 	tp := sdktrace.NewTracerProvider(topts...)
 	t.TracerProvider = tp

@@ -18,19 +18,34 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// TestNoExporterByDefault: without an OTLP endpoint nothing is exported, but spans still
-// have ids (for logs and outbound traceparent) and metrics reach the Prometheus handler.
+// TestNoExporterByDefault: without an OTLP endpoint nothing is exported and spans are
+// not recorded, but they still have ids (for logs and outbound traceparent); a span under
+// a sampled parent from outside is recorded, so that it hands the sampled flag on; and
+// metrics reach the Prometheus handler.
 func TestNoExporterByDefault(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	tel, err := New(context.Background(), Config{ServiceName: "rendezvous", InstanceID: "a", Version: "test"})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tel.Shutdown(context.Background())) }()
 	require.False(t, tel.Exporting)
 
-	_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
+	ctx, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
 	require.True(t, span.SpanContext().IsValid())
+	require.False(t, span.IsRecording(), "nowhere to send it")
+	_, child := tel.TracerProvider.Tracer("t").Start(ctx, "child")
+	require.Equal(t, span.SpanContext().TraceID(), child.SpanContext().TraceID(), "one trace, for the logs")
+	require.False(t, child.IsRecording())
+	child.End()
 	span.End()
+
+	upstream := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	_, under := tel.TracerProvider.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), upstream), "s")
+	require.True(t, under.SpanContext().IsSampled(), "the sampled flag is handed on")
+	require.Equal(t, upstream.TraceID(), under.SpanContext().TraceID())
+	under.End()
 
 	c, err := tel.MeterProvider.Meter("t").Int64Counter("rendezvous.test.things", metric.WithDescription("things"))
 	require.NoError(t, err)
@@ -40,6 +55,19 @@ func TestNoExporterByDefault(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Contains(t, rec.Body.String(), "rendezvous_test_things_total 3")
 	require.Contains(t, rec.Body.String(), "go_goroutines")
+}
+
+// TestSamplerFromEnvironment: OTEL_TRACES_SAMPLER still chooses, exporter or not.
+func TestSamplerFromEnvironment(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	tel, err := New(context.Background(), Config{ServiceName: "rendezvous"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tel.Shutdown(context.Background())) }()
+	_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
+	require.True(t, span.IsRecording())
+	span.End()
 }
 
 // TestOTLPExporter: with OTEL_EXPORTER_OTLP_ENDPOINT set, spans are sent over OTLP/HTTP
@@ -69,6 +97,7 @@ func TestOTLPExporter(t *testing.T) {
 }
 
 func TestTraceParentRoundTrip(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on") // recorded, as with an exporter
 	tel, err := New(context.Background(), Config{ServiceName: "rendezvous"})
 	require.NoError(t, err)
 	defer func() { _ = tel.Shutdown(context.Background()) }()
