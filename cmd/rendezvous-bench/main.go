@@ -386,7 +386,7 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 		}
-		if len(floors) > 0 {
+		if len(floors[0]) > 0 {
 			r.KafkaFloor, r.KafkaReadsFloor, r.KafkaPipelineFloor = medianFloor(floors[0]), medianFloor(floors[1]), medianFloor(floors[2])
 		}
 		r.Kafka = medianRun(r.KafkaRuns)

@@ -176,10 +176,10 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 // executions' nodes read back (what a continuation advances the graph from) — in one
 // transaction a batch, its statements sent in one round trip. Nothing is decided or
 // decoded: the rows read are only received. So it is the bare SQL of the Kafka path as
-// the service does it, rows read included, and the Kafka path's rate over the
-// bare-writes floor's cannot pass this floor's over it, however its own work is done. It
-// returns the floor's work and its batches' arguments: the correlation ids, then the
-// executions' ids in order.
+// the service sends it, rows read included: a replica that decides from these rows
+// reaches no more of the bare-writes floor than this floor does, however little its own
+// work costs. It returns the floor's work and its batches' arguments: the correlation
+// ids, then the executions' ids in order.
 func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func([]uuid.UUID) []any, error) {
 	rows, err := pool.Query(ctx, `SELECT id, execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
 	if err != nil {

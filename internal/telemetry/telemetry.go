@@ -1,7 +1,8 @@
 // Package telemetry sets up OpenTelemetry for one rendezvous process: a tracer provider
-// (exporting over OTLP/HTTP only when the standard OTEL_EXPORTER_OTLP_* variables name an
-// endpoint), a meter provider read by a Prometheus handler for /metrics, the W3C
-// propagator, and a slog handler that puts trace and span ids on log lines.
+// (recording and exporting spans over OTLP/HTTP only when the standard
+// OTEL_EXPORTER_OTLP_* variables name an endpoint; otherwise spans keep their ids but are
+// not recorded), a meter provider read by a Prometheus handler for /metrics, the W3C
+// propagator, and the replica's logger, whose lines carry trace and span ids.
 //
 // Providers are handed to each component through its Config rather than installed as
 // OpenTelemetry globals: tests start several replicas in one process, and each must
