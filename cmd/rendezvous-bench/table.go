@@ -81,29 +81,31 @@ func figures(o options, r results) []figure {
 				ceiling := float64(runtime.NumCPU()) * 1e6 / k.CPU.TotalUS()
 				plain("", "kafka of its floor at most, every core busy", ceiling/f.PerSecond, "×")
 			}
-			if p := r.KafkaReadsFloor; p.Events > 0 {
-				// The bare SQL of the path as the service does it: the same writes, and
-				// first the rows its decisions and continuations are made from. A path that
-				// decides from the wait's state in the replica reaches no more of the
-				// bare-writes floor than this, however little its own work costs.
-				rate("", "floor with the reads: waits, executions locked, nodes"+medianOfRuns(p), p.PerSecond)
-				if p.CPU != nil {
-					plain("", "floor with the reads CPU per record", p.CPU.TotalUS(), "µs")
+			// Two more floors, each the bare writes with more of what the Kafka run does:
+			// the reads, the broker. Their PostgreSQL CPU is set against the run's.
+			secondFloor := func(p bench.FloorResult, name, detail, most string) {
+				if p.Events == 0 {
+					return
 				}
-				plain("b", "floor with the reads, of the bare-writes floor (most a replica deciding from them reaches)", p.PerSecond/f.PerSecond, "×")
-				plain("b", "kafka records applied/s, of the floor with the reads", k.PerSecond/p.PerSecond, "×")
-			}
-			if p := r.KafkaPipelineFloor; p.Events > 0 {
-				// The bare writes with what every Kafka run here carries besides them: the
-				// broker and the producer on the same cores, every record fetched. No Kafka
-				// path can reach more of the bare-writes floor than this on this machine.
-				rate("", "floor with the broker: bare consumer, bare writes"+medianOfRuns(p), p.PerSecond)
+				rate("", name+": "+detail+medianOfRuns(p), p.PerSecond)
 				if p.CPU != nil {
-					plain("", "floor with the broker CPU per record", p.CPU.TotalUS(), "µs")
+					plain("", name+" CPU per record: PostgreSQL", p.CPU.PostgresUS, "µs")
+					plain("", name+" CPU per record", p.CPU.TotalUS(), "µs")
 				}
-				plain("b", "floor with the broker, of the bare-writes floor (most any Kafka run reaches)", p.PerSecond/f.PerSecond, "×")
-				plain("b", "kafka records applied/s, of the floor with the broker", k.PerSecond/p.PerSecond, "×")
+				plain("b", name+", of the bare-writes floor ("+most+")", p.PerSecond/f.PerSecond, "×")
+				plain("b", "kafka records applied/s, of the "+name, k.PerSecond/p.PerSecond, "×")
 			}
+			// The bare SQL of the path as the service sends it: the same writes, and the
+			// rows its decisions and continuations are made from. A path that decides from
+			// the wait's state in the replica reaches no more of the bare-writes floor than
+			// this, however little its own work costs.
+			secondFloor(r.KafkaReadsFloor, "floor with the reads", "waits, executions locked, nodes",
+				"most a replica deciding from them reaches")
+			// The bare writes with what every Kafka run here carries besides them: the
+			// broker and the producer on the same cores, every record fetched. No Kafka
+			// path can reach more of the bare-writes floor than this on this machine.
+			secondFloor(r.KafkaPipelineFloor, "floor with the broker", "bare consumer, bare writes",
+				"most any Kafka run reaches")
 		}
 		latency("", "kafka burst: produce → state p99", k.ToState.P99, 0.99)
 		latency("", "kafka burst: produce → continuation p99", k.ToContinuation.P99, 0.99)
