@@ -185,10 +185,9 @@ func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func(
 	if err != nil {
 		return floorWrite{}, nil, err
 	}
-	type ids struct{ exec, corr uuid.UUID }
-	byID := map[uuid.UUID]ids{}
+	byID := map[uuid.UUID]waitIDs{}
 	var id uuid.UUID
-	var w ids
+	var w waitIDs
 	if _, err := pgx.ForEachRow(rows, []any{&id, &w.exec, &w.corr}, func() error {
 		byID[id] = w
 		return nil
