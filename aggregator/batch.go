@@ -221,8 +221,13 @@ func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, l
 	if err != nil {
 		return nil, err
 	}
+	// A batch writes up to a thousand waits: searching out for each would be quadratic.
+	held := make(map[uuid.UUID]bool, len(out))
+	for _, o := range out {
+		held[o.id] = true
+	}
 	for _, w := range dirty {
-		if !slices.ContainsFunc(out, func(o written) bool { return o.id == w.row.ID }) {
+		if !held[w.row.ID] {
 			// Lost a race: every event of this wait is decided again, in order.
 			slow = append(slow, touched[w]...)
 			a.logger.DebugContext(ctx, "optimistic lock conflict in batch, deciding again",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -231,13 +232,15 @@ func (a *Aggregator) announceExpired(ctx context.Context, fired []Expired) {
 	}
 	// On the clock the deadline was set by.
 	committed := a.now()
+	// A burst fires thousands of waits: the failing ones' line is not built unless kept.
+	debug := a.logger.Enabled(ctx, slog.LevelDebug)
 	for i := range fired {
 		fired[i].Lateness = committed.Sub(fired[i].Deadline)
 		switch e := fired[i]; {
 		case e.Partial:
 			a.logger.WarnContext(ctx, "wait timed out; continuing with partial data", "execution_id", e.ExecutionID,
 				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "warning", e.Warning)
-		case !e.Continue && !e.Timer:
+		case !e.Continue && !e.Timer && debug:
 			a.logger.DebugContext(ctx, "wait timed out; failing the node", "execution_id", e.ExecutionID,
 				"correlation_id", e.CorrelationID, "node_id", e.NodeID, "instance_id", a.cfg.InstanceID, "reason", e.Reason)
 		}

@@ -315,35 +315,50 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	if err != nil {
 		return true, err
 	}
+	debug := c.logger.Enabled(ctx, slog.LevelDebug)
 	for i, res := range results {
 		c.count(string(res.Outcome))
 		ev := batch[i]
-		rctx := recordCtx(ctx, recs[i])
 		if len(ev.MatchKeys) > 0 {
-			c.logMatch(rctx, ev, res)
+			if debug {
+				c.logMatch(recordCtx(ctx, recs[i]), ev, res)
+			}
+			continue
+		}
+		level, msg := outcomeLine(res.Outcome)
+		if level == slog.LevelDebug && !debug {
+			// Most records end here: their line's attributes are not built for nothing.
 			continue
 		}
 		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
 			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
-		switch res.Outcome {
-		case aggregator.Completed:
-			c.logger.DebugContext(rctx, "kafka event completed a wait", attrs...)
-		case aggregator.Recorded:
-			c.logger.DebugContext(rctx, "kafka event recorded", attrs...)
-		case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
-			c.logger.DebugContext(rctx, "kafka event not applied", attrs...)
-		case aggregator.IDMismatch:
-			c.logger.ErrorContext(rctx, "kafka event not applied: id mismatch", attrs...)
-		default:
-			c.logger.WarnContext(rctx, "kafka event not applied", attrs...)
-		}
+		c.logger.Log(recordCtx(ctx, recs[i]), level, msg, attrs...)
 	}
 	return true, nil
 }
 
+// outcomeLine is the level and message of the line for a Kafka event that ended with
+// outcome: routine outcomes at debug, an event addressed to another wait at error, any
+// other refusal at warn.
+func outcomeLine(outcome aggregator.Outcome) (slog.Level, string) {
+	switch outcome {
+	case aggregator.Completed:
+		return slog.LevelDebug, "kafka event completed a wait"
+	case aggregator.Recorded:
+		return slog.LevelDebug, "kafka event recorded"
+	case aggregator.Duplicate, aggregator.NotFound, aggregator.FilterMismatch:
+		return slog.LevelDebug, "kafka event not applied"
+	case aggregator.IDMismatch:
+		return slog.LevelError, "kafka event not applied: id mismatch"
+	default:
+		return slog.LevelWarn, "kafka event not applied"
+	}
+}
+
 // logMatch reports a record correlated by payload match: how many waits it reached
 // and what it did at each. A record whose value no wait expects is routine on a shared
-// topic, hence debug; the aggregator records it in unmatched_events.
+// topic, hence debug; the aggregator records it in unmatched_events. Every line here is
+// at debug, and apply calls it only when debug is enabled.
 func (c *Consumer) logMatch(ctx context.Context, ev aggregator.Event, res aggregator.Result) {
 	attrs := []any{"instance_id", c.cfg.ClientID, "topic", ev.Source.Topic, "partition", *ev.Source.Partition,
 		"offset", *ev.Source.Offset, "outcome", res.Outcome, "deliveries", len(res.Deliveries)}
