@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,22 @@ func TestCommandLineAsTyped(t *testing.T) {
 	r = runTop("waits", "get", "--help")
 	require.Contains(t, r.stderr, "\n  -o, --output FORMAT\n")
 	require.Contains(t, r.stderr, "\n  --server URL\n")
+}
+
+// TestDevHelpSaysDevDefaults: dev shares serve's options but not all their defaults,
+// and its -h says the ones it runs with.
+func TestDevHelpSaysDevDefaults(t *testing.T) {
+	t.Parallel()
+	defaults := func(cmd string) string {
+		r := runTop(cmd, "--help")
+		require.Equal(t, 0, r.code, r.stderr)
+		return r.stderr
+	}
+	dev, serve := defaults("dev"), defaults("serve")
+	for flag, want := range map[string]string{"log-level": "debug", "log-format": "text", "http-addr": devHTTPAddr, "database-url": localDatabaseURL} {
+		require.Regexp(t, `(?m)^  --`+flag+` .*\n.*default `+regexp.QuoteMeta(strconv.Quote(want))+`\)$`, dev, flag)
+		require.NotRegexp(t, `(?m)^  --`+flag+` .*\n.*default `+regexp.QuoteMeta(strconv.Quote(want))+`\)$`, serve, flag)
+	}
 }
 
 func serveHelp(stdout, stderr *bytes.Buffer) int {

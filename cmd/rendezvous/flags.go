@@ -58,6 +58,22 @@ func newOptions(name string) *options {
 	return &options{name: name, fs: fs, help: os.Stderr}
 }
 
+// setDefault changes the default of the option already bound to flagName: a command
+// that shares another's options but not all its defaults (dev, serve's) says its own in
+// -h. It panics on a flag never bound, a mistake of the command's code.
+func (o *options) setDefault(flagName, def string) {
+	for _, p := range o.opts {
+		if p.Flag == flagName {
+			if err := p.set(def); err != nil {
+				panic(fmt.Sprintf("default of --%s: %v", flagName, err))
+			}
+			p.Default = def
+			return
+		}
+	}
+	panic("no option --" + flagName)
+}
+
 // inSection files the options added next under a topic of -h.
 func (o *options) inSection(title string) { o.section = title }
 

@@ -108,13 +108,12 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
 	// dev logs for a person watching one replica try the examples: as text, and at
 	// debug, every step of every execution.
-	c.logFormat, c.logLevel = "text", "debug"
+	o.setDefault("log-format", "text")
+	o.setDefault("log-level", "debug")
 	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
 	// without authentication, and only this machine can reach it.
-	cfg.HTTPAddr = devHTTPAddr
-	if c.databaseURL == "" {
-		c.databaseURL = localDatabaseURL
-	}
+	o.setDefault("http-addr", devHTTPAddr)
+	o.setDefault("database-url", localDatabaseURL)
 	if err := o.parse(args); err != nil {
 		return err
 	}

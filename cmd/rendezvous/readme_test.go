@@ -64,7 +64,8 @@ func firstDifference(want, got string) string {
 }
 
 // configReference renders every command's options as markdown: serve in full first, then
-// the others in usage order; a command with every serve option (dev) lists only its own.
+// the others in usage order; a command with every serve flag (dev) lists only its own and
+// those it defaults differently.
 func configReference(t *testing.T, bin string) string {
 	t.Helper()
 	var b strings.Builder
@@ -78,8 +79,8 @@ func configReference(t *testing.T, bin string) string {
 			b.WriteString("No flags.\n")
 			continue
 		}
-		if c != "serve" && containsAll(opts, serve) {
-			b.WriteString("Every flag of `rendezvous serve`, and:\n\n")
+		if c != "serve" && hasEveryFlag(opts, serve) {
+			b.WriteString("Every flag of `rendezvous serve`. Below: its own, and those whose default differs from serve's.\n\n")
 			opts = slices.DeleteFunc(opts, func(o helpOption) bool { return slices.Contains(serve, o) })
 		}
 		// One table per topic of -h, in its order, titled when there are several.
@@ -108,9 +109,10 @@ func configReference(t *testing.T, bin string) string {
 	return b.String()
 }
 
-func containsAll(set, sub []helpOption) bool {
+// hasEveryFlag says whether set has every flag of sub, whatever their defaults.
+func hasEveryFlag(set, sub []helpOption) bool {
 	for _, o := range sub {
-		if !slices.Contains(set, o) {
+		if !slices.ContainsFunc(set, func(s helpOption) bool { return s.Flag == o.Flag }) {
 			return false
 		}
 	}
