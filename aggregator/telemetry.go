@@ -271,24 +271,30 @@ func (a *Aggregator) observe(ctx context.Context, t *tally, ev Event, res Result
 	if res.TraceParent == "" {
 		return // not found, or a foreign execution's wait: no trace of ours to join
 	}
-	opts := []trace.SpanStartOption{trace.WithAttributes(
-		attribute.String("rendezvous.execution_id", ev.ExecutionID.String()),
-		attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
-		attribute.String("rendezvous.node_id", res.NodeID),
-		attribute.String("rendezvous.event", ev.Name),
-		attribute.String("rendezvous.source", string(ev.Source.Kind)),
-		attribute.String("rendezvous.outcome", string(res.Outcome)),
-		attribute.Int64("rendezvous.version", res.Version),
-	)}
+	var opts []trace.SpanStartOption
 	if ev.Link.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ev.Link}))
 	}
 	wctx := telemetry.WithTraceParent(context.Background(), res.TraceParent)
 	ectx, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
-	if res.Outcome == Completed {
-		_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
-			attribute.String("rendezvous.first_event", res.FirstEvent)))
-		s.End()
+	// Most spans are not recorded where no exporter is configured (see telemetry): their
+	// attributes are built only for those that are. No sampler rendezvous configures
+	// decides by attributes.
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("rendezvous.execution_id", ev.ExecutionID.String()),
+			attribute.String("rendezvous.correlation_id", ev.CorrelationID.String()),
+			attribute.String("rendezvous.node_id", res.NodeID),
+			attribute.String("rendezvous.event", ev.Name),
+			attribute.String("rendezvous.source", string(ev.Source.Kind)),
+			attribute.String("rendezvous.outcome", string(res.Outcome)),
+			attribute.Int64("rendezvous.version", res.Version),
+		)
+		if res.Outcome == Completed {
+			_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
+				attribute.String("rendezvous.first_event", res.FirstEvent)))
+			s.End()
+		}
 	}
 	span.End()
 }

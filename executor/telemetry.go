@@ -104,12 +104,17 @@ func (e *Executor) databaseError(ctx context.Context) {
 }
 
 // startNodeRun starts the span of one run of a node; runNode adds what it learns.
+// Its attributes are built only for a span that is recorded (see Aggregator.observe).
 func (e *Executor) startNodeRun(ctx context.Context, execID uuid.UUID, nodeID string, attempt int32) (context.Context, trace.Span) {
-	return e.ins.tracer.Start(ctx, "rendezvous.node.run", trace.WithAttributes(
-		attribute.String("rendezvous.execution_id", execID.String()),
-		attribute.String("rendezvous.node_id", nodeID),
-		attribute.Int("rendezvous.attempt", int(attempt)),
-	))
+	ctx, span := e.ins.tracer.Start(ctx, "rendezvous.node.run")
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("rendezvous.execution_id", execID.String()),
+			attribute.String("rendezvous.node_id", nodeID),
+			attribute.Int("rendezvous.attempt", int(attempt)),
+		)
+	}
+	return ctx, span
 }
 
 // endSpan marks span failed when err is set, and ends it.
@@ -144,12 +149,17 @@ type resumedWait struct {
 }
 
 // startResume starts the span of a wait's continuation in the wait's trace.
+// Its attributes are built only for a span that is recorded.
 func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context.Context, trace.Span) {
-	return e.ins.tracer.Start(telemetry.WithTraceParent(ctx, r.TraceParent), "rendezvous.wait.resume", trace.WithAttributes(
-		attribute.String("rendezvous.execution_id", r.ExecutionID.String()),
-		attribute.String("rendezvous.node_id", r.NodeID),
-		attribute.String("rendezvous.outcome", string(r.Status)),
-	))
+	ctx, span := e.ins.tracer.Start(telemetry.WithTraceParent(ctx, r.TraceParent), "rendezvous.wait.resume")
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("rendezvous.execution_id", r.ExecutionID.String()),
+			attribute.String("rendezvous.node_id", r.NodeID),
+			attribute.String("rendezvous.outcome", string(r.Status)),
+		)
+	}
+	return ctx, span
 }
 
 // observeResumed ends the spans of a committed resume batch and records how long each
