@@ -173,7 +173,11 @@ func (c *Consumer) Counts() map[string]int64 {
 }
 
 func (c *Consumer) count(reason string) {
-	v, _ := c.counts.LoadOrStore(reason, new(atomic.Int64))
+	v, ok := c.counts.Load(reason)
+	if !ok {
+		// Only a reason's first count allocates its counter.
+		v, _ = c.counts.LoadOrStore(reason, new(atomic.Int64))
+	}
 	v.(*atomic.Int64).Add(1)
 }
 
