@@ -17,7 +17,8 @@ type figure struct {
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
 	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written),
-	// "tx" (transactions), "trips" (round trips to PostgreSQL) or "µs" (of CPU).
+	// "tx" (transactions), "trips" (round trips to PostgreSQL), "µs" (of CPU), "allocs"
+	// (heap objects allocated) or "B" (heap bytes allocated).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	// Ratio is Value against the baseline's figure of the same kind: its updates per
@@ -73,6 +74,8 @@ func figures(o options, r results) []figure {
 			if k.CPU != nil && f.CPU != nil {
 				plain("", "kafka CPU per record: PostgreSQL", k.CPU.PostgresUS, "µs")
 				plain("", "kafka CPU per record: replica, broker, producer", k.CPU.ProcessUS, "µs")
+				plain("", "kafka heap allocated per record: replica, broker, producer", k.CPU.ProcessAllocs, "allocs")
+				plain("", "kafka heap allocated per record: replica, broker, producer", k.CPU.ProcessAllocBytes, "B")
 				plain("", "floor CPU per record", f.CPU.TotalUS(), "µs")
 				// What the CPU per record allows: the rate at which it would keep every core
 				// of this machine busy, the database's and the broker's work included, of
@@ -168,6 +171,8 @@ func figures(o options, r results) []figure {
 			if d.CPU != nil && d.FloorCPU != nil {
 				plain("", "deadline CPU per wait: PostgreSQL", d.CPU.PostgresUS, "µs")
 				plain("", "deadline CPU per wait: sweeper", d.CPU.ProcessUS, "µs")
+				plain("", "deadline heap allocated per wait: sweeper", d.CPU.ProcessAllocs, "allocs")
+				plain("", "deadline heap allocated per wait: sweeper", d.CPU.ProcessAllocBytes, "B")
 				plain("", "floor CPU per wait", d.FloorCPU.TotalUS(), "µs")
 				// What the CPU per wait allows: the time the sweep takes with every core of
 				// this machine busy, the database's work included, of the floor's time. The
@@ -245,6 +250,10 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
 	case "µs":
 		return fmt.Sprintf("%.0f µs", f.Value)
+	case "allocs":
+		return fmt.Sprintf("%.1f allocs", f.Value)
+	case "B":
+		return fmt.Sprintf("%.0f B", f.Value)
 	default:
 		return fmt.Sprintf("%.0f", f.Value)
 	}

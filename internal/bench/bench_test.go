@@ -208,6 +208,10 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 				RowsPerEvent: rows, RowsReadPerEvent: read}, f)
 			require.Positive(t, f.PerSecond)
 			require.NotNil(t, f.CPU, "the test server runs on this machine: its CPU is read")
+			// Building and sending a batch's statement allocates; at least its parameters'
+			// bytes (two ids an event) are counted.
+			require.Greater(t, f.CPU.ProcessAllocBytes, 32.0)
+			require.Positive(t, f.CPU.ProcessAllocs)
 			pool, err := db.Connect(t.Context(), s.URL, 1)
 			require.NoError(t, err)
 			defer pool.Close()
@@ -343,11 +347,12 @@ func TestMedianDeadlines(t *testing.T) {
 
 	// Each share of the CPU at its own median; none at all when one run could not read it.
 	runs := []DeadlineResult{run(5*time.Second, 2), run(7*time.Second, 4), run(6*time.Second, 3.5)}
-	for i, c := range []CPUUse{{PostgresUS: 40, ProcessUS: 9}, {PostgresUS: 50, ProcessUS: 7}, {PostgresUS: 45, ProcessUS: 8}} {
+	for i, c := range []CPUUse{{PostgresUS: 40, ProcessUS: 9, ProcessAllocs: 30, ProcessAllocBytes: 900},
+		{PostgresUS: 50, ProcessUS: 7, ProcessAllocs: 10, ProcessAllocBytes: 700}, {PostgresUS: 45, ProcessUS: 8, ProcessAllocs: 20, ProcessAllocBytes: 800}} {
 		runs[i].CPU, runs[i].FloorCPU = &c, &CPUUse{PostgresUS: c.PostgresUS - 5}
 	}
 	got = MedianDeadlines(runs)
-	require.Equal(t, &CPUUse{PostgresUS: 45, ProcessUS: 8}, got.CPU)
+	require.Equal(t, &CPUUse{PostgresUS: 45, ProcessUS: 8, ProcessAllocs: 20, ProcessAllocBytes: 800}, got.CPU)
 	require.Equal(t, &CPUUse{PostgresUS: 40}, got.FloorCPU)
 	runs[1].FloorCPU = nil
 	require.Nil(t, MedianDeadlines(runs).FloorCPU)

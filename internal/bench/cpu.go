@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,12 @@ type CPUUse struct {
 	// PostgresUS and ProcessUS are microseconds of CPU (user and system) per event.
 	PostgresUS float64 `json:"postgres_us_per_event"`
 	ProcessUS  float64 `json:"process_us_per_event"`
+	// ProcessAllocs and ProcessAllocBytes are the heap allocations of this process per
+	// event: objects and bytes. Unlike its CPU they do not move with the load of the
+	// machine, so two builds' runs compare on them when a difference of a few
+	// microseconds is lost in the noise of the CPU.
+	ProcessAllocs     float64 `json:"process_allocs_per_event"`
+	ProcessAllocBytes float64 `json:"process_alloc_bytes_per_event"`
 }
 
 // TotalUS is the CPU per event of both.
@@ -78,6 +85,8 @@ func startCPU(ctx context.Context, pool *pgxpool.Pool) (since func(events int) *
 type cpuReading struct {
 	at                time.Time
 	postgres, process float64
+	// allocs and allocBytes are this process's heap allocations so far.
+	allocs, allocBytes uint64
 }
 
 // read sums the server's CPU so far: its postmaster's own and that of the children it
@@ -109,7 +118,10 @@ func (m *cpuMeter) read() (cpuReading, error) {
 		return cpuReading{}, err
 	}
 	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds()}, nil
+	heap := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(heap)
+	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds(),
+		allocs: heap[0].Value.Uint64(), allocBytes: heap[1].Value.Uint64()}, nil
 }
 
 // since is the CPU per event spent from start to now, for events events.
@@ -119,7 +131,8 @@ func (m *cpuMeter) since(start cpuReading, events int) (*CPUUse, error) {
 		return nil, err
 	}
 	per := 1e6 / float64(events)
-	return &CPUUse{PostgresUS: (end.postgres - start.postgres) * per, ProcessUS: (end.process - start.process) * per}, nil
+	return &CPUUse{PostgresUS: (end.postgres - start.postgres) * per, ProcessUS: (end.process - start.process) * per,
+		ProcessAllocs: float64(end.allocs-start.allocs) / float64(events), ProcessAllocBytes: float64(end.allocBytes-start.allocBytes) / float64(events)}, nil
 }
 
 // procStat is what the bench reads of /proc/<pid>/stat.

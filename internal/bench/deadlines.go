@@ -151,8 +151,10 @@ func medianCPU(runs []DeadlineResult, of func(DeadlineResult) *CPUUse) *CPUUse {
 		return nil
 	}
 	return &CPUUse{
-		PostgresUS: medianOf(runs, func(r DeadlineResult) float64 { return of(r).PostgresUS }),
-		ProcessUS:  medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessUS }),
+		PostgresUS:        medianOf(runs, func(r DeadlineResult) float64 { return of(r).PostgresUS }),
+		ProcessUS:         medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessUS }),
+		ProcessAllocs:     medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessAllocs }),
+		ProcessAllocBytes: medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessAllocBytes }),
 	}
 }
 
