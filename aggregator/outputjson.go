@@ -49,7 +49,9 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, 0, 256+len(ws.KafkaEventData)+len(ws.ApiResponseData)+len(ws.EventData))
+	// Sized for what is written whole: the payloads, the fixed keys, an entry of about
+	// 200 bytes per event received. Growing it copies all that was written before.
+	buf := make([]byte, 0, 384+len(ws.KafkaEventData)+len(ws.ApiResponseData)+len(ws.EventData)+200*len(received))
 	buf = append(buf, '{')
 	var decoded map[string]any // payloads decoded for a path inside them, by name
 	for _, m := range mapping {
@@ -63,11 +65,11 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		case len(r) == 0:
 			buf = append(buf, "null"...)
 		case m.sub == "":
-			var b bytes.Buffer
-			if err := json.Compact(&b, r); err != nil {
+			w := bytes.NewBuffer(buf) // compacted straight onto the document
+			if err := json.Compact(w, r); err != nil {
 				return nil, fmt.Errorf("decode %s data: %w", m.name, err)
 			}
-			buf = append(buf, b.Bytes()...)
+			buf = w.Bytes()
 		default:
 			v, ok := decoded[m.name]
 			if !ok {

@@ -286,8 +286,9 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 // apply records a batch's events in one transaction, in record order (so events of one
 // wait keep their order; ApplyBatch locks the rows in a stable order itself).
 func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
-	var batch []aggregator.Event
-	var recs []*kgo.Record // batch[i] came from recs[i]
+	// Most records carry one event.
+	batch := make([]aggregator.Event, 0, len(items))
+	recs := make([]*kgo.Record, 0, len(items)) // batch[i] came from recs[i]
 	for _, it := range items {
 		if it.poison != "" {
 			continue

@@ -107,6 +107,18 @@ func appendArrayHeader(buf []byte, elem uint32, n int, hasNull bool) []byte {
 	return binary.BigEndian.AppendUint32(buf, 1)
 }
 
+// growParams makes room for n more bytes in buf, which holds the parameters of one
+// statement encoded so far: pgx encodes each after the previous ones in one buffer,
+// started small for every statement. A batch's arrays are tens of kilobytes each, so
+// growing by just what one needs would copy everything before it again for the next; the
+// room doubles instead.
+func growParams(buf []byte, n int) []byte {
+	if cap(buf)-len(buf) >= n {
+		return buf
+	}
+	return slices.Grow(buf, max(n, len(buf)+n))
+}
+
 type encodeUUIDArray struct{}
 
 func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
@@ -114,7 +126,7 @@ func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
 	if s == nil {
 		return nil, nil // NULL, as pgx writes a nil slice
 	}
-	buf = slices.Grow(buf, arrayHeaderLen+len(s)*(4+16))
+	buf = growParams(buf, arrayHeaderLen+len(s)*(4+16))
 	buf = appendArrayHeader(buf, pgtype.UUIDOID, len(s), false)
 	for i := range s {
 		buf = binary.BigEndian.AppendUint32(buf, 16)
@@ -146,7 +158,7 @@ func (p encodeDocArray) Encode(value any, buf []byte) ([]byte, error) {
 		}
 		size += prefix + len(d)
 	}
-	buf = slices.Grow(buf, size)
+	buf = growParams(buf, size)
 	buf = appendArrayHeader(buf, p.elem, len(s), hasNull)
 	for _, d := range s {
 		if d == nil {

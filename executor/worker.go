@@ -662,6 +662,7 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 		}
 	}
 	w := &batchWriter{}
+	out.done = make([]resumedWait, 0, len(resumed))
 	for _, r := range resumed {
 		st := states[r.ExecutionID]
 		rctx, span := e.startResume(ctx, r)
