@@ -601,19 +601,27 @@ func (a *Aggregator) classifyMissing(ctx context.Context, tx pgx.Tx, ev Event) (
 	return Result{Outcome: NotFound}, nil
 }
 
+// logResult logs a decided event's line. Most are routine, at debug: their attributes
+// are built only when debug is on.
 func (a *Aggregator) logResult(ctx context.Context, ev Event, res Result) {
-	attrs := []any{"execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
-		"instance_id", a.cfg.InstanceID, "event", ev.Name, "outcome", res.Outcome, "version", res.Version}
+	level, msg := slog.LevelDebug, ""
 	switch res.Outcome {
 	case Completed:
-		a.logger.DebugContext(ctx, "wait satisfied", attrs...)
+		msg = "wait satisfied"
 	case Recorded:
-		a.logger.DebugContext(ctx, "event recorded", attrs...)
+		msg = "event recorded"
 	case Duplicate:
-		a.logger.DebugContext(ctx, "duplicate event ignored", attrs...)
+		msg = "duplicate event ignored"
 	case Late, AlreadyRecorded, NotExpected:
-		a.logger.WarnContext(ctx, "event not applied", attrs...)
+		level, msg = slog.LevelWarn, "event not applied"
 	case NotFound, FilterMismatch:
-		a.logger.DebugContext(ctx, "event not applied", attrs...)
+		msg = "event not applied"
+	default:
+		return
 	}
+	if !a.logger.Enabled(ctx, level) {
+		return
+	}
+	a.logger.Log(ctx, level, msg, "execution_id", ev.ExecutionID, "correlation_id", ev.CorrelationID, "node_id", res.NodeID,
+		"instance_id", a.cfg.InstanceID, "event", ev.Name, "outcome", res.Outcome, "version", res.Version)
 }

@@ -276,7 +276,7 @@ func (a *Aggregator) observe(ctx context.Context, t *tally, ev Event, res Result
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ev.Link}))
 	}
 	wctx := telemetry.WithTraceParent(context.Background(), res.TraceParent)
-	ectx, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
+	_, span := a.ins.tracer.Start(wctx, "rendezvous.wait.event "+ev.Name, opts...)
 	// Most spans are not recorded where no exporter is configured (see telemetry): their
 	// attributes are built only for those that are. No sampler rendezvous configures
 	// decides by attributes.
@@ -291,9 +291,10 @@ func (a *Aggregator) observe(ctx context.Context, t *tally, ev Event, res Result
 			attribute.Int64("rendezvous.version", res.Version),
 		)
 		if res.Outcome == Completed {
-			_, s := a.ins.tracer.Start(ectx, "rendezvous.wait.satisfied", trace.WithAttributes(
+			// A moment, not a stretch of work: an event of the span of the event that
+			// completed the wait, rather than a span of no length of its own.
+			span.AddEvent("rendezvous.wait.satisfied", trace.WithAttributes(
 				attribute.String("rendezvous.first_event", res.FirstEvent)))
-			s.End()
 		}
 	}
 	span.End()
