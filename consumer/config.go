@@ -76,7 +76,9 @@ type Config struct {
 	DLQWriteTimeout time.Duration
 	// MaxRecordBytes: a larger record value is poison. Default MaxRecordBytesDefault.
 	MaxRecordBytes int
-	// MaxPollRecords bounds one poll. Default MaxPollRecordsDefault.
+	// MaxPollRecords bounds one poll, which takes more of what is already buffered, up
+	// to 2 × Lanes × MaxPollRecords, while it holds fewer than two partitions a lane
+	// (see widen). Default MaxPollRecordsDefault.
 	MaxPollRecords int
 	// BatchSize bounds the records applied in one database transaction. Default
 	// BatchSizeDefault.

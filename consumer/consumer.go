@@ -255,13 +255,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.cl.AllowRebalance()
 			break
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.logger.WarnContext(ctx, "kafka fetch error", "topic", t, "partition", p, "err", err, "instance_id", c.cfg.ClientID)
-			}
-		})
-		c.progress.fetched(fetches)
-		recs := fetches.Records()
+		recs := c.took(ctx, fetches)
+		recs = c.widen(ctx, recs)
 		if len(recs) == 0 {
 			c.cl.AllowRebalance()
 			continue
@@ -305,6 +300,49 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancel()
 	_ = c.cl.LeaveGroupContext(closeCtx)
 	return nil
+}
+
+// took logs the fetch errors of a poll, notes its partitions' progress and returns its
+// records.
+func (c *Consumer) took(ctx context.Context, fetches kgo.Fetches) []*kgo.Record {
+	fetches.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			c.logger.WarnContext(ctx, "kafka fetch error", "topic", t, "partition", p, "err", err, "instance_id", c.cfg.ClientID)
+		}
+	})
+	c.progress.fetched(fetches)
+	return fetches.Records()
+}
+
+// widen adds to a poll's records what is already buffered, without waiting, until they
+// span twice as many partitions as there are lanes (so that spreadOverLanes can even
+// their loads out) or number 2 × Lanes × MaxPollRecords. The client hands records out
+// partition by partition from what a fetch brought, and a fetch brings up to a megabyte
+// of each partition: behind a backlog, a poll of MaxPollRecords held one or two
+// partitions, and the lanes of the others sat idle while the partitions they would
+// apply waited in the buffer. It changes nothing when records arrive as they are
+// produced: a poll then takes all there is.
+func (c *Consumer) widen(ctx context.Context, recs []*kgo.Record) []*kgo.Record {
+	limit := 2 * c.cfg.Lanes * c.cfg.MaxPollRecords
+	for len(recs) > 0 && len(recs) < limit && partitions(recs) < 2*c.cfg.Lanes {
+		// A nil context takes only what is buffered. Between a poll and AllowRebalance
+		// nothing is revoked, for these records as for the first.
+		more := c.took(ctx, c.cl.PollRecords(nil, min(c.cfg.MaxPollRecords, limit-len(recs)))) //nolint:staticcheck // nil: do not wait
+		if len(more) == 0 {
+			break
+		}
+		recs = append(recs, more...)
+	}
+	return recs
+}
+
+// partitions counts the partitions recs come from.
+func partitions(recs []*kgo.Record) int {
+	seen := map[tp]bool{}
+	for _, r := range recs {
+		seen[tp{r.Topic, r.Partition}] = true
+	}
+	return len(seen)
 }
 
 // setHealth updates readiness once per poll, from all its lanes together (lanes that
