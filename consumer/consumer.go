@@ -324,25 +324,23 @@ func (c *Consumer) took(ctx context.Context, fetches kgo.Fetches) []*kgo.Record 
 // produced: a poll then takes all there is.
 func (c *Consumer) widen(ctx context.Context, recs []*kgo.Record) []*kgo.Record {
 	limit := 2 * c.cfg.Lanes * c.cfg.MaxPollRecords
-	for len(recs) > 0 && len(recs) < limit && partitions(recs) < 2*c.cfg.Lanes {
+	seen := map[tp]bool{} // the partitions of recs
+	for _, r := range recs {
+		seen[tp{r.Topic, r.Partition}] = true
+	}
+	for len(recs) > 0 && len(recs) < limit && len(seen) < 2*c.cfg.Lanes {
 		// A nil context takes only what is buffered. Between a poll and AllowRebalance
 		// nothing is revoked, for these records as for the first.
 		more := c.took(ctx, c.cl.PollRecords(nil, min(c.cfg.MaxPollRecords, limit-len(recs)))) //nolint:staticcheck // nil: do not wait
 		if len(more) == 0 {
 			break
 		}
+		for _, r := range more {
+			seen[tp{r.Topic, r.Partition}] = true
+		}
 		recs = append(recs, more...)
 	}
 	return recs
-}
-
-// partitions counts the partitions recs come from.
-func partitions(recs []*kgo.Record) int {
-	seen := map[tp]bool{}
-	for _, r := range recs {
-		seen[tp{r.Topic, r.Partition}] = true
-	}
-	return len(seen)
 }
 
 // setHealth updates readiness once per poll, from all its lanes together (lanes that

@@ -67,3 +67,12 @@ func TestWidenSpansPartitions(t *testing.T) {
 	require.Len(t, c.widen(ctx, rest[:1]), 1)
 	require.Less(t, time.Since(start), time.Second)
 }
+
+// partitions counts the partitions recs come from.
+func partitions(recs []*kgo.Record) int {
+	seen := map[tp]bool{}
+	for _, r := range recs {
+		seen[tp{r.Topic, r.Partition}] = true
+	}
+	return len(seen)
+}
