@@ -44,23 +44,9 @@ func (e *env) startMany(t *testing.T, s *svc, name string, n int) []string {
 func TestRebalanceMidStream(t *testing.T) {
 	t.Parallel()
 	limit(t)
-	const n, dups, partitions = 300, 30, 6
-	e := setup(t, kfake.DefaultNumPartitions(partitions))
+	e := setup(t, kfake.DefaultNumPartitions(rebalancePartitions))
 	a := e.start(t, "pod-a")
-	e.put(t, a, e.definition("rb", kafkaOnly("rb")))
-	execIDs := e.startMany(t, a, "rb", n)
-	corr := e.waits(t, n)
-
-	recs := make([]*kgo.Record, 0, n+dups)
-	for i, id := range execIDs {
-		recs = append(recs, record("rb", int32(i%partitions), ids(id, corr[id], obj{"i": i})))
-		if i%(n/dups) == n/dups-1 {
-			// Re-produce an earlier record a little later: the same event redelivered.
-			j := i - 7
-			recs = append(recs, record("rb", int32((j+1)%partitions), ids(execIDs[j], corr[execIDs[j]], obj{"i": j})))
-		}
-	}
-	require.Len(t, recs, n+dups)
+	execIDs, recs := e.rebalanceRecords(t, a)
 
 	var b *svc
 	const chunk = 10
@@ -74,14 +60,75 @@ func TestRebalanceMidStream(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	e.requireEachCompletedOnce(t, execIDs, recs, a, b)
+}
 
+// TestRebalanceDuringWidenedPolls is TestRebalanceMidStream with polls of one record
+// and 2 lanes, the records produced 30 at a time: each burst is a backlog over every
+// partition, so every poll widens with what the client has buffered (up to 4 records of
+// up to 4 partitions) while the second replica joins and the first leaves. Records taken
+// by a widened poll are applied and committed by the member that polled them, as those
+// of the poll itself are: every wait completes exactly once and every offset is
+// committed.
+func TestRebalanceDuringWidenedPolls(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setup(t, kfake.DefaultNumPartitions(rebalancePartitions))
+	small := func(c *service.Config) { c.Kafka.MaxPollRecords, c.Kafka.Lanes = 1, 2 }
+	a := e.start(t, "pod-a", small)
+	execIDs, recs := e.rebalanceRecords(t, a)
+
+	var b *svc
+	const chunk = 30
+	for i := 0; i < len(recs); i += chunk {
+		e.produce(t, recs[i:min(i+chunk, len(recs))]...)
+		switch i / chunk {
+		case 2:
+			b = e.start(t, "pod-b", small)
+		case 7:
+			a.stop()
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	e.requireEachCompletedOnce(t, execIDs, recs, a, b)
+}
+
+// rebalancePartitions is the partition count of the rebalance tests' topic.
+const rebalancePartitions = 6
+
+// rebalanceRecords starts the rebalance tests' 300 executions on s and returns them with
+// their records: one per wait, spread over the partitions, and 30 earlier ones produced
+// again a little later (the same event redelivered).
+func (e *env) rebalanceRecords(t *testing.T, s *svc) ([]string, []*kgo.Record) {
+	t.Helper()
+	const n, dups = 300, 30
+	e.put(t, s, e.definition("rb", kafkaOnly("rb")))
+	execIDs := e.startMany(t, s, "rb", n)
+	corr := e.waits(t, n)
+	recs := make([]*kgo.Record, 0, n+dups)
+	for i, id := range execIDs {
+		recs = append(recs, record("rb", int32(i%rebalancePartitions), ids(id, corr[id], obj{"i": i})))
+		if i%(n/dups) == n/dups-1 {
+			j := i - 7
+			recs = append(recs, record("rb", int32((j+1)%rebalancePartitions), ids(execIDs[j], corr[execIDs[j]], obj{"i": j})))
+		}
+	}
+	require.Len(t, recs, n+dups)
+	return execIDs, recs
+}
+
+// requireEachCompletedOnce checks the end of a rebalance test: each wait resumed and
+// completed by exactly one record, the redelivered ones counted as duplicates, every
+// offset committed, and the second replica (b) part of it.
+func (e *env) requireEachCompletedOnce(t *testing.T, execIDs []string, recs []*kgo.Record, a, b *svc) {
+	t.Helper()
 	e.requireResumedOnce(t, execIDs, 1)
 	require.Eventually(t, func() bool { return e.committedSum(t, "rb") == int64(len(recs)) }, waitTimeout, 50*time.Millisecond,
 		"all offsets committed")
 	counts := sumCounts(a, b)
 	t.Logf("counts: pod-a %v, pod-b %v", a.Consumer.Counts(), b.Consumer.Counts())
-	require.Equal(t, int64(n), counts["completed"], "each wait completed by exactly one record: %v", counts)
-	require.GreaterOrEqual(t, counts["duplicate"], int64(dups), "%v", counts)
+	require.Equal(t, int64(len(execIDs)), counts["completed"], "each wait completed by exactly one record: %v", counts)
+	require.GreaterOrEqual(t, counts["duplicate"], int64(len(recs)-len(execIDs)), "%v", counts)
 	require.Positive(t, b.Consumer.Counts()["completed"], "the second replica took part")
 	require.Zero(t, counts["poison"]+counts["missing_id"]+counts["not_found"]+counts["id_mismatch"], "%v", counts)
 }
