@@ -48,18 +48,7 @@ func TestRebalanceMidStream(t *testing.T) {
 	a := e.start(t, "pod-a")
 	execIDs, recs := e.rebalanceRecords(t, a)
 
-	var b *svc
-	const chunk = 10
-	for i := 0; i < len(recs); i += chunk {
-		e.produce(t, recs[i:min(i+chunk, len(recs))]...)
-		switch i / chunk {
-		case 6:
-			b = e.start(t, "pod-b") // joins the group mid-stream
-		case 22:
-			a.stop() // leaves the group mid-stream
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	b := e.produceRebalancing(t, recs, rebalancing{chunk: 10, pause: 100 * time.Millisecond, join: 6, leave: 22}, a)
 	e.requireEachCompletedOnce(t, execIDs, recs, a, b)
 }
 
@@ -78,19 +67,36 @@ func TestRebalanceDuringWidenedPolls(t *testing.T) {
 	a := e.start(t, "pod-a", small)
 	execIDs, recs := e.rebalanceRecords(t, a)
 
-	var b *svc
-	const chunk = 30
-	for i := 0; i < len(recs); i += chunk {
-		e.produce(t, recs[i:min(i+chunk, len(recs))]...)
-		switch i / chunk {
-		case 2:
-			b = e.start(t, "pod-b", small)
-		case 7:
-			a.stop()
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	b := e.produceRebalancing(t, recs, rebalancing{chunk: 30, pause: 300 * time.Millisecond, join: 2, leave: 7}, a, small)
 	e.requireEachCompletedOnce(t, execIDs, recs, a, b)
+}
+
+// rebalancing is when produceRebalancing changes the group: recs are produced chunk at a
+// time, pause apart; the second replica joins after chunk number join and the first
+// leaves after chunk number leave.
+type rebalancing struct {
+	chunk       int
+	pause       time.Duration
+	join, leave int
+}
+
+// produceRebalancing produces recs while the group changes under them, as r says: a
+// second replica, started with opts, joins mid-stream and a leaves mid-stream. It
+// returns the second replica.
+func (e *env) produceRebalancing(t *testing.T, recs []*kgo.Record, r rebalancing, a *svc, opts ...func(*service.Config)) *svc {
+	t.Helper()
+	var b *svc
+	for i := 0; i < len(recs); i += r.chunk {
+		e.produce(t, recs[i:min(i+r.chunk, len(recs))]...)
+		switch i / r.chunk {
+		case r.join:
+			b = e.start(t, "pod-b", opts...) // joins the group mid-stream
+		case r.leave:
+			a.stop() // leaves the group mid-stream
+		}
+		time.Sleep(r.pause)
+	}
+	return b
 }
 
 // rebalancePartitions is the partition count of the rebalance tests' topic.

@@ -59,18 +59,7 @@ func TestTriggers(t *testing.T) {
 		recs = append(recs, order(i*3))
 	}
 
-	var b *svc
-	const chunk = 10
-	for i := 0; i < len(recs); i += chunk {
-		e.produce(t, recs[i:min(i+chunk, len(recs))]...)
-		switch i / chunk {
-		case 2:
-			b = e.start(t, "pod-b") // joins the group mid-stream
-		case 12:
-			a.stop() // leaves the group mid-stream
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	b := e.produceRebalancing(t, recs, rebalancing{chunk: 10, pause: 100 * time.Millisecond, join: 2, leave: 12}, a)
 	require.Eventually(t, func() bool { return e.committedSum(t, "orders") == int64(len(recs)) }, waitTimeout, 50*time.Millisecond,
 		"every record handled and committed")
 
