@@ -102,6 +102,15 @@ func (d *Definition) Event(name string) (EventDef, bool) {
 	return EventDef{}, false
 }
 
+// eventTimeout is how long after the wait registers ev's deadline falls: its own
+// timeout, else the node's.
+func (d *Definition) eventTimeout(ev EventDef) time.Duration {
+	if ev.Timeout > 0 {
+		return ev.Timeout
+	}
+	return d.Timeout
+}
+
 // RequiredSet is what the strategy waits for (the service's required_events).
 func (d *Definition) RequiredSet() []string {
 	var out []string

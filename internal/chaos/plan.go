@@ -218,7 +218,56 @@ func NewPlan(cfg Config) Plan {
 	}
 	p.Faults = planFaults(rng, cfg, p.Spread, uniform)
 	planRedrives(rng, &p, cfg, uniform)
+	planSentRecord(&p)
 	return p
+}
+
+// planSentRecord makes one execution that needs an event sent by type send it as
+// records, early in its window and away from the faults, so that every run records one.
+// Drawn like the others, a sent record could land in a fault's wake in every run: a short
+// run sends about a dozen, most of them around a fault, and a partition stalls for
+// seconds after a database outage or behind a killed replica until its session times
+// out, longer than an event's window. The execution chosen is the first whose record is
+// produced outside every fault's wake (faultWake), or the first of them when none is. It
+// draws nothing, so the seed's other draws stay as they were.
+func planSentRecord(p *Plan) {
+	chosen := -1
+	for i := range p.Executions {
+		e := &p.Executions[i]
+		sent, ok := p.Definitions[e.Def].Event(EventSend)
+		if !ok || !sent.Required || e.Redrive != nil {
+			continue
+		}
+		if chosen < 0 {
+			chosen = i
+		}
+		if at := e.StartAt + time.Duration(sentRecordFrac*float64(p.Definitions[e.Def].eventTimeout(sent))); !inFaultWake(p.Faults, at) {
+			chosen = i
+			break
+		}
+	}
+	if chosen < 0 {
+		return
+	}
+	e := &p.Executions[chosen]
+	for k := range e.Events {
+		if ep := &e.Events[k]; ep.Name == EventSend {
+			ep.Mode, ep.Frac, ep.Offset, ep.AsRecord = ModeOnTime, sentRecordFrac, 0, true
+		}
+	}
+}
+
+// sentRecordFrac places planSentRecord's record in its event's window.
+const sentRecordFrac = 0.05
+
+// faultWake is how long after a fault ends its effects may hold a partition: a killed
+// replica's partitions wait for its session to time out, then for the group to settle.
+const faultWake = SessionTimeoutDefault + 3*time.Second
+
+// inFaultWake reports whether at falls in a fault, from a second before it until
+// faultWake after it ends.
+func inFaultWake(faults []Fault, at time.Duration) bool {
+	return slices.ContainsFunc(faults, func(f Fault) bool { return f.At-time.Second <= at && at <= f.At+f.Down+faultWake })
 }
 
 // planRedrives picks the executions an operator redrives: a share of those whose
