@@ -218,30 +218,30 @@ func NewPlan(cfg Config) Plan {
 	}
 	p.Faults = planFaults(rng, cfg, p.Spread, uniform)
 	planRedrives(rng, &p, cfg, uniform)
-	planSentRecord(&p)
+	planSentRecord(&p, cfg)
 	return p
 }
 
 // planSentRecord makes one execution that needs an event sent by type send it as
-// records, early in its window and away from the faults, so that every run records one.
-// Drawn like the others, a sent record could land in a fault's wake in every run: a short
-// run sends about a dozen, most of them around a fault, and a partition stalls for
-// seconds after a database outage or behind a killed replica until its session times
-// out, longer than an event's window. The execution chosen is the first whose record is
-// produced outside every fault's wake (faultWake), or the first of them when none is. It
+// records, early in its window and away from the faults, so that a run records one
+// whatever its faults do to the others. Drawn like the others, a sent record could land
+// in a fault's wake in every run: a short run sends about a dozen, most of them around a
+// fault, and a partition stalls for seconds after a database outage or behind a killed
+// replica until its session times out, longer than an event's window. The execution
+// chosen is the first whose record is produced outside every fault's wake
+// (inFaultWake), or the first of them when none is (about one short run in ten). It
 // draws nothing, so the seed's other draws stay as they were.
-func planSentRecord(p *Plan) {
+func planSentRecord(p *Plan, cfg Config) {
 	chosen := -1
 	for i := range p.Executions {
-		e := &p.Executions[i]
-		sent, ok := p.Definitions[e.Def].Event(EventSend)
-		if !ok || !sent.Required || e.Redrive != nil {
+		at, ok := p.sentRecordAt(&p.Executions[i])
+		if !ok {
 			continue
 		}
 		if chosen < 0 {
 			chosen = i
 		}
-		if at := e.StartAt + time.Duration(sentRecordFrac*float64(p.Definitions[e.Def].eventTimeout(sent))); !inFaultWake(p.Faults, at) {
+		if !inFaultWake(p.Faults, at, cfg) {
 			chosen = i
 			break
 		}
@@ -260,14 +260,24 @@ func planSentRecord(p *Plan) {
 // sentRecordFrac places planSentRecord's record in its event's window.
 const sentRecordFrac = 0.05
 
-// faultWake is how long after a fault ends its effects may hold a partition: a killed
-// replica's partitions wait for its session to time out, then for the group to settle.
-const faultWake = SessionTimeoutDefault + 3*time.Second
+// sentRecordAt is about when, from the run's start, planSentRecord's record would be
+// produced for e (its wait registers a moment after the start), and whether e can take
+// it: its definition requires the sent event, and no redrive reshapes its events.
+func (p *Plan) sentRecordAt(e *ExecPlan) (time.Duration, bool) {
+	def := &p.Definitions[e.Def]
+	sent, ok := def.Event(EventSend)
+	if !ok || !sent.Required || e.Redrive != nil {
+		return 0, false
+	}
+	return e.StartAt + time.Duration(sentRecordFrac*float64(def.eventTimeout(sent))), true
+}
 
-// inFaultWake reports whether at falls in a fault, from a second before it until
-// faultWake after it ends.
-func inFaultWake(faults []Fault, at time.Duration) bool {
-	return slices.ContainsFunc(faults, func(f Fault) bool { return f.At-time.Second <= at && at <= f.At+f.Down+faultWake })
+// inFaultWake reports whether at falls in a fault, from a second before it until its
+// wake has passed: a killed replica's partitions wait for its session to time out, then
+// for the group to settle (3 s); a database outage's back off for as long.
+func inFaultWake(faults []Fault, at time.Duration, cfg Config) bool {
+	wake := cfg.SessionTimeout + 3*time.Second
+	return slices.ContainsFunc(faults, func(f Fault) bool { return f.At-time.Second <= at && at <= f.At+f.Down+wake })
 }
 
 // planRedrives picks the executions an operator redrives: a share of those whose

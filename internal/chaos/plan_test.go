@@ -164,22 +164,16 @@ func TestPlanSendsARecordAwayFromTheFaults(t *testing.T) {
 	calm := 0
 	const seeds = 300
 	for seed := uint64(1); seed <= seeds; seed++ {
-		p := NewPlan(Config{Seed: seed, Executions: 240, Replicas: 3, Kills: 1, Terms: 1})
-		sentAt := func(e ExecPlan) (time.Duration, bool) {
-			def := &p.Definitions[e.Def]
-			sent, ok := def.Event(EventSend)
-			if !ok || !sent.Required || e.Redrive != nil {
-				return 0, false
-			}
-			return e.StartAt + time.Duration(sentRecordFrac*float64(def.eventTimeout(sent))), true
-		}
+		cfg := Config{Seed: seed, Executions: 240, Replicas: 3, Kills: 1, Terms: 1}.WithDefaults()
+		p := NewPlan(cfg)
 		chosen, anyCalm := -1, false
-		for i, e := range p.Executions {
-			at, ok := sentAt(e)
+		for i := range p.Executions {
+			e := &p.Executions[i]
+			at, ok := p.sentRecordAt(e)
 			if !ok {
 				continue
 			}
-			anyCalm = anyCalm || !inFaultWake(p.Faults, at)
+			anyCalm = anyCalm || !inFaultWake(p.Faults, at, cfg)
 			for _, ep := range e.Events {
 				if ep.Name == EventSend && ep.AsRecord && ep.Mode == ModeOnTime && ep.Frac == sentRecordFrac && chosen < 0 {
 					chosen = i
@@ -187,9 +181,9 @@ func TestPlanSendsARecordAwayFromTheFaults(t *testing.T) {
 			}
 		}
 		require.GreaterOrEqual(t, chosen, 0, "seed %d: no required event sent as records early in its window", seed)
-		at, _ := sentAt(p.Executions[chosen])
+		at, _ := p.sentRecordAt(&p.Executions[chosen])
 		if anyCalm {
-			require.False(t, inFaultWake(p.Faults, at), "seed %d: execution %d's record falls in a fault's wake though another's would not", seed, chosen)
+			require.False(t, inFaultWake(p.Faults, at, cfg), "seed %d: execution %d's record falls in a fault's wake though another's would not", seed, chosen)
 			calm++
 		}
 	}
