@@ -157,8 +157,9 @@ func TestPlanNeverTakesEveryReplica(t *testing.T) {
 // TestPlanSendsARecordAwayFromTheFaults: every short run sends one event by type as
 // records, early in its window, that a wait requires, and away from every fault's wake
 // whenever the plan has such an execution at all, so that the run's check of recorded
-// sent records never depends on the faults' timing. Drawn at random only, the short run
-// recorded none in about one run in three.
+// sent records does not hang on the faults' timing. Drawn at random only, every sent
+// record of a short run could fall in a fault's wake: one seed recorded none in one
+// replay out of three.
 func TestPlanSendsARecordAwayFromTheFaults(t *testing.T) {
 	t.Parallel()
 	calm := 0
