@@ -41,14 +41,20 @@ func countingPool(t *testing.T) (*pgxpool.Pool, *atomic.Int64) {
 	return pool, &writes
 }
 
+// countingConn counts the writes to the server and, when bytes is set, the bytes
+// written.
 type countingConn struct {
 	net.Conn
-	writes *atomic.Int64
+	writes, bytes *atomic.Int64
 }
 
 func (c countingConn) Write(b []byte) (int, error) {
 	c.writes.Add(1)
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if c.bytes != nil {
+		c.bytes.Add(int64(n))
+	}
+	return n, err
 }
 
 // TestTxBeginsWithFirstStatement: a transaction's BEGIN goes in the round trip of its
