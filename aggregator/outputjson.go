@@ -13,6 +13,9 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
+// jsonSpace is the whitespace JSON allows between tokens, which json.Compact removes.
+const jsonSpace = " \t\r\n"
+
 // Output builds a finished wait's node output, as the JSON document it is written as:
 // the outputMapping entries (null for an event that did not arrive), which events
 // arrived, when, from where and in what order, which timed out, whether the wait ended by
@@ -22,8 +25,8 @@ import (
 // mapped into the output is the id that arrived.
 //
 // The document is written directly rather than built as maps and marshalled: a mapping
-// entry naming a whole payload copies the payload's text (checked and compacted, so a
-// payload that is not JSON fails); one naming a path inside it decodes that payload
+// entry naming a whole payload copies the payload's text (compacted when it has spaces;
+// a payload that is not JSON fails where it must be compacted or decoded); one naming a path inside it decodes that payload
 // once. Decoding every payload into maps only to encode it again was the largest share
 // of the Go time spent applying a batch of events.
 func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool, missing []string) ([]byte, error) {
@@ -64,6 +67,11 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		switch {
 		case len(r) == 0:
 			buf = append(buf, "null"...)
+		case m.sub == "" && !bytes.ContainsAny(r, jsonSpace):
+			// Already compact, as most producers send it: copied as it is. Every payload
+			// here was checked as JSON before it was stored or decided on (CheckStorable),
+			// so only its spaces were left for Compact to take out.
+			buf = append(buf, r...)
 		case m.sub == "":
 			w := bytes.NewBuffer(buf) // compacted straight onto the document
 			if err := json.Compact(w, r); err != nil {
