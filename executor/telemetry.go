@@ -166,17 +166,24 @@ func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context
 // wait lasted. A batch that rolled back never gets here: its spans are never ended, and
 // spans that are not ended are not exported.
 func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
+	// The waits of a batch mostly share their attributes; a set is built (sorted and
+	// hashed) only when they change from one wait to the next, not once per wait.
+	var last struct{ workflow, strategy, outcome string }
+	var attrs metric.RecordOption
 	for _, w := range waits {
 		// A timer has no strategy: its waits are counted under its type.
 		strategy := string(w.wait.Strategy)
 		if w.wait.WaitType == execstate.WaitTypeTimer {
 			strategy = string(execstate.WaitTypeTimer)
 		}
-		e.ins.waitDuration.Record(ctx, max(w.wait.EndedAt.Sub(w.wait.CreatedAt), 0).Seconds(), metric.WithAttributes(
-			attribute.String("workflow", w.workflow),
-			attribute.String("strategy", strategy),
-			attribute.String("outcome", string(w.wait.Status)),
-		))
+		if key := (struct{ workflow, strategy, outcome string }{w.workflow, strategy, string(w.wait.Status)}); attrs == nil || key != last {
+			last, attrs = key, metric.WithAttributes(
+				attribute.String("workflow", key.workflow),
+				attribute.String("strategy", key.strategy),
+				attribute.String("outcome", key.outcome),
+			)
+		}
+		e.ins.waitDuration.Record(ctx, max(w.wait.EndedAt.Sub(w.wait.CreatedAt), 0).Seconds(), attrs)
 		w.span.End()
 	}
 }

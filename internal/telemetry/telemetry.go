@@ -141,8 +141,23 @@ func WithTraceParent(ctx context.Context, tp string) context.Context {
 	if tp == "" {
 		return ctx
 	}
-	return traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
+	return traceContext.Extract(ctx, traceParentCarrier(tp))
 }
+
+// traceParentCarrier is a carrier holding only a traceparent: one is read for every
+// event applied and every wait resumed, where a map would be built for each.
+type traceParentCarrier string
+
+func (c traceParentCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return string(c)
+	}
+	return ""
+}
+
+func (traceParentCarrier) Set(string, string) {}
+
+func (traceParentCarrier) Keys() []string { return []string{"traceparent"} }
 
 // SpanContextOf returns the span context that a carrier (HTTP headers, Kafka record
 // headers) announces, for linking; it is invalid when the carrier has none.
