@@ -25,10 +25,11 @@ const jsonSpace = " \t\r\n"
 // mapped into the output is the id that arrived.
 //
 // The document is written directly rather than built as maps and marshalled: a mapping
-// entry naming a whole payload copies the payload's text (compacted when it has spaces;
-// a payload that is not JSON fails where it must be compacted or decoded); one naming a path inside it decodes that payload
-// once. Decoding every payload into maps only to encode it again was the largest share
-// of the Go time spent applying a batch of events.
+// entry naming a whole payload copies the payload's text, compacted when it has spaces;
+// one naming a path inside it decodes that payload once. Decoding every payload into maps
+// only to encode it again was the largest share of the Go time spent applying a batch of
+// events. A payload that is not JSON fails where it is compacted or decoded, and else in
+// the json column the output is written to.
 func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []string, timedOut bool, missing []string) ([]byte, error) {
 	var named map[string]json.RawMessage
 	if len(ws.EventData) > 0 {

@@ -168,7 +168,8 @@ func (e *Executor) startResume(ctx context.Context, r aggregator.Ended) (context
 func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
 	// The waits of a batch mostly share their attributes; a set is built (sorted and
 	// hashed) only when they change from one wait to the next, not once per wait.
-	var last struct{ workflow, strategy, outcome string }
+	type attrKey struct{ workflow, strategy, outcome string }
+	var last attrKey
 	var attrs metric.RecordOption
 	for _, w := range waits {
 		// A timer has no strategy: its waits are counted under its type.
@@ -176,7 +177,7 @@ func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
 		if w.wait.WaitType == execstate.WaitTypeTimer {
 			strategy = string(execstate.WaitTypeTimer)
 		}
-		if key := (struct{ workflow, strategy, outcome string }{w.workflow, strategy, string(w.wait.Status)}); attrs == nil || key != last {
+		if key := (attrKey{w.workflow, strategy, string(w.wait.Status)}); attrs == nil || key != last {
 			last, attrs = key, metric.WithAttributes(
 				attribute.String("workflow", key.workflow),
 				attribute.String("strategy", key.strategy),
