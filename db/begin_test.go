@@ -27,18 +27,23 @@ func countingPool(t *testing.T) (*pgxpool.Pool, *atomic.Int64) {
 	require.NoError(t, err)
 	cfg.MaxConns = 1
 	var writes atomic.Int64
-	dial := cfg.ConnConfig.DialFunc
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: &writes}, nil
-	}
+	cfg.ConnConfig.DialFunc = countingDial(cfg.ConnConfig.DialFunc, &writes, nil)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool, &writes
+}
+
+// countingDial wraps dial so that its connections count their writes to the server
+// and, when bytes is not nil, the bytes written.
+func countingDial(dial pgconn.DialFunc, writes, bytes *atomic.Int64) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: writes, bytes: bytes}, nil
+	}
 }
 
 // countingConn counts the writes to the server and, when bytes is set, the bytes

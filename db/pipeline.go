@@ -183,12 +183,9 @@ func argBytes(a any) int {
 	case string:
 		return len(v)
 	case []uuid.UUID:
-		return arrayHeaderLen + len(v)*(4+16)
+		return uuidArrayBytes(len(v))
 	case []json.RawMessage:
-		n := arrayHeaderLen
-		for _, d := range v {
-			n += 5 + len(d)
-		}
+		n, _ := docArrayBytes(v, 1) // as jsonb, the larger of the two
 		return n
 	case []string:
 		n := arrayHeaderLen

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -165,20 +164,14 @@ func TestPipelineMoveTo(t *testing.T) {
 // against the same batch sent by pgx alone. Four statements of 250 KB: pgx alone
 // allocated 3.9 times what they sent, the pipeline 2.0 (their parameters encoded, then
 // copied into the buffer); under the race detector, which allocates more of its own,
-// 4.9 and 4.1.
+// 4.9 and 4.1. Not parallel: it counts the whole process's allocations, and the
+// package's parallel tests wait until it is done.
 func TestPipelineReservesItsSendBuffer(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(dbtest.ServerURL(t))
 	require.NoError(t, err)
 	var sent atomic.Int64
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: new(atomic.Int64), bytes: &sent}, nil
-	}
+	cfg.DialFunc = countingDial(cfg.DialFunc, new(atomic.Int64), &sent)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })

@@ -119,6 +119,25 @@ func growParams(buf []byte, n int) []byte {
 	return slices.Grow(buf, max(n, len(buf)+n))
 }
 
+// uuidArrayBytes is the binary encoding's size of an array of n uuids: each element is
+// led by its length.
+func uuidArrayBytes(n int) int { return arrayHeaderLen + n*(4+16) }
+
+// docArrayBytes is the binary encoding's size of an array of documents, each led by its
+// length and prefix bytes (jsonb's version byte), and whether one of them is NULL.
+func docArrayBytes(docs []json.RawMessage, prefix int) (size int, hasNull bool) {
+	size = arrayHeaderLen
+	for _, d := range docs {
+		size += 4
+		if d == nil {
+			hasNull = true
+			continue
+		}
+		size += prefix + len(d)
+	}
+	return size, hasNull
+}
+
 type encodeUUIDArray struct{}
 
 func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
@@ -126,7 +145,7 @@ func (encodeUUIDArray) Encode(value any, buf []byte) ([]byte, error) {
 	if s == nil {
 		return nil, nil // NULL, as pgx writes a nil slice
 	}
-	buf = growParams(buf, arrayHeaderLen+len(s)*(4+16))
+	buf = growParams(buf, uuidArrayBytes(len(s)))
 	buf = appendArrayHeader(buf, pgtype.UUIDOID, len(s), false)
 	for i := range s {
 		buf = binary.BigEndian.AppendUint32(buf, 16)
@@ -149,15 +168,7 @@ func (p encodeDocArray) Encode(value any, buf []byte) ([]byte, error) {
 	if p.elem == pgtype.JSONBOID {
 		prefix = 1
 	}
-	size, hasNull := arrayHeaderLen, false
-	for _, d := range s {
-		size += 4
-		if d == nil {
-			hasNull = true
-			continue
-		}
-		size += prefix + len(d)
-	}
+	size, hasNull := docArrayBytes(s, prefix)
 	buf = growParams(buf, size)
 	buf = appendArrayHeader(buf, p.elem, len(s), hasNull)
 	for _, d := range s {
