@@ -100,7 +100,7 @@ func (f *fixture) newWaits(t testing.TB, n int, reg aggregator.Registration) []w
 			if _, err := tx.Exec(ctx, `INSERT INTO executions (id, workflow_name, workflow_version, status, input) VALUES ($1, 'orders', 1, 'waiting', '{"order":"o-1"}')`, r.ExecutionID); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at) VALUES ($1, $2, 'waiting_for_events', 1, now())`, r.ExecutionID, r.NodeID); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO node_execution_rows (execution_id, node_id, status, attempts, started_at) VALUES ($1, $2, 'waiting_for_events', 1, now())`, r.ExecutionID, r.NodeID); err != nil {
 				return err
 			}
 			ws, err := f.agg.Register(ctx, tx, r)

@@ -66,7 +66,7 @@ func (f *fixture) register(t *testing.T, reg aggregator.Registration) (wait, agg
 
 func (f *fixture) registerTx(ctx context.Context, tx pgx.Tx, execID uuid.UUID, reg aggregator.Registration) (wait, aggregator.Result, error) {
 	reg.ExecutionID, reg.CorrelationID, reg.NodeID = execID, uuid.New(), waitNode
-	if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at)
+	if _, err := tx.Exec(ctx, `INSERT INTO node_execution_rows (execution_id, node_id, status, attempts, started_at)
 		VALUES ($1, $2, 'waiting_for_events', 1, now())`, execID, waitNode); err != nil {
 		return wait{}, aggregator.Result{}, err
 	}

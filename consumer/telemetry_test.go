@@ -98,7 +98,7 @@ func (te *telEnv) registerWait(t *testing.T, traceParent string) (execID, corrID
 		if _, err := tx.Exec(ctx, `INSERT INTO executions (id, workflow_name, workflow_version, status, input) VALUES ($1, 'tel', 1, 'waiting', '{}')`, execID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at) VALUES ($1, 'wait', 'waiting_for_events', 1, now())`, execID); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO node_execution_rows (execution_id, node_id, status, attempts, started_at) VALUES ($1, 'wait', 'waiting_for_events', 1, now())`, execID); err != nil {
 			return err
 		}
 		_, err := te.agg.Register(ctx, tx, aggregator.Registration{

@@ -41,7 +41,7 @@ INSERT INTO workflows (name, version, definition) VALUES ('wf', 1, '{}');
 INSERT INTO executions (id, workflow_name, workflow_version, status)
 SELECT gen_random_uuid(), 'wf', 1, CASE WHEN i % 2 = 0 THEN 'waiting' ELSE 'completed' END
 FROM generate_series(1, 6000) i;
-INSERT INTO node_executions (execution_id, node_id, status)
+INSERT INTO node_execution_rows (execution_id, node_id, status)
 SELECT id, 'wait', CASE WHEN status = 'waiting' THEN 'waiting_for_events' ELSE 'completed' END FROM executions;
 INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy, status,
        expires_at, next_deadline_at)

@@ -47,7 +47,7 @@ INSERT INTO executions (id, workflow_name, workflow_version, status)
 VALUES ('00000000-0000-0000-0000-000000000001', 'wf', 1, 'waiting')`)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `
-INSERT INTO node_executions (execution_id, node_id, status, output)
+INSERT INTO node_execution_rows (execution_id, node_id, status, output)
 VALUES ('00000000-0000-0000-0000-000000000001', 'wait', 'completed', $1::jsonb)`, `{"out": [1, 2]}`)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `

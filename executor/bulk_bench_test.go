@@ -109,9 +109,9 @@ func cloneExecution(b *testing.B, ctx context.Context, pool *pgxpool.Pool, id uu
 		 SELECT (jsonb_populate_record(NULL::executions, to_jsonb(e) || jsonb_build_object(
 		     'id', c.id, 'finished_at', e.finished_at - make_interval(secs => c.n / 1000.0)))).*
 		 FROM executions AS e, clone_ids AS c WHERE e.id = $1`,
-		`INSERT INTO node_executions
-		 SELECT (jsonb_populate_record(NULL::node_executions, to_jsonb(x) || jsonb_build_object('execution_id', c.id))).*
-		 FROM node_executions AS x, clone_ids AS c WHERE x.execution_id = $1`,
+		`INSERT INTO node_execution_rows
+		 SELECT (jsonb_populate_record(NULL::node_execution_rows, to_jsonb(x) || jsonb_build_object('execution_id', c.id))).*
+		 FROM node_execution_rows AS x, clone_ids AS c WHERE x.execution_id = $1`,
 		`INSERT INTO execution_wait_states
 		 SELECT (jsonb_populate_record(NULL::execution_wait_states, to_jsonb(w) || jsonb_build_object(
 		     'id', gen_random_uuid(), 'execution_id', c.id, 'correlation_id', gen_random_uuid()))).*
@@ -121,7 +121,7 @@ func cloneExecution(b *testing.B, ctx context.Context, pool *pgxpool.Pool, id uu
 		require.NoError(b, err)
 	}
 	require.NoError(b, tx.Commit(ctx))
-	_, err = pool.Exec(ctx, `ANALYZE executions, node_executions, execution_wait_states`)
+	_, err = pool.Exec(ctx, `ANALYZE executions, node_execution_rows, execution_wait_states`)
 	require.NoError(b, err)
 }
 

@@ -482,13 +482,15 @@ func TestCancelExecutionWhileResuming(t *testing.T) {
 }
 
 // TestCancelExecutionWhileEventCompletes: a cancel meets the event that completes the
-// execution's wait. The event's write has locked the wait row (and goes on to enqueue
-// the continuation); the cancel has locked the execution and must cancel its open
-// waits. Neither may fail: the event completed the wait first, so the cancel must find
-// it completed and cancel the execution anyway (the continuation dropped).
+// execution's wait. The event's transaction has locked the execution, written the wait
+// completed and goes on to continue the execution in the same transaction; the cancel
+// waits for the execution's lock. Neither may fail: the event completed the wait first,
+// so the cancel must find it completed and cancel the execution anyway, the next node
+// the continuation reached included.
 //
-// The test holds the wait's node row for a moment (FOR UPDATE in a transaction of its
-// own) so that both arrive in this order deterministically.
+// The test holds the next node's row for a moment (FOR UPDATE in a transaction of its
+// own: the continuation moves that node after the wait is written) so that both arrive
+// in this order deterministically.
 func TestCancelExecutionWhileEventCompletes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -507,7 +509,7 @@ func TestCancelExecutionWhileEventCompletes(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	var holder int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
-	_, err = tx.Exec(ctx, `SELECT 1 FROM node_executions WHERE execution_id = $1 AND node_id = 'wait' FOR UPDATE`, id)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM node_execution_rows WHERE execution_id = $1 AND node_id = 'after' FOR UPDATE`, id)
 	require.NoError(t, err)
 
 	type applied struct {
@@ -525,7 +527,7 @@ func TestCancelExecutionWhileEventCompletes(t *testing.T) {
 	var applier int
 	eventually(t, func() bool {
 		return h.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&applier) == nil
-	}, "the event never reached the node row")
+	}, "the event never reached the next node's row")
 	cancelErr := make(chan error, 1)
 	go func() { _, err := h.ex.CancelExecution(ctx, id, "while completing"); cancelErr <- err }()
 	eventually(t, func() bool {

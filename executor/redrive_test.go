@@ -434,3 +434,39 @@ func TestRedriveFencesStaleClaim(t *testing.T) {
 	require.EqualValues(t, 1, v.RedriveCount)
 	h.requireQueuesEmpty(t, id)
 }
+
+// TestRedriveCancelledTimerRunsAgain: a timer cancelled to fail leaves its node failed in
+// the wait's row, the node's own row still reading as it did while scheduled. A timer
+// is not reopened: the redrive hands the node back to the graph (pending), deletes the
+// finished timer, and the node runs from scratch, scheduling a new one.
+func TestRedriveCancelledTimerRunsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := setup(t)
+	name := h.put(t, h.timerFlow("redrive-timer", obj{"for": "1h"}))
+	h.run(t)
+	id := h.start(t, name, nil)
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND status = 'scheduled'`, id) == 1
+	}, "the timer is scheduled")
+	waitID := func() (wait string) {
+		require.NoError(t, h.pool.QueryRow(ctx, `SELECT id::text FROM execution_wait_states WHERE execution_id = $1`, id).Scan(&wait))
+		return wait
+	}
+	first := waitID()
+	require.NoError(t, h.ex.CancelWait(ctx, id, "pause", executor.ThenFail, "operator"))
+	v := h.waitStatus(t, id, "failed")
+	require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "pause").Status)
+
+	redriven, err := h.ex.Redrive(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, []executor.RedrivenNode{{ID: "pause", Action: executor.RedriveRun}}, redriven.Nodes)
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND status = 'scheduled'`, id) == 1
+	}, "the node scheduled a new timer")
+	require.NotEqual(t, first, waitID())
+	v = h.view(t, id)
+	require.Equal(t, execstate.ExecWaiting, v.Status)
+	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "pause").Status)
+	require.EqualValues(t, 2, nodeOf(t, v, "pause").Attempts)
+}

@@ -65,6 +65,17 @@ func (h *harness) rows(t *testing.T, id uuid.UUID) [3]int {
 	}
 }
 
+// nodeOutcome is a node of an execution as node_executions reads it: status, output,
+// error, warning, whether it finished.
+func (h *harness) nodeOutcome(t *testing.T, id uuid.UUID, nodeID string) string {
+	t.Helper()
+	var out string
+	require.NoError(t, h.pool.QueryRow(context.Background(), `SELECT concat_ws('|', status, output::text,
+		coalesce(error, '<null>'), coalesce(warning, '<null>'), finished_at IS NOT NULL)
+		FROM node_executions WHERE execution_id = $1 AND node_id = $2`, id, nodeID).Scan(&out))
+	return out
+}
+
 func (h *harness) waitNodes(t *testing.T, id uuid.UUID) []string {
 	t.Helper()
 	rows, err := h.pool.Query(context.Background(), `SELECT node_id FROM execution_wait_states WHERE execution_id = $1 ORDER BY node_id`, id)
@@ -137,6 +148,15 @@ func TestPurge(t *testing.T) {
 	for _, id := range []uuid.UUID{recentCompleted, recentCancelled, resumedOld, cancelledOld, resumedRecent, unresumedOld} {
 		before[id] = h.rows(t, id)
 	}
+	// The old finished waits hold their node's outcome; the node's stored row still
+	// reads as registration left it.
+	outcomes := map[uuid.UUID]string{}
+	for _, id := range []uuid.UUID{resumedOld, cancelledOld} {
+		outcomes[id] = h.nodeOutcome(t, id, "w1")
+		require.Contains(t, outcomes[id], "completed|{")
+		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM node_execution_rows
+			WHERE execution_id = $1 AND node_id = 'w1' AND status = 'waiting_for_events'`, id))
+	}
 
 	p, err := h.ex.Purge(ctx, weekAgo())
 	require.NoError(t, err)
@@ -154,6 +174,9 @@ func TestPurge(t *testing.T) {
 	for _, id := range []uuid.UUID{resumedOld, cancelledOld} {
 		require.Equal(t, [3]int{1, 3, 1}, h.rows(t, id), "the execution and its nodes stay")
 		require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
+		require.Equal(t, outcomes[id], h.nodeOutcome(t, id, "w1"), "the node keeps the outcome its wait held")
+		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM node_execution_rows
+			WHERE execution_id = $1 AND node_id = 'w1' AND status = 'completed'`, id), "now in the node's own row")
 	}
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1`, unresumedOld))
 

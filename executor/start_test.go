@@ -62,11 +62,21 @@ func TestStartParksRootWaitInItsTransaction(t *testing.T) {
 	require.Equal(t, []any{"go"}, out["enabledEvents"])
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 
-	require.Equal(t, map[string]int{"executions": 1, "node_executions": 1, "execution_wait_states": 1},
+	require.Equal(t, map[string]int{"executions": 1, "node_execution_rows": 1, "execution_wait_states": 1},
 		rowsWrittenBy(t, h.pod, id))
 
-	// The wait is an ordinary wait: the event sent to it completes the execution.
+	// The wait is an ordinary wait: the event sent to it completes the execution. That
+	// transaction writes two rows: the wait, which takes its node's outcome, and the
+	// execution. The node's stored row stays as registration wrote it; the node reads as
+	// completed, with its output, all the same.
 	h.run(t)
 	h.send(t, id, "go", obj{"ok": true}, "")
-	h.waitStatus(t, id, "completed")
+	v = h.waitStatus(t, id, "completed")
+	require.Equal(t, map[string]int{"executions": 1, "execution_wait_states": 1}, rowsWrittenBy(t, h.pod, id))
+	n = nodeOf(t, v, "w")
+	require.Equal(t, execstate.NodeCompleted, n.Status)
+	require.NotNil(t, n.FinishedAt)
+	require.NoError(t, json.Unmarshal(n.Output, &out))
+	require.Equal(t, map[string]any{"ok": true}, out["go"])
+	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM node_execution_rows WHERE execution_id = $1 AND status = 'waiting_for_events'`, id))
 }

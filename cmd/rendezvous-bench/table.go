@@ -322,7 +322,7 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		target(plain("p", "rendezvous rows written per delivered event"+at, rdv.RowsPerEvent, "rows"), "≤ 3", rdv.RowsPerEvent <= 3)
 		plain("", "DBOS rows written per delivered event"+at, peer.RowsPerEvent, "rows")
 		if measured {
-			// The three rows of every floor and the audit row of a change made through the
+			// The two rows of every floor and the audit row of a change made through the
 			// API, written in its transaction: fewer rows would drop a guarantee.
 			plain("p", "floor rows written per delivered event, its audit row included"+at, floor.RowsPerEvent, "rows")
 		}

@@ -132,6 +132,11 @@ type ExecutionWaitState struct {
 	TraceParent         *string
 	EventData           json.RawMessage
 	MatchKeys           []string
+	NodeStatus          *execstate.NodeStatus
+	NodeOutput          json.RawMessage
+	NodeError           *string
+	NodeWarning         *string
+	NodeFinishedAt      *time.Time
 }
 
 type MatchLookback struct {
@@ -147,6 +152,20 @@ type MatchLookback struct {
 }
 
 type NodeExecution struct {
+	ExecutionID uuid.UUID
+	NodeID      string
+	Status      execstate.NodeStatus
+	Output      json.RawMessage
+	Error       *string
+	Attempts    int32
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	Warning     *string
+}
+
+type NodeExecutionRow struct {
 	ExecutionID uuid.UUID
 	NodeID      string
 	Status      execstate.NodeStatus

@@ -13,13 +13,16 @@ import (
 )
 
 const nodeExecutionCancelOpen = `-- name: NodeExecutionCancelOpen :exec
-UPDATE node_executions
+UPDATE node_execution_rows AS n
 SET status = 'cancelled',
     error = $1::text,
     updated_at = now(),
     finished_at = now()
-WHERE execution_id = $2::uuid
-  AND status IN ('pending', 'running', 'waiting_for_events')
+WHERE n.execution_id = $2::uuid
+  AND n.status IN ('pending', 'running', 'waiting_for_events')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
 `
 
 type NodeExecutionCancelOpenParams struct {
@@ -27,21 +30,25 @@ type NodeExecutionCancelOpenParams struct {
 	ExecutionID uuid.UUID
 }
 
-// A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome.
+// A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome,
+// a waiting one whose wait has decided it included.
 func (q *Queries) NodeExecutionCancelOpen(ctx context.Context, db DBTX, arg NodeExecutionCancelOpenParams) error {
 	_, err := db.Exec(ctx, nodeExecutionCancelOpen, arg.Error, arg.ExecutionID)
 	return err
 }
 
 const nodeExecutionFinish = `-- name: NodeExecutionFinish :exec
-UPDATE node_executions
+UPDATE node_execution_rows AS n
 SET status = $1::text,
     output = $2::json,
     error = $3::text,
     updated_at = now(),
     finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
-WHERE execution_id = $4::uuid AND node_id = $5::text
-  AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+WHERE n.execution_id = $4::uuid AND n.node_id = $5::text
+  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
 `
 
 type NodeExecutionFinishParams struct {
@@ -53,7 +60,8 @@ type NodeExecutionFinishParams struct {
 }
 
 // Records a node's terminal or waiting status. Only a node that is not already finished
-// moves, so a stale writer cannot overwrite an outcome.
+// moves (nor a waiting one whose wait has decided it), so a stale writer cannot
+// overwrite an outcome.
 func (q *Queries) NodeExecutionFinish(ctx context.Context, db DBTX, arg NodeExecutionFinishParams) error {
 	_, err := db.Exec(ctx, nodeExecutionFinish,
 		arg.Status,
@@ -66,7 +74,7 @@ func (q *Queries) NodeExecutionFinish(ctx context.Context, db DBTX, arg NodeExec
 }
 
 const nodeExecutionInsert = `-- name: NodeExecutionInsert :exec
-INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
+INSERT INTO node_execution_rows (execution_id, node_id, status, output, attempts, started_at)
 SELECT $1::uuid, n.node_id, n.status, NULLIF(n.output, '')::json,
        CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
        CASE WHEN n.status = 'waiting_for_events' THEN now() END
@@ -169,7 +177,7 @@ func (q *Queries) NodeExecutionListByExecutions(ctx context.Context, db DBTX, ex
 }
 
 const nodeExecutionMarkRunning = `-- name: NodeExecutionMarkRunning :exec
-UPDATE node_executions
+UPDATE node_execution_rows
 SET status = 'running',
     attempts = attempts + 1,
     started_at = coalesce(started_at, now()),
@@ -189,24 +197,28 @@ func (q *Queries) NodeExecutionMarkRunning(ctx context.Context, db DBTX, arg Nod
 }
 
 const nodeExecutionReopen = `-- name: NodeExecutionReopen :exec
-UPDATE node_executions
+UPDATE node_execution_rows AS n
 SET status = 'pending',
     output = NULL,
     error = NULL,
     updated_at = now(),
     finished_at = NULL
-WHERE execution_id = $1::uuid AND status IN ('failed', 'cancelled')
+WHERE n.execution_id = $1::uuid
+  AND (n.status IN ('failed', 'cancelled') OR (n.status = 'waiting_for_events' AND EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status = 'failed')))
 `
 
 // A redrive hands the nodes that failed, or were cancelled when the execution failed,
 // back to the graph: pending, as if never reached, with their attempts kept as history.
+// A node stored as waiting whose wait failed it is one of them.
 func (q *Queries) NodeExecutionReopen(ctx context.Context, db DBTX, executionID uuid.UUID) error {
 	_, err := db.Exec(ctx, nodeExecutionReopen, executionID)
 	return err
 }
 
 const nodeExecutionSetStatusMany = `-- name: NodeExecutionSetStatusMany :exec
-UPDATE node_executions AS n
+UPDATE node_execution_rows AS n
 SET status = c.status,
     updated_at = now(),
     finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
@@ -214,6 +226,9 @@ FROM (SELECT unnest($1::uuid[]) AS execution_id, unnest($2::text[]) AS node_id,
              unnest($3::text[]) AS status) AS c
 WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id AND n.execution_id = ANY($1::uuid[])
   AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
 `
 
 type NodeExecutionSetStatusManyParams struct {
@@ -222,7 +237,8 @@ type NodeExecutionSetStatusManyParams struct {
 	Statuses     []string
 }
 
-// Moves nodes to running (queued) or skipped; finished nodes never move.
+// Moves nodes to running (queued) or skipped; finished nodes never move, nor waiting ones
+// whose wait has decided them.
 func (q *Queries) NodeExecutionSetStatusMany(ctx context.Context, db DBTX, arg NodeExecutionSetStatusManyParams) error {
 	_, err := db.Exec(ctx, nodeExecutionSetStatusMany, arg.ExecutionIds, arg.NodeIds, arg.Statuses)
 	return err

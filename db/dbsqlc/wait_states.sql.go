@@ -53,7 +53,7 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 }
 
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz
 ORDER BY next_deadline_at
 LIMIT $2::integer
@@ -107,6 +107,11 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 			&i.TraceParent,
 			&i.EventData,
 			&i.MatchKeys,
+			&i.NodeStatus,
+			&i.NodeOutput,
+			&i.NodeError,
+			&i.NodeWarning,
+			&i.NodeFinishedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -205,7 +210,9 @@ type WaitStateDeleteFinishedBeforeParams struct {
 }
 
 // Retention for waits of executions still running (a finished execution takes its waits
-// with it). A completed or timed-out wait goes only once its continuation ran.
+// with it). A completed or timed-out wait goes only once its continuation ran; one that
+// holds its node's outcome hands it to the node's row as it goes (a trigger, whoever
+// deletes the wait).
 func (q *Queries) WaitStateDeleteFinishedBefore(ctx context.Context, db DBTX, arg WaitStateDeleteFinishedBeforeParams) (int64, error) {
 	result, err := db.Exec(ctx, waitStateDeleteFinishedBefore, arg.Cutoff, arg.Max)
 	if err != nil {
@@ -258,7 +265,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -296,12 +303,17 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -338,12 +350,17 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -387,12 +404,17 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
 
 const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 `
 
@@ -435,12 +457,17 @@ func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitState
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
 
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 FOR UPDATE
 `
@@ -484,6 +511,11 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
@@ -522,7 +554,7 @@ INSERT INTO execution_wait_states (
     $15::text, $16::json, $17::text, $18::text,
     $19::text, coalesce($20::text[], '{}')
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at
 `
 
 type WaitStateInsertParams struct {
@@ -603,12 +635,17 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -652,6 +689,11 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.TraceParent,
 			&i.EventData,
 			&i.MatchKeys,
+			&i.NodeStatus,
+			&i.NodeOutput,
+			&i.NodeError,
+			&i.NodeWarning,
+			&i.NodeFinishedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -664,10 +706,10 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByMatchKeys = `-- name: WaitStateListByMatchKeys :many
-SELECT DISTINCT ON (w.id) w.id, w.execution_id, w.node_id, w.correlation_id, w.aggregation_strategy, w.required_events, w.enabled_events, w.expected_events, w.api_call_enabled, w.kafka_event_enabled, w.api_response_data, w.kafka_event_data, w.received_events, w.on_timeout, w.output_mapping, w.status, w.error, w.resumed_at, w.resumed_by, w.version, w.created_at, w.updated_at, w.expires_at, w.next_deadline_at, w.timed_out_events, w.wait_type, w.timer, w.trace_parent, w.event_data, w.match_keys
+SELECT DISTINCT ON (w.id) w.id, w.execution_id, w.node_id, w.correlation_id, w.aggregation_strategy, w.required_events, w.enabled_events, w.expected_events, w.api_call_enabled, w.kafka_event_enabled, w.api_response_data, w.kafka_event_data, w.received_events, w.on_timeout, w.output_mapping, w.status, w.error, w.resumed_at, w.resumed_by, w.version, w.created_at, w.updated_at, w.expires_at, w.next_deadline_at, w.timed_out_events, w.wait_type, w.timer, w.trace_parent, w.event_data, w.match_keys, w.node_status, w.node_output, w.node_error, w.node_warning, w.node_finished_at
 FROM unnest($1::text[]) AS k(key)
 CROSS JOIN LATERAL (
-    SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states AS e
+    SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states AS e
     WHERE e.match_keys @> ARRAY[k.key] AND e.status = 'waiting' AND e.match_keys <> '{}'
 ) AS w
 ORDER BY w.id
@@ -718,6 +760,11 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 			&i.TraceParent,
 			&i.EventData,
 			&i.MatchKeys,
+			&i.NodeStatus,
+			&i.NodeOutput,
+			&i.NodeError,
+			&i.NodeWarning,
+			&i.NodeFinishedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -730,7 +777,7 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 }
 
 const waitStateListOpenByExecution = `-- name: WaitStateListOpenByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = $1::uuid AND (status = 'waiting') IS TRUE
 ORDER BY created_at, id
 `
@@ -778,6 +825,11 @@ func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, exe
 			&i.TraceParent,
 			&i.EventData,
 			&i.MatchKeys,
+			&i.NodeStatus,
+			&i.NodeOutput,
+			&i.NodeError,
+			&i.NodeWarning,
+			&i.NodeFinishedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -790,7 +842,7 @@ func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, exe
 }
 
 const waitStateListOpenByExecutions = `-- name: WaitStateListOpenByExecutions :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = ANY($1::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id
 `
@@ -837,6 +889,11 @@ func (q *Queries) WaitStateListOpenByExecutions(ctx context.Context, db DBTX, ex
 			&i.TraceParent,
 			&i.EventData,
 			&i.MatchKeys,
+			&i.NodeStatus,
+			&i.NodeOutput,
+			&i.NodeError,
+			&i.NodeWarning,
+			&i.NodeFinishedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -999,7 +1056,7 @@ SET status = 'waiting',
     version = version + 1,
     updated_at = clock_timestamp()
 WHERE id = $4::uuid AND version = $5::bigint AND status IN ('timeout', 'failed', 'cancelled')
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at
 `
 
 type WaitStateReopenParams struct {
@@ -1011,7 +1068,8 @@ type WaitStateReopenParams struct {
 }
 
 // A redrive opens a finished event wait again: waiting, with fresh deadlines, its
-// recorded events and payloads kept, nothing timed out, not resumed. The version moves,
+// recorded events and payloads kept, nothing timed out, not resumed, and (a trigger,
+// whoever reopens it) without the node's outcome it held. The version moves,
 // so an event or a sweeper that decided against the finished row misses its fence and
 // decides again against the open one.
 func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReopenParams) (ExecutionWaitState, error) {
@@ -1054,6 +1112,11 @@ func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReo
 		&i.TraceParent,
 		&i.EventData,
 		&i.MatchKeys,
+		&i.NodeStatus,
+		&i.NodeOutput,
+		&i.NodeError,
+		&i.NodeWarning,
+		&i.NodeFinishedAt,
 	)
 	return i, err
 }
@@ -1095,7 +1158,12 @@ w AS (
         version = e.version + i.bump,
         updated_at = i.at,
         resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
-        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN $17::text ELSE e.resumed_by END
+        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN $17::text ELSE e.resumed_by END,
+        node_status = nullif(i.node_status, ''),
+        node_output = CASE WHEN i.node_status <> '' THEN i.output END,
+        node_error = CASE WHEN i.node_status <> '' THEN nullif(i.node_error, '') END,
+        node_warning = CASE WHEN i.node_status <> '' THEN nullif(i.warning, '') END,
+        node_finished_at = CASE WHEN i.node_status <> '' THEN i.at END
     FROM input AS i
     -- The batch's rows are reached through the primary key (id = ANY), whatever the
     -- statistics say: the fence's status test only filters them (IS TRUE), so a plan made
@@ -1103,19 +1171,7 @@ w AS (
     WHERE e.id = i.id AND e.id = ANY($1::uuid[]) AND e.version = i.version
       AND (e.status IN ('waiting', 'scheduled')) IS TRUE
     RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
-        e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
-),
-n AS (
-    UPDATE node_executions AS ne
-    SET status = w.node_status,
-        output = w.output,
-        error = nullif(w.node_error, ''),
-        warning = nullif(w.warning, ''),
-        updated_at = now(),
-        finished_at = now()
-    FROM w
-    WHERE w.node_status <> '' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+        e.trace_parent, i.node_status, i.continuation
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
@@ -1168,7 +1224,8 @@ type WaitStateWriteRow struct {
 // caller decides again. A null column keeps what the row holds.
 // A row with a node_status ends its wait: the node is finished (completed to continue,
 // failed to fail, with its output, error and warning) by this same statement, so only if
-// the fence held, and its continuation is, by the row's continuation:
+// the fence held, in the wait's own row (node_executions reads it from there), and its
+// continuation is, by the row's continuation:
 //
 //	'queue'  a resume row for the executor's workers;
 //	'here'   none: the wait is marked resumed by @instance_id in this same write, and

@@ -2,7 +2,7 @@
 -- A new execution's nodes, each in the status its start left it: pending; running
 -- (queued); or waiting_for_events with its output, run once in the starting transaction.
 -- An empty output is none.
-INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
+INSERT INTO node_execution_rows (execution_id, node_id, status, output, attempts, started_at)
 SELECT @execution_id::uuid, n.node_id, n.status, NULLIF(n.output, '')::json,
        CASE WHEN n.status = 'waiting_for_events' THEN 1 ELSE 0 END,
        CASE WHEN n.status = 'waiting_for_events' THEN now() END
@@ -15,7 +15,7 @@ WHERE execution_id = @execution_id::uuid
 ORDER BY created_at, node_id;
 
 -- name: NodeExecutionMarkRunning :exec
-UPDATE node_executions
+UPDATE node_execution_rows
 SET status = 'running',
     attempts = attempts + 1,
     started_at = coalesce(started_at, now()),
@@ -25,47 +25,63 @@ WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
 
 -- name: NodeExecutionFinish :exec
 -- Records a node's terminal or waiting status. Only a node that is not already finished
--- moves, so a stale writer cannot overwrite an outcome.
-UPDATE node_executions
+-- moves (nor a waiting one whose wait has decided it), so a stale writer cannot
+-- overwrite an outcome.
+UPDATE node_execution_rows AS n
 SET status = @status::text,
     output = sqlc.narg(output)::json,
     error = sqlc.narg(error)::text,
     updated_at = now(),
     finished_at = CASE WHEN @status::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
-WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
-  AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled');
+WHERE n.execution_id = @execution_id::uuid AND n.node_id = @node_id::text
+  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL));
 
 -- name: NodeExecutionListByExecutions :many
 SELECT * FROM node_executions WHERE execution_id = ANY(@execution_ids::uuid[]);
 
 -- name: NodeExecutionSetStatusMany :exec
--- Moves nodes to running (queued) or skipped; finished nodes never move.
-UPDATE node_executions AS n
+-- Moves nodes to running (queued) or skipped; finished nodes never move, nor waiting ones
+-- whose wait has decided them.
+UPDATE node_execution_rows AS n
 SET status = c.status,
     updated_at = now(),
     finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
 FROM (SELECT unnest(@execution_ids::uuid[]) AS execution_id, unnest(@node_ids::text[]) AS node_id,
              unnest(@statuses::text[]) AS status) AS c
 WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id AND n.execution_id = ANY(@execution_ids::uuid[])
-  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled');
+  AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL));
 
 -- name: NodeExecutionCancelOpen :exec
--- A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome.
-UPDATE node_executions
+-- A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome,
+-- a waiting one whose wait has decided it included.
+UPDATE node_execution_rows AS n
 SET status = 'cancelled',
     error = @error::text,
     updated_at = now(),
     finished_at = now()
-WHERE execution_id = @execution_id::uuid
-  AND status IN ('pending', 'running', 'waiting_for_events');
+WHERE n.execution_id = @execution_id::uuid
+  AND n.status IN ('pending', 'running', 'waiting_for_events')
+  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL));
 
 -- name: NodeExecutionReopen :exec
 -- A redrive hands the nodes that failed, or were cancelled when the execution failed,
 -- back to the graph: pending, as if never reached, with their attempts kept as history.
-UPDATE node_executions
+-- A node stored as waiting whose wait failed it is one of them.
+UPDATE node_execution_rows AS n
 SET status = 'pending',
     output = NULL,
     error = NULL,
     updated_at = now(),
     finished_at = NULL
-WHERE execution_id = @execution_id::uuid AND status IN ('failed', 'cancelled');
+WHERE n.execution_id = @execution_id::uuid
+  AND (n.status IN ('failed', 'cancelled') OR (n.status = 'waiting_for_events' AND EXISTS (
+      SELECT 1 FROM execution_wait_states AS w
+      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status = 'failed')));

@@ -119,7 +119,8 @@ LIMIT 1;
 -- caller decides again. A null column keeps what the row holds.
 -- A row with a node_status ends its wait: the node is finished (completed to continue,
 -- failed to fail, with its output, error and warning) by this same statement, so only if
--- the fence held, and its continuation is, by the row's continuation:
+-- the fence held, in the wait's own row (node_executions reads it from there), and its
+-- continuation is, by the row's continuation:
 --   'queue'  a resume row for the executor's workers;
 --   'here'   none: the wait is marked resumed by @instance_id in this same write, and
 --            the caller continues the execution in this transaction (so it can be
@@ -162,7 +163,12 @@ w AS (
         version = e.version + i.bump,
         updated_at = i.at,
         resumed_at = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN i.at ELSE e.resumed_at END,
-        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN @instance_id::text ELSE e.resumed_by END
+        resumed_by = CASE WHEN i.node_status <> '' AND i.continuation = 'here' THEN @instance_id::text ELSE e.resumed_by END,
+        node_status = nullif(i.node_status, ''),
+        node_output = CASE WHEN i.node_status <> '' THEN i.output END,
+        node_error = CASE WHEN i.node_status <> '' THEN nullif(i.node_error, '') END,
+        node_warning = CASE WHEN i.node_status <> '' THEN nullif(i.warning, '') END,
+        node_finished_at = CASE WHEN i.node_status <> '' THEN i.at END
     FROM input AS i
     -- The batch's rows are reached through the primary key (id = ANY), whatever the
     -- statistics say: the fence's status test only filters them (IS TRUE), so a plan made
@@ -170,19 +176,7 @@ w AS (
     WHERE e.id = i.id AND e.id = ANY(@ids::uuid[]) AND e.version = i.version
       AND (e.status IN ('waiting', 'scheduled')) IS TRUE
     RETURNING e.id, e.execution_id, e.node_id, e.status, e.wait_type, e.aggregation_strategy, e.created_at, e.updated_at,
-        e.trace_parent, i.node_status, i.output, i.node_error, i.warning, i.continuation
-),
-n AS (
-    UPDATE node_executions AS ne
-    SET status = w.node_status,
-        output = w.output,
-        error = nullif(w.node_error, ''),
-        warning = nullif(w.warning, ''),
-        updated_at = now(),
-        finished_at = now()
-    FROM w
-    WHERE w.node_status <> '' AND ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-      AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
+        e.trace_parent, i.node_status, i.continuation
 ),
 r AS (
     INSERT INTO run_queue (execution_id, node_id, kind)
@@ -200,7 +194,9 @@ FOR UPDATE;
 
 -- name: WaitStateDeleteFinishedBefore :execrows
 -- Retention for waits of executions still running (a finished execution takes its waits
--- with it). A completed or timed-out wait goes only once its continuation ran.
+-- with it). A completed or timed-out wait goes only once its continuation ran; one that
+-- holds its node's outcome hands it to the node's row as it goes (a trigger, whoever
+-- deletes the wait).
 DELETE FROM execution_wait_states
 WHERE id IN (
     SELECT w.id
@@ -266,7 +262,8 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':rendezvous-match:' |
 
 -- name: WaitStateReopen :one
 -- A redrive opens a finished event wait again: waiting, with fresh deadlines, its
--- recorded events and payloads kept, nothing timed out, not resumed. The version moves,
+-- recorded events and payloads kept, nothing timed out, not resumed, and (a trigger,
+-- whoever reopens it) without the node's outcome it held. The version moves,
 -- so an event or a sweeper that decided against the finished row misses its fence and
 -- decides again against the open one.
 UPDATE execution_wait_states

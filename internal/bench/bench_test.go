@@ -196,9 +196,9 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 			const events = 250
 			f, err := EventFloor(t.Context(), s.URL, path, events, 16, 3)
 			require.NoError(t, err)
-			rows := 3.0 // the wait, its node, its execution
+			rows := 2.0 // the wait with its node's outcome, its execution
 			if path == "send" {
-				rows = 4 // and the audit row
+				rows = 3 // and the audit row
 			}
 			read := 0.0
 			if path == "kafka-reads" {
@@ -317,8 +317,8 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	// The same rows put back as they were parked, then written by the floor.
 	for _, q := range []string{
 		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
-		     next_deadline_at = expires_at`,
-		`UPDATE node_executions SET status = 'waiting_for_events', finished_at = NULL, error = NULL, output = NULL`,
+		     next_deadline_at = expires_at, node_status = NULL, node_output = NULL, node_error = NULL,
+		     node_warning = NULL, node_finished_at = NULL`,
 		`DELETE FROM run_queue`,
 	} {
 		_, err := pool.Exec(t.Context(), q)

@@ -198,30 +198,28 @@ func parkDue(ctx context.Context, pool *pgxpool.Pool, n int, waitCols string, at
 	return deadline, settle(ctx, pool)
 }
 
-// timeoutFloorStmt writes the three rows of a parked wait timing out under onTimeout fail
+// timeoutFloorStmt writes the two rows of a parked wait timing out under onTimeout fail
 // as the sweeper's write (WaitStateWrite) leaves them, every column it changes: the wait
 // timed out with the events that timed out, its next deadline moved to its expiry and the
-// reason; the node failed with that reason and the output Output builds (the same keys and
-// values, the correlation id per row); its continuation queued. The sweeper computes these
-// values in Go; here they are constants or cheap builders, so the statement stays one
-// set-based write by id.
+// reason, and its node's outcome — failed with that reason and the output Output builds
+// (the same keys and values, the correlation id per row); its continuation queued. The
+// sweeper computes these values in Go; here they are constants or cheap builders, so the
+// statement stays one set-based write by id.
 const timeoutFloorStmt = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'timeout', version = version + 1, updated_at = clock_timestamp(),
         timed_out_events = '["api_response","kafka_event"]', next_deadline_at = expires_at,
-        error = 'timed out waiting for api_response, kafka_event'
-    WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND next_deadline_at <= now()
-    RETURNING execution_id, node_id, correlation_id, aggregation_strategy
-), n AS (
-    UPDATE node_executions AS n SET status = 'failed',
-        output = json_build_object('apiResponse', null, 'kafkaEvent', null, 'events', '[]'::json,
-            'arrival_order', '[]'::json, 'correlation_id', w.correlation_id, 'strategy', w.aggregation_strategy,
+        error = 'timed out waiting for api_response, kafka_event',
+        node_status = 'failed',
+        node_output = json_build_object('apiResponse', null, 'kafkaEvent', null, 'events', '[]'::json,
+            'arrival_order', '[]'::json, 'correlation_id', correlation_id, 'strategy', aggregation_strategy,
             'timeout', true, 'timed_out_events', '["api_response","kafka_event"]'::json,
             'missing_required_events', '["api_response","kafka_event"]'::json),
-        error = 'timed out waiting for api_response, kafka_event', warning = NULL,
-        updated_at = now(), finished_at = now()
-    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
+        node_error = 'timed out waiting for api_response, kafka_event', node_warning = NULL,
+        node_finished_at = clock_timestamp()
+    WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND next_deadline_at <= now()
+    RETURNING execution_id, node_id
 )
 INSERT INTO run_queue (execution_id, node_id, kind)
 SELECT execution_id, node_id, 'resume' FROM w

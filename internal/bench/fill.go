@@ -56,7 +56,7 @@ func Fill(ctx context.Context, url string, n int, logger *slog.Logger) (FillResu
 		return FillResult{}, err
 	}
 	defer pool.Close()
-	for _, table := range []string{"executions", "node_executions", "execution_wait_states"} {
+	for _, table := range []string{"executions", "node_execution_rows", "execution_wait_states"} {
 		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
 			return FillResult{}, fmt.Errorf("vacuum %s: %w", table, err)
 		}
@@ -185,7 +185,7 @@ func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool, waitCo
 	}
 	overrides := map[string]map[string]string{
 		"executions": {"id": "src.exec_id", "created_at": "src.created", "updated_at": "src.created"},
-		"node_executions": {"execution_id": "src.exec_id", "created_at": "src.created", "updated_at": "src.created",
+		"node_execution_rows": {"execution_id": "src.exec_id", "created_at": "src.created", "updated_at": "src.created",
 			"started_at": "src.created"},
 		"execution_wait_states": {"id": "src.wait_id", "execution_id": "src.exec_id", "correlation_id": "src.corr",
 			"created_at": "src.created", "updated_at": "src.created"},
@@ -197,7 +197,7 @@ func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool, waitCo
 		overrides["execution_wait_states"]["expires_at"] = deadline
 		overrides["execution_wait_states"]["next_deadline_at"] = deadline
 	}
-	key := map[string]string{"executions": "id", "node_executions": "execution_id", "execution_wait_states": "execution_id"}
+	key := map[string]string{"executions": "id", "node_execution_rows": "execution_id", "execution_wait_states": "execution_id"}
 	insert := map[string]string{}
 	for table, set := range overrides {
 		rows, err := pool.Query(ctx, `SELECT column_name FROM information_schema.columns
@@ -224,7 +224,7 @@ func cloneStatement(ctx context.Context, pool *pgxpool.Pool, spread bool, waitCo
     SELECT ` + uuidV7("c") + ` AS exec_id, ` + uuidV7("c") + ` AS wait_id, ` + uuidV7("c") + ` AS corr, c AS created
     FROM (SELECT ` + created + ` AS c FROM generate_series(1, $2::integer)) AS g
 ), e AS (` + insert["executions"] + `
-), ne AS (` + insert["node_executions"] + `
+), ne AS (` + insert["node_execution_rows"] + `
 )
 ` + insert["execution_wait_states"] + `
 RETURNING execution_id, correlation_id`, nil

@@ -43,8 +43,8 @@ type FloorResult struct {
 
 // EventFloor parks events waits set-based on the schema at url, then times the bare
 // writes of one event completing each: the wait decided (the event recorded, status
-// completed), its node completed with its output, and its execution continued to
-// completion — the three rows every delivered event must change — by set-based
+// completed, its node's outcome completed with its output), and its execution continued
+// to completion — the two rows every delivered event must change — by set-based
 // statements of batch waits each, workers of them in flight, each its own transaction.
 // batch and workers are the service's for the path: the consumer's batch size and lanes
 // for Kafka, the aggregator's group commit for callbacks and sent events. Path
@@ -104,7 +104,7 @@ func parkFloor(ctx context.Context, url string, n, workers int) (*pgxpool.Pool, 
 // pg_checkpoint role, as the bench's default URL has.
 func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, q := range []string{
-		`VACUUM ANALYZE executions, node_executions, execution_wait_states, run_queue`,
+		`VACUUM ANALYZE executions, node_execution_rows, execution_wait_states, run_queue`,
 		`CHECKPOINT`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
@@ -114,28 +114,26 @@ func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// eventFloorWaits decides the waits and completes their nodes: the first two of the
-// three rows of an event completing a wait, the waits decided returned as w.
+// eventFloorWaits decides the waits, each with its node's outcome in its own row as the
+// service writes it: the first of the two rows of an event completing a wait, the waits
+// decided returned as w.
 const eventFloorWaits = `
 WITH w AS (
     UPDATE execution_wait_states
     SET status = 'completed', version = version + 1, updated_at = now(), resumed_at = now(),
-        received_events = '[{"name":"api_response","data":{"result":"ok"}}]'
+        received_events = '[{"name":"api_response","data":{"result":"ok"}}]',
+        node_status = 'completed', node_output = '{"api_response":{"result":"ok"}}', node_finished_at = now()
     WHERE id = ANY($1::uuid[]) AND status = 'waiting'
     RETURNING execution_id, node_id
-), n AS (
-    UPDATE node_executions AS n SET status = 'completed', output = '{"api_response":{"result":"ok"}}',
-        updated_at = now(), finished_at = now()
-    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
 )`
 
-// eventFloorStmt writes the three rows of a callback completing a wait.
+// eventFloorStmt writes the two rows of a callback completing a wait.
 const eventFloorStmt = eventFloorWaits + `
 UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
 FROM w WHERE e.id = w.execution_id`
 
 // sendFloorStmt writes the rows of an event sent through the API completing a wait: the
-// same three, and the audit row every change made through the API writes in its own
+// same two, and the audit row every change made through the API writes in its own
 // transaction (its principal, address, action, target, outcome and detail as the
 // service writes them).
 const sendFloorStmt = eventFloorWaits + `, e AS (
@@ -146,13 +144,14 @@ const sendFloorStmt = eventFloorWaits + `, e AS (
 INSERT INTO audit_log (principal, remote_addr, action, target, outcome, detail)
 SELECT 'bench-sender', '127.0.0.1', 'event.send', 'execution/' || id, 'delivered', 'type go' FROM e`
 
-// kafkaFloorStmt writes the same three rows as a Kafka record completing its wait
-// writes them, for the waits whose column key (id, or correlation_id) is in $1: every
-// column the service's write changes, with values of the size the bench's records give
+// kafkaFloorStmt writes the same two rows as a Kafka record completing its wait writes
+// them, for the waits whose column key (id, or correlation_id) is in $1: every column
+// the service's write changes, with values of the size the bench's records give
 // (computed in Go by the service, constants or cheap builders here) — the received event
 // as the aggregator records it, the record's payload in kafka_event_data, the node's
 // output as Output builds it, the wait marked resumed by the instance continuing it.
 func kafkaFloorStmt(key string) string {
+	const payload = `json_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done')`
 	return `
 WITH w AS (
     UPDATE execution_wait_states
@@ -160,19 +159,17 @@ WITH w AS (
         received_events = json_build_array(json_build_object('name', 'kafka_event',
             'received_at', now(), 'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::json,
             'key', 'sha256:0f343b0931126a20f133d67c2b018a3b1e5e5e8a1d2c3b4a5f60718293a4b5c6')),
-        kafka_event_data = json_build_object('execution_id', execution_id, 'correlation_id', correlation_id, 'status', 'done'),
-        event_data = '{}'
-    WHERE ` + key + ` = ANY($1::uuid[]) AND status = 'waiting'
-    RETURNING execution_id, node_id, correlation_id, kafka_event_data
-), n AS (
-    UPDATE node_executions AS n SET status = 'completed',
-        output = json_build_object('kafkaEvent', w.kafka_event_data,
+        kafka_event_data = ` + payload + `,
+        event_data = '{}',
+        node_status = 'completed',
+        node_output = json_build_object('kafkaEvent', ` + payload + `,
             'events', json_build_array(json_build_object('name', 'kafka_event', 'received_at', now(),
                 'source', '{"kind":"kafka","topic":"bench.events","partition":3,"offset":12345}'::json)),
-            'arrival_order', '["kafka_event"]'::json, 'correlation_id', w.correlation_id, 'strategy', 'all',
+            'arrival_order', '["kafka_event"]'::json, 'correlation_id', correlation_id, 'strategy', 'all',
             'timeout', false, 'timed_out_events', '[]'::json, 'missing_required_events', '[]'::json),
-        updated_at = now(), finished_at = now()
-    FROM w WHERE n.execution_id = w.execution_id AND n.node_id = w.node_id
+        node_finished_at = now()
+    WHERE ` + key + ` = ANY($1::uuid[]) AND status = 'waiting'
+    RETURNING execution_id
 )
 UPDATE executions AS e SET status = 'completed', updated_at = now(), finished_at = now()
 FROM w WHERE e.id = w.execution_id`
@@ -313,7 +310,7 @@ WITH e AS (
     SELECT `+uuidV7("now()")+`, $3, 1, 'waiting' FROM generate_series(1, $1::integer)
     RETURNING id
 ), n AS (
-    INSERT INTO node_executions (execution_id, node_id, status, started_at)
+    INSERT INTO node_execution_rows (execution_id, node_id, status, started_at)
     SELECT id, 'wait', 'waiting_for_events', now() FROM e
 )
 INSERT INTO execution_wait_states (id, execution_id, node_id, correlation_id, aggregation_strategy,

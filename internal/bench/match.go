@@ -128,7 +128,7 @@ func Match(ctx context.Context, url string, waiting, matched, concurrency int, l
 	if err != nil {
 		return MatchResult{}, err
 	}
-	for _, table := range []string{"executions", "node_executions", "execution_wait_states"} {
+	for _, table := range []string{"executions", "node_execution_rows", "execution_wait_states"} {
 		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
 			return MatchResult{}, fmt.Errorf("vacuum %s: %w", table, err)
 		}
@@ -325,7 +325,7 @@ func matchEarly(ctx context.Context, pool *pgxpool.Pool, agg *aggregator.Aggrega
 				VALUES ($1, $2, 1, 'running', jsonb_build_object('order_id', $3::text))`, execID, matchWorkflow, v); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO node_executions (execution_id, node_id, status, attempts, started_at)
+			if _, err := tx.Exec(ctx, `INSERT INTO node_execution_rows (execution_id, node_id, status, attempts, started_at)
 				VALUES ($1, 'wait', 'waiting_for_events', 1, now())`, execID); err != nil {
 				return err
 			}
