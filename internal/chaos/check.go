@@ -1040,9 +1040,14 @@ func (c *checker) sentRecords(p *ExecPlan, e *ExecLog, w ObservedWait, ev *Event
 }
 
 // actualClass reads the outcome class from the wait and its node, or says why it has none.
+// The node is read as operators read it (node_executions), where a wait's outcome shows
+// from the wait's own row.
 func actualClass(w ObservedWait, nodes map[string]ObservedNode) (string, string) {
 	switch w.Status {
 	case "completed":
+		if s := nodes["wait"].Status; s != "completed" {
+			return "", fmt.Sprintf("wait completed but its node is %q", s)
+		}
 		return ClassCompleted, ""
 	case "timeout":
 		switch nodes["wait"].Status {

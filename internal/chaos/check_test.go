@@ -159,6 +159,9 @@ func TestVerifyFindsViolations(t *testing.T) {
 			s.failed()
 		}},
 		{"the execution status disagrees with the wait", InvOutcome, func(s *scenario) { s.obs.Executions[0].Status = "failed" }},
+		{"a completed wait whose node still reads waiting", InvOutcome, func(s *scenario) {
+			s.obs.Nodes[s.log.Execs[0].ID]["wait"] = ObservedNode{Status: "waiting_for_events"}
+		}},
 		{"a warning on a node that completed", InvOutcome, func(s *scenario) {
 			s.obs.Nodes[s.log.Execs[0].ID]["wait"] = ObservedNode{Status: "completed", Warning: "timed out; continued with partial data"}
 		}},
