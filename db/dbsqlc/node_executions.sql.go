@@ -18,11 +18,11 @@ SET status = 'cancelled',
     error = $1::text,
     updated_at = now(),
     finished_at = now()
+FROM node_executions AS v
 WHERE n.execution_id = $2::uuid
+  AND v.execution_id = n.execution_id AND v.node_id = n.node_id
   AND n.status IN ('pending', 'running', 'waiting_for_events')
-  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
-      SELECT 1 FROM execution_wait_states AS w
-      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
+  AND v.status IN ('pending', 'running', 'waiting_for_events')
 `
 
 type NodeExecutionCancelOpenParams struct {
@@ -30,8 +30,8 @@ type NodeExecutionCancelOpenParams struct {
 	ExecutionID uuid.UUID
 }
 
-// A cancelled execution's unfinished nodes are cancelled; finished ones keep their outcome,
-// a waiting one whose wait has decided it included.
+// A cancelled execution's unfinished nodes are cancelled; finished ones keep their
+// outcome (as in NodeExecutionFinish).
 func (q *Queries) NodeExecutionCancelOpen(ctx context.Context, db DBTX, arg NodeExecutionCancelOpenParams) error {
 	_, err := db.Exec(ctx, nodeExecutionCancelOpen, arg.Error, arg.ExecutionID)
 	return err
@@ -44,11 +44,11 @@ SET status = $1::text,
     error = $3::text,
     updated_at = now(),
     finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
+FROM node_executions AS v
 WHERE n.execution_id = $4::uuid AND n.node_id = $5::text
+  AND v.execution_id = n.execution_id AND v.node_id = n.node_id
   AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
-  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
-      SELECT 1 FROM execution_wait_states AS w
-      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
+  AND v.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 `
 
 type NodeExecutionFinishParams struct {
@@ -60,8 +60,11 @@ type NodeExecutionFinishParams struct {
 }
 
 // Records a node's terminal or waiting status. Only a node that is not already finished
-// moves (nor a waiting one whose wait has decided it), so a stale writer cannot
-// overwrite an outcome.
+// moves, so a stale writer cannot overwrite an outcome: not finished as stored (n: the
+// latest version, should another writer have moved it since this statement began) nor
+// as it reads (v: a waiting node whose wait decided it reads finished). The statements
+// here that move nodes test them as node_executions reads them, the one place that says
+// what a node is.
 func (q *Queries) NodeExecutionFinish(ctx context.Context, db DBTX, arg NodeExecutionFinishParams) error {
 	_, err := db.Exec(ctx, nodeExecutionFinish,
 		arg.Status,
@@ -203,15 +206,17 @@ SET status = 'pending',
     error = NULL,
     updated_at = now(),
     finished_at = NULL
+FROM node_executions AS v
 WHERE n.execution_id = $1::uuid
-  AND (n.status IN ('failed', 'cancelled') OR (n.status = 'waiting_for_events' AND EXISTS (
-      SELECT 1 FROM execution_wait_states AS w
-      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status = 'failed')))
+  AND v.execution_id = n.execution_id AND v.node_id = n.node_id
+  AND v.status IN ('failed', 'cancelled')
 `
 
 // A redrive hands the nodes that failed, or were cancelled when the execution failed,
 // back to the graph: pending, as if never reached, with their attempts kept as history.
-// A node stored as waiting whose wait failed it is one of them.
+// As they read: a node stored as waiting whose wait failed it is one of them. (A
+// redrive holds the execution's row, as every change to its graph does: nothing else
+// finishes or reopens its nodes meanwhile.)
 func (q *Queries) NodeExecutionReopen(ctx context.Context, db DBTX, executionID uuid.UUID) error {
 	_, err := db.Exec(ctx, nodeExecutionReopen, executionID)
 	return err
@@ -223,12 +228,11 @@ SET status = c.status,
     updated_at = now(),
     finished_at = CASE WHEN c.status = 'skipped' THEN now() ELSE NULL END
 FROM (SELECT unnest($1::uuid[]) AS execution_id, unnest($2::text[]) AS node_id,
-             unnest($3::text[]) AS status) AS c
+             unnest($3::text[]) AS status) AS c, node_executions AS v
 WHERE n.execution_id = c.execution_id AND n.node_id = c.node_id AND n.execution_id = ANY($1::uuid[])
+  AND v.execution_id = n.execution_id AND v.node_id = n.node_id
   AND n.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
-  AND (n.status <> 'waiting_for_events' OR NOT EXISTS (
-      SELECT 1 FROM execution_wait_states AS w
-      WHERE w.execution_id = n.execution_id AND w.node_id = n.node_id AND w.node_status IS NOT NULL))
+  AND v.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')
 `
 
 type NodeExecutionSetStatusManyParams struct {
@@ -237,8 +241,8 @@ type NodeExecutionSetStatusManyParams struct {
 	Statuses     []string
 }
 
-// Moves nodes to running (queued) or skipped; finished nodes never move, nor waiting ones
-// whose wait has decided them.
+// Moves nodes to running (queued) or skipped; finished nodes never move (as in
+// NodeExecutionFinish).
 func (q *Queries) NodeExecutionSetStatusMany(ctx context.Context, db DBTX, arg NodeExecutionSetStatusManyParams) error {
 	_, err := db.Exec(ctx, nodeExecutionSetStatusMany, arg.ExecutionIds, arg.NodeIds, arg.Statuses)
 	return err
