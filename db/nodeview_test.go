@@ -243,3 +243,43 @@ func TestPreviousReleaseReadsAndWritesNodes(t *testing.T) {
 	require.Equal(t, `completed|{"b":2}|<null>|true`, view)
 	require.Equal(t, view, stored)
 }
+
+// TestNodeStatementsSeeAConcurrentFinish races two writers of one node for real: one has
+// finished it and not yet committed when a stale finish arrives, waits for its lock, and
+// must then find it finished. PostgreSQL re-checks the row it waited for at its latest
+// version, but the view's row joined to it at the version the statement began with, so
+// the statement's test of the stored status is what holds here.
+func TestNodeStatementsSeeAConcurrentFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	q := dbsqlc.New()
+	f := newNodeFixture(t, pool, true)
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(ctx) }()
+	var holder int
+	require.NoError(t, first.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+	require.NoError(t, q.NodeExecutionFinish(ctx, first, dbsqlc.NodeExecutionFinishParams{
+		Status: "completed", Output: []byte(`{"first":true}`), ExecutionID: f.exec, NodeID: "next"}))
+
+	late := make(chan error, 1)
+	go func() {
+		reason := "late"
+		late <- q.NodeExecutionFinish(ctx, pool, dbsqlc.NodeExecutionFinishParams{
+			Status: "failed", Error: &reason, ExecutionID: f.exec, NodeID: "next"})
+	}()
+	require.Eventually(t, func() bool {
+		var blocked int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`,
+			holder).Scan(&blocked))
+		return blocked == 1
+	}, 10*time.Second, 10*time.Millisecond, "the late finish never waited for the first")
+	require.NoError(t, first.Commit(ctx))
+	require.NoError(t, <-late)
+
+	view, stored := f.node(t, "next")
+	require.Equal(t, `completed|{"first":true}|<null>|true`, view, "the first finish stands")
+	require.Equal(t, view, stored)
+}
