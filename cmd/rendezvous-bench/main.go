@@ -235,10 +235,14 @@ type results struct {
 	KafkaPipelineFloor bench.FloorResult `json:"kafka_pipeline_floor"`
 	// KafkaReadsFloor is the Kafka floor with the rows a decision reads first: the
 	// waits, their executions locked, their nodes.
-	KafkaReadsFloor    bench.FloorResult   `json:"kafka_reads_floor"`
-	CallbacksFloor     bench.FloorResult   `json:"callbacks_floor"`
-	CallbacksWideFloor bench.FloorResult   `json:"callbacks_wide_floor"`
-	SendFloors         []bench.FloorResult `json:"send_floors"`
+	KafkaReadsFloor bench.FloorResult `json:"kafka_reads_floor"`
+	// KafkaPipelineReadsFloor is both: the Kafka floor with the reads, fed by the bare
+	// consumer of KafkaPipelineFloor. It is the bare SQL of the Kafka path as the service
+	// sends it, with everything a Kafka run carries besides the replica's own work.
+	KafkaPipelineReadsFloor bench.FloorResult   `json:"kafka_pipeline_reads_floor"`
+	CallbacksFloor          bench.FloorResult   `json:"callbacks_floor"`
+	CallbacksWideFloor      bench.FloorResult   `json:"callbacks_wide_floor"`
+	SendFloors              []bench.FloorResult `json:"send_floors"`
 	// Peer is (p): rendezvous and DBOS Transact parking workflows and delivering one
 	// event to each, side by side.
 	Peer bench.PeerResult `json:"peer"`
@@ -342,7 +346,7 @@ func run(ctx context.Context, o options) error {
 			rounds = 1 // only (d)'s rate is wanted
 		}
 		var offs []bench.KafkaResult
-		var floors [3][]bench.FloorResult // bare writes, with the reads, with the broker
+		var floors [4][]bench.FloorResult // bare writes, with the reads, with the broker, with both
 		for range rounds {
 			if o.runs("kafka") {
 				s, err := newSchema()
@@ -387,7 +391,8 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 		if len(floors[0]) > 0 {
-			r.KafkaFloor, r.KafkaReadsFloor, r.KafkaPipelineFloor = medianFloor(floors[0]), medianFloor(floors[1]), medianFloor(floors[2])
+			r.KafkaFloor, r.KafkaReadsFloor, r.KafkaPipelineFloor, r.KafkaPipelineReadsFloor =
+				medianFloor(floors[0]), medianFloor(floors[1]), medianFloor(floors[2]), medianFloor(floors[3])
 		}
 		r.Kafka = medianRun(r.KafkaRuns)
 		r.KafkaRatio = r.Kafka.PerSecond / r.Baseline.PerSecond
@@ -523,8 +528,8 @@ func groupBatch(clients int) int {
 
 // kafkaFloors measures (b)'s three floors, each on a schema of its own: the bare writes,
 // the writes with the reads, the writes with the broker.
-func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o options) ([3]bench.FloorResult, error) {
-	var f [3]bench.FloorResult
+func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o options) ([4]bench.FloorResult, error) {
+	var f [4]bench.FloorResult
 	var err error
 	if f[0], err = eventFloor(ctx, newSchema, "kafka", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 		return f, err
@@ -534,14 +539,19 @@ func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o
 	if f[1], err = eventFloor(ctx, newSchema, "kafka-reads", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 		return f, err
 	}
-	s, err := newSchema()
-	if err != nil {
-		return f, err
-	}
-	fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, bare writes by correlation id, %d a statement, %d at once …\n",
-		consumer.BatchSizeDefault, consumer.LanesDefault)
-	if f[2], err = bench.KafkaPipelineFloor(ctx, s.URL, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
-		return f, fmt.Errorf("floor: %w", err)
+	for i, p := range []struct{ path, says string }{
+		{"kafka-pipeline", "bare writes by correlation id"},
+		{"kafka-pipeline-reads", "the floor with the reads by correlation id"},
+	} {
+		s, err := newSchema()
+		if err != nil {
+			return f, err
+		}
+		fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, %s, %d a transaction, %d at once …\n",
+			p.says, consumer.BatchSizeDefault, consumer.LanesDefault)
+		if f[2+i], err = bench.KafkaPipelineFloor(ctx, s.URL, p.path, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
+			return f, fmt.Errorf("floor: %w", err)
+		}
 	}
 	return f, nil
 }

@@ -246,27 +246,33 @@ func TestEventFloorWritesEveryEvent(t *testing.T) {
 	}
 }
 
-// TestKafkaPipelineFloorCompletesEveryWait: the floor with the broker produces a record
+// TestKafkaPipelineFloorCompletesEveryWait: each floor with the broker produces a record
 // per parked wait, fetches each, and completes every wait it addresses by correlation id
-// — over polls and statements that do not divide the records evenly.
+// — over polls and statements that do not divide the records evenly. The one with the
+// reads reads each wait, its execution and its execution's nodes once.
 func TestKafkaPipelineFloorCompletesEveryWait(t *testing.T) {
 	t.Parallel()
-	s := dbtest.NewSchema(t)
-	const records = 250
-	f, err := KafkaPipelineFloor(t.Context(), s.URL, 3, records, 16, 3)
-	require.NoError(t, err)
-	require.Equal(t, FloorResult{Path: "kafka-pipeline", Events: records, Batch: 16, Workers: 3,
-		Seconds: f.Seconds, PerSecond: f.PerSecond, CPU: f.CPU}, f)
-	require.Positive(t, f.PerSecond)
-	pool, err := db.Connect(t.Context(), s.URL, 1)
-	require.NoError(t, err)
-	defer pool.Close()
-	var waits, nodes, execs int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT
-		(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND kafka_event_data->>'correlation_id' = correlation_id::text),
-		(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
-		(SELECT count(*) FROM executions WHERE status = 'completed')`).Scan(&waits, &nodes, &execs))
-	require.Equal(t, []int{records, records, records}, []int{waits, nodes, execs})
+	for path, reads := range map[string]float64{"kafka-pipeline": 0, "kafka-pipeline-reads": 3} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			s := dbtest.NewSchema(t)
+			const records = 250
+			f, err := KafkaPipelineFloor(t.Context(), s.URL, path, 3, records, 16, 3)
+			require.NoError(t, err)
+			require.Equal(t, FloorResult{Path: path, Events: records, Batch: 16, Workers: 3,
+				Seconds: f.Seconds, PerSecond: f.PerSecond, CPU: f.CPU, RowsReadPerEvent: reads}, f)
+			require.Positive(t, f.PerSecond)
+			pool, err := db.Connect(t.Context(), s.URL, 1)
+			require.NoError(t, err)
+			defer pool.Close()
+			var waits, nodes, execs int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT
+				(SELECT count(*) FROM execution_wait_states WHERE status = 'completed' AND kafka_event_data->>'correlation_id' = correlation_id::text),
+				(SELECT count(*) FROM node_executions WHERE status = 'completed' AND output IS NOT NULL),
+				(SELECT count(*) FROM executions WHERE status = 'completed')`).Scan(&waits, &nodes, &execs))
+			require.Equal(t, []int{records, records, records}, []int{waits, nodes, execs})
+		})
+	}
 }
 
 func TestGroupBatch(t *testing.T) {

@@ -60,7 +60,7 @@ func EventFloor(ctx context.Context, url, path string, events, batch, workers in
 	case "kafka":
 		write = statement(kafkaFloorStmt("id"))
 	case "kafka-reads":
-		if write, args, err = kafkaReadsFloor(ctx, pool); err != nil {
+		if write, args, err = kafkaReadsFloor(ctx, pool, byWaitID); err != nil {
 			return FloorResult{}, err
 		}
 	case "send":

@@ -19,20 +19,36 @@ import (
 // besides the writes: an embedded broker and a producer on the same cores, and a consumer
 // fetching every record. The same records as a Kafka run (one per parked wait, keyed by
 // its correlation id, produced as fast as the producer goes) are consumed by a bare
-// franz-go consumer group, and each poll's records complete their waits with the Kafka
-// floor's statement (kafkaFloorStmt), addressed by correlation id (the only id a record
-// carries), batch records a statement, workers statements in flight. Nothing is decided,
-// decoded or checked.
+// franz-go consumer group, and each poll's records complete their waits, batch records a
+// transaction, workers transactions in flight, addressed by correlation id (the only id
+// a record carries). Nothing is decided, decoded or checked. path says what each batch
+// sends:
+//   - "kafka-pipeline": the Kafka floor's statement (kafkaFloorStmt), the bare writes;
+//   - "kafka-pipeline-reads": the Kafka floor with the reads (kafkaReadsFloor), the bare
+//     SQL of the path as the service sends it.
 //
-// No implementation of the Kafka path measured here does less: it pays all of this and
-// more. So its rate over the bare-writes floor's (EventFloor) is, within the runs' noise,
-// the most of that floor any Kafka run of this bench can reach on this machine.
-func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, batch, workers int) (FloorResult, error) {
+// No implementation of the Kafka path measured here does less than the first: it pays all
+// of this and more. So its rate over the bare-writes floor's (EventFloor) is, within the
+// runs' noise, the most of that floor any Kafka run of this bench can reach on this
+// machine; the second's is the most a replica that decides from the rows it reads can.
+func KafkaPipelineFloor(ctx context.Context, url, path string, partitions, records, batch, workers int) (FloorResult, error) {
 	pool, err := parkFloor(ctx, url, records, workers)
 	if err != nil {
 		return FloorResult{}, err
 	}
 	defer pool.Close()
+	var write floorWrite
+	var args func(corrs []uuid.UUID) []any
+	switch path {
+	case "kafka-pipeline":
+		write, args = statement(kafkaFloorStmt("correlation_id")), idsOnly
+	case "kafka-pipeline-reads":
+		if write, args, err = kafkaReadsFloor(ctx, pool, byCorrelation); err != nil {
+			return FloorResult{}, err
+		}
+	default:
+		return FloorResult{}, fmt.Errorf("kafka pipeline floor: unknown path %q", path)
+	}
 	rows, err := pool.Query(ctx, `SELECT execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
 	if err != nil {
 		return FloorResult{}, err
@@ -96,9 +112,7 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 
-	stmt := kafkaFloorStmt("correlation_id")
 	batches := make(chan []uuid.UUID, workers)
-	var written atomic.Int64
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	cpuSince := startCPU(ctx, pool)
@@ -108,8 +122,9 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				tag, err := pool.Exec(ctx, stmt, b)
-				if err != nil {
+				// The batch's arguments are built here, on the clock, as a replica builds
+				// its statements' from the records it polled.
+				if err := write.run(ctx, pool, args(b)); err != nil {
 					errs[i] = err
 					stopPoll()
 					// Drain so the poller never blocks on a worker that is gone.
@@ -117,7 +132,6 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 					}
 					return
 				}
-				written.Add(tag.RowsAffected())
 			}
 		}()
 	}
@@ -161,11 +175,18 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 	if p := produceErr.Load(); p != nil {
 		return FloorResult{}, fmt.Errorf("produce: %w", *p)
 	}
-	if n := written.Load(); n != int64(len(recs)) {
-		return FloorResult{}, fmt.Errorf("kafka pipeline floor completed %d of %d waits", n, len(recs))
+	// Every wait addressed is completed: a statement that missed some would make the
+	// floor cheaper than the writes it stands for.
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`).Scan(&left); err != nil {
+		return FloorResult{}, err
 	}
-	return FloorResult{Path: "kafka-pipeline", Events: len(recs), Batch: batch, Workers: workers,
-		Seconds: took.Seconds(), PerSecond: float64(len(recs)) / took.Seconds(), CPU: cpu}, nil
+	if left > 0 {
+		return FloorResult{}, fmt.Errorf("%s floor completed %d of %d waits", path, len(recs)-left, len(recs))
+	}
+	return FloorResult{Path: path, Events: len(recs), Batch: batch, Workers: workers,
+		Seconds: took.Seconds(), PerSecond: float64(len(recs)) / took.Seconds(), CPU: cpu,
+		RowsReadPerEvent: float64(write.read.Load()) / float64(len(recs))}, nil
 }
 
 // kafkaReadsFloor is the Kafka floor with the reads every decision needs before it
@@ -178,18 +199,22 @@ func KafkaPipelineFloor(ctx context.Context, url string, partitions, records, ba
 // decoded: the rows read are only received. So it is the bare SQL of the Kafka path as
 // the service sends it, rows read included: a replica that decides from these rows
 // reaches no more of the bare-writes floor than this floor does, however little its own
-// work costs. It returns the floor's work and its batches' arguments: the correlation
-// ids, then the executions' ids in order.
-func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func([]uuid.UUID) []any, error) {
+// work costs. It returns the floor's work and its batches' arguments, given a batch's
+// waits by key: the correlation ids, then the executions' ids in order.
+func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool, key waitKey) (floorWrite, func([]uuid.UUID) []any, error) {
 	rows, err := pool.Query(ctx, `SELECT id, execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
 	if err != nil {
 		return floorWrite{}, nil, err
 	}
-	byID := map[uuid.UUID]waitIDs{}
+	byKey := map[uuid.UUID]waitIDs{}
 	var id uuid.UUID
 	var w waitIDs
 	if _, err := pgx.ForEachRow(rows, []any{&id, &w.exec, &w.corr}, func() error {
-		byID[id] = w
+		if key == byCorrelation {
+			byKey[w.corr] = w
+		} else {
+			byKey[id] = w
+		}
 		return nil
 	}); err != nil {
 		return floorWrite{}, nil, err
@@ -197,8 +222,8 @@ func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func(
 	args := func(waits []uuid.UUID) []any {
 		corrs := make([]uuid.UUID, len(waits))
 		execs := make([]uuid.UUID, len(waits))
-		for i, id := range waits {
-			corrs[i], execs[i] = byID[id].corr, byID[id].exec
+		for i, k := range waits {
+			corrs[i], execs[i] = byKey[k].corr, byKey[k].exec
 		}
 		slices.SortFunc(execs, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 		return []any{corrs, execs}
@@ -234,3 +259,12 @@ func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool) (floorWrite, func(
 	}
 	return write, args, nil
 }
+
+// waitKey is which id of a wait a floor's batch addresses it by: its own (the floors fed
+// from the table) or its correlation id (those fed by records).
+type waitKey int
+
+const (
+	byWaitID waitKey = iota
+	byCorrelation
+)
