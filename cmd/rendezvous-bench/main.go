@@ -526,8 +526,8 @@ func groupBatch(clients int) int {
 	return bench.GroupBatch(clients, aggregator.DefaultApplyGroups(), aggregator.MaxGroupDefault)
 }
 
-// kafkaFloors measures (b)'s three floors, each on a schema of its own: the bare writes,
-// the writes with the reads, the writes with the broker.
+// kafkaFloors measures (b)'s four floors, each on a schema of its own: the bare writes,
+// the writes with the reads, the writes with the broker, and the writes with both.
 func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o options) ([4]bench.FloorResult, error) {
 	var f [4]bench.FloorResult
 	var err error
@@ -539,16 +539,16 @@ func kafkaFloors(ctx context.Context, newSchema func() (*bench.Schema, error), o
 	if f[1], err = eventFloor(ctx, newSchema, "kafka-reads", o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 		return f, err
 	}
-	for i, p := range []struct{ path, says string }{
-		{"kafka-pipeline", "bare writes by correlation id"},
-		{"kafka-pipeline-reads", "the floor with the reads by correlation id"},
+	for i, p := range []struct{ path, name, says string }{
+		{"kafka-pipeline", "floor with the broker", "bare writes by correlation id"},
+		{"kafka-pipeline-reads", "floor with the reads and the broker", "the floor with the reads by correlation id"},
 	} {
 		s, err := newSchema()
 		if err != nil {
 			return f, err
 		}
-		fmt.Printf("    floor with the broker: the same records produced, fetched by a bare consumer, %s, %d a transaction, %d at once …\n",
-			p.says, consumer.BatchSizeDefault, consumer.LanesDefault)
+		fmt.Printf("    %s: the same records produced, fetched by a bare consumer, %s, %d a transaction, %d at once …\n",
+			p.name, p.says, consumer.BatchSizeDefault, consumer.LanesDefault)
 		if f[2+i], err = bench.KafkaPipelineFloor(ctx, s.URL, p.path, o.partitions, o.records, consumer.BatchSizeDefault, consumer.LanesDefault); err != nil {
 			return f, fmt.Errorf("floor: %w", err)
 		}

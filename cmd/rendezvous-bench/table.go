@@ -90,8 +90,8 @@ func figures(o options, r results) []figure {
 				ceiling := float64(runtime.NumCPU()) * 1e6 / k.CPU.TotalUS()
 				plain("", "kafka of its floor at most, every core busy", ceiling/f.PerSecond, "×")
 			}
-			// Two more floors, each the bare writes with more of what the Kafka run does:
-			// the reads, the broker. Their PostgreSQL CPU is set against the run's.
+			// Three more floors, each the bare writes with more of what the Kafka run does:
+			// the reads, the broker, both. Their PostgreSQL CPU is set against the run's.
 			secondFloor := func(p bench.FloorResult, name, detail, most string) {
 				if p.Events == 0 {
 					return
