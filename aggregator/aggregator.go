@@ -378,12 +378,7 @@ func (a *Aggregator) commitGroup(group []*member[Event, Result]) {
 	}
 	ctx, cancel := groupContext(group)
 	defer cancel()
-	var results []Result
-	err := a.groupTx(ctx, func(tx pgx.Tx, _, atCommit *db.Pipeline) error {
-		var err error
-		results, err = a.applyEvents(ctx, tx, events, atCommit)
-		return err
-	})
+	results, err := a.CommitBatch(ctx, events)
 	if len(group) > 1 && db.IsRefusedData(err) {
 		// The database refused a value that CheckStorable let through (or one past a
 		// limit of its own). It belongs to one caller, and should fail only that one:

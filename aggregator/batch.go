@@ -33,6 +33,24 @@ func (a *Aggregator) ApplyBatch(ctx context.Context, tx pgx.Tx, events []Event) 
 	return a.applyEvents(ctx, tx, events, nil)
 }
 
+// CommitBatch is ApplyBatch in a transaction of its own, which it commits, again when it
+// hits a deadlock or serialization failure (groupTx): the continuations of the executions
+// the batch completes run without a savepoint, their writes sent with the COMMIT, which
+// saves a round trip, a savepoint and its release per batch. A continuation that fails
+// has the batch decided again under a savepoint, as ApplyBatch decides it.
+func (a *Aggregator) CommitBatch(ctx context.Context, events []Event) ([]Result, error) {
+	var results []Result
+	err := a.groupTx(ctx, func(tx pgx.Tx, _, atCommit *db.Pipeline) error {
+		var err error
+		results, err = a.applyEvents(ctx, tx, events, atCommit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
 // applyEvents is ApplyBatch; atCommit, when not nil, is the pipeline sent with tx's
 // COMMIT, where the continuations' writes go (continueEnded).
 func (a *Aggregator) applyEvents(ctx context.Context, tx pgx.Tx, events []Event, atCommit *db.Pipeline) ([]Result, error) {
@@ -47,7 +65,7 @@ func (a *Aggregator) applyEvents(ctx context.Context, tx pgx.Tx, events []Event,
 	}
 	var results []Result
 	if len(expanded) > 0 {
-		if results, err = a.applyBatch(ctx, tx, expanded, true, nil, atCommit); err != nil {
+		if results, err = a.applyBatch(ctx, tx, expanded, true, readBefore{}, atCommit); err != nil {
 			return nil, err
 		}
 	}
@@ -62,17 +80,28 @@ func (a *Aggregator) applyEvents(ctx context.Context, tx pgx.Tx, events []Event,
 	return results, nil
 }
 
+// readBefore is what a caller read in its transaction before deciding a batch (sendTxs):
+// the waits its events name, read after their executions were locked, and those
+// executions' rows. The batch is decided from the waits rather than reading them again,
+// and its continuation takes the rows rather than locking the executions again: a
+// statement less each. The zero value says nothing was read.
+type readBefore struct {
+	// waits holds every event's wait.
+	waits []dbsqlc.ExecutionWaitState
+	// execs holds the rows of every event's execution, locked.
+	execs []dbsqlc.Execution
+}
+
 // applyBatch decides events addressed by their ids; callers checked their payloads and
 // register what follows the commit. continuing says the executions of the waits the
 // batch completes may be continued in tx (continueEnded), when there is a Continuer.
-// rows, when not nil, are the events' waits as the caller already read them in tx (every
-// event's wait among them): they are decided from there instead of being read again, one
-// round trip less. Each write is fenced by the version read, so a wait changed since is
-// decided again one event at a time, as after any missed fence. atCommit, when not nil,
-// is the pipeline sent with tx's COMMIT, where the continuations' writes go
-// (continueEnded).
-func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool, rows []dbsqlc.ExecutionWaitState, atCommit *db.Pipeline) ([]Result, error) {
+// before is what the caller already read in tx, if anything (readBefore). Each write is
+// fenced by the version read, so a wait changed since is decided again one event at a
+// time, as after any missed fence. atCommit, when not nil, is the pipeline sent with
+// tx's COMMIT, where the continuations' writes go (continueEnded).
+func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, continuing bool, before readBefore, atCommit *db.Pipeline) ([]Result, error) {
 	results := make([]Result, len(events))
+	rows := before.waits
 	if rows == nil {
 		var err error
 		if rows, err = a.loadBatchWaits(ctx, tx, events); err != nil {
@@ -127,7 +156,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 	}
 	if len(dirty) > 0 {
 		fused := continuing && a.cfg.Continuer != nil
-		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused, atCommit); err != nil {
+		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused, before.execs, atCommit); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +221,7 @@ func (a *Aggregator) decideOneByOne(ctx context.Context, tx pgx.Tx, events []Eve
 // otherwise their continuations are queued. The events of waits whose fence missed are
 // appended to slow, to be decided again one by one.
 func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, loaded map[*wait]int64, touched map[*wait][]int,
-	results []Result, slow []int, fused bool, atCommit *db.Pipeline,
+	results []Result, slow []int, fused bool, locked []dbsqlc.Execution, atCommit *db.Pipeline,
 ) ([]int, error) {
 	ws := make([]waitWrite, 0, len(dirty))
 	var completing []uuid.UUID
@@ -213,7 +242,7 @@ func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, l
 	var out []written
 	var err error
 	if fused && len(completing) > 0 {
-		out, fused, err = a.continueEnded(ctx, tx, completing, ws, atCommit)
+		out, fused, err = a.continueEnded(ctx, tx, completing, locked, ws, atCommit)
 	} else {
 		fused = false
 		err = a.writeWaits(ctx, ws, &out)(tx)

@@ -24,8 +24,10 @@ import (
 // graphs.
 type Continuer interface {
 	// PrepareContinue starts the continuation of executions execIDs, whose waits the
-	// caller is about to complete in its transaction.
-	PrepareContinue(ctx context.Context, execIDs []uuid.UUID) Continuation
+	// caller is about to complete in its transaction. locked, when not nil, holds those
+	// executions' rows as the caller read them under their locks earlier in the
+	// transaction: the continuation takes them, and LockExecutions is not called.
+	PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution) Continuation
 	// WakeRunQueue is called after a commit that queued continuations as resume rows,
 	// so that they are picked up at once (here and, through a NOTIFY, elsewhere).
 	WakeRunQueue()
@@ -34,8 +36,9 @@ type Continuer interface {
 // Continuation is one continuation in the making, in the order the aggregator drives it
 // (continueEnded): LockExecutions and LoadNodes are pipeline calls sent in the round trip
 // that writes the waits — the lock before the write (every writer of an execution takes
-// its row before its waits, so none deadlocks with another), the load after it (it reads
-// the node outcomes the write set) — then Continue queues the graphs' changes.
+// its row before its waits, so none deadlocks with another), unless the executions were
+// locked already; the load after it (it reads the node outcomes the write set) — then
+// Continue queues the graphs' changes.
 type Continuation interface {
 	// LockExecutions locks the executions' rows, in id order.
 	LockExecutions(d dbsqlc.DBTX) error
@@ -45,7 +48,8 @@ type Continuation interface {
 	// completed and marked resumed) and queues the writes on p, which the aggregator
 	// sends. committed is what to do once the transaction commits (end spans, wake
 	// workers for the nodes it queued). An error leaves the aggregator to undo what it
-	// did (to a savepoint) and to queue the continuations instead.
+	// did — to a savepoint, or the whole transaction, to decide again under one — and to
+	// queue the continuations instead.
 	Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []Ended) (committed func(), err error)
 }
 
@@ -88,29 +92,40 @@ func (a *Aggregator) MarkResumed(ctx context.Context, execIDs []uuid.UUID, nodeI
 
 // continueEnded writes a batch of decided waits (writeWaits) — those it ends marked
 // resumed by this instance (continueHere) — and has the Continuer continue their
-// executions (execIDs, those of the waits about to end) in tx, in two round trips: lock
-// the executions, open a savepoint, write, load the nodes; then the continuation's writes
-// and the savepoint's release. If the continuation fails, tx goes back to the savepoint
-// and the waits are written again, their continuations queued (queueResume) by the same
-// statement, behind the same fences: a continuation that cannot run never holds up the
-// events. It returns the waits written (their fences held) and whether those that ended
-// were continued here.
+// executions (execIDs, those of the waits about to end) in tx; locked, when not nil,
+// holds rows of executions the caller locked in tx already (readBefore). It returns the waits
+// written (their fences held) and whether those that ended were continued here.
 //
-// atCommit, when not nil, is the pipeline sent with tx's COMMIT (db.TxLast): when every
-// fence held, the continuation's writes are queued there instead of taking a round trip
-// of their own, and nothing after them in tx touches the executions they continue.
-// A write that fails there can no longer be undone to the savepoint: it fails the whole
-// transaction, with an error continuedAtCommit recognises, and the caller decides the
-// events again in a new transaction with atCommit nil, where the same failure queues the
-// continuations instead (groupTx).
-func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, ws []waitWrite, atCommit *db.Pipeline) (out []written, continued bool, err error) {
-	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs)
+// atCommit, when not nil, is the pipeline sent with tx's COMMIT (db.TxLast), and the
+// caller decides its events again with atCommit nil if the continuation fails
+// (groupTx): one round trip locks the executions (unless locked holds them), writes the
+// waits and loads the nodes, and the
+// continuation's writes are queued on atCommit, costing no round trip of their own;
+// nothing after them in tx touches the executions they continue. A continuation that
+// fails — in memory, or on a write — fails the whole transaction, with an error
+// continuedWithoutSavepoint recognises, and nothing is left to undo.
+//
+// With atCommit nil, the round trip also opens a savepoint before the write, and the
+// continuation's writes take a round trip of their own with the savepoint's release. If
+// the continuation fails, tx goes back to the savepoint and the waits are written again,
+// their continuations queued (queueResume) by the same statement, behind the same
+// fences: a continuation that cannot run never holds up the events.
+func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, locked []dbsqlc.Execution,
+	ws []waitWrite, atCommit *db.Pipeline,
+) (out []written, continued bool, err error) {
+	locked = lockedOf(locked, execIDs)
+	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs, locked)
 	var p db.Pipeline
-	p.Queue(c.LockExecutions)
-	p.Queue(func(d dbsqlc.DBTX) error {
-		_, err := d.Exec(ctx, "SAVEPOINT continuation")
-		return err
-	})
+	if locked == nil {
+		p.Queue(c.LockExecutions)
+	}
+	savepoint := atCommit == nil
+	if savepoint {
+		p.Queue(func(d dbsqlc.DBTX) error {
+			_, err := d.Exec(ctx, "SAVEPOINT continuation")
+			return err
+		})
+	}
 	p.Queue(a.writeWaits(ctx, ws, &out))
 	p.Queue(c.LoadNodes)
 	if err := p.Send(ctx, tx); err != nil {
@@ -118,16 +133,22 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 	}
 	ended := endedHere(out)
 	if len(ended) == 0 {
-		return out, false, nil // every fence missed; the savepoint ends with the transaction
-	}
-	if len(out) < len(ws) {
-		// A fence missed: its events are decided again one by one after this, and must
-		// find the continuation's writes done (see applyBatch).
-		atCommit = nil
+		return out, false, nil // every fence missed
 	}
 	committed, err := c.Continue(ctx, tx, &p, ended)
-	if err == nil && atCommit != nil {
-		p.MoveTo(atCommit, func(err error) error { return continuedAtCommitError{err} })
+	if !savepoint {
+		if err != nil {
+			return nil, false, noSavepointError{err}
+		}
+		if len(out) < len(ws) {
+			// A fence missed: its events are decided again one by one after this, and must
+			// find the continuation's writes done (see applyBatch).
+			if err := p.Send(ctx, tx); err != nil {
+				return nil, false, noSavepointError{err}
+			}
+		} else {
+			p.MoveTo(atCommit, func(err error) error { return noSavepointError{err} })
+		}
 		db.AfterCommit(tx, committed)
 		return out, true, nil
 	}
@@ -161,18 +182,43 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 	return out, false, nil
 }
 
-// continuedAtCommitError is the failure of a continuation's write sent with the COMMIT.
-type continuedAtCommitError struct{ err error }
+// lockedOf returns the rows of locked that belong to execIDs, or nil unless every one of
+// execIDs has its row there: a continuation either takes all its executions' rows from
+// the caller or locks them all itself.
+func lockedOf(locked []dbsqlc.Execution, execIDs []uuid.UUID) []dbsqlc.Execution {
+	if locked == nil {
+		return nil
+	}
+	want := make(map[uuid.UUID]bool, len(execIDs))
+	for _, id := range execIDs {
+		want[id] = true
+	}
+	var rows []dbsqlc.Execution
+	for _, e := range locked {
+		if want[e.ID] {
+			rows = append(rows, e)
+			delete(want, e.ID)
+		}
+	}
+	if len(want) > 0 {
+		return nil
+	}
+	return rows
+}
 
-func (e continuedAtCommitError) Error() string { return "continuation at commit: " + e.err.Error() }
-func (e continuedAtCommitError) Unwrap() error { return e.err }
+// noSavepointError is the failure of a continuation run without a savepoint: in
+// memory, or on a write sent with the COMMIT or before it.
+type noSavepointError struct{ err error }
 
-// continuedAtCommit reports whether err is a transaction's failure on a continuation's
-// write sent with its COMMIT (see continueEnded): the transaction rolled back whole, and
-// deciding its events again with the continuation's writes sent before the COMMIT
-// queues the continuations if they fail again, instead of failing the events.
-func continuedAtCommit(err error) bool {
-	var c continuedAtCommitError
+func (e noSavepointError) Error() string { return "continuation without a savepoint: " + e.err.Error() }
+func (e noSavepointError) Unwrap() error { return e.err }
+
+// continuedWithoutSavepoint reports whether err is a transaction's failure on a continuation run
+// without a savepoint (see continueEnded): the transaction rolled back whole, and
+// deciding its events again with atCommit nil, under a savepoint, queues the
+// continuations if they fail again, instead of failing the events.
+func continuedWithoutSavepoint(err error) bool {
+	var c noSavepointError
 	return errors.As(err, &c)
 }
 

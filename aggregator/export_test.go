@@ -11,5 +11,5 @@ import (
 // ApplyBatchFrom decides events from waits the caller read itself, as sendTxs hands over
 // the open waits it read with its executions' locks; for the external tests.
 func (a *Aggregator) ApplyBatchFrom(ctx context.Context, tx pgx.Tx, events []Event, rows []dbsqlc.ExecutionWaitState) ([]Result, error) {
-	return a.applyBatch(ctx, tx, events, false, rows, nil)
+	return a.applyBatch(ctx, tx, events, false, readBefore{waits: rows}, nil)
 }

@@ -120,9 +120,9 @@ func groupContext[I, O any](group []*member[I, O]) (context.Context, context.Can
 // (db.TxLast): a group's audit rows, known only once its members are decided, cost no
 // round trip of their own. atCommit is where fn's continuations send their writes
 // (continueEnded): last as well, so that continuing the executions costs no round trip
-// either, until an attempt fails on one of those writes; the group is then decided again
-// with atCommit nil, where the same failure queues the continuations instead of failing
-// the group.
+// and no savepoint either, until an attempt fails in a continuation; the group is then
+// decided again with atCommit nil, under a savepoint, where the same failure queues the
+// continuations instead of failing the group.
 func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last, atCommit *db.Pipeline) error) error {
 	continueAtCommit := true
 	for attempt := 1; ; attempt++ {
@@ -133,8 +133,8 @@ func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last, atCom
 			}
 			return fn(tx, last, atCommit)
 		})
-		if continueAtCommit && continuedAtCommit(err) {
-			a.logger.WarnContext(ctx, "a continuation's write failed with the commit; deciding the group again, its continuations written first",
+		if continueAtCommit && continuedWithoutSavepoint(err) {
+			a.logger.WarnContext(ctx, "a continuation failed without a savepoint; deciding the group again under one",
 				"err", err, "instance_id", a.cfg.InstanceID)
 			continueAtCommit = false
 			attempt--

@@ -124,7 +124,7 @@ func (a *Aggregator) keepEarly(ctx context.Context, tx pgx.Tx, events []Event, r
 	var again []Result
 	if len(expanded) > 0 {
 		// Not continuing: it would lock executions while the keys are held.
-		if again, err = a.applyBatch(ctx, tx, expanded, false, nil, nil); err != nil {
+		if again, err = a.applyBatch(ctx, tx, expanded, false, readBefore{}, nil); err != nil {
 			return err
 		}
 	}

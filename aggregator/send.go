@@ -328,8 +328,9 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 	}
 	if len(events) > 0 {
 		// The waits were read after their executions were locked, in this transaction:
-		// applyBatch decides from them rather than reading them again.
-		deliveries, err := a.applyBatch(ctx, tx, events, true, open, atCommit)
+		// applyBatch decides from them, and continues from the rows locked, rather than
+		// reading either again.
+		deliveries, err := a.applyBatch(ctx, tx, events, true, readBefore{waits: open, execs: execs}, atCommit)
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -284,7 +283,7 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 }
 
 // apply records a batch's events in one transaction, in record order (so events of one
-// wait keep their order; ApplyBatch locks the rows in a stable order itself).
+// wait keep their order; CommitBatch locks the rows in a stable order itself).
 func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
 	// Most records carry one event.
 	batch := make([]aggregator.Event, 0, len(items))
@@ -301,18 +300,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 	if len(batch) == 0 {
 		return false, nil
 	}
-	var results []aggregator.Result
-	for attempt := 1; ; attempt++ {
-		err = db.Tx(ctx, c.pool, func(tx pgx.Tx) error {
-			var err error
-			results, err = c.agg.ApplyBatch(ctx, tx, batch)
-			return err
-		})
-		if err == nil || !db.IsRetryable(err) || attempt == sendAttempts {
-			break
-		}
-		c.logger.DebugContext(ctx, "apply transaction conflicted; retrying", "err", err, "attempt", attempt, "instance_id", c.cfg.ClientID)
-	}
+	results, err := c.agg.CommitBatch(ctx, batch)
 	if err != nil {
 		return true, err
 	}

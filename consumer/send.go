@@ -33,7 +33,7 @@ import (
 // be a sent event (not a JSON object, no type, no valid execution id, …) goes to the
 // dead-letter topic with the reason.
 
-// sendAttempts bounds retries of an apply or send transaction that hit a deadlock or
+// sendAttempts bounds retries of a send or start transaction that hit a deadlock or
 // serialization failure (other transactions locking the same executions or waits).
 const sendAttempts = 3
 

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -66,19 +67,96 @@ func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
 }
 
 // TestContinueFailureQueues: a continuation that fails inside the deciding transaction
-// is rolled back to its savepoint and queued instead; the event stays applied, the
-// caller sees no error, and the queued continuation resumes the wait exactly once.
+// is queued instead; the event stays applied, the caller sees no error, and the queued
+// continuation resumes the wait exactly once. A group of callbacks or sent events runs
+// its continuation without a savepoint: the failure rolls back the whole transaction,
+// and the group is decided again under one, where the same failure goes back to the
+// savepoint. A Kafka batch (ApplyBatch) runs it under a savepoint from the start.
 func TestContinueFailureQueues(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
-	id, ws := h.waitThenAfter(t)
+	for _, path := range []string{"apply", "send", "batch"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			id, decide := h.decideThenAfter(t, path)
 
-	h.ex.SetContinueFault(func() error { return errors.New("injected") })
-	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}))
-	h.requireContinuationQueued(t, id)
+			h.ex.SetContinueFault(func() error { return errors.New("injected") })
+			require.True(t, decide(), "the event completes the wait")
+			h.requireContinuationQueued(t, id)
 
-	h.ex.SetContinueFault(nil)
-	h.requireResumedOnce(t, id)
+			h.ex.SetContinueFault(nil)
+			h.requireResumedOnce(t, id)
+		})
+	}
+}
+
+// TestContinueFailureOnceContinuesOnSecondTry: a group whose continuation fails once,
+// without a savepoint, is decided again from the start, and this time continues in its
+// transaction: the event applied once (version 2, not 3), the wait resumed by the
+// deciding transaction, no continuation queued, the next node running.
+func TestContinueFailureOnceContinuesOnSecondTry(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"apply", "send"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t)
+			id, decide := h.decideThenAfter(t, path)
+
+			var calls atomic.Int32
+			h.ex.SetContinueFault(func() error {
+				if calls.Add(1) == 1 {
+					return errors.New("injected once")
+				}
+				return nil
+			})
+			require.True(t, decide(), "the event completes the wait")
+			require.EqualValues(t, 2, calls.Load(), "the continuation ran twice: failed, then continued")
+			w := h.waitRow(t, id, "wait")
+			require.Equal(t, string(execstate.WaitCompleted), w.Status)
+			require.EqualValues(t, 2, w.Version, "the event is applied once")
+			require.True(t, w.Resumed, "the second try continued the execution")
+			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
+			require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+
+			h.ex.SetContinueFault(nil)
+			h.run(t)
+			h.waitStatus(t, id, "completed")
+			require.Equal(t, 1, h.fake.count("/after"))
+			h.requireQueuesEmpty(t, id)
+		})
+	}
+}
+
+// decideThenAfter starts an execution of a wait followed by an http node "after", stops
+// the pod once it waits, and returns it with a function deciding the event that
+// completes the wait, along path: Apply (a group of callbacks), Send (a group of sent
+// events) or ApplyBatch (a Kafka batch, in a transaction of its own). The function
+// reports whether the event completed the wait.
+func (h *harness) decideThenAfter(t *testing.T, path string) (uuid.UUID, func() bool) {
+	t.Helper()
+	switch path {
+	case "apply", "batch":
+		id, ws := h.waitThenAfter(t)
+		if path == "apply" {
+			return id, func() bool {
+				return h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}) == aggregator.Completed
+			}
+		}
+		return id, func() bool { return h.applyBatch(t, id, ws.CorrelationID, obj{}) == aggregator.Completed }
+	default:
+		name := h.put(t, h.workflow("sent-then-after", []obj{
+			sendWait("wait", sendEv("go", "go")),
+			node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+		}, []obj{edge("wait", "after", "")}))
+		stop := h.run(t)
+		id := h.start(t, name, nil)
+		h.waitStatus(t, id, "waiting")
+		stop()
+		return id, func() bool {
+			res := h.send(t, id, "go", obj{}, "")
+			return res.Outcome == aggregator.SendDelivered && len(res.Deliveries) == 1 && res.Deliveries[0].Outcome == aggregator.Completed
+		}
+	}
 }
 
 // requireContinuationQueued checks execution id — a wait node "wait" followed by an http
@@ -134,28 +212,7 @@ func TestContinueWriteFailureWithCommitQueues(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			h := setup(t)
-			var id uuid.UUID
-			var decide func() bool
-			if path == "apply" {
-				var ws lists.WaitView
-				id, ws = h.waitThenAfter(t)
-				decide = func() bool {
-					return h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{}) == aggregator.Completed
-				}
-			} else {
-				name := h.put(t, h.workflow("sent-then-after", []obj{
-					sendWait("wait", sendEv("go", "go")),
-					node("after", "http", obj{"url": "@{_vars.svc}/after"}),
-				}, []obj{edge("wait", "after", "")}))
-				stop := h.run(t)
-				id = h.start(t, name, nil)
-				h.waitStatus(t, id, "waiting")
-				stop()
-				decide = func() bool {
-					res := h.send(t, id, "go", obj{}, "")
-					return res.Outcome == aggregator.SendDelivered && res.Queued()
-				}
-			}
+			id, decide := h.decideThenAfter(t, path)
 
 			h.ex.SetContinueWriteFault(true)
 			require.True(t, decide(), "the event is delivered and its continuation queued")

@@ -291,6 +291,24 @@ func (p *pod) applyQueued(t *testing.T, execID, corrID uuid.UUID, payload any) a
 	return res.Outcome
 }
 
+// applyBatch decides a Kafka event through ApplyBatch in a transaction of its own, as the
+// consumer decides a batch of records.
+func (p *pod) applyBatch(t *testing.T, execID, corrID uuid.UUID, payload any) aggregator.Outcome {
+	t.Helper()
+	raw, err := json.Marshal(payload)
+	require.NoError(t, err)
+	var res []aggregator.Result
+	require.NoError(t, db.Tx(context.Background(), p.pool, func(tx pgx.Tx) error {
+		res, err = p.agg.ApplyBatch(context.Background(), tx, []aggregator.Event{{
+			ExecutionID: execID, CorrelationID: corrID, Name: aggregator.EventKafka, Payload: raw,
+			Source: aggregator.Source{Kind: "kafka", Topic: "orders"},
+		}})
+		return err
+	}))
+	require.Len(t, res, 1)
+	return res[0].Outcome
+}
+
 // ---- the fake external service ----
 
 // recorded is a request the fake service received.

@@ -567,11 +567,13 @@ func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]db
 // it continues the executions whose waits a batch of events completes, inside that
 // batch's transaction, which saves the run queue row, its claim, its deletion, a second
 // write of each wait and a second transaction per continuation. The aggregator drives
-// it: it sends LockExecutions before writing the waits and LoadNodes after, then calls
-// Continue with the waits that ended; if Continue fails, it rolls back to a savepoint
-// and queues those continuations instead.
-func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID) aggregator.Continuation {
-	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs}
+// it: it sends LockExecutions before writing the waits (unless it holds the executions'
+// rows already, and hands them over in locked) and LoadNodes after, then calls
+// Continue with the waits that ended; if Continue fails, it undoes the write (to a
+// savepoint, or the whole transaction, to decide again under one) and queues those
+// continuations instead.
+func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution) aggregator.Continuation {
+	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs, execs: locked}
 }
 
 // inTxContinuation is one continuation run in the aggregator's transaction.
