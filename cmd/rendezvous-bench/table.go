@@ -17,7 +17,8 @@ type figure struct {
 	Part string `json:"part,omitempty"`
 	Name string `json:"name"`
 	// Value is in Unit: "/s" (per second), "ms", "%", "×", "rows" (tuples written),
-	// "tx" (transactions), "trips" (round trips to PostgreSQL), "µs" (of CPU), "allocs"
+	// "tx" (transactions), "trips" (round trips to PostgreSQL), "stmts" (statements run on
+	// it), "µs" (of CPU), "allocs"
 	// (heap objects allocated) or "B" (heap bytes allocated).
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
@@ -142,6 +143,7 @@ func figures(o options, r results) []figure {
 		latency("", "callbacks burst: callback → continuation p99", c.ToContinuation.P99, 0.99)
 		latency("", "callbacks burst: HTTP round trip p99", c.Response.P99, 0.99)
 		plain("", "round trips to PostgreSQL per callback", c.RoundTripsPerCallback, "trips")
+		plain("", "statements run on PostgreSQL per callback", c.StatementsPerCallback, "stmts")
 	}
 	if c := r.CallbacksWide; c.Waits > 0 {
 		rate("", fmt.Sprintf("callbacks correlated/s, %d clients", c.Concurrency), c.PerSecond)
@@ -155,6 +157,7 @@ func figures(o options, r results) []figure {
 		latency("", fmt.Sprintf("callbacks burst: HTTP round trip p99, %d clients", c.Concurrency), c.Response.P99, 0.99)
 		target(plain("c", fmt.Sprintf("round trips to PostgreSQL per callback, %d clients", c.Concurrency), c.RoundTripsPerCallback, "trips"),
 			"≤ 3", c.RoundTripsPerCallback <= 3)
+		plain("", fmt.Sprintf("statements run on PostgreSQL per callback, %d clients", c.Concurrency), c.StatementsPerCallback, "stmts")
 		callbackFloor(r.CallbacksWideFloor, c, rate, plain)
 	}
 	if kl, cl := r.KafkaLatency, r.CallbackLatency; kl.Events > 0 {
@@ -268,7 +271,7 @@ func formatValue(f figure) string {
 		return fmt.Sprintf("%.1f %%", f.Value)
 	case "×":
 		return fmt.Sprintf("%.2f", f.Value)
-	case "rows", "tx", "trips":
+	case "rows", "tx", "trips", "stmts":
 		return fmt.Sprintf("%.2f %s", f.Value, f.Unit)
 	case "µs":
 		return fmt.Sprintf("%.0f µs", f.Value)

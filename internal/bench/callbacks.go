@@ -37,6 +37,9 @@ type CallbackResult struct {
 	// pipelined batches of them, each waited for) while the callbacks were answered, per
 	// callback; its background loops count too.
 	RoundTripsPerCallback float64 `json:"round_trips_per_callback"`
+	// StatementsPerCallback is the statements the replica ran on PostgreSQL in the same
+	// time, per callback: a round trip can carry several.
+	StatementsPerCallback float64 `json:"statements_per_callback"`
 }
 
 const callbackWorkflow = "bench"
@@ -145,7 +148,7 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	collectGarbage()
-	tripsBefore := counter.count()
+	tripsBefore, statementsBefore := counter.count(), counter.statementCount()
 	start := time.Now()
 	for range concurrency {
 		wg.Add(1)
@@ -170,7 +173,7 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 	// Each answer came after its continuation committed, in the callback's transaction
 	// (or its resume row did, for a worker to claim: those count from here on only as far
 	// as they ran by now).
-	trips := counter.count() - tripsBefore
+	trips, statements := counter.count()-tripsBefore, counter.statementCount()-statementsBefore
 	if err, _ := failed.Load().(error); err != nil {
 		return CallbackResult{}, err
 	}
@@ -195,5 +198,6 @@ func Callbacks(ctx context.Context, url string, concurrency, waits int, logger *
 		Response:         Summarise(resp),
 
 		RoundTripsPerCallback: float64(trips) / float64(waits),
+		StatementsPerCallback: float64(statements) / float64(waits),
 	}, nil
 }

@@ -14,17 +14,19 @@ import (
 // roundTripCounter is a TCP proxy in front of PostgreSQL that counts the round trips
 // its clients make: the frontend messages after which a client waits for the server's
 // ReadyForQuery — Sync (an extended-protocol statement, or a whole pipelined batch) and
-// Query (a simple-protocol statement, as BEGIN and COMMIT can be). It reads only the
-// client's side of the wire: a message's type byte and length. The bench points a
-// replica's pool at it to count what one callback costs in round trips, the replica's
-// background loops included.
+// Query (a simple-protocol statement, as BEGIN and COMMIT can be). It counts the
+// statements run too: Execute (one extended-protocol statement, pipelined or not) and
+// Query. It reads only the client's side of the wire: a message's type byte and length.
+// The bench points a replica's pool at it to count what one callback costs in round
+// trips and statements, the replica's background loops included.
 type roundTripCounter struct {
-	ln     net.Listener
-	target string
-	trips  atomic.Int64
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
+	ln         net.Listener
+	target     string
+	trips      atomic.Int64
+	statements atomic.Int64
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	conns      []net.Conn
 }
 
 func newRoundTripCounter(target string) (*roundTripCounter, error) {
@@ -40,6 +42,9 @@ func newRoundTripCounter(target string) (*roundTripCounter, error) {
 
 // count is the round trips counted so far.
 func (c *roundTripCounter) count() int64 { return c.trips.Load() }
+
+// statementCount is the statements counted so far.
+func (c *roundTripCounter) statementCount() int64 { return c.statements.Load() }
 
 // url is dbURL (a postgres:// URL) pointed at the counter.
 func (c *roundTripCounter) url(dbURL string) (string, error) {
@@ -96,7 +101,8 @@ func (c *roundTripCounter) accept() {
 	}
 }
 
-// forward copies the client's messages to the server, counting Sync and Query.
+// forward copies the client's messages to the server, counting Sync and Query as round
+// trips, Execute and Query as statements.
 func (c *roundTripCounter) forward(server io.Writer, client io.Reader) error {
 	// The startup message has no type byte: a length, a code, then the rest. An
 	// encryption request (SSLRequest, GSSENCRequest), which the server refuses in one
@@ -125,8 +131,13 @@ func (c *roundTripCounter) forward(server io.Writer, client io.Reader) error {
 			return err
 		}
 		switch head[0] {
-		case 'S', 'Q':
+		case 'S':
 			c.trips.Add(1)
+		case 'Q':
+			c.trips.Add(1)
+			c.statements.Add(1)
+		case 'E':
+			c.statements.Add(1)
 		}
 		n := binary.BigEndian.Uint32(head[1:])
 		if n < 4 {
