@@ -93,17 +93,17 @@ func (a *Aggregator) MarkResumed(ctx context.Context, execIDs []uuid.UUID, nodeI
 // continueEnded writes a batch of decided waits (writeWaits) — those it ends marked
 // resumed by this instance (continueHere) — and has the Continuer continue their
 // executions (execIDs, those of the waits about to end) in tx; locked, when not nil,
-// holds rows of executions the caller locked in tx already (readBefore). It returns the waits
-// written (their fences held) and whether those that ended were continued here.
+// holds rows of executions the caller locked in tx already (readBefore). It returns the
+// waits written (their fences held) and whether those that ended were continued here.
 //
 // atCommit, when not nil, is the pipeline sent with tx's COMMIT (db.TxLast), and the
 // caller decides its events again with atCommit nil if the continuation fails
 // (groupTx): one round trip locks the executions (unless locked holds them), writes the
-// waits and loads the nodes, and the
-// continuation's writes are queued on atCommit, costing no round trip of their own;
-// nothing after them in tx touches the executions they continue. A continuation that
-// fails — in memory, or on a write — fails the whole transaction, with an error
-// continuedWithoutSavepoint recognises, and nothing is left to undo.
+// waits and loads the nodes, and the continuation's writes are queued on atCommit,
+// costing no round trip of their own; nothing after them in tx touches the executions
+// they continue. A continuation that fails — in memory, or on a write — fails the whole
+// transaction, with an error continuedWithoutSavepoint recognises, and nothing is left
+// to undo.
 //
 // With atCommit nil, the round trip also opens a savepoint before the write, and the
 // continuation's writes take a round trip of their own with the savepoint's release. If
@@ -213,9 +213,9 @@ type noSavepointError struct{ err error }
 func (e noSavepointError) Error() string { return "continuation without a savepoint: " + e.err.Error() }
 func (e noSavepointError) Unwrap() error { return e.err }
 
-// continuedWithoutSavepoint reports whether err is a transaction's failure on a continuation run
-// without a savepoint (see continueEnded): the transaction rolled back whole, and
-// deciding its events again with atCommit nil, under a savepoint, queues the
+// continuedWithoutSavepoint reports whether err is a transaction's failure on a
+// continuation run without a savepoint (see continueEnded): the transaction rolled back
+// whole, and deciding its events again with atCommit nil, under a savepoint, queues the
 // continuations if they fail again, instead of failing the events.
 func continuedWithoutSavepoint(err error) bool {
 	var c noSavepointError

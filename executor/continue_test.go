@@ -42,14 +42,7 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	name := h.put(t, h.workflow("sent-then-after", []obj{
-		sendWait("wait", sendEv("go", "go")),
-		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
-	}, []obj{edge("wait", "after", "")}))
-	stop := h.run(t)
-	id := h.start(t, name, nil)
-	h.waitStatus(t, id, "waiting")
-	stop() // no worker from here on
+	id := h.sentWaitThenAfter(t) // no worker from here on
 
 	res := h.send(t, id, "go", obj{}, "")
 	require.Equal(t, aggregator.SendDelivered, res.Outcome)
@@ -74,20 +67,14 @@ func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
 // savepoint. A Kafka batch (ApplyBatch) runs it under a savepoint from the start.
 func TestContinueFailureQueues(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"apply", "send", "batch"} {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			h := setup(t)
-			id, decide := h.decideThenAfter(t, path)
+	eachDecidingPath(t, []string{"apply", "send", "batch"}, func(t *testing.T, h *harness, id uuid.UUID, decide func() bool) {
+		h.ex.SetContinueFault(func() error { return errors.New("injected") })
+		require.True(t, decide(), "the event completes the wait")
+		h.requireContinuationQueued(t, id)
 
-			h.ex.SetContinueFault(func() error { return errors.New("injected") })
-			require.True(t, decide(), "the event completes the wait")
-			h.requireContinuationQueued(t, id)
-
-			h.ex.SetContinueFault(nil)
-			h.requireResumedOnce(t, id)
-		})
-	}
+		h.ex.SetContinueFault(nil)
+		h.requireResumedOnce(t, id)
+	})
 }
 
 // TestContinueFailureOnceContinuesOnSecondTry: a group whose continuation fails once,
@@ -96,33 +83,41 @@ func TestContinueFailureQueues(t *testing.T) {
 // deciding transaction, no continuation queued, the next node running.
 func TestContinueFailureOnceContinuesOnSecondTry(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"apply", "send"} {
+	eachDecidingPath(t, []string{"apply", "send"}, func(t *testing.T, h *harness, id uuid.UUID, decide func() bool) {
+		var calls atomic.Int32
+		h.ex.SetContinueFault(func() error {
+			if calls.Add(1) == 1 {
+				return errors.New("injected once")
+			}
+			return nil
+		})
+		require.True(t, decide(), "the event completes the wait")
+		require.EqualValues(t, 2, calls.Load(), "the continuation ran twice: failed, then continued")
+		w := h.waitRow(t, id, "wait")
+		require.Equal(t, string(execstate.WaitCompleted), w.Status)
+		require.EqualValues(t, 2, w.Version, "the event is applied once")
+		require.True(t, w.Resumed, "the second try continued the execution")
+		require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
+		require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+
+		h.ex.SetContinueFault(nil)
+		h.run(t)
+		h.waitStatus(t, id, "completed")
+		require.Equal(t, 1, h.fake.count("/after"))
+		h.requireQueuesEmpty(t, id)
+	})
+}
+
+// eachDecidingPath runs fn as a parallel subtest for each of paths (see decideThenAfter),
+// each on a harness of its own, with an execution waiting and decide, which sends the
+// event that completes its wait.
+func eachDecidingPath(t *testing.T, paths []string, fn func(t *testing.T, h *harness, id uuid.UUID, decide func() bool)) {
+	for _, path := range paths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			h := setup(t)
 			id, decide := h.decideThenAfter(t, path)
-
-			var calls atomic.Int32
-			h.ex.SetContinueFault(func() error {
-				if calls.Add(1) == 1 {
-					return errors.New("injected once")
-				}
-				return nil
-			})
-			require.True(t, decide(), "the event completes the wait")
-			require.EqualValues(t, 2, calls.Load(), "the continuation ran twice: failed, then continued")
-			w := h.waitRow(t, id, "wait")
-			require.Equal(t, string(execstate.WaitCompleted), w.Status)
-			require.EqualValues(t, 2, w.Version, "the event is applied once")
-			require.True(t, w.Resumed, "the second try continued the execution")
-			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
-			require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
-
-			h.ex.SetContinueFault(nil)
-			h.run(t)
-			h.waitStatus(t, id, "completed")
-			require.Equal(t, 1, h.fake.count("/after"))
-			h.requireQueuesEmpty(t, id)
+			fn(t, h, id, decide)
 		})
 	}
 }
@@ -144,14 +139,7 @@ func (h *harness) decideThenAfter(t *testing.T, path string) (uuid.UUID, func() 
 		}
 		return id, func() bool { return h.applyBatch(t, id, ws.CorrelationID, obj{}) == aggregator.Completed }
 	default:
-		name := h.put(t, h.workflow("sent-then-after", []obj{
-			sendWait("wait", sendEv("go", "go")),
-			node("after", "http", obj{"url": "@{_vars.svc}/after"}),
-		}, []obj{edge("wait", "after", "")}))
-		stop := h.run(t)
-		id := h.start(t, name, nil)
-		h.waitStatus(t, id, "waiting")
-		stop()
+		id := h.sentWaitThenAfter(t)
 		return id, func() bool {
 			res := h.send(t, id, "go", obj{}, "")
 			return res.Outcome == aggregator.SendDelivered && len(res.Deliveries) == 1 && res.Deliveries[0].Outcome == aggregator.Completed
@@ -200,6 +188,21 @@ func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, lists.WaitView) {
 	return id, ws
 }
 
+// sentWaitThenAfter starts an execution of a wait for an event of type "go" sent to it,
+// followed by an http node "after", and returns it once it waits, with the pod stopped.
+func (h *harness) sentWaitThenAfter(t *testing.T) uuid.UUID {
+	t.Helper()
+	name := h.put(t, h.workflow("sent-then-after", []obj{
+		sendWait("wait", sendEv("go", "go")),
+		node("after", "http", obj{"url": "@{_vars.svc}/after"}),
+	}, []obj{edge("wait", "after", "")}))
+	stop := h.run(t)
+	id := h.start(t, name, nil)
+	h.waitStatus(t, id, "waiting")
+	stop()
+	return id
+}
+
 // TestContinueWriteFailureWithCommitQueues: a group of callbacks or sent events sends its
 // continuation's writes with its COMMIT. When one of them fails there, the whole
 // transaction rolls back; the group is decided again with the writes sent before the
@@ -208,18 +211,12 @@ func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, lists.WaitView) {
 // failed continuation is left, and the queued one resumes the wait exactly once.
 func TestContinueWriteFailureWithCommitQueues(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"apply", "send"} {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			h := setup(t)
-			id, decide := h.decideThenAfter(t, path)
+	eachDecidingPath(t, []string{"apply", "send"}, func(t *testing.T, h *harness, id uuid.UUID, decide func() bool) {
+		h.ex.SetContinueWriteFault(true)
+		require.True(t, decide(), "the event is delivered and its continuation queued")
+		h.requireContinuationQueued(t, id)
 
-			h.ex.SetContinueWriteFault(true)
-			require.True(t, decide(), "the event is delivered and its continuation queued")
-			h.requireContinuationQueued(t, id)
-
-			h.ex.SetContinueWriteFault(false)
-			h.requireResumedOnce(t, id)
-		})
-	}
+		h.ex.SetContinueWriteFault(false)
+		h.requireResumedOnce(t, id)
+	})
 }
