@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -88,6 +89,36 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), `"instance_id":"sigterm-test"`)
 	require.Contains(t, logs.String(), "stopped")
+
+	// Shutdown says how long each stage took, each loop's time within its stage, so that
+	// a replica killed at the end of its grace period has said what held it.
+	var stages []string
+	var loops map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var l struct {
+			Msg      string         `json:"msg"`
+			Stage    string         `json:"stage"`
+			Duration *int64         `json:"duration"`
+			Loops    map[string]any `json:"loops"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || (l.Msg != "shutdown stage done" && l.Msg != "stopped") {
+			continue
+		}
+		require.NotNil(t, l.Duration, "a duration on %s", line)
+		if l.Msg == "stopped" {
+			stages = append(stages, "(stopped)")
+			continue
+		}
+		stages = append(stages, l.Stage)
+		if l.Stage == "work" {
+			loops = l.Loops
+		}
+	}
+	// No broker was given: there is no Kafka intake to stop.
+	require.Equal(t, []string{"http", "work", "database pool", "telemetry", "(stopped)"}, stages, logs.String())
+	for _, name := range []string{"run queue workers", "outbox sender", "deadline sweeper"} {
+		require.Contains(t, loops, name, "the work stage times each loop")
+	}
 }
 
 // lockedBuffer collects a child's output while the test reads it.

@@ -57,6 +57,9 @@ func TestChaosShort(t *testing.T) {
 	kinds := map[string]int{}
 	for _, f := range rep.Faults {
 		require.Empty(t, f.Err, "%s at %s", f.Kind, f.At)
+		if f.Kind == FaultTerm {
+			require.NotEmpty(t, f.Shutdown, "the stopped replica logged its shutdown's stages")
+		}
 		kinds[f.Kind]++
 	}
 	require.Equal(t, map[string]int{FaultKill: 1, FaultTerm: 1, FaultDatabase: 1}, kinds)

@@ -158,6 +158,13 @@ type cluster struct {
 	extraArgs []string
 }
 
+// replicaLogName is the name of replica i's log file, which every incarnation of it
+// appends to.
+func replicaLogName(i int) string { return "replica-" + strconv.Itoa(i) }
+
+// replicaLog is the path of replica i's log file.
+func (c *cluster) replicaLog(i int) string { return filepath.Join(c.dir, replicaLogName(i)+".log") }
+
 func (c *cluster) logFile(name string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -100,8 +100,10 @@ type FaultLog struct {
 	// Sender names the replica process it stopped.
 	Sender string    `json:"sender,omitempty"`
 	Start  time.Time `json:"start"`
-	// Stopped is how long the replica took to exit.
-	Stopped time.Duration `json:"stopped_ns,omitempty"`
+	// Stopped is how long the replica took to exit; Shutdown, after a SIGTERM, the
+	// slowest stage of its shutdown as it logged it (slowestShutdownStage).
+	Stopped  time.Duration `json:"stopped_ns,omitempty"`
+	Shutdown string        `json:"shutdown,omitempty"`
 	// End is when the replica was ready again, or the database back.
 	End time.Time `json:"end"`
 	Err string    `json:"err,omitempty"`
@@ -806,6 +808,10 @@ func (r *runner) fault(f Fault) {
 		}
 		stopped := time.Now()
 		lg.Stopped = stopped.Sub(lg.Start)
+		if f.Kind == FaultTerm {
+			// What held the exit, in the replica's own words.
+			lg.Shutdown, _ = slowestShutdownStage(r.cl.replicaLog(f.Replica))
+		}
 		r.endLifetime(sender, stopped, f.Kind == FaultKill)
 		r.mu.Lock()
 		for _, id := range members {

@@ -173,7 +173,7 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	for i := range cfg.Replicas {
 		port, err := freePort()
 		require.NoError(t, err)
-		log, err := cl.logFile("replica-" + strconv.Itoa(i))
+		log, err := cl.logFile(replicaLogName(i))
 		require.NoError(t, err)
 		rep := &replica{index: i, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: log}
 		cl.replicas = append(cl.replicas, rep)

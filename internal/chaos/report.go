@@ -90,7 +90,11 @@ func (r *Report) Print(w io.Writer) {
 		case FaultDatabase:
 			fmt.Fprintf(w, " database outage at %.1fs for %.1fs", f.At.Seconds(), f.End.Sub(f.Start).Seconds())
 		case FaultTerm:
-			fmt.Fprintf(w, " term %s at %.1fs, exited after %.1fs, back after %.1fs", f.Sender, f.At.Seconds(), f.Stopped.Seconds(), f.End.Sub(f.Start).Seconds())
+			fmt.Fprintf(w, " term %s at %.1fs, exited after %.1fs", f.Sender, f.At.Seconds(), f.Stopped.Seconds())
+			if f.Shutdown != "" {
+				fmt.Fprintf(w, " (slowest: %s)", f.Shutdown)
+			}
+			fmt.Fprintf(w, ", back after %.1fs", f.End.Sub(f.Start).Seconds())
 		default:
 			fmt.Fprintf(w, " %s %s at %.1fs, back after %.1fs", f.Kind, f.Sender, f.At.Seconds(), f.End.Sub(f.Start).Seconds())
 		}

@@ -187,7 +187,7 @@ func (r *runner) startReplicas(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		log, err := cl.logFile("replica-" + strconv.Itoa(i))
+		log, err := cl.logFile(replicaLogName(i))
 		if err != nil {
 			return err
 		}

@@ -422,18 +422,48 @@ func (s *Service) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("http server: %w", err)
 	}
 	s.logger.Info("shutting down", "instance_id", s.cfg.InstanceID)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
-	_ = srv.Shutdown(shutdownCtx)
-	if adminSrv != nil {
-		_ = adminSrv.Shutdown(shutdownCtx)
-	}
-	cancel()
-	startstop.StopAll(intake...) // finishes and commits the batch in hand, then leaves the group
-	startstop.StopAll(work...)
-	s.pool.Close()
-	s.shutdownTelemetry()
-	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID)
+	began := time.Now()
+	stage := s.shutdownStage
+	stage("http", nil, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		if adminSrv != nil {
+			_ = adminSrv.Shutdown(shutdownCtx)
+		}
+	})
+	// The intake finishes and commits the batch in hand, then leaves the group.
+	stage("intake", intake, nil)
+	stage("work", work, nil)
+	stage("database pool", nil, s.pool.Close) // waits for every connection handed out
+	stage("telemetry", nil, s.shutdownTelemetry)
+	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID, "duration", time.Since(began))
 	return runErr
+}
+
+// shutdownStage runs one stage of shutdown — the loops to stop together, or a function —
+// and logs how long it took, and each loop's time, so that a replica killed at the end of
+// its grace period has said which stage held it.
+func (s *Service) shutdownStage(name string, loops []startstop.Service, fn func()) {
+	if fn == nil && len(loops) == 0 {
+		return // no Kafka intake: nothing to say
+	}
+	start := time.Now()
+	var stopped []startstop.Stopped
+	if fn != nil {
+		fn()
+	} else {
+		stopped = startstop.StopAll(loops...)
+	}
+	attrs := []any{"instance_id", s.cfg.InstanceID, "stage", name, "duration", time.Since(start)}
+	if len(stopped) > 0 {
+		each := make([]any, 0, 2*len(stopped))
+		for _, st := range stopped {
+			each = append(each, st.Name, st.Took)
+		}
+		attrs = append(attrs, slog.Group("loops", each...))
+	}
+	s.logger.Info("shutdown stage done", attrs...)
 }
 
 // Close releases resources of a Service that was never Run.

@@ -119,12 +119,26 @@ func StartAll(ctx context.Context, services ...Service) error {
 }
 
 // StopAll stops services together — each drains its own work meanwhile, so the slowest
-// bounds the whole — and returns once every one has returned. Where one must end before
-// another (the Kafka consumer before the executor), call StopAll once for each.
-func StopAll(services ...Service) {
+// bounds the whole — and returns once every one has returned, with how long each took,
+// in the order given: a shutdown that outlasts its grace period is told by which loop
+// held it. Where one must end before another (the Kafka consumer before the executor),
+// call StopAll once for each.
+func StopAll(services ...Service) []Stopped {
+	stopped := make([]Stopped, len(services))
 	var wg sync.WaitGroup
-	for _, s := range services {
-		wg.Go(s.Stop)
+	for i, s := range services {
+		wg.Go(func() {
+			start := time.Now()
+			s.Stop()
+			stopped[i] = Stopped{Name: s.Name(), Took: time.Since(start)}
+		})
 	}
 	wg.Wait()
+	return stopped
+}
+
+// Stopped is how long one service took to stop.
+type Stopped struct {
+	Name string
+	Took time.Duration
 }

@@ -82,3 +82,21 @@ func TestStartAllUndoes(t *testing.T) {
 	require.ErrorIs(t, startstop.StartAll(t.Context(), a, b), startstop.ErrStarted)
 	require.True(t, stopped.Load(), "a was stopped again")
 }
+
+// TestStopAllTimesEachService: StopAll stops services together and says how long each
+// took, in the order given, so a slow shutdown names the loop that held it.
+func TestStopAllTimesEachService(t *testing.T) {
+	t.Parallel()
+	slow := startstop.NewLoop("slow", func(ctx context.Context) { <-ctx.Done(); time.Sleep(150 * time.Millisecond) })
+	quick := startstop.NewLoop("quick", func(ctx context.Context) { <-ctx.Done() })
+	never := startstop.NewLoop("never started", func(ctx context.Context) { <-ctx.Done() })
+	require.NoError(t, startstop.StartAll(t.Context(), slow, quick))
+	began := time.Now()
+	stopped := startstop.StopAll(slow, quick, never)
+	took := time.Since(began)
+	require.Len(t, stopped, 3)
+	require.Equal(t, []string{"slow", "quick", "never started"}, []string{stopped[0].Name, stopped[1].Name, stopped[2].Name})
+	require.GreaterOrEqual(t, stopped[0].Took, 150*time.Millisecond, "the slow loop's drain is counted")
+	require.Less(t, stopped[1].Took, 100*time.Millisecond, "the quick loop did not wait for the slow one")
+	require.Less(t, took, 300*time.Millisecond, "stopped together, not one after the other")
+}
