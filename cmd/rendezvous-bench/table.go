@@ -355,6 +355,20 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		plain("", "    … per delivered event"+at, rdv.TransactionsPerEvent, "tx")
 		plain("", "DBOS transactions per parked workflow"+at, peer.TransactionsPerParked, "tx")
 		plain("", "    … per delivered event"+at, peer.TransactionsPerEvent, "tx")
+		// Both systems keep this machine's cores busy: what each spends per workflow and
+		// per event says how their rates would move with more cores or slower ones.
+		for _, c := range []struct {
+			name       string
+			park, send *bench.CPUUse
+		}{{"rendezvous", rdv.ParkCPU, rdv.EventCPU}, {"DBOS", peer.ParkCPU, peer.EventCPU}} {
+			if c.park == nil || c.send == nil {
+				continue
+			}
+			plain("", c.name+" CPU per parked workflow: PostgreSQL"+at, c.park.PostgresUS, "µs")
+			plain("", "    … this process"+at, c.park.ProcessUS, "µs")
+			plain("", c.name+" CPU per delivered event: PostgreSQL"+at, c.send.PostgresUS, "µs")
+			plain("", "    … this process"+at, c.send.ProcessUS, "µs")
+		}
 	}
 }
 

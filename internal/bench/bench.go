@@ -102,6 +102,19 @@ func medianOf[T any](items []T, f func(T) float64) float64 {
 	return v[len(v)/2]
 }
 
+// medianCPU is each share of the CPU of runs at its median, or nil when a run has none.
+func medianCPU[T any](runs []T, of func(T) *CPUUse) *CPUUse {
+	if slices.ContainsFunc(runs, func(r T) bool { return of(r) == nil }) {
+		return nil
+	}
+	return &CPUUse{
+		PostgresUS:        medianOf(runs, func(r T) float64 { return of(r).PostgresUS }),
+		ProcessUS:         medianOf(runs, func(r T) float64 { return of(r).ProcessUS }),
+		ProcessAllocs:     medianOf(runs, func(r T) float64 { return of(r).ProcessAllocs }),
+		ProcessAllocBytes: medianOf(runs, func(r T) float64 { return of(r).ProcessAllocBytes }),
+	}
+}
+
 // medianLatencies is each percentile of f over items at its own median.
 func medianLatencies[T any](items []T, f func(T) Latencies) Latencies {
 	at := func(p func(Latencies) time.Duration) time.Duration {

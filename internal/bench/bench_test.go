@@ -180,6 +180,13 @@ func TestPeerCountsWholeRows(t *testing.T) {
 		}
 		require.Positive(t, s.TransactionsPerParked, s.System)
 		require.Positive(t, s.TransactionsPerEvent, s.System)
+		// The test server runs on this machine: both sides' CPU is read, the server's
+		// included, for parking and for delivery alike.
+		for _, c := range []*CPUUse{s.ParkCPU, s.EventCPU} {
+			require.NotNil(t, c, s.System)
+			require.Positive(t, c.PostgresUS, s.System)
+			require.Positive(t, c.ProcessUS, s.System)
+		}
 	}
 	require.Equal(t, res.Rounds[0].DBOS, res.Medians[0].DBOS, "the median of one round is that round")
 }

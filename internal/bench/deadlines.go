@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -143,19 +142,6 @@ func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
 	out.CPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.CPU })
 	out.FloorCPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.FloorCPU })
 	return out
-}
-
-// medianCPU is each share of the CPU of runs at its median, or nil when a run has none.
-func medianCPU(runs []DeadlineResult, of func(DeadlineResult) *CPUUse) *CPUUse {
-	if slices.ContainsFunc(runs, func(r DeadlineResult) bool { return of(r) == nil }) {
-		return nil
-	}
-	return &CPUUse{
-		PostgresUS:        medianOf(runs, func(r DeadlineResult) float64 { return of(r).PostgresUS }),
-		ProcessUS:         medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessUS }),
-		ProcessAllocs:     medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessAllocs }),
-		ProcessAllocBytes: medianOf(runs, func(r DeadlineResult) float64 { return of(r).ProcessAllocBytes }),
-	}
 }
 
 // statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so

@@ -63,6 +63,13 @@ type PeerSide struct {
 	TransactionsPerParked float64 `json:"transactions_per_parked"`
 	RowsPerEvent          float64 `json:"rows_per_event"`
 	TransactionsPerEvent  float64 `json:"transactions_per_event"`
+	// ParkCPU and EventCPU are the CPU per parked workflow and per delivered event of
+	// PostgreSQL (the whole server) and of this process (the system, its senders and the
+	// other system, idle meanwhile): where each system's rate is bound by the machine's
+	// cores rather than by waiting, these say which system's work costs more. Nil where
+	// the server's CPU cannot be read (startCPU).
+	ParkCPU  *CPUUse `json:"park_cpu,omitempty"`
+	EventCPU *CPUUse `json:"event_cpu,omitempty"`
 }
 
 // PeerRound is one round at one number of senders: both systems, one after the other.
@@ -185,7 +192,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 
 	// Park.
 	ids := make([]string, workflows)
-	collectGarbage()
+	cpuSince := startCPU(ctx, sys.pool())
 	start := time.Now()
 	if err := fanOut(c, workflows, func(i int) error {
 		id, err := sys.start(ctx)
@@ -211,6 +218,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 		}
 	}
 	side.ParkedPerSecond = float64(workflows) / time.Since(start).Seconds()
+	side.ParkCPU = cpuSince(workflows)
 	parked, err := p.snapshot(ctx, sys.pool())
 	if err != nil {
 		return side, err
@@ -219,7 +227,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 
 	// Deliver.
 	sent, returned := make([]time.Time, workflows), make([]time.Time, workflows)
-	collectGarbage()
+	cpuSince = startCPU(ctx, sys.pool())
 	start = time.Now()
 	if err := fanOut(c, workflows, func(i int) error {
 		sent[i] = time.Now()
@@ -233,6 +241,7 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	if err != nil {
 		return side, fmt.Errorf("%s: completions: %w", sys.name(), err)
 	}
+	side.EventCPU = cpuSince(workflows)
 	lat := make([]time.Duration, workflows)
 	last := start
 	for i, t := range done {
@@ -305,6 +314,8 @@ func medianSide(sides []PeerSide) PeerSide {
 		TransactionsPerParked: med(func(s PeerSide) float64 { return s.TransactionsPerParked }),
 		RowsPerEvent:          med(func(s PeerSide) float64 { return s.RowsPerEvent }),
 		TransactionsPerEvent:  med(func(s PeerSide) float64 { return s.TransactionsPerEvent }),
+		ParkCPU:               medianCPU(sides, func(s PeerSide) *CPUUse { return s.ParkCPU }),
+		EventCPU:              medianCPU(sides, func(s PeerSide) *CPUUse { return s.EventCPU }),
 	}
 }
 
