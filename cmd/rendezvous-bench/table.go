@@ -355,8 +355,8 @@ func peerFigures(r results, plain func(part, name string, v float64, unit string
 		plain("", "    … per delivered event"+at, rdv.TransactionsPerEvent, "tx")
 		plain("", "DBOS transactions per parked workflow"+at, peer.TransactionsPerParked, "tx")
 		plain("", "    … per delivered event"+at, peer.TransactionsPerEvent, "tx")
-		// Both systems keep this machine's cores busy: what each spends per workflow and
-		// per event says how their rates would move with more cores or slower ones.
+		// What each system spends per workflow and per event, beside its rate, tells a
+		// rate bound by this machine's cores from one bound by waiting.
 		for _, c := range []struct {
 			name       string
 			park, send *bench.CPUUse

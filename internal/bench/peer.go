@@ -64,10 +64,11 @@ type PeerSide struct {
 	RowsPerEvent          float64 `json:"rows_per_event"`
 	TransactionsPerEvent  float64 `json:"transactions_per_event"`
 	// ParkCPU and EventCPU are the CPU per parked workflow and per delivered event of
-	// PostgreSQL (the whole server) and of this process (the system, its senders and the
-	// other system, idle meanwhile): where each system's rate is bound by the machine's
-	// cores rather than by waiting, these say which system's work costs more. Nil where
-	// the server's CPU cannot be read (startCPU).
+	// PostgreSQL (the whole server, the bench's polling for parked and completed
+	// workflows included, as for both systems) and of this process (the system, its
+	// starters or senders, and the other system, idle meanwhile). Set against the rate,
+	// they tell a system bound by the machine's cores from one bound by waiting. Nil
+	// where the server's CPU cannot be read (startCPU).
 	ParkCPU  *CPUUse `json:"park_cpu,omitempty"`
 	EventCPU *CPUUse `json:"event_cpu,omitempty"`
 }

@@ -423,8 +423,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.logger.Info("shutting down", "instance_id", s.cfg.InstanceID)
 	began := time.Now()
-	stage := s.shutdownStage
-	stage("http", nil, func() {
+	s.shutdownStage("http", nil, func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
@@ -433,10 +432,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	// The intake finishes and commits the batch in hand, then leaves the group.
-	stage("intake", intake, nil)
-	stage("work", work, nil)
-	stage("database pool", nil, s.pool.Close) // waits for every connection handed out
-	stage("telemetry", nil, s.shutdownTelemetry)
+	s.shutdownStage("intake", intake, nil)
+	s.shutdownStage("work", work, nil)
+	s.shutdownStage("database pool", nil, s.pool.Close) // waits for every connection handed out
+	s.shutdownStage("telemetry", nil, s.shutdownTelemetry)
 	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID, "duration", time.Since(began))
 	return runErr
 }

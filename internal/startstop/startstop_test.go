@@ -87,16 +87,23 @@ func TestStartAllUndoes(t *testing.T) {
 // took, in the order given, so a slow shutdown names the loop that held it.
 func TestStopAllTimesEachService(t *testing.T) {
 	t.Parallel()
-	slow := startstop.NewLoop("slow", func(ctx context.Context) { <-ctx.Done(); time.Sleep(150 * time.Millisecond) })
+	const drain = 150 * time.Millisecond
+	slow := func(name string) *startstop.Loop {
+		return startstop.NewLoop(name, func(ctx context.Context) { <-ctx.Done(); time.Sleep(drain) })
+	}
+	a, b := slow("slow a"), slow("slow b")
 	quick := startstop.NewLoop("quick", func(ctx context.Context) { <-ctx.Done() })
 	never := startstop.NewLoop("never started", func(ctx context.Context) { <-ctx.Done() })
-	require.NoError(t, startstop.StartAll(t.Context(), slow, quick))
+	require.NoError(t, startstop.StartAll(t.Context(), a, b, quick))
 	began := time.Now()
-	stopped := startstop.StopAll(slow, quick, never)
+	stopped := startstop.StopAll(a, b, quick, never)
 	took := time.Since(began)
-	require.Len(t, stopped, 3)
-	require.Equal(t, []string{"slow", "quick", "never started"}, []string{stopped[0].Name, stopped[1].Name, stopped[2].Name})
-	require.GreaterOrEqual(t, stopped[0].Took, 150*time.Millisecond, "the slow loop's drain is counted")
-	require.Less(t, stopped[1].Took, 100*time.Millisecond, "the quick loop did not wait for the slow one")
-	require.Less(t, took, 300*time.Millisecond, "stopped together, not one after the other")
+	require.Len(t, stopped, 4)
+	require.Equal(t, []string{"slow a", "slow b", "quick", "never started"},
+		[]string{stopped[0].Name, stopped[1].Name, stopped[2].Name, stopped[3].Name})
+	require.GreaterOrEqual(t, stopped[0].Took, drain, "a slow loop's drain is counted")
+	require.GreaterOrEqual(t, stopped[1].Took, drain, "a slow loop's drain is counted")
+	require.Less(t, stopped[2].Took, stopped[0].Took, "the quick loop did not wait for a slow one")
+	// One after the other, the two drains would take twice as long.
+	require.Less(t, took, 2*drain, "stopped together")
 }
