@@ -100,8 +100,9 @@ type FaultLog struct {
 	// Sender names the replica process it stopped.
 	Sender string    `json:"sender,omitempty"`
 	Start  time.Time `json:"start"`
-	// Stopped is how long the replica took to exit; Shutdown, after a SIGTERM, the
-	// slowest stage of its shutdown as it logged it (slowestShutdownStage).
+	// Stopped is how long the replica took to exit; Shutdown, after a SIGTERM, what
+	// held its shutdown as it logged it: the slowest stage, or the last one done before
+	// it was killed (slowestShutdownStage).
 	Stopped  time.Duration `json:"stopped_ns,omitempty"`
 	Shutdown string        `json:"shutdown,omitempty"`
 	// End is when the replica was ready again, or the database back.

@@ -92,7 +92,7 @@ func (r *Report) Print(w io.Writer) {
 		case FaultTerm:
 			fmt.Fprintf(w, " term %s at %.1fs, exited after %.1fs", f.Sender, f.At.Seconds(), f.Stopped.Seconds())
 			if f.Shutdown != "" {
-				fmt.Fprintf(w, " (slowest: %s)", f.Shutdown)
+				fmt.Fprintf(w, " (shutdown: %s)", f.Shutdown)
 			}
 			fmt.Fprintf(w, ", back after %.1fs", f.End.Sub(f.Start).Seconds())
 		default:

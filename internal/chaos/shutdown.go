@@ -11,7 +11,9 @@ import (
 // slowestShutdownStage reads a replica's log and says which stage of its last shutdown
 // took longest, and within it which loop, from the lines serve logs as it stops
 // ("shutdown stage done"): a SIGTERM exit that takes long is so explained in the report
-// rather than only measured. It is empty when the log holds no complete shutdown.
+// rather than only measured. A shutdown that never stopped (the replica was killed at
+// the end of its grace period) is told by the last stage it finished: the one after it
+// held the exit. It is empty when the log holds no shutdown.
 func slowestShutdownStage(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -24,7 +26,7 @@ func slowestShutdownStage(path string) (string, error) {
 		loops map[string]time.Duration
 	}
 	var last []stage
-	var stopped bool
+	var began, stopped bool
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -39,7 +41,7 @@ func slowestShutdownStage(path string) (string, error) {
 		}
 		switch l.Msg {
 		case "shutting down":
-			last, stopped = nil, false
+			last, began, stopped = nil, true, false
 		case "shutdown stage done":
 			last = append(last, stage{l.Stage, l.Duration, l.Loops})
 		case "stopped":
@@ -49,7 +51,14 @@ func slowestShutdownStage(path string) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", err
 	}
-	if !stopped || len(last) == 0 {
+	switch {
+	case !began:
+		return "", nil
+	case !stopped && len(last) == 0:
+		return "unfinished, no stage done", nil
+	case !stopped:
+		return "unfinished after " + last[len(last)-1].name, nil
+	case len(last) == 0:
 		return "", nil
 	}
 	slowest := last[0]
@@ -58,7 +67,7 @@ func slowestShutdownStage(path string) (string, error) {
 			slowest = s
 		}
 	}
-	out := fmt.Sprintf("%s %.1fs", slowest.name, slowest.took.Seconds())
+	out := fmt.Sprintf("slowest %s %.1fs", slowest.name, slowest.took.Seconds())
 	var loop string
 	var took time.Duration
 	for name, d := range slowest.loops {

@@ -9,8 +9,8 @@ import (
 )
 
 // TestSlowestShutdownStage: the report names the stage, and the loop within it, that
-// held a replica's last shutdown, from the lines serve logs; an earlier shutdown of the
-// same log, or one the replica did not finish, names nothing of its own.
+// held a replica's last shutdown, from the lines serve logs, not an earlier shutdown's
+// of the same log; of a shutdown the replica did not finish, the last stage it did.
 func TestSlowestShutdownStage(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "replica-0.log")
@@ -33,12 +33,24 @@ not json at all
 	write(first + second)
 	got, err := slowestShutdownStage(path)
 	require.NoError(t, err)
-	require.Equal(t, "intake 65.9s, kafka consumer 65.9s", got)
+	require.Equal(t, "slowest intake 65.9s, kafka consumer 65.9s", got)
 
 	write(first + `{"msg":"shutting down"}
 {"msg":"shutdown stage done","stage":"http","duration":1000000}
 `)
 	got, err = slowestShutdownStage(path)
 	require.NoError(t, err)
-	require.Empty(t, got, "killed before it stopped: no complete shutdown to explain")
+	require.Equal(t, "unfinished after http", got, "killed before it stopped: the stage after http held it")
+
+	write(first + `{"msg":"shutting down"}
+`)
+	got, err = slowestShutdownStage(path)
+	require.NoError(t, err)
+	require.Equal(t, "unfinished, no stage done", got)
+
+	write(`{"msg":"rendezvous serving"}
+`)
+	got, err = slowestShutdownStage(path)
+	require.NoError(t, err)
+	require.Empty(t, got, "no shutdown in the log")
 }
