@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
@@ -101,11 +102,11 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 			Duration *int64         `json:"duration"`
 			Loops    map[string]any `json:"loops"`
 		}
-		if json.Unmarshal([]byte(line), &l) != nil || (l.Msg != "shutdown stage done" && l.Msg != "stopped") {
+		if json.Unmarshal([]byte(line), &l) != nil || (l.Msg != service.LogShutdownStage && l.Msg != service.LogStopped) {
 			continue
 		}
 		require.NotNil(t, l.Duration, "a duration on %s", line)
-		if l.Msg == "stopped" {
+		if l.Msg == service.LogStopped {
 			stages = append(stages, "(stopped)")
 			continue
 		}

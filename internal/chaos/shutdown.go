@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
 // slowestShutdownStage reads a replica's log and says which stage of its last shutdown
 // took longest, and within it which loop, from the lines serve logs as it stops
-// ("shutdown stage done"): a SIGTERM exit that takes long is so explained in the report
+// (service.LogShutdownStage): a SIGTERM exit that takes long is so explained in the report
 // rather than only measured. A shutdown that never stopped (the replica was killed at
 // the end of its grace period) is told by the last stage it finished: the one after it
 // held the exit. It is empty when the log holds no shutdown.
@@ -40,11 +42,11 @@ func slowestShutdownStage(path string) (string, error) {
 			continue
 		}
 		switch l.Msg {
-		case "shutting down":
+		case service.LogShuttingDown:
 			last, began, stopped = nil, true, false
-		case "shutdown stage done":
+		case service.LogShutdownStage:
 			last = append(last, stage{l.Stage, l.Duration, l.Loops})
-		case "stopped":
+		case service.LogStopped:
 			stopped = true
 		}
 	}

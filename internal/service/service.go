@@ -421,7 +421,7 @@ func (s *Service) Run(ctx context.Context) error {
 	case err := <-httpErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	}
-	s.logger.Info("shutting down", "instance_id", s.cfg.InstanceID)
+	s.logger.Info(LogShuttingDown, "instance_id", s.cfg.InstanceID)
 	began := time.Now()
 	s.shutdownStage("http", nil, func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HTTPShutdown)
@@ -436,9 +436,19 @@ func (s *Service) Run(ctx context.Context) error {
 	s.shutdownStage("work", work, nil)
 	s.shutdownStage("database pool", nil, s.pool.Close) // waits for every connection handed out
 	s.shutdownStage("telemetry", nil, s.shutdownTelemetry)
-	s.logger.Info("stopped", "instance_id", s.cfg.InstanceID, "duration", time.Since(began))
+	s.logger.Info(LogStopped, "instance_id", s.cfg.InstanceID, "duration", time.Since(began))
 	return runErr
 }
+
+// The messages of the lines a replica logs as it shuts down: "shutting down" once,
+// LogShutdownStage for each stage that ends, with its "stage", "duration" and "loops",
+// and LogStopped, with the whole "duration". The chaos run reads them back to tell what
+// held a SIGTERM exit.
+const (
+	LogShuttingDown  = "shutting down"
+	LogShutdownStage = "shutdown stage done"
+	LogStopped       = "stopped"
+)
 
 // shutdownStage runs one stage of shutdown — the loops to stop together, or a function —
 // and logs how long it took, and each loop's time, so that a replica killed at the end of
@@ -462,7 +472,7 @@ func (s *Service) shutdownStage(name string, loops []startstop.Service, fn func(
 		}
 		attrs = append(attrs, slog.Group("loops", each...))
 	}
-	s.logger.Info("shutdown stage done", attrs...)
+	s.logger.Info(LogShutdownStage, attrs...)
 }
 
 // Close releases resources of a Service that was never Run.
