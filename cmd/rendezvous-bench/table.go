@@ -78,6 +78,11 @@ func figures(o options, r results) []figure {
 			rate("", fmt.Sprintf("floor: bare writes, %d a statement, %d at once%s", f.Batch, f.Workers, medianOfRuns(f)), f.PerSecond)
 			v := k.PerSecond / f.PerSecond
 			target(plain("b", "kafka records applied/s, of its floor", v, "×"), fmt.Sprintf("≥ %.2f×", kafkaFloorTarget), v >= kafkaFloorTarget)
+			// The floor records no spans, and neither does a replica without an exporter
+			// (serve's default): this is the run that does the floor's work and no more.
+			if u := r.KafkaUntraced; u.Records > 0 {
+				plain("b", "kafka records applied/s, no trace exporter, of its floor", u.PerSecond/f.PerSecond, "×")
+			}
 			if k.CPU != nil && f.CPU != nil {
 				plain("", "kafka CPU per record: PostgreSQL", k.CPU.PostgresUS, "µs")
 				plain("", "kafka CPU per record: replica, broker, producer", k.CPU.ProcessUS, "µs")
