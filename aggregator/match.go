@@ -141,6 +141,9 @@ func (a *Aggregator) expandMatches(ctx context.Context, tx pgx.Tx, events []Even
 		expected []Expected
 	}
 	byKey := map[string][]*holder{}
+	// An event correlated by ids is one decision, as are most matched ones: growing out
+	// by appending would copy a batch's events several times over.
+	out, origin = make([]Event, 0, len(events)), make([]int, 0, len(events))
 	for _, row := range rows {
 		h := &holder{row: row}
 		if err := json.Unmarshal(row.ExpectedEvents, &h.expected); err != nil {

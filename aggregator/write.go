@@ -122,7 +122,18 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 
 // endedHere are the waits of out that ended to be continued here (continueHere).
 func endedHere(out []written) []Ended {
-	var ended []Ended
+	n := 0
+	for _, w := range out {
+		if w.ended != nil && w.then == continueHere {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// Counted first: a batch of Kafka records ends most of its waits, and Ended is large
+	// enough that growing the slice by appending copied them several times over.
+	ended := make([]Ended, 0, n)
 	for _, w := range out {
 		if w.ended != nil && w.then == continueHere {
 			ended = append(ended, *w.ended)
