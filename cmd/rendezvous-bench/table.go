@@ -79,7 +79,7 @@ func figures(o options, r results) []figure {
 			v := k.PerSecond / f.PerSecond
 			target(plain("b", "kafka records applied/s, of its floor", v, "×"), fmt.Sprintf("≥ %.2f×", kafkaFloorTarget), v >= kafkaFloorTarget)
 			// The floor records no spans, and neither does a replica without an exporter
-			// (serve's default): this is the run that does the floor's work and no more.
+			// (serve's default): the same ratio, for the run that records none either.
 			if u := r.KafkaUntraced; u.Records > 0 {
 				plain("b", "kafka records applied/s, no trace exporter, of its floor", u.PerSecond/f.PerSecond, "×")
 			}
