@@ -125,8 +125,9 @@ type Config struct {
 	Logger *slog.Logger
 	// TestSignals: steps tests wait for; inert in production.
 	TestSignals TestSignals
-	// TracerProvider receives the Kafka client's spans (a receive span per fetched
-	// record, a publish span per dead letter). Default: a no-op provider.
+	// TracerProvider receives the Kafka client's spans: a publish span per dead letter.
+	// A fetched record gets no span of its own: the event it carries is traced in its
+	// wait's trace, linked to the producer's span. Default: a no-op provider.
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives the consumer's metrics (lag, dead letters, database errors)
 	// and the Kafka client's. Default: a no-op provider.
@@ -134,6 +135,10 @@ type Config struct {
 	// Propagator reads the trace context a record's headers announce and writes it on
 	// dead letters. Default: W3C TraceContext.
 	Propagator propagation.TextMapPropagator
+	// Hooks are more hooks of the Kafka client, after the consumer's own instruments:
+	// a way to observe its records as it buffers and hands them over (the bench times
+	// the client's buffer with one). Optional.
+	Hooks []kgo.Hook
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

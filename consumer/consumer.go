@@ -135,8 +135,8 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 			c.forgetPartitions(lost)
 		}),
 		// The dead letters this client produces are traced too, under their record's
-		// receive span (see deadLetter).
-		kgo.WithHooks(c.kotelHooks()...),
+		// producer's span (see deadLetter).
+		kgo.WithHooks(append(c.kotelHooks(), cfg.Hooks...)...),
 		kgo.ProducerLinger(0),
 		kgo.RecordRetries(5),
 		// A dead-letter topic that does not exist fails the write at once (after one

@@ -62,7 +62,7 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 		// context carries the write's deadline, which also ends the client's own wait for
 		// a topic it does not know.
 		dl := &kgo.Record{Topic: r.Topic + c.cfg.DLQSuffix, Partition: r.Partition, Key: r.Key, Value: r.Value,
-			Headers: headers, Context: recordCtx(writeCtx, r)}
+			Headers: headers, Context: c.recordCtx(writeCtx, r)}
 		out = append(out, dl)
 		src[dl] = it
 	}
@@ -93,7 +93,7 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			c.count(ReasonPoison)
 			c.deadLettered(ctx, r.Topic, it.poisonCategory)
 			c.firstSeen.Delete(positionKey(r))
-			c.logger.WarnContext(recordCtx(ctx, r), "poison record dead-lettered",
+			c.logger.WarnContext(c.recordCtx(ctx, r), "poison record dead-lettered",
 				append(c.deadLetterAttrs(it), "dlq_topic", res.Record.Topic, "reason", it.poison)...)
 		case <-writeCtx.Done():
 			for _, it := range pending {
@@ -125,7 +125,7 @@ func (c *Consumer) dlqWriteFailed(ctx context.Context, it item, err error, categ
 		c.dlqTopics.missing(it.rec.Topic)
 		c.Refresh()
 	}
-	c.logger.ErrorContext(recordCtx(ctx, it.rec), "dead-letter write failed; partition stops here until it succeeds",
+	c.logger.ErrorContext(c.recordCtx(ctx, it.rec), "dead-letter write failed; partition stops here until it succeeds",
 		append(c.deadLetterAttrs(it), "dlq_topic", it.rec.Topic+c.cfg.DLQSuffix, "reason", category, "err", err)...)
 }
 

@@ -228,7 +228,7 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 				if len(c.triggersFor(it.rec.Topic)) > 0 {
 					level = slog.LevelDebug // a trigger's topic carries records of other types too
 				}
-				c.logger.Log(recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+				c.logger.Log(c.recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
 					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
 			}
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
@@ -287,15 +287,11 @@ func (c *Consumer) isolate(ctx context.Context, items []item, cause error,
 func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err error) {
 	// Most records carry one event.
 	batch := make([]aggregator.Event, 0, len(items))
-	recs := make([]*kgo.Record, 0, len(items)) // batch[i] came from recs[i]
 	for _, it := range items {
 		if it.poison != "" {
 			continue
 		}
 		batch = append(batch, it.events...)
-		for range it.events {
-			recs = append(recs, it.rec)
-		}
 	}
 	if len(batch) == 0 {
 		return false, nil
@@ -310,7 +306,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		ev := batch[i]
 		if len(ev.MatchKeys) > 0 {
 			if debug {
-				c.logMatch(recordCtx(ctx, recs[i]), ev, res)
+				c.logMatch(linkCtx(ctx, ev.Link), ev, res)
 			}
 			continue
 		}
@@ -321,7 +317,7 @@ func (c *Consumer) apply(ctx context.Context, items []item) (touchedDB bool, err
 		}
 		attrs := append(waitAttrs(ev, res.NodeID), "instance_id", c.cfg.ClientID, "topic", ev.Source.Topic,
 			"partition", *ev.Source.Partition, "offset", *ev.Source.Offset, "event", res.Event, "outcome", res.Outcome)
-		c.logger.Log(recordCtx(ctx, recs[i]), level, msg, attrs...)
+		c.logger.Log(linkCtx(ctx, ev.Link), level, msg, attrs...)
 	}
 	return true, nil
 }

@@ -145,7 +145,7 @@ func (c *Consumer) send(ctx context.Context, items []item) (touchedDB bool, err 
 	for i, it := range sends {
 		res := results[i]
 		c.count("send_" + string(res.Outcome))
-		c.logSent(recordCtx(ctx, it.rec), *it.sent, res)
+		c.logSent(linkCtx(ctx, it.sent.Link), *it.sent, res)
 	}
 	return true, nil
 }

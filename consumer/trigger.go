@@ -232,9 +232,9 @@ func (c *Consumer) trigger(ctx context.Context, items []item) (touchedDB bool, e
 		attrs := []any{"workflow", t.s.workflow, "dedupe_key", t.s.dedupe, "topic", r.Topic, "partition", r.Partition,
 			"offset", r.Offset, "instance_id", c.cfg.ClientID}
 		if t.isNew {
-			c.logger.DebugContext(recordCtx(ctx, r), "kafka record started an execution", append(attrs, "execution_id", t.id)...)
+			c.logger.DebugContext(c.recordCtx(ctx, r), "kafka record started an execution", append(attrs, "execution_id", t.id)...)
 		} else {
-			c.logger.DebugContext(recordCtx(ctx, r), "kafka record's trigger key already started an execution", attrs...)
+			c.logger.DebugContext(c.recordCtx(ctx, r), "kafka record's trigger key already started an execution", attrs...)
 		}
 	}
 	return true, nil

@@ -77,7 +77,7 @@ func TestClonedWaitsAreRealWaits(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := dbtest.NewSchema(t)
-	rig, err := startKafka(ctx, s.URL, 2, false, nil, slog.New(slog.DiscardHandler))
+	rig, err := startKafka(ctx, s.URL, 2, false, nil, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	defer rig.close()
 

@@ -36,7 +36,7 @@ const fillerWorkflow = "bench-filler"
 // statistics are those of a settled table, not of a bulk load.
 func Fill(ctx context.Context, url string, n int, logger *slog.Logger) (FillResult, error) {
 	start := time.Now()
-	rig, err := startKafka(ctx, url, 1, false, nil, logger)
+	rig, err := startKafka(ctx, url, 1, false, nil, nil, logger)
 	if err != nil {
 		return FillResult{}, err
 	}

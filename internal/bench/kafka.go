@@ -65,9 +65,11 @@ type kafkaRig struct {
 
 // startKafka starts an embedded broker with the bench topic and one replica that
 // consumes it. Tracing records every span (as a deployment with an exporter does);
-// without it the tracer is the one a replica has without an exporter. rec, when not nil, also keeps every ended span (for
-// the latency runs' breakdown; it needs tracing).
-func startKafka(ctx context.Context, url string, partitions int, tracing bool, rec *tracetest.SpanRecorder, logger *slog.Logger) (_ *kafkaRig, err error) {
+// without it the tracer is the one a replica has without an exporter. rec, when not nil,
+// also keeps every ended span, and hooks are added to the replica's Kafka client (for the
+// latency runs' breakdown; rec needs tracing).
+func startKafka(ctx context.Context, url string, partitions int, tracing bool, rec *tracetest.SpanRecorder, hooks []kgo.Hook,
+	logger *slog.Logger) (_ *kafkaRig, err error) {
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -104,7 +106,7 @@ func startKafka(ctx context.Context, url string, partitions int, tracing bool, r
 		// The bench measures the event paths on loopback; authentication is not what it measures.
 		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench-kafka", DBMaxConns: 32, Logger: logger, Telemetry: tel,
-		Kafka:    consumer.Config{Brokers: cluster.ListenAddrs(), TopicRefresh: 100 * time.Millisecond},
+		Kafka:    consumer.Config{Brokers: cluster.ListenAddrs(), TopicRefresh: 100 * time.Millisecond, Hooks: hooks},
 		Executor: executor.Config{PollInterval: 100 * time.Millisecond},
 	})
 	if err != nil {
@@ -194,7 +196,7 @@ func (r *kafkaRig) waitApplied(ctx context.Context, n int) error {
 // Kafka-only waits, then produces one record per wait as fast as the producer goes.
 // Waits already in the table (see Fill) stay untouched; OtherWaits reports them.
 func Kafka(ctx context.Context, url string, partitions, records int, tracing bool, logger *slog.Logger) (KafkaResult, error) {
-	rig, err := startKafka(ctx, url, partitions, tracing, nil, logger)
+	rig, err := startKafka(ctx, url, partitions, tracing, nil, nil, logger)
 	if err != nil {
 		return KafkaResult{}, err
 	}

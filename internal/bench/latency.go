@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"sync"
@@ -83,16 +84,17 @@ func stages(names []string, moments [][]time.Time) []Stage {
 
 // KafkaLatency parks rate×d Kafka-only waits and produces their records at a fixed rate
 // (one replica, like Kafka), measuring from each record's scheduled produce time. Its
-// stages come from the replica's own spans: the record's receive span starts when the
-// consumer's client buffers it and ends when the consumer polls it, the event's span
-// starts once the applying transaction has committed.
+// stages come from a hook of the replica's Kafka client, which stamps each record when
+// the client buffers it and when the consumer polls it, and from the replica's own
+// spans: the event's span starts once the applying transaction has committed.
 func KafkaLatency(ctx context.Context, url string, partitions int, rate float64, d time.Duration, logger *slog.Logger) (LatencyResult, error) {
 	n := int(math.Ceil(rate * d.Seconds()))
 	if n <= 0 {
 		return LatencyResult{}, fmt.Errorf("offered rate %.1f/s over %s is no event", rate, d)
 	}
 	rec := tracetest.NewSpanRecorder()
-	rig, err := startKafka(ctx, url, partitions, true, rec, logger)
+	buffer := &bufferTimes{at: map[offset]bufferStamps{}}
+	rig, err := startKafka(ctx, url, partitions, true, rec, []kgo.Hook{buffer}, logger)
 	if err != nil {
 		return LatencyResult{}, err
 	}
@@ -100,10 +102,6 @@ func KafkaLatency(ctx context.Context, url string, partitions int, rate float64,
 	ids, err := rig.park(ctx, n)
 	if err != nil {
 		return LatencyResult{}, err
-	}
-	type offset struct {
-		partition int32
-		offset    int64
 	}
 	var mu sync.Mutex
 	var produceErr error
@@ -143,21 +141,20 @@ func KafkaLatency(ctx context.Context, url string, partitions int, rate float64,
 		byCorr[w.corr] = i
 	}
 	buffered, polled, observed := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-	for _, s := range rec.Ended() {
-		attrs := map[string]any{}
-		for _, a := range s.Attributes() {
-			attrs[string(a.Key)] = a.Value.AsInterface()
+	for o, st := range buffer.stamps() {
+		if i, ok := byOffset[o]; ok {
+			buffered[i], polled[i] = st.buffered, st.polled
 		}
-		switch s.Name() {
-		case benchTopic + " receive":
-			p, _ := attrs["messaging.kafka.source.partition"].(int64)
-			o, _ := attrs["messaging.kafka.message.offset"].(int64)
-			if i, ok := byOffset[offset{int32(p), o}]; ok {
-				buffered[i], polled[i] = s.StartTime(), s.EndTime()
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() != "rendezvous.wait.event kafka_event" {
+			continue
+		}
+		for _, a := range s.Attributes() {
+			if a.Key != "rendezvous.correlation_id" {
+				continue
 			}
-		case "rendezvous.wait.event kafka_event":
-			corr, _ := attrs["rendezvous.correlation_id"].(string)
-			if id, err := uuid.Parse(corr); err == nil {
+			if id, err := uuid.Parse(a.Value.AsString()); err == nil {
 				if i, ok := byCorr[id]; ok {
 					observed[i] = s.StartTime()
 				}
@@ -191,6 +188,45 @@ func KafkaLatency(ctx context.Context, url string, partitions int, rate float64,
 			"commit: updated → committed and observed",
 			"continuation: committed → continuation committed (0: in the same transaction)",
 		}, moments)}, nil
+}
+
+// offset is where a record is: its partition of the bench topic and its offset.
+type offset struct {
+	partition int32
+	offset    int64
+}
+
+// bufferStamps are when the Kafka client buffered a record and when it was polled.
+type bufferStamps struct{ buffered, polled time.Time }
+
+// bufferTimes is a hook of a Kafka client that stamps each record it fetches, by offset.
+type bufferTimes struct {
+	mu sync.Mutex
+	at map[offset]bufferStamps
+}
+
+func (b *bufferTimes) OnFetchRecordBuffered(r *kgo.Record) {
+	now := time.Now()
+	b.mu.Lock()
+	b.at[offset{r.Partition, r.Offset}] = bufferStamps{buffered: now}
+	b.mu.Unlock()
+}
+
+func (b *bufferTimes) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
+	now := time.Now()
+	b.mu.Lock()
+	o := offset{r.Partition, r.Offset}
+	st := b.at[o]
+	st.polled = now
+	b.at[o] = st
+	b.mu.Unlock()
+}
+
+// stamps are the records' stamps so far.
+func (b *bufferTimes) stamps() map[offset]bufferStamps {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.at)
 }
 
 // maxInFlight bounds the callbacks CallbackLatency has in flight: a server that falls

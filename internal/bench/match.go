@@ -77,7 +77,7 @@ func Match(ctx context.Context, url string, waiting, matched, concurrency int, l
 		return MatchResult{}, fmt.Errorf("match: %d measured waits do not fit in %d waiting", matched, waiting)
 	}
 	start := time.Now()
-	rig, err := startKafka(ctx, url, 1, false, nil, logger)
+	rig, err := startKafka(ctx, url, 1, false, nil, nil, logger)
 	if err != nil {
 		return MatchResult{}, err
 	}
