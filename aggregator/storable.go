@@ -1,10 +1,11 @@
 package aggregator
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // PostgreSQL's numeric, which jsonb stores every number as, holds at most this many
@@ -48,7 +49,7 @@ func CheckStorable(payload []byte) error {
 	if len(payload) == 0 {
 		return nil
 	}
-	if !json.Valid(payload) {
+	if !jsonnum.Valid(payload) {
 		return &UnstorableError{Reason: "not valid JSON"}
 	}
 	if !utf8.Valid(payload) {

@@ -24,8 +24,18 @@ import (
 )
 
 // Decode reads one JSON value with its numbers as json.Number. Like json.Unmarshal, it
-// refuses anything after the value but white space.
+// refuses anything after the value but white space. Its values are encoding/json's; a
+// text that is not JSON gets encoding/json's error.
 func Decode(raw []byte) (any, error) {
+	if v, ok := parseValue(raw, true); ok {
+		return v, nil
+	}
+	return decodeStd(raw)
+}
+
+// decodeStd is Decode by encoding/json: what parseValue is checked against, and where a
+// text parseValue refuses gets its error.
+func decodeStd(raw []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any

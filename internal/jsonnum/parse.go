@@ -1,0 +1,291 @@
+package jsonnum
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// maxDepth is how deeply arrays and objects may nest: encoding/json's limit, past which
+// it refuses a value rather than recurse further.
+const maxDepth = 10000
+
+// parser reads one JSON value from its text in a single pass, to what encoding/json
+// decodes into an any with UseNumber: map[string]any, []any, string, json.Number, bool
+// and nil. It is the fast path of Decode and Valid: a Kafka record's value is read once
+// per record, and encoding/json's reflection, buffering and byte-at-a-time scanner made
+// that most of a replica's CPU for deciding a record. It does not say why a text is not
+// JSON: on any failure the caller asks encoding/json, whose error messages are the ones
+// the dead letters and logs give.
+type parser struct {
+	b     []byte
+	i     int
+	depth int
+	build bool // false: validate only, allocating nothing
+}
+
+func (p *parser) skipSpace() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// value reads the value at p.i, after any white space.
+func (p *parser) value() (any, bool) {
+	p.skipSpace()
+	if p.i >= len(p.b) {
+		return nil, false
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.str()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	}
+	return nil, false
+}
+
+func (p *parser) literal(word string) bool {
+	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
+		return false
+	}
+	p.i += len(word)
+	return true
+}
+
+func (p *parser) object() (any, bool) {
+	p.depth++
+	if p.depth > maxDepth {
+		return nil, false
+	}
+	p.i++ // {
+	var m map[string]any
+	if p.build {
+		m = map[string]any{}
+	}
+	p.skipSpace()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		p.depth--
+		return m, true
+	}
+	for {
+		p.skipSpace()
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return nil, false
+		}
+		k, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		p.skipSpace()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return nil, false
+		}
+		p.i++
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		if p.build {
+			m[k.(string)] = v // the last of duplicate keys wins, as in encoding/json
+		}
+		p.skipSpace()
+		if p.i >= len(p.b) {
+			return nil, false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case '}':
+			p.i++
+			p.depth--
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (p *parser) array() (any, bool) {
+	p.depth++
+	if p.depth > maxDepth {
+		return nil, false
+	}
+	p.i++ // [
+	var a []any
+	if p.build {
+		a = []any{}
+	}
+	p.skipSpace()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		p.depth--
+		return a, true
+	}
+	for {
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		if p.build {
+			a = append(a, v)
+		}
+		p.skipSpace()
+		if p.i >= len(p.b) {
+			return nil, false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case ']':
+			p.i++
+			p.depth--
+			return a, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// str reads the string whose opening quote is at p.i. A string of plain characters (no
+// escape, valid UTF-8) is its bytes; any other is unquoted by encoding/json, so that
+// escapes, surrogate pairs and invalid bytes (replaced by U+FFFD) read exactly as there.
+func (p *parser) str() (any, bool) {
+	start := p.i
+	p.i++
+	plain := true
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			if !p.build {
+				return nil, true
+			}
+			if plain {
+				return string(p.b[start+1 : p.i-1]), true
+			}
+			var s string
+			if err := json.Unmarshal(p.b[start:p.i], &s); err != nil {
+				return nil, false
+			}
+			return s, true
+		case c == '\\':
+			plain = false
+			p.i++
+			if p.i >= len(p.b) {
+				return nil, false
+			}
+			switch p.b[p.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.i++
+			case 'u':
+				if len(p.b)-p.i < 5 {
+					return nil, false
+				}
+				for _, h := range p.b[p.i+1 : p.i+5] {
+					if !isHex(h) {
+						return nil, false
+					}
+				}
+				p.i += 5
+			default:
+				return nil, false
+			}
+		case c < 0x20:
+			return nil, false
+		case c < utf8.RuneSelf:
+			p.i++
+		default:
+			r, size := utf8.DecodeRune(p.b[p.i:])
+			if r == utf8.RuneError && size == 1 {
+				plain = false // encoding/json reads the byte as U+FFFD
+			}
+			p.i += size
+		}
+	}
+	return nil, false
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// number reads a number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (p *parser) number() (any, bool) {
+	start := p.i
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	if p.i >= len(p.b) {
+		return nil, false
+	}
+	switch c := p.b[p.i]; {
+	case c == '0':
+		p.i++
+	case c >= '1' && c <= '9':
+		p.digits()
+	default:
+		return nil, false
+	}
+	if p.i < len(p.b) && p.b[p.i] == '.' {
+		p.i++
+		if p.digits() == 0 {
+			return nil, false
+		}
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
+			p.i++
+		}
+		if p.digits() == 0 {
+			return nil, false
+		}
+	}
+	if !p.build {
+		return nil, true
+	}
+	return json.Number(p.b[start:p.i]), true
+}
+
+// digits skips a run of decimal digits and says how long it was.
+func (p *parser) digits() int {
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	return p.i - start
+}
+
+// parseValue reads raw as one JSON value followed by nothing but white space.
+func parseValue(raw []byte, build bool) (any, bool) {
+	p := parser{b: raw, build: build}
+	v, ok := p.value()
+	if !ok {
+		return nil, false
+	}
+	p.skipSpace()
+	return v, p.i == len(p.b)
+}
+
+// Valid reports whether raw is one JSON value, as json.Valid does, without allocating.
+func Valid(raw []byte) bool {
+	_, ok := parseValue(raw, false)
+	return ok
+}
