@@ -68,22 +68,15 @@ func (p *parser) literal(word string) bool {
 }
 
 func (p *parser) object() (any, bool) {
-	p.depth++
-	if p.depth > maxDepth {
+	empty, ok := p.open('}')
+	if !ok {
 		return nil, false
 	}
-	p.i++ // {
 	var m map[string]any
 	if p.build {
 		m = map[string]any{}
 	}
-	p.skipSpace()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-		p.depth--
-		return m, true
-	}
-	for {
+	for more := !empty; more; {
 		p.skipSpace()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
 			return nil, false
@@ -104,40 +97,23 @@ func (p *parser) object() (any, bool) {
 		if p.build {
 			m[k.(string)] = v // the last of duplicate keys wins, as in encoding/json
 		}
-		p.skipSpace()
-		if p.i >= len(p.b) {
-			return nil, false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			p.depth--
-			return m, true
-		default:
+		if more, ok = p.next('}'); !ok {
 			return nil, false
 		}
 	}
+	return m, true
 }
 
 func (p *parser) array() (any, bool) {
-	p.depth++
-	if p.depth > maxDepth {
+	empty, ok := p.open(']')
+	if !ok {
 		return nil, false
 	}
-	p.i++ // [
 	var a []any
 	if p.build {
 		a = []any{}
 	}
-	p.skipSpace()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
-		p.i++
-		p.depth--
-		return a, true
-	}
-	for {
+	for more := !empty; more; {
 		v, ok := p.value()
 		if !ok {
 			return nil, false
@@ -145,21 +121,47 @@ func (p *parser) array() (any, bool) {
 		if p.build {
 			a = append(a, v)
 		}
-		p.skipSpace()
-		if p.i >= len(p.b) {
-			return nil, false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			p.depth--
-			return a, true
-		default:
+		if more, ok = p.next(']'); !ok {
 			return nil, false
 		}
 	}
+	return a, true
+}
+
+// open enters the array or object whose opening bracket is at p.i, and reports whether
+// closer closes it at once.
+func (p *parser) open(closer byte) (empty, ok bool) {
+	p.depth++
+	if p.depth > maxDepth {
+		return false, false
+	}
+	p.i++
+	p.skipSpace()
+	if p.i < len(p.b) && p.b[p.i] == closer {
+		p.i++
+		p.depth--
+		return true, true
+	}
+	return false, true
+}
+
+// next reads what follows an element: a comma (more follow) or closer (the array or
+// object ends).
+func (p *parser) next(closer byte) (more, ok bool) {
+	p.skipSpace()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return true, true
+	case closer:
+		p.i++
+		p.depth--
+		return false, true
+	}
+	return false, false
 }
 
 // str reads the string whose opening quote is at p.i. A string of plain characters (no
