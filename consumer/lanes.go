@@ -228,8 +228,10 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 				if len(c.triggersFor(it.rec.Topic)) > 0 {
 					level = slog.LevelDebug // a trigger's topic carries records of other types too
 				}
-				c.logger.Log(c.recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
-					"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
+				if c.logger.Enabled(ctx, level) { // the record's trace is read from its headers only for a line
+					c.logger.Log(c.recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+						"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
+				}
 			}
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}

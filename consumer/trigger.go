@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -221,6 +222,7 @@ func (c *Consumer) trigger(ctx context.Context, items []item) (touchedDB bool, e
 	if err != nil {
 		return true, err
 	}
+	debug := c.logger.Enabled(ctx, slog.LevelDebug)
 	for _, t := range todo {
 		r := t.it.rec
 		outcome := OutcomeTriggerDuplicate
@@ -229,6 +231,9 @@ func (c *Consumer) trigger(ctx context.Context, items []item) (touchedDB bool, e
 		}
 		c.count(outcome)
 		c.ins.triggered.Add(ctx, 1, metric.WithAttributes(attribute.String("workflow", t.s.workflow), attribute.String("outcome", outcome)))
+		if !debug {
+			continue // the line's attributes and the record's trace are built only for a line
+		}
 		attrs := []any{"workflow", t.s.workflow, "dedupe_key", t.s.dedupe, "topic", r.Topic, "partition", r.Partition,
 			"offset", r.Offset, "instance_id", c.cfg.ClientID}
 		if t.isNew {
