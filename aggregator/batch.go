@@ -90,6 +90,11 @@ type readBefore struct {
 	waits []dbsqlc.ExecutionWaitState
 	// execs holds the rows of every event's execution, locked.
 	execs []dbsqlc.Execution
+	// nodes, when not nil, holds the nodes of every event's execution, read with execs:
+	// the executions of the waits the batch completes are then continued without
+	// reading their nodes after the write (continueAhead), when the continuation's
+	// writes can go with the COMMIT.
+	nodes []dbsqlc.NodeExecution
 }
 
 // applyBatch decides events addressed by their ids; callers checked their payloads and
@@ -156,7 +161,7 @@ func (a *Aggregator) applyBatch(ctx context.Context, tx pgx.Tx, events []Event, 
 	}
 	if len(dirty) > 0 {
 		fused := continuing && a.cfg.Continuer != nil
-		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused, before.execs, atCommit); err != nil {
+		if slow, err = a.writeBatch(ctx, tx, dirty, loaded, touched, results, slow, fused, before, atCommit); err != nil {
 			return nil, err
 		}
 	}
@@ -221,7 +226,7 @@ func (a *Aggregator) decideOneByOne(ctx context.Context, tx pgx.Tx, events []Eve
 // otherwise their continuations are queued. The events of waits whose fence missed are
 // appended to slow, to be decided again one by one.
 func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, loaded map[*wait]int64, touched map[*wait][]int,
-	results []Result, slow []int, fused bool, locked []dbsqlc.Execution, atCommit *db.Pipeline,
+	results []Result, slow []int, fused bool, before readBefore, atCommit *db.Pipeline,
 ) ([]int, error) {
 	ws := make([]waitWrite, 0, len(dirty))
 	var completing []uuid.UUID
@@ -241,9 +246,14 @@ func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, l
 	}
 	var out []written
 	var err error
-	if fused && len(completing) > 0 {
-		out, fused, err = a.continueEnded(ctx, tx, completing, locked, ws, atCommit)
-	} else {
+	locked := lockedOf(before.execs, completing)
+	switch {
+	case fused && len(completing) > 0 && atCommit != nil && before.nodes != nil && locked != nil:
+		out = writtenAhead(dirty, ws, a.now().UTC())
+		err = a.continueAhead(ctx, tx, completing, locked, before.nodes, ws, out, atCommit)
+	case fused && len(completing) > 0:
+		out, fused, err = a.continueEnded(ctx, tx, completing, before.execs, ws, atCommit)
+	default:
 		fused = false
 		err = a.writeWaits(ctx, ws, &out)(tx)
 	}

@@ -27,7 +27,10 @@ type Continuer interface {
 	// caller is about to complete in its transaction. locked, when not nil, holds those
 	// executions' rows as the caller read them under their locks earlier in the
 	// transaction: the continuation takes them, and LockExecutions is not called.
-	PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution) Continuation
+	// nodes, when not nil, holds their nodes as read in that same round trip, before the
+	// waits were written: LoadNodes is not called either, and Continue takes the node of
+	// each ended wait as Ended.Outcome says the write leaves it.
+	PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution, nodes []dbsqlc.NodeExecution) Continuation
 	// WakeRunQueue is called after a commit that queued continuations as resume rows,
 	// so that they are picked up at once (here and, through a NOTIFY, elsewhere).
 	WakeRunQueue()
@@ -68,6 +71,18 @@ type Ended struct {
 	EndedAt   time.Time
 	// TraceParent is the trace of the node run that registered the wait.
 	TraceParent string
+	// Outcome, when not nil, is what the write of the wait gives its node, for a
+	// continuation that read the nodes before that write (PrepareContinue's nodes).
+	Outcome *NodeOutcome
+}
+
+// NodeOutcome is what the write that ends a wait gives the wait's node — as
+// node_executions then reads it, if the node still waits for events.
+type NodeOutcome struct {
+	Status  execstate.NodeStatus
+	Output  []byte
+	Error   string // "" for none
+	Warning string // "" for none
 }
 
 // MarkResumed is a pipeline call marking, as resumed by this instance, the ended waits
@@ -114,7 +129,7 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 	ws []waitWrite, atCommit *db.Pipeline,
 ) (out []written, continued bool, err error) {
 	locked = lockedOf(locked, execIDs)
-	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs, locked)
+	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs, locked, nil)
 	var p db.Pipeline
 	if locked == nil {
 		p.Queue(c.LockExecutions)
@@ -180,6 +195,44 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 		return nil, false, err
 	}
 	return out, false, nil
+}
+
+// continueAhead is continueEnded in one round trip less, for a caller that read the
+// executions' rows under their locks (locked, which must hold every one of execIDs) and
+// their nodes in the round trip that read the waits: the continuation is made before the write, as if every fence held (ahead
+// holds the waits written as the write would return them), and the write, a check that
+// every wait was written (WaitStateCheckWritten), and the continuation's writes all go
+// with the COMMIT (atCommit). A fence that missed fails the check, and so the whole
+// transaction, with the error continuedWithoutSavepoint recognises: the group is decided
+// again under a savepoint (continueEnded), from what the waits hold then.
+//
+// A continuation that issues statements of its own at once (failing an execution, say)
+// issues them before the write: one that touches a wait being written makes its fence
+// miss, and fails the check the same way.
+func (a *Aggregator) continueAhead(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, locked []dbsqlc.Execution,
+	nodes []dbsqlc.NodeExecution, ws []waitWrite, ahead []written, atCommit *db.Pipeline,
+) error {
+	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs, locked, nodes)
+	ids := make([]uuid.UUID, len(ws))
+	for i := range ws {
+		ids[i] = ws[i].id
+	}
+	var p db.Pipeline
+	var got []written // as ahead, once the check has passed
+	p.Queue(a.writeWaits(ctx, ws, &got))
+	p.Queue(func(d dbsqlc.DBTX) error {
+		if err := a.q.WaitStateCheckWritten(ctx, d, ids); err != nil {
+			return fmt.Errorf("check the waits written: %w", err)
+		}
+		return nil
+	})
+	committed, err := c.Continue(ctx, tx, &p, endedHere(ahead))
+	if err != nil {
+		return noSavepointError{err}
+	}
+	p.MoveTo(atCommit, func(err error) error { return noSavepointError{err} })
+	db.AfterCommit(tx, committed)
+	return nil
 }
 
 // lockedOf returns the rows of locked that belong to execIDs, or nil unless every one of

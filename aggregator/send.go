@@ -230,6 +230,19 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 		}
 		return nil
 	})
+	var nodes []dbsqlc.NodeExecution
+	if atCommit != nil && a.cfg.Continuer != nil {
+		// Read now, with the rows locked, the nodes the continuation of the waits these
+		// events complete would read after writing them: the write then goes with the
+		// COMMIT, a round trip less (continueAhead).
+		p.Queue(func(d dbsqlc.DBTX) error {
+			var err error
+			if nodes, err = a.q.NodeExecutionListByExecutions(ctx, d, ids); err != nil {
+				return fmt.Errorf("load nodes: %w", err)
+			}
+			return nil
+		})
+	}
 	if err := p.Send(ctx, tx); err != nil {
 		return nil, err
 	}
@@ -330,7 +343,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 		// The waits were read after their executions were locked, in this transaction:
 		// applyBatch decides from them, and continues from the rows locked, rather than
 		// reading either again.
-		deliveries, err := a.applyBatch(ctx, tx, events, true, readBefore{waits: open, execs: execs}, atCommit)
+		deliveries, err := a.applyBatch(ctx, tx, events, true, readBefore{waits: open, execs: execs, nodes: nodes}, atCommit)
 		if err != nil {
 			return nil, err
 		}

@@ -120,6 +120,25 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 	}
 }
 
+// writtenAhead is what writeWaits returns for ws, the writes of waits in that order, if
+// every fence holds; at stands for the moment of the write, which only the server knows.
+func writtenAhead(waits []*wait, ws []waitWrite, at time.Time) []written {
+	out := make([]written, len(ws))
+	for i, ww := range ws {
+		out[i] = written{id: ww.id}
+		if ww.end == nil {
+			continue
+		}
+		row := &waits[i].row
+		out[i].then = ww.end.then
+		out[i].ended = &Ended{ExecutionID: row.ExecutionID, NodeID: row.NodeID, WaitType: row.WaitType,
+			Strategy: row.AggregationStrategy, Status: ww.status, CreatedAt: row.CreatedAt, EndedAt: at,
+			TraceParent: deref(row.TraceParent),
+			Outcome:     &NodeOutcome{Status: ww.end.nodeStatus, Output: ww.end.output, Error: ww.end.nodeError, Warning: ww.end.warning}}
+	}
+	return out
+}
+
 // endedHere are the waits of out that ended to be continued here (continueHere).
 func endedHere(out []written) []Ended {
 	n := 0

@@ -108,6 +108,42 @@ func TestContinueFailureOnceContinuesOnSecondTry(t *testing.T) {
 	})
 }
 
+// TestSentEventWaitChangedBeforeItsWrite: a group of sent events makes its continuations
+// before writing its waits, and sends the write, a check that every wait was written and
+// the continuations' writes with its COMMIT. Here the wait changes (its version moves)
+// after it was read and before that write: the fence misses, the check fails the whole
+// transaction, and the group is decided again from the wait as it is now, this time
+// under a savepoint, continuing the execution once. Without the check, the continuation
+// would commit while the wait stayed open.
+func TestSentEventWaitChangedBeforeItsWrite(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	id := h.sentWaitThenAfter(t) // no worker from here on
+	var starts atomic.Int32
+	h.ex.SetContinueStart(func() {
+		if starts.Add(1) == 1 {
+			// Another transaction's change, committed while the group holds the wait as read.
+			require.EqualValues(t, 1, h.exec(t, `UPDATE execution_wait_states SET version = version + 1 WHERE execution_id = $1`, id))
+		}
+	})
+
+	res := h.send(t, id, "go", obj{}, "")
+	require.Equal(t, aggregator.SendDelivered, res.Outcome)
+	require.EqualValues(t, 2, starts.Load(), "made ahead of the write, then again under a savepoint")
+	w := h.waitRow(t, id, "wait")
+	require.Equal(t, string(execstate.WaitCompleted), w.Status)
+	require.EqualValues(t, 3, w.Version, "the other change, then the event, applied once")
+	require.True(t, w.Resumed, "the second try continued the execution")
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
+	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+
+	h.ex.SetContinueStart(nil)
+	h.run(t)
+	h.waitStatus(t, id, "completed")
+	require.Equal(t, 1, h.fake.count("/after"))
+	h.requireQueuesEmpty(t, id)
+}
+
 // eachDecidingPath runs fn as a parallel subtest for each of paths (see decideThenAfter),
 // each on a harness of its own, with an execution waiting and decide, which sends the
 // event that completes its wait.

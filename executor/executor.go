@@ -201,6 +201,10 @@ type Executor struct {
 	// calls sends the correlated calls of waits.
 	calls *outbound.Sender
 
+	// continueStart, set by tests, runs as each continuation run in the deciding
+	// transaction starts: before the waits are written, when the continuation is made
+	// ahead of their write.
+	continueStart func()
 	// continueFault, set by tests, fails continuations run in the deciding transaction.
 	continueFault func() error
 	// continueWriteFault, set by tests, adds to the writes of those continuations one

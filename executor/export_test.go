@@ -61,6 +61,10 @@ func (e *Executor) ExpireQueueSnapshot() {
 	e.depthCache.Expire()
 }
 
+// SetContinueStart has f run as every continuation run in an aggregator's transaction
+// starts.
+func (e *Executor) SetContinueStart(f func()) { e.continueStart = f }
+
 // SetContinueFault has every continuation run in an aggregator's transaction fail with
 // what f returns (nil: succeed), after it has done its work.
 func (e *Executor) SetContinueFault(f func() error) { e.continueFault = f }

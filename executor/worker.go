@@ -568,12 +568,13 @@ func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]db
 // batch's transaction, which saves the run queue row, its claim, its deletion, a second
 // write of each wait and a second transaction per continuation. The aggregator drives
 // it: it sends LockExecutions before writing the waits (unless it holds the executions'
-// rows already, and hands them over in locked) and LoadNodes after, then calls
-// Continue with the waits that ended; if Continue fails, it undoes the write (to a
+// rows already, and hands them over in locked) and LoadNodes after (unless it read the
+// nodes before the write, and hands them over in nodes), then calls Continue with the
+// waits that ended; if Continue fails, it undoes the write (to a
 // savepoint, or the whole transaction, to decide again under one) and queues those
 // continuations instead.
-func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution) aggregator.Continuation {
-	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs, execs: locked}
+func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution, nodes []dbsqlc.NodeExecution) aggregator.Continuation {
+	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs, execs: locked, nodes: nodes}
 }
 
 // inTxContinuation is one continuation run in the aggregator's transaction.
@@ -595,6 +596,9 @@ func (c *inTxContinuation) LoadNodes(d dbsqlc.DBTX) error {
 
 func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []aggregator.Ended) (func(), error) {
 	e := c.e
+	if e.continueStart != nil {
+		e.continueStart()
+	}
 	out, err := e.continueWaits(ctx, tx, c.execs, c.nodes, ended, p)
 	if err != nil {
 		return nil, err
@@ -663,6 +667,9 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 			st.nodes[nodes[i].NodeID] = &nodes[i]
 		}
 	}
+	for _, r := range resumed {
+		settleAhead(states[r.ExecutionID].nodes[r.NodeID], r)
+	}
 	w := &batchWriter{}
 	out.done = make([]resumedWait, 0, len(resumed))
 	for _, r := range resumed {
@@ -700,6 +707,18 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 	}
 	w.flush(ctx, e, p)
 	return out, nil
+}
+
+// settleAhead gives n, read before the write that ended wait r, the outcome that write
+// gives it (r.Outcome), as node_executions reads it once written: from the wait's row,
+// for a node that waits for events (text given empty is stored as none).
+func settleAhead(n *dbsqlc.NodeExecution, r aggregator.Ended) {
+	if n == nil || r.Outcome == nil || n.Status != nodeWaiting {
+		return
+	}
+	n.Status, n.Output = r.Outcome.Status, r.Outcome.Output
+	n.Error, n.Warning = nonEmpty(r.Outcome.Error), nonEmpty(r.Outcome.Warning)
+	n.UpdatedAt, n.FinishedAt = r.EndedAt, &r.EndedAt
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

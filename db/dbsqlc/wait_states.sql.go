@@ -52,6 +52,24 @@ func (q *Queries) WaitStateCancelOpenForExecution(ctx context.Context, db DBTX, 
 	return items, nil
 }
 
+const waitStateCheckWritten = `-- name: WaitStateCheckWritten :exec
+SELECT ('waits changed before their write: ' || count(*) || ' of ' || cardinality($1::uuid[]) || ' written')::int
+FROM execution_wait_states
+WHERE id = ANY($1::uuid[]) AND xmin = pg_current_xact_id()::xid
+HAVING count(*) <> cardinality($1::uuid[])
+`
+
+// Fails, and with it the transaction, unless every one of the waits was written by this
+// transaction itself (its id is the row version's xmin; a savepoint would give the
+// write another one, and fail the check): sent right behind a WaitStateWrite whose
+// continuation was made before the write's answer came, so that a fence that missed
+// cannot leave an execution continued past a wait that was not written. The error is a
+// cast of the count, which only a row that HAVING lets through reaches.
+func (q *Queries) WaitStateCheckWritten(ctx context.Context, db DBTX, ids []uuid.UUID) error {
+	_, err := db.Exec(ctx, waitStateCheckWritten, ids)
+	return err
+}
+
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz

@@ -187,6 +187,18 @@ SELECT w.id, w.execution_id, w.node_id, w.status, w.wait_type, w.aggregation_str
     w.trace_parent, w.node_status::text AS node_status, w.continuation::text AS continuation
 FROM w;
 
+-- name: WaitStateCheckWritten :exec
+-- Fails, and with it the transaction, unless every one of the waits was written by this
+-- transaction itself (its id is the row version's xmin; a savepoint would give the
+-- write another one, and fail the check): sent right behind a WaitStateWrite whose
+-- continuation was made before the write's answer came, so that a fence that missed
+-- cannot leave an execution continued past a wait that was not written. The error is a
+-- cast of the count, which only a row that HAVING lets through reaches.
+SELECT ('waits changed before their write: ' || count(*) || ' of ' || cardinality(@ids::uuid[]) || ' written')::int
+FROM execution_wait_states
+WHERE id = ANY(@ids::uuid[]) AND xmin = pg_current_xact_id()::xid
+HAVING count(*) <> cardinality(@ids::uuid[]);
+
 -- name: WaitStateGetByNodeForUpdate :one
 SELECT * FROM execution_wait_states
 WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text
