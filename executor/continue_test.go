@@ -93,18 +93,8 @@ func TestContinueFailureOnceContinuesOnSecondTry(t *testing.T) {
 		})
 		require.True(t, decide(), "the event completes the wait")
 		require.EqualValues(t, 2, calls.Load(), "the continuation ran twice: failed, then continued")
-		w := h.waitRow(t, id, "wait")
-		require.Equal(t, string(execstate.WaitCompleted), w.Status)
-		require.EqualValues(t, 2, w.Version, "the event is applied once")
-		require.True(t, w.Resumed, "the second try continued the execution")
-		require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
-		require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
-
 		h.ex.SetContinueFault(nil)
-		h.run(t)
-		h.waitStatus(t, id, "completed")
-		require.Equal(t, 1, h.fake.count("/after"))
-		h.requireQueuesEmpty(t, id)
+		h.requireContinuedOnSecondTry(t, id, 2)
 	})
 }
 
@@ -130,14 +120,24 @@ func TestSentEventWaitChangedBeforeItsWrite(t *testing.T) {
 	res := h.send(t, id, "go", obj{}, "")
 	require.Equal(t, aggregator.SendDelivered, res.Outcome)
 	require.EqualValues(t, 2, starts.Load(), "made ahead of the write, then again under a savepoint")
+	h.ex.SetContinueStart(nil)
+	h.requireContinuedOnSecondTry(t, id, 3) // the other change, then the event
+}
+
+// requireContinuedOnSecondTry checks execution id — a wait node "wait" followed by an
+// http node "after" — after a deciding transaction that failed once and was decided
+// again: the event applied once (the wait at version), the wait resumed by the second
+// try, no continuation queued, the next node running; then runs the pod and checks that
+// "after" is called once and the execution completes.
+func (h *harness) requireContinuedOnSecondTry(t *testing.T, id uuid.UUID, version int64) {
+	t.Helper()
 	w := h.waitRow(t, id, "wait")
 	require.Equal(t, string(execstate.WaitCompleted), w.Status)
-	require.EqualValues(t, 3, w.Version, "the other change, then the event, applied once")
+	require.EqualValues(t, version, w.Version, "the event is applied once")
 	require.True(t, w.Resumed, "the second try continued the execution")
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
-	h.ex.SetContinueStart(nil)
 	h.run(t)
 	h.waitStatus(t, id, "completed")
 	require.Equal(t, 1, h.fake.count("/after"))
