@@ -215,7 +215,7 @@ func TestRefusedByDatabase(t *testing.T) {
 		more[i] = e.startExecution(t, s, "rfs", nil)
 		recs = append(recs, record("rfs", 0, ids(more[i], e.correlationID(t, s, more[i]), obj{"refuse": "yes"})))
 	}
-	e.produce(t, recs...) // one produce request: one batch
+	e.produceOneBatch(t, recs...)
 	time.Sleep(time.Second)
 	require.Equal(t, int64(3), e.committed(t, "rfs")[0], "nothing committed past records that were not applied")
 	require.Equal(t, int64(1), s.Consumer.Counts()[consumer.ReasonPoison], "nothing more dead-lettered")

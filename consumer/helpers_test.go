@@ -305,6 +305,27 @@ func (e *env) produce(t *testing.T, recs ...*kgo.Record) {
 	require.NoError(t, e.prod.ProduceSync(ctx, recs...).FirstErr())
 }
 
+// produceOneBatch produces recs, all to one partition, as one record batch: with
+// flushing left to it, the producer may send the first record before the others are
+// buffered, and a consumer may then fetch them apart.
+func (e *env) produceOneBatch(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing())
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	errs := make(chan error, len(recs))
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) { errs <- err })
+	}
+	require.NoError(t, cl.Flush(ctx))
+	for range recs {
+		require.NoError(t, <-errs)
+	}
+}
+
 // committed returns the group's committed offsets of topic by partition (partitions
 // without a commit are absent).
 func (e *env) committed(t *testing.T, topic string) map[int32]int64 {
