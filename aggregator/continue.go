@@ -201,27 +201,30 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 // executions' rows under their locks (locked, which must hold every one of execIDs) and
 // their nodes in the round trip that read the waits: the continuation is made before the write, as if every fence held (ahead
 // holds the waits written as the write would return them), and the write, a check that
-// every wait was written (WaitStateCheckWritten), and the continuation's writes all go
-// with the COMMIT (atCommit). A fence that missed fails the check, and so the whole
-// transaction, with the error continuedWithoutSavepoint recognises: the group is decided
-// again under a savepoint (continueEnded), from what the waits hold then.
+// every wait holds what the write gave it (WaitStateCheckWritten), and the
+// continuation's writes all go with the COMMIT (atCommit). A fence that missed fails the
+// check, and so the whole transaction, with the error continuedWithoutSavepoint
+// recognises: the group is decided again under a savepoint (continueEnded), from what
+// the waits hold then.
 //
-// A continuation that issues statements of its own at once (failing an execution, say)
-// issues them before the write: one that touches a wait being written makes its fence
-// miss, and fails the check the same way.
+// A continuation that issues statements of its own at once (failing an execution, which
+// cancels its open waits) issues them before the write: one that changes a wait being
+// written makes its fence miss, and fails the check the same way — the check compares
+// what the rows hold, since a change made by this transaction has its row version too.
 func (a *Aggregator) continueAhead(ctx context.Context, tx pgx.Tx, execIDs []uuid.UUID, locked []dbsqlc.Execution,
 	nodes []dbsqlc.NodeExecution, ws []waitWrite, ahead []written, atCommit *db.Pipeline,
 ) error {
 	c := a.cfg.Continuer.PrepareContinue(ctx, execIDs, locked, nodes)
-	ids := make([]uuid.UUID, len(ws))
-	for i := range ws {
-		ids[i] = ws[i].id
+	check := dbsqlc.WaitStateCheckWrittenParams{Ids: make([]uuid.UUID, len(ws)), Versions: make([]int64, len(ws)),
+		Statuses: make([]string, len(ws))}
+	for i, w := range ws {
+		check.Ids[i], check.Versions[i], check.Statuses[i] = w.id, w.version+w.bump, string(w.status)
 	}
 	var p db.Pipeline
 	var got []written // as ahead, once the check has passed
 	p.Queue(a.writeWaits(ctx, ws, &got))
 	p.Queue(func(d dbsqlc.DBTX) error {
-		if err := a.q.WaitStateCheckWritten(ctx, d, ids); err != nil {
+		if err := a.q.WaitStateCheckWritten(ctx, d, check); err != nil {
 			return fmt.Errorf("check the waits written: %w", err)
 		}
 		return nil

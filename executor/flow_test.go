@@ -198,6 +198,34 @@ func TestConditionRuntimeErrorFailsExecution(t *testing.T) {
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 }
 
+// TestSentEventConditionErrorFailsExecution: the same through a sent event, whose
+// continuation is made before its wait is written. Failing the execution cancels its
+// open waits at once, the one about to be written among them, so the write's fence
+// misses and the group is decided again under a savepoint: the wait completes, then the
+// condition fails the edge's target and the execution.
+func TestSentEventConditionErrorFailsExecution(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	const cond = "output.timeout > 5"
+	name := h.put(t, h.workflow("sentconderr", []obj{
+		sendWait("wait", sendEv("go", "go")),
+		node("next", "http", obj{"url": "@{_vars.svc}/next"}),
+	}, []obj{edge("wait", "next", cond)}))
+	h.run(t)
+	id := h.start(t, name, nil)
+	h.waitStatus(t, id, "waiting")
+	require.Equal(t, aggregator.SendDelivered, h.send(t, id, "go", obj{}, "").Outcome)
+
+	v := h.waitStatus(t, id, "failed")
+	next := nodeOf(t, v, "next")
+	require.Equal(t, execstate.NodeFailed, next.Status)
+	require.Contains(t, errText(next.Error), "edge wait -> next")
+	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
+	require.Equal(t, string(execstate.WaitCompleted), h.waitRow(t, id, "wait").Status, "completed, then nothing left to cancel")
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/next") == 0 })
+	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
+}
+
 // TestMissingTemplateValueFailsNode: a template naming something that does not exist
 // fails its node when it runs, naming where and what; the execution fails and nothing
 // is sent.

@@ -188,15 +188,23 @@ SELECT w.id, w.execution_id, w.node_id, w.status, w.wait_type, w.aggregation_str
 FROM w;
 
 -- name: WaitStateCheckWritten :exec
--- Fails, and with it the transaction, unless every one of the waits was written by this
--- transaction itself (its id is the row version's xmin; a savepoint would give the
--- write another one, and fail the check): sent right behind a WaitStateWrite whose
--- continuation was made before the write's answer came, so that a fence that missed
--- cannot leave an execution continued past a wait that was not written. The error is a
--- cast of the count, which only a row that HAVING lets through reaches.
+-- Fails, and with it the transaction, unless every one of the waits holds what this
+-- transaction's write gave it: the version and status written, in a row version this
+-- transaction made (its xmin; a savepoint would give the write another one, and fail the
+-- check). Sent right behind a WaitStateWrite whose continuation was made before the
+-- write's answer came, so that a fence that missed cannot leave an execution continued
+-- past a wait that was not written — whether another transaction changed the wait, or
+-- this one did before the write (a continuation that failed the execution cancels its
+-- open waits at once). The error is a cast of the count, which only a row that HAVING
+-- lets through reaches.
+WITH x AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@versions::bigint[]) AS version, unnest(@statuses::text[]) AS status
+)
 SELECT ('waits changed before their write: ' || count(*) || ' of ' || cardinality(@ids::uuid[]) || ' written')::int
-FROM execution_wait_states
-WHERE id = ANY(@ids::uuid[]) AND xmin = pg_current_xact_id()::xid
+FROM execution_wait_states AS e
+JOIN x ON e.id = x.id
+WHERE e.id = ANY(@ids::uuid[]) AND e.xmin = pg_current_xact_id()::xid
+  AND e.version = x.version AND e.status = x.status
 HAVING count(*) <> cardinality(@ids::uuid[]);
 
 -- name: WaitStateGetByNodeForUpdate :one
