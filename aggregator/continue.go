@@ -199,10 +199,11 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 
 // continueAhead is continueEnded in one round trip less, for a caller that read the
 // executions' rows under their locks (locked, which must hold every one of execIDs) and
-// their nodes in the round trip that read the waits: the continuation is made before the write, as if every fence held (ahead
-// holds the waits written as the write would return them), and the write, a check that
-// every wait holds what the write gave it (WaitStateCheckWritten), and the
-// continuation's writes all go with the COMMIT (atCommit). A fence that missed fails the
+// their nodes in the round trip that read the waits: the continuation is made before
+// the write, as if every fence held (ahead holds the waits written as the write would
+// return them), and the write, a check that every wait holds what the write gave it
+// (WaitStateCheckWritten), and the continuation's writes all go with the COMMIT
+// (atCommit). A fence that missed fails the
 // check, and so the whole transaction, with the error continuedWithoutSavepoint
 // recognises: the group is decided again under a savepoint (continueEnded), from what
 // the waits hold then.
@@ -221,7 +222,7 @@ func (a *Aggregator) continueAhead(ctx context.Context, tx pgx.Tx, execIDs []uui
 		check.Ids[i], check.Versions[i], check.Statuses[i] = w.id, w.version+w.bump, string(w.status)
 	}
 	var p db.Pipeline
-	var got []written // as ahead, once the check has passed
+	var got []written // the write's own account: ahead, once the check has passed
 	p.Queue(a.writeWaits(ctx, ws, &got))
 	p.Queue(func(d dbsqlc.DBTX) error {
 		if err := a.q.WaitStateCheckWritten(ctx, d, check); err != nil {

@@ -570,9 +570,8 @@ func (e *Executor) loadNodes(ctx context.Context, execIDs []uuid.UUID, out *[]db
 // it: it sends LockExecutions before writing the waits (unless it holds the executions'
 // rows already, and hands them over in locked) and LoadNodes after (unless it read the
 // nodes before the write, and hands them over in nodes), then calls Continue with the
-// waits that ended; if Continue fails, it undoes the write (to a
-// savepoint, or the whole transaction, to decide again under one) and queues those
-// continuations instead.
+// waits that ended; if Continue fails, it undoes the write (to a savepoint, or the whole
+// transaction, to decide again under one) and queues those continuations instead.
 func (e *Executor) PrepareContinue(ctx context.Context, execIDs []uuid.UUID, locked []dbsqlc.Execution, nodes []dbsqlc.NodeExecution) aggregator.Continuation {
 	return &inTxContinuation{e: e, ctx: ctx, execIDs: execIDs, execs: locked, nodes: nodes}
 }
