@@ -105,6 +105,68 @@ func TestConcurrentSendsShareTransactions(t *testing.T) {
 	require.Less(t, len(txs), n, "concurrent sends shared transactions")
 }
 
+// TestSendGroupWritesAheadOfContinuing: a group of sends makes the continuations of the
+// waits it completes before writing them, and checks with the write that every wait
+// holds what the write gave it — the waits it completes and those it only records an
+// event on ("twice" waits for two events). Here groups mix both: each execution gets
+// what its send did, and every wait was written in its group's own transaction (the
+// xmin of its send's audit row), not under the savepoint of a group decided again
+// after a failed check.
+func TestSendGroupWritesAheadOfContinuing(t *testing.T) {
+	t.Parallel()
+	e, conn := groupEnv(t)
+	eventDefs(t, e)
+	const n = 16
+	ids := make([]string, n)
+	bodies := make([][]byte, n)
+	completes := func(i int) bool { return i%2 == 0 }
+	for i := range ids {
+		name := "twice"
+		if completes(i) {
+			name = "approve"
+		}
+		ids[i] = e.startWaiting(t, name, 1)
+		bodies[i] = mustJSON(t, map[string]any{"type": "approved", "payload": map[string]any{"decision": fmt.Sprint("d", i)}})
+	}
+	answers := sendAllHeld(t, e, conn, ids, bodies)
+	for i, r := range answers {
+		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+		require.Equal(t, "delivered", r.JSON["outcome"])
+		if completes(i) {
+			v := e.awaitStatus(t, ids[i], status("completed"))
+			_, out, _ := v.node(t, "wait")
+			require.Equal(t, fmt.Sprint("d", i), out["decision"], "each send completed its own execution")
+			continue
+		}
+		require.Equal(t, execstate.WaitWaiting, e.get(t, ids[i]).Waits[0].Status, "one of its two events recorded")
+	}
+	rows, err := conn.Query(t.Context(), `SELECT a.target, a.xmin::text, w.xmin::text, w.version, w.status
+		FROM audit_log AS a JOIN execution_wait_states AS w ON 'execution/' || w.execution_id = a.target
+		WHERE a.action = 'event.send'`)
+	require.NoError(t, err)
+	kinds := map[string]map[string]bool{} // per transaction, the kinds of wait it wrote
+	seen := 0
+	for rows.Next() {
+		var target, tx, waitTx, st string
+		var version int64
+		require.NoError(t, rows.Scan(&target, &tx, &waitTx, &version, &st))
+		require.Equal(t, tx, waitTx, "%s: its wait written in its group's transaction, not under a savepoint", target)
+		require.EqualValues(t, 2, version, "%s: one event applied once", target)
+		if kinds[tx] == nil {
+			kinds[tx] = map[string]bool{}
+		}
+		kinds[tx][st] = true
+		seen++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, n, seen)
+	mixed := false
+	for _, k := range kinds {
+		mixed = mixed || (k["completed"] && k["waiting"])
+	}
+	require.True(t, mixed, "a group both completed waits and recorded an event on others: %v", kinds)
+}
+
 // TestSendRefusedInAGroupFailsOnlyItsSender: a value PostgreSQL refuses that no check
 // foresaw (a trigger stands for it) fails the group transaction it is in; its sender
 // alone gets the error, with a failed audit row, and the sends grouped with it are
