@@ -63,6 +63,19 @@ func sendAllHeld(t *testing.T, e *env, conn *pgx.Conn, ids []string, bodies [][]
 	return answers
 }
 
+// startDecisions starts n executions, the i-th of workflow(i), each waiting with one
+// wait, and returns them with the body of an event for each: type approved, decision
+// d<i>.
+func startDecisions(t *testing.T, e *env, n int, workflow func(i int) string) (ids []string, bodies [][]byte) {
+	t.Helper()
+	ids, bodies = make([]string, n), make([][]byte, n)
+	for i := range ids {
+		ids[i] = e.startWaiting(t, workflow(i), 1)
+		bodies[i] = mustJSON(t, map[string]any{"type": "approved", "payload": map[string]any{"decision": fmt.Sprint("d", i)}})
+	}
+	return ids, bodies
+}
+
 // TestConcurrentSendsShareTransactions: sends that arrive while others are being decided
 // are decided together, in fewer transactions than sends; each request still gets its
 // own answer (its own wait completed) and its own audit row.
@@ -70,13 +83,7 @@ func TestConcurrentSendsShareTransactions(t *testing.T) {
 	t.Parallel()
 	e, conn := groupEnv(t)
 	eventDefs(t, e)
-	const n = 24
-	ids := make([]string, n)
-	bodies := make([][]byte, n)
-	for i := range ids {
-		ids[i] = e.startWaiting(t, "approve", 1)
-		bodies[i] = mustJSON(t, map[string]any{"type": "approved", "payload": map[string]any{"decision": fmt.Sprint("d", i)}})
-	}
+	ids, bodies := startDecisions(t, e, 24, func(int) string { return "approve" })
 	answers := sendAllHeld(t, e, conn, ids, bodies)
 	for i, r := range answers {
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
@@ -101,8 +108,8 @@ func TestConcurrentSendsShareTransactions(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, 1, targets["execution/"+id], "one audit row per send")
 	}
-	require.Len(t, targets, n)
-	require.Less(t, len(txs), n, "concurrent sends shared transactions")
+	require.Len(t, targets, len(ids))
+	require.Less(t, len(txs), len(ids), "concurrent sends shared transactions")
 }
 
 // TestSendGroupWritesAheadOfContinuing: a group of sends makes the continuations of the
@@ -117,17 +124,13 @@ func TestSendGroupWritesAheadOfContinuing(t *testing.T) {
 	e, conn := groupEnv(t)
 	eventDefs(t, e)
 	const n = 16
-	ids := make([]string, n)
-	bodies := make([][]byte, n)
 	completes := func(i int) bool { return i%2 == 0 }
-	for i := range ids {
-		name := "twice"
+	ids, bodies := startDecisions(t, e, n, func(i int) string {
 		if completes(i) {
-			name = "approve"
+			return "approve"
 		}
-		ids[i] = e.startWaiting(t, name, 1)
-		bodies[i] = mustJSON(t, map[string]any{"type": "approved", "payload": map[string]any{"decision": fmt.Sprint("d", i)}})
-	}
+		return "twice"
+	})
 	answers := sendAllHeld(t, e, conn, ids, bodies)
 	for i, r := range answers {
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
