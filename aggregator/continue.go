@@ -226,7 +226,7 @@ func (a *Aggregator) continueAhead(ctx context.Context, tx pgx.Tx, execIDs []uui
 	p.Queue(a.writeWaits(ctx, ws, &got))
 	p.Queue(func(d dbsqlc.DBTX) error {
 		if err := a.q.WaitStateCheckWritten(ctx, d, check); err != nil {
-			return fmt.Errorf("check the waits written: %w", err)
+			return waitsChangedAhead{err}
 		}
 		return nil
 	})
@@ -269,6 +269,19 @@ type noSavepointError struct{ err error }
 
 func (e noSavepointError) Error() string { return "continuation without a savepoint: " + e.err.Error() }
 func (e noSavepointError) Unwrap() error { return e.err }
+
+// waitsChangedAhead is the failure of the check behind a write made ahead of its
+// continuation (continueAhead): a wait changed between its read and its write.
+type waitsChangedAhead struct{ err error }
+
+func (e waitsChangedAhead) Error() string { return "check the waits written: " + e.err.Error() }
+func (e waitsChangedAhead) Unwrap() error { return e.err }
+
+// changedAhead reports whether err is a transaction's failure on that check.
+func changedAhead(err error) bool {
+	var c waitsChangedAhead
+	return errors.As(err, &c)
+}
 
 // continuedWithoutSavepoint reports whether err is a transaction's failure on a
 // continuation run without a savepoint (see continueEnded): the transaction rolled back

@@ -134,8 +134,15 @@ func (a *Aggregator) groupTx(ctx context.Context, fn func(tx pgx.Tx, last, atCom
 			return fn(tx, last, atCommit)
 		})
 		if continueAtCommit && continuedWithoutSavepoint(err) {
-			a.logger.WarnContext(ctx, "a continuation failed without a savepoint; deciding the group again under one",
-				"err", err, "instance_id", a.cfg.InstanceID)
+			if changedAhead(err) {
+				// A race lost, not a failure: counted as the others are, and logged as they are.
+				a.ins.conflicts.Add(ctx, 1)
+				a.logger.DebugContext(ctx, "a wait changed between its read and its write; deciding the group again under a savepoint",
+					"err", err, "instance_id", a.cfg.InstanceID)
+			} else {
+				a.logger.WarnContext(ctx, "a continuation failed without a savepoint; deciding the group again under one",
+					"err", err, "instance_id", a.cfg.InstanceID)
+			}
 			continueAtCommit = false
 			attempt--
 			continue

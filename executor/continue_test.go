@@ -104,10 +104,12 @@ func TestContinueFailureOnceContinuesOnSecondTry(t *testing.T) {
 // after it was read and before that write: the fence misses, the check fails the whole
 // transaction, and the group is decided again from the wait as it is now, this time
 // under a savepoint, continuing the execution once. Without the check, the continuation
-// would commit while the wait stayed open.
+// would commit while the wait stayed open. The race lost is counted with the others
+// (rendezvous.lock.conflicts) and logged at debug, as they are, not as a failure.
 func TestSentEventWaitChangedBeforeItsWrite(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
+	o, telemetry := withTelemetry(t)
+	h := setup(t, telemetry)
 	id := h.sentWaitThenAfter(t) // no worker from here on
 	var starts atomic.Int32
 	h.ex.SetContinueStart(func() {
@@ -120,6 +122,12 @@ func TestSentEventWaitChangedBeforeItsWrite(t *testing.T) {
 	res := h.send(t, id, "go", obj{}, "")
 	require.Equal(t, aggregator.SendDelivered, res.Outcome)
 	require.EqualValues(t, 2, starts.Load(), "made ahead of the write, then again under a savepoint")
+	require.EqualValues(t, 1, counter(o.collect(t), "rendezvous.lock.conflicts"))
+	lines := o.logs.find(t, "a wait changed between its read and its write; deciding the group again under a savepoint")
+	require.Len(t, lines, 1)
+	require.Equal(t, "DEBUG", lines[0]["level"])
+	require.Contains(t, lines[0]["err"], "waits changed before their write: 0 of 1 written")
+	require.Empty(t, o.logs.find(t, "a continuation failed without a savepoint; deciding the group again under one"))
 	h.ex.SetContinueStart(nil)
 	h.requireContinuedOnSecondTry(t, id, 3) // the other change, then the event
 }
