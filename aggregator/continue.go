@@ -203,10 +203,9 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 // the write, as if every fence held (ahead holds the waits written as the write would
 // return them), and the write, a check that every wait holds what the write gave it
 // (WaitStateCheckWritten), and the continuation's writes all go with the COMMIT
-// (atCommit). A fence that missed fails the
-// check, and so the whole transaction, with the error continuedWithoutSavepoint
-// recognises: the group is decided again under a savepoint (continueEnded), from what
-// the waits hold then.
+// (atCommit). A fence that missed fails the check (waitsChangedAhead), and so the whole
+// transaction, with the error continuedWithoutSavepoint recognises: the group is decided
+// again under a savepoint (continueEnded), from what the waits hold then.
 //
 // A continuation that issues statements of its own at once (failing an execution, which
 // cancels its open waits) issues them before the write: one that changes a wait being
