@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
@@ -131,11 +132,47 @@ func (s *Service) auditChanges(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// retryLater answers a request that failed because the database is away (see
+// db.IsUnavailable) with 503, Retry-After and an "unavailable" problem, on every route,
+// as the callback and send routes answer an event they could not record: the client
+// learns that trying again is right, and an operator's redrive during an outage is not
+// audited as an internal error. It runs outside access control, whose token lookup
+// reads the database too; the audit log names the status through statusOf.
+func (s *Service) retryLater(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		p := unavailableProblem(err)
+		if p == nil {
+			return err
+		}
+		c.Response().Header().Set("Retry-After", "1")
+		s.logger.WarnContext(c.Request().Context(), "request failed: database unavailable",
+			"method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+		return p
+	}
+}
+
+// unavailableProblem is the problem of a request that failed because the database is
+// away, or nil for any other outcome (a problem already chosen stands).
+func unavailableProblem(err error) *problem.Problem {
+	if err == nil || !db.IsUnavailable(err) {
+		return nil
+	}
+	if _, ok := errors.AsType[*problem.Problem](err); ok {
+		return nil
+	}
+	return problem.New(http.StatusServiceUnavailable, "the database is unavailable; nothing was changed, retry later").
+		WithType("unavailable")
+}
+
 // statusOf is the status a request is answered with, before the error handler has
 // written an error.
 func statusOf(c echo.Context, err error) int {
 	if err == nil {
 		return c.Response().Status
+	}
+	if p := unavailableProblem(err); p != nil {
+		return p.Status
 	}
 	if p, ok := errors.AsType[*problem.Problem](err); ok {
 		return p.Status

@@ -285,6 +285,7 @@ func (s *Service) newEcho(authn *auth.Authenticator) *echo.Echo {
 			}
 			return false
 		})))
+	e.Use(s.retryLater)
 	e.Use(authn.Middleware(lookupAccess))
 	e.Use(s.auditChanges)
 	return e

@@ -1,0 +1,77 @@
+package service_test
+
+import (
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rendezvous-run/rendezvous/internal/auth"
+	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
+	"github.com/rendezvous-run/rendezvous/internal/problem"
+	"github.com/rendezvous-run/rendezvous/internal/service"
+)
+
+// TestDatabaseAwayAnswers503: while PostgreSQL is unreachable, a request that needed it
+// is answered 503 with Retry-After and an "unavailable" problem — not a bare 500 — on
+// every route: one an operator's token needed the database to authenticate, one whose
+// handler read it (a redrive), one that lists. Once the database is back, the same
+// requests get their ordinary answers.
+func TestDatabaseAwayAnswers503(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.NewSchema(t)
+	target, err := pgproxy.HostPort(schema.URL)
+	require.NoError(t, err)
+	proxy := dbtest.StartProxy(t, target)
+	var logs syncBuffer
+	s := runService(t, service.Config{
+		DatabaseURL: pgproxy.ProxiedURL(schema.URL, proxy.Addr()), InstanceID: "unavailable", DBMaxConns: 4, AutoMigrate: true,
+		Auth:   auth.Config{BootstrapToken: bootstrap, CacheTTL: time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	base := "http://" + s.AdminAddr()
+	created := doAt(t, base, bootstrap, http.MethodPost, "/api/v1/tokens", map[string]any{"name": "t-op", "role": auth.RoleOperator})
+	require.Equal(t, http.StatusCreated, created.status, "%s", created.body)
+	operator, _ := created.json["token"].(string)
+	require.NotEmpty(t, operator)
+	redrive := "/api/v1/executions/" + uuid.NewString() + "/redrive"
+
+	type call struct{ token, method, path string }
+	calls := map[string]call{
+		"an operator's token looked up":   {operator, http.MethodGet, "/api/v1/executions"},
+		"a redrive read the execution":    {bootstrap, http.MethodPost, redrive},
+		"a list read the dead letters":    {bootstrap, http.MethodGet, "/api/v1/events/dead-letters"},
+		"a start read the workflow":       {bootstrap, http.MethodPost, "/api/v1/workflows/nope/executions"},
+		"a token revocation wrote a row":  {bootstrap, http.MethodPost, "/api/v1/tokens/t-op/revoke"},
+		"an operator's redrive, the same": {operator, http.MethodPost, redrive},
+	}
+	proxy.Cut()
+	for what, c := range calls {
+		ex := doAt(t, base, c.token, c.method, c.path, nil)
+		require.Equal(t, http.StatusServiceUnavailable, ex.status, "%s: %s", what, ex.body)
+		require.Equal(t, problem.TypeBaseURI+"unavailable", ex.json["type"], "%s: %s", what, ex.body)
+		require.Equal(t, "1", ex.header.Get("Retry-After"), what)
+		require.Equal(t, problem.ContentType, ex.header.Get("Content-Type"), what)
+	}
+	require.Contains(t, logs.String(), "request failed: database unavailable")
+	require.NotContains(t, logs.String(), `msg="request failed"`, "no request was answered as an internal error")
+
+	proxy.Restore()
+	want := map[string]int{
+		"an operator's token looked up": http.StatusOK, "a redrive read the execution": http.StatusNotFound,
+		"a list read the dead letters": http.StatusOK, "a start read the workflow": http.StatusNotFound,
+	}
+	require.Eventually(t, func() bool {
+		for what, status := range want {
+			c := calls[what]
+			if ex := doAt(t, base, c.token, c.method, c.path, nil); ex.status != status {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the ordinary answers once the database is back")
+}
