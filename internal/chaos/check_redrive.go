@@ -11,7 +11,9 @@ import (
 const (
 	// InvRedriveAnswers: a redrive of a failed execution takes effect once (200), one of
 	// an execution that had not failed is refused with 409 naming its status, and the
-	// audit log holds a row for each, made with the operator's token.
+	// audit log holds a row for each, made with the operator's token; a request that
+	// failed because the database was away may have a row of its own ("failed 503"),
+	// and no request fails for any other reason.
 	InvRedriveAnswers = "redrive answered as the execution stood"
 	// InvRedriveOnce: one redrive that took effect, one continuation after it (none
 	// before), the nodes as the second life ended.
@@ -96,6 +98,10 @@ func (c *checker) redriven(p *ExecPlan, e *ExecLog, def *Definition, ex Observed
 	if audited.Refused409 < refused || audited.Refused409 > refused+unsure {
 		c.violate(InvRedriveAnswers, p.Index, e.ID, "%d audit rows of a refused redrive; %d requests answered 409 and %d went unanswered",
 			audited.Refused409, refused, unsure)
+	}
+	if audited.Unavailable > unsure {
+		c.violate(InvRedriveAnswers, p.Index, e.ID, "%d audit rows of a redrive that failed with the database away; %d requests went unanswered or were answered 5xx",
+			audited.Unavailable, unsure)
 	}
 	if len(audited.Other) > 0 {
 		c.violate(InvRedriveAnswers, p.Index, e.ID, "audit rows of redrives with outcomes %v", audited.Other)

@@ -419,6 +419,7 @@ func redriveScenario(t *testing.T) *scenario {
 func TestVerifyRedrives(t *testing.T) {
 	t.Parallel()
 	s := redriveScenario(t)
+	at := func(sec float64) time.Time { return s.log.Start.Add(time.Duration(sec * float64(time.Second))) }
 	rep := Verify(s.cfg, s.plan, s.log, s.obs)
 	require.Empty(t, rep.Violations)
 	require.Equal(t, 1, rep.Outcomes.Certain[ClassFailed], "the first life fails without its callback")
@@ -427,6 +428,17 @@ func TestVerifyRedrives(t *testing.T) {
 		row := rep.Rows[slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Invariant == inv })]
 		require.Equal(t, 1, row.Checked, inv)
 	}
+
+	// A request answered 503 while the database was away, retried: its audit row, written
+	// once the database was back, says so, and is no violation.
+	s = redriveScenario(t)
+	rl := s.log.Execs[0].Redrive
+	rl.Attempts = append([]Attempt{{Send: 1, Replica: 2, Start: at(10.95), End: at(11), Status: http.StatusServiceUnavailable, Unsure: true}}, rl.Attempts...)
+	s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Unavailable: 1, Principals: []string{"token:" + OperatorToken}}
+	rep = Verify(s.cfg, s.plan, s.log, s.obs)
+	require.Empty(t, rep.Violations)
+	require.Equal(t, 3, rep.Redrives.Requests)
+	require.Equal(t, 1, rep.Redrives.Unanswered)
 
 	for _, tc := range []struct {
 		name      string
@@ -449,6 +461,14 @@ func TestVerifyRedrives(t *testing.T) {
 			s.obs.Executions[0].RedriveCount = 2
 			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 2, Principals: []string{"token:" + OperatorToken}}
 			s.setWait(func(w *ObservedWait) { w.Version = 6 })
+		}},
+		{"a redrive audited as failed with the database away, though every request was answered", InvRedriveAnswers, func(s *scenario) {
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Unavailable: 1, Principals: []string{"token:" + OperatorToken}}
+		}},
+		{"a redrive that failed as an internal error", InvRedriveAnswers, func(s *scenario) {
+			rl := s.log.Execs[0].Redrive
+			rl.Attempts = append(rl.Attempts, Attempt{Send: 1, Replica: 2, Start: at(11), End: at(11.05), Status: http.StatusServiceUnavailable, Unsure: true})
+			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Other: []string{"failed 500"}, Principals: []string{"token:" + OperatorToken}}
 		}},
 		{"a redrive without its audit row", InvRedriveOnce, func(s *scenario) {
 			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{Refused409: 1, Principals: []string{"token:" + OperatorToken}}

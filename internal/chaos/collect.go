@@ -49,12 +49,14 @@ type Observed struct {
 // AuditedRedrives counts the audit log's rows of the redrives of one execution: those
 // written in the transaction of a redrive that took effect (outcome ok, target
 // execution/<id>), those of a redrive refused with 409 (outcome "refused 409", target the
-// request's path), and who made them.
+// request's path), those of a redrive that failed because the database was away
+// (outcome "failed 503", written once it was back), any other outcome, and who made them.
 type AuditedRedrives struct {
-	OK         int
-	Refused409 int
-	Other      []string
-	Principals []string
+	OK          int
+	Refused409  int
+	Unavailable int
+	Other       []string
+	Principals  []string
 }
 
 // position names a record of one topic.
@@ -277,6 +279,8 @@ func collectRedrives(ctx context.Context, pool *pgxpool.Pool) (map[uuid.UUID]Aud
 			a.OK++
 		case "refused 409":
 			a.Refused409++
+		case "failed 503":
+			a.Unavailable++
 		default:
 			a.Other = append(a.Other, outcome)
 		}
