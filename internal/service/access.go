@@ -142,7 +142,9 @@ func (s *Service) retryLater(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
 		p := unavailableProblem(err)
-		if p == nil {
+		// A client that went away cancelled the request's statements, which reads as a
+		// timeout to pgx: nobody reads the answer, and the database was not at fault.
+		if p == nil || c.Request().Context().Err() != nil {
 			return err
 		}
 		c.Response().Header().Set("Retry-After", "1")
