@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
 
@@ -49,11 +48,7 @@ func getProbe(client *http.Client, url string) (probe, error) {
 // rather than restarting it.
 func TestReadyzFollowsDatabase(t *testing.T) {
 	t.Parallel()
-	schema := dbtest.NewSchema(t)
-	target, err := pgproxy.HostPort(schema.URL)
-	require.NoError(t, err)
-	proxy := dbtest.StartProxy(t, target)
-	proxied := pgproxy.ProxiedURL(schema.URL, proxy.Addr())
+	schema, proxied, proxy := dbtest.ProxiedSchema(t)
 	require.Contains(t, proxied, "search_path="+schema.Name, "only host and port are rewritten")
 	s := runService(t, service.Config{DatabaseURL: proxied, InstanceID: "readyz", DBMaxConns: 4})
 	client := &http.Client{Timeout: 5 * time.Second}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/service"
 )
@@ -23,13 +22,10 @@ import (
 // requests get their ordinary answers.
 func TestDatabaseAwayAnswers503(t *testing.T) {
 	t.Parallel()
-	schema := dbtest.NewSchema(t)
-	target, err := pgproxy.HostPort(schema.URL)
-	require.NoError(t, err)
-	proxy := dbtest.StartProxy(t, target)
+	_, proxied, proxy := dbtest.ProxiedSchema(t)
 	var logs syncBuffer
 	s := runService(t, service.Config{
-		DatabaseURL: pgproxy.ProxiedURL(schema.URL, proxy.Addr()), InstanceID: "unavailable", DBMaxConns: 4, AutoMigrate: true,
+		DatabaseURL: proxied, InstanceID: "unavailable", DBMaxConns: 4, AutoMigrate: true,
 		Auth:   auth.Config{BootstrapToken: bootstrap, CacheTTL: time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
