@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -213,7 +214,7 @@ func (e *Executor) settle(ctx context.Context, w graphWriter, st *execState) err
 	if err := w.setStatus(ctx, st.exec.ID, status); err != nil {
 		return err
 	}
-	if status == execCompleted {
+	if status == execCompleted && e.logger.Enabled(ctx, slog.LevelDebug) { // see continueWaits
 		e.logger.DebugContext(ctx, "execution completed", "execution_id", st.exec.ID, "instance_id", e.cfg.InstanceID)
 	}
 	st.exec.Status = status

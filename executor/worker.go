@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -693,8 +694,12 @@ func (e *Executor) continueWaits(ctx context.Context, tx pgx.Tx, execs []dbsqlc.
 			}
 			continue
 		}
-		e.logger.DebugContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
-			"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
+		// Asked first: the arguments of a line that is off would still be boxed, once for
+		// every wait a Kafka batch resumes.
+		if e.logger.Enabled(rctx, slog.LevelDebug) {
+			e.logger.DebugContext(rctx, "execution resumed", "execution_id", r.ExecutionID, "node_id", r.NodeID,
+				"instance_id", e.cfg.InstanceID, "wait_status", r.Status)
+		}
 		more, err := e.advanceOrFail(rctx, tx, w, st, r.NodeID)
 		if err != nil {
 			return out, err
