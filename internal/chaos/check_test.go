@@ -465,9 +465,9 @@ func TestVerifyRedrives(t *testing.T) {
 		{"a redrive audited as failed with the database away, though every request was answered", InvRedriveAnswers, func(s *scenario) {
 			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Unavailable: 1, Principals: []string{"token:" + OperatorToken}}
 		}},
-		{"a redrive that failed as an internal error", InvRedriveAnswers, func(s *scenario) {
+		{"a redrive audited as an internal error, though a request went unanswered", InvRedriveAnswers, func(s *scenario) {
 			rl := s.log.Execs[0].Redrive
-			rl.Attempts = append(rl.Attempts, Attempt{Send: 1, Replica: 2, Start: at(11), End: at(11.05), Status: http.StatusServiceUnavailable, Unsure: true})
+			rl.Attempts = append(rl.Attempts, Attempt{Send: 1, Replica: 2, Start: at(11), End: at(11.05), Err: "connection reset by peer", Unsure: true})
 			s.obs.Redrives[s.log.Execs[0].ID] = AuditedRedrives{OK: 1, Refused409: 1, Other: []string{"failed 500"}, Principals: []string{"token:" + OperatorToken}}
 		}},
 		{"a redrive without its audit row", InvRedriveOnce, func(s *scenario) {
