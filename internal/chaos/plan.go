@@ -218,24 +218,37 @@ func NewPlan(cfg Config) Plan {
 	}
 	p.Faults = planFaults(rng, cfg, p.Spread, uniform)
 	planRedrives(rng, &p, cfg, uniform)
-	planSentRecord(&p, cfg)
+	planEarlySends(&p, cfg)
 	return p
 }
 
-// planSentRecord makes one execution that needs an event sent by type send it as
-// records, early in its window and away from the faults, so that a run records one
-// whatever its faults do to the others. Drawn like the others, a sent record could land
-// in a fault's wake in every run: a short run sends about a dozen, most of them around a
-// fault, and a partition stalls for seconds after a database outage or behind a killed
-// replica until its session times out, longer than an event's window. The execution
-// chosen is the first whose record is produced outside every fault's wake
-// (inFaultWake), or the first of them when none is (about one short run in ten). It
-// draws nothing, so the seed's other draws stay as they were.
-func planSentRecord(p *Plan, cfg Config) {
+// planEarlySends makes two executions that need an event sent by type send it early in
+// its window and away from the faults: one as records of SentTopic, one through the API
+// (its second send answered as a duplicate), so that a run delivers one of each
+// whatever its faults do to the others. Drawn like the others, either could miss in
+// every run: a short run sends about a dozen, most of them around a fault; a partition
+// stalls for seconds after a database outage or behind a killed replica until its
+// session times out, longer than an event's window; and a send through the API to a
+// wait that does not require it is often beaten by the wait's other events (one short
+// run delivered none of its eight). Each execution chosen is the first whose send falls
+// outside every fault's wake (inFaultWake), or the first of them when none does: about
+// one short run in ten has no such execution, one in four no second one for the API's
+// send, which a fault only delays (the database away answers 503, a replica down
+// refuses the connection; the send is retried either way). It draws nothing, so the
+// seed's other draws stay as they were.
+func planEarlySends(p *Plan, cfg Config) {
+	record := planEarlySend(p, cfg, -1, true)
+	planEarlySend(p, cfg, record, false)
+}
+
+// planEarlySend chooses, as planEarlySends says, one execution other than skip, and
+// makes it send its event by type early, as records or through the API; it returns the
+// execution's index, or -1 when none can take it.
+func planEarlySend(p *Plan, cfg Config, skip int, asRecord bool) int {
 	chosen := -1
 	for i := range p.Executions {
-		at, ok := p.sentRecordAt(&p.Executions[i])
-		if !ok {
+		at, ok := p.earlySendAt(&p.Executions[i])
+		if !ok || i == skip {
 			continue
 		}
 		if chosen < 0 {
@@ -247,29 +260,30 @@ func planSentRecord(p *Plan, cfg Config) {
 		}
 	}
 	if chosen < 0 {
-		return
+		return -1
 	}
 	e := &p.Executions[chosen]
 	for k := range e.Events {
 		if ep := &e.Events[k]; ep.Name == EventSend {
-			ep.Mode, ep.Frac, ep.Offset, ep.AsRecord = ModeOnTime, sentRecordFrac, 0, true
+			ep.Mode, ep.Frac, ep.Offset, ep.AsRecord = ModeOnTime, earlySendFrac, 0, asRecord
 		}
 	}
+	return chosen
 }
 
-// sentRecordFrac places planSentRecord's record in its event's window.
-const sentRecordFrac = 0.05
+// earlySendFrac places planEarlySends' sends in their event's window.
+const earlySendFrac = 0.05
 
-// sentRecordAt is about when, from the run's start, planSentRecord's record would be
-// produced for e (its wait registers a moment after the start), and whether e can take
-// it: its definition requires the sent event, and no redrive reshapes its events.
-func (p *Plan) sentRecordAt(e *ExecPlan) (time.Duration, bool) {
+// earlySendAt is about when, from the run's start, planEarlySends' send would be made
+// for e (its wait registers a moment after the start), and whether e can take it: its
+// definition requires the sent event, and no redrive reshapes its events.
+func (p *Plan) earlySendAt(e *ExecPlan) (time.Duration, bool) {
 	def := &p.Definitions[e.Def]
 	sent, ok := def.Event(EventSend)
 	if !ok || !sent.Required || e.Redrive != nil {
 		return 0, false
 	}
-	return e.StartAt + time.Duration(sentRecordFrac*float64(def.eventTimeout(sent))), true
+	return e.StartAt + time.Duration(earlySendFrac*float64(def.eventTimeout(sent))), true
 }
 
 // inFaultWake reports whether at falls in a fault, from a second before it until its
