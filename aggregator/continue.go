@@ -40,12 +40,15 @@ type Continuer interface {
 // (continueEnded): LockExecutions and LoadNodes are pipeline calls sent in the round trip
 // that writes the waits — the lock before the write (every writer of an execution takes
 // its row before its waits, so none deadlocks with another), unless the executions were
-// locked already; the load after it (it reads the node outcomes the write set) — then
-// Continue queues the graphs' changes.
+// locked already; the load beside it — then Continue queues the graphs' changes. The
+// load reads the nodes as stored, which the write does not change: the outcome it gives
+// the nodes of the waits it ended is in their Ended.Outcome.
 type Continuation interface {
 	// LockExecutions locks the executions' rows, in id order.
 	LockExecutions(d dbsqlc.DBTX) error
-	// LoadNodes reads the executions' nodes.
+	// LoadNodes reads the executions' nodes, as stored: Continue gives each node of an
+	// ended wait its Ended.Outcome, and reads any other node stored as waiting as
+	// node_executions reads it.
 	LoadNodes(d dbsqlc.DBTX) error
 	// Continue advances the graphs of the executions of ended (waits that the write
 	// completed and marked resumed) and queues the writes on p, which the aggregator
@@ -71,8 +74,10 @@ type Ended struct {
 	EndedAt   time.Time
 	// TraceParent is the trace of the node run that registered the wait.
 	TraceParent string
-	// Outcome, when not nil, is what the write of the wait gives its node, for a
-	// continuation that read the nodes before that write (PrepareContinue's nodes).
+	// Outcome, when not nil, is what the write that ended the wait gives its node, for
+	// a continuation that reads the node as stored rather than as node_executions reads
+	// it once written: read before the write (PrepareContinue's nodes), or read from the
+	// stored rows (LoadNodes).
 	Outcome *NodeOutcome
 }
 

@@ -39,6 +39,14 @@ type waitEnd struct {
 	then       continuation
 }
 
+// outcome is the node's outcome as the write of the wait leaves it (nil for no end).
+func (e *waitEnd) outcome() *NodeOutcome {
+	if e == nil {
+		return nil
+	}
+	return &NodeOutcome{Status: e.nodeStatus, Output: e.output, Error: e.nodeError, Warning: e.warning}
+}
+
 // continuation says who continues the execution of a wait that ends.
 type continuation string
 
@@ -108,13 +116,23 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 			return fmt.Errorf("write waits: %w", err)
 		}
 		*out = make([]written, len(rows))
+		var ends map[uuid.UUID]*waitEnd // by wait, built once a row says a wait ended
 		for i, r := range rows {
 			(*out)[i] = written{id: r.ID, then: continuation(r.Continuation)}
-			if r.NodeStatus != "" {
-				(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
-					Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
-					TraceParent: deref(r.TraceParent)}
+			if r.NodeStatus == "" {
+				continue
 			}
+			if ends == nil {
+				ends = make(map[uuid.UUID]*waitEnd, len(ws))
+				for j := range ws {
+					if ws[j].end != nil {
+						ends[ws[j].id] = ws[j].end
+					}
+				}
+			}
+			(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
+				Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+				TraceParent: deref(r.TraceParent), Outcome: ends[r.ID].outcome()}
 		}
 		return nil
 	}
@@ -133,8 +151,7 @@ func writtenAhead(waits []*wait, ws []waitWrite, at time.Time) []written {
 		out[i].then = ww.end.then
 		out[i].ended = &Ended{ExecutionID: row.ExecutionID, NodeID: row.NodeID, WaitType: row.WaitType,
 			Strategy: row.AggregationStrategy, Status: ww.status, CreatedAt: row.CreatedAt, EndedAt: at,
-			TraceParent: deref(row.TraceParent),
-			Outcome:     &NodeOutcome{Status: ww.end.nodeStatus, Output: ww.end.output, Error: ww.end.nodeError, Warning: ww.end.warning}}
+			TraceParent: deref(row.TraceParent), Outcome: ww.end.outcome()}
 	}
 	return out
 }

@@ -98,6 +98,52 @@ func TestWaitAllThenContinue(t *testing.T) {
 	require.Equal(t, 1, h.fake.count("/process"))
 }
 
+// TestEarlierWaitsSeenByLaterContinuation: a continuation run in the transaction of the
+// events that end a wait reads the execution's nodes as stored, where a wait node that an
+// earlier wait ended still reads waiting: the earlier outcome must count all the same.
+// Parallel waits feed a join, which runs once, when the second ends, with both outputs;
+// waits in sequence complete the execution when the second ends.
+func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	parallel := h.put(t, h.workflow("parallel", []obj{
+		node("w1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("w2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST",
+			"body": obj{"one": "@{nodes.w1.output.kafkaEvent.n}", "two": "@{nodes.w2.output.kafkaEvent.n}"}}),
+	}, []obj{edge("w1", "join", ""), edge("w2", "join", "")}))
+	sequence := h.put(t, h.workflow("sequence", []obj{
+		node("s1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("s2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+	}, []obj{edge("s1", "s2", "")}))
+	h.run(t)
+
+	id := h.start(t, parallel, nil)
+	v := h.waitStatus(t, id, "waiting")
+	w1, w2 := waitOf(t, v, "w1"), waitOf(t, v, "w2")
+	require.Equal(t, aggregator.Completed, h.apply(t, id, w1.CorrelationID, aggregator.EventKafka, obj{"n": 1}))
+	stays(t, 200*time.Millisecond, func() bool {
+		v := h.view(t, id)
+		return v.Status == execstate.ExecWaiting && nodeOf(t, v, "join").Status == execstate.NodePending
+	}, "the join waits for w2")
+	require.Equal(t, aggregator.Completed, h.apply(t, id, w2.CorrelationID, aggregator.EventKafka, obj{"n": 2}))
+	h.waitStatus(t, id, "completed")
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/join") == 1 }, "join must run exactly once")
+	require.Equal(t, obj{"one": float64(1), "two": float64(2)}, h.fake.requests("/join")[0].Body)
+
+	id = h.start(t, sequence, nil)
+	s1 := waitOf(t, h.waitStatus(t, id, "waiting"), "s1")
+	require.Equal(t, aggregator.Completed, h.apply(t, id, s1.CorrelationID, aggregator.EventKafka, obj{"n": 1}))
+	eventually(t, func() bool {
+		return h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND node_id = 's2' AND status = 'waiting'`, id) == 1
+	})
+	s2 := waitOf(t, h.view(t, id), "s2")
+	require.Equal(t, aggregator.Completed, h.apply(t, id, s2.CorrelationID, aggregator.EventKafka, obj{"n": 2}))
+	v = h.waitStatus(t, id, "completed")
+	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s1").Status)
+	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s2").Status)
+}
+
 // TestBranching: conditions on the wait's output pick one of two branches; the other is
 // skipped, the skip propagates down its branch, and the join after both runs once.
 func TestBranching(t *testing.T) {

@@ -584,14 +584,30 @@ type inTxContinuation struct {
 	execIDs []uuid.UUID
 	execs   []dbsqlc.Execution
 	nodes   []dbsqlc.NodeExecution
+	// stored: nodes are the stored rows (LoadNodes), not node_executions' reading.
+	stored bool
 }
 
 func (c *inTxContinuation) LockExecutions(d dbsqlc.DBTX) error {
 	return c.e.lockExecutions(c.ctx, c.execIDs, &c.execs)(d)
 }
 
+// LoadNodes reads the stored rows, sent in the round trip that writes the waits. Read
+// through node_executions there, each node whose wait the write has just ended would
+// look its wait up again and find the version the write made: on the Kafka path that
+// look-up cost PostgreSQL more than a fifth of its CPU per record, for outcomes the
+// continuation holds already (Ended.Outcome).
 func (c *inTxContinuation) LoadNodes(d dbsqlc.DBTX) error {
-	return c.e.loadNodes(c.ctx, c.execIDs, &c.nodes)(d)
+	rows, err := c.e.q.NodeExecutionStoredListByExecutions(c.ctx, d, c.execIDs)
+	if err != nil {
+		return fmt.Errorf("load node executions: %w", err)
+	}
+	c.nodes = make([]dbsqlc.NodeExecution, len(rows))
+	for i := range rows {
+		c.nodes[i] = dbsqlc.NodeExecution(rows[i])
+	}
+	c.stored = true
+	return nil
 }
 
 func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeline, ended []aggregator.Ended) (func(), error) {
@@ -599,7 +615,14 @@ func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeli
 	if e.continueStart != nil {
 		e.continueStart()
 	}
-	out, err := e.continueWaits(ctx, tx, c.execs, c.nodes, ended, p)
+	nodes := c.nodes
+	if c.stored {
+		var err error
+		if nodes, err = e.readWaitingNodes(ctx, tx, nodes, ended); err != nil {
+			return nil, err
+		}
+	}
+	out, err := e.continueWaits(ctx, tx, c.execs, nodes, ended, p)
 	if err != nil {
 		return nil, err
 	}
@@ -618,6 +641,50 @@ func (c *inTxContinuation) Continue(ctx context.Context, tx pgx.Tx, p *db.Pipeli
 		}
 	}
 	return func() { e.continued(ctx, out) }, nil
+}
+
+// readWaitingNodes turns nodes read as stored into nodes as node_executions reads them,
+// for a continuation of the waits ended, whose outcomes it holds (settleAhead gives them
+// to their nodes). Any other node stored as waiting may have had its outcome decided by
+// a wait that ended earlier — one of parallel waits, or of waits in sequence — which its
+// stored row does not show: the nodes of its execution are read again, through
+// node_executions. Most continuations read nothing more.
+func (e *Executor) readWaitingNodes(ctx context.Context, tx pgx.Tx, nodes []dbsqlc.NodeExecution,
+	ended []aggregator.Ended,
+) ([]dbsqlc.NodeExecution, error) {
+	type waitingNode struct {
+		exec uuid.UUID
+		node string
+	}
+	known := make(map[waitingNode]bool, len(ended))
+	for _, r := range ended {
+		if r.Outcome != nil {
+			known[waitingNode{r.ExecutionID, r.NodeID}] = true
+		}
+	}
+	var again []uuid.UUID
+	reread := map[uuid.UUID]bool{}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Status == nodeWaiting && !known[waitingNode{n.ExecutionID, n.NodeID}] && !reread[n.ExecutionID] {
+			reread[n.ExecutionID] = true
+			again = append(again, n.ExecutionID)
+		}
+	}
+	if len(again) == 0 {
+		return nodes, nil
+	}
+	read, err := e.q.NodeExecutionListByExecutions(ctx, tx, again)
+	if err != nil {
+		return nil, fmt.Errorf("load node executions: %w", err)
+	}
+	kept := make([]dbsqlc.NodeExecution, 0, len(nodes))
+	for _, n := range nodes {
+		if !reread[n.ExecutionID] {
+			kept = append(kept, n)
+		}
+	}
+	return append(kept, read...), nil
 }
 
 // continuation is what a committed continuation leaves to do: end its spans, and wake

@@ -247,3 +247,45 @@ func (q *Queries) NodeExecutionSetStatusMany(ctx context.Context, db DBTX, arg N
 	_, err := db.Exec(ctx, nodeExecutionSetStatusMany, arg.ExecutionIds, arg.NodeIds, arg.Statuses)
 	return err
 }
+
+const nodeExecutionStoredListByExecutions = `-- name: NodeExecutionStoredListByExecutions :many
+SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at,
+       started_at, finished_at, warning
+FROM node_execution_rows WHERE execution_id = ANY($1::uuid[])
+`
+
+// The nodes of executions as stored: as node_executions reads them, except a node stored
+// as waiting whose wait has decided it, which reads its wait's outcome there. A reader
+// that knows those outcomes already, because its own write just decided the waits,
+// reads this instead and saves the view's look-up of every waiting node's wait.
+func (q *Queries) NodeExecutionStoredListByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]NodeExecutionRow, error) {
+	rows, err := db.Query(ctx, nodeExecutionStoredListByExecutions, executionIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NodeExecutionRow
+	for rows.Next() {
+		var i NodeExecutionRow
+		if err := rows.Scan(
+			&i.ExecutionID,
+			&i.NodeID,
+			&i.Status,
+			&i.Output,
+			&i.Error,
+			&i.Attempts,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Warning,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

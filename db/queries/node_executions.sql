@@ -45,6 +45,15 @@ WHERE n.execution_id = @execution_id::uuid AND n.node_id = @node_id::text
 -- name: NodeExecutionListByExecutions :many
 SELECT * FROM node_executions WHERE execution_id = ANY(@execution_ids::uuid[]);
 
+-- name: NodeExecutionStoredListByExecutions :many
+-- The nodes of executions as stored: as node_executions reads them, except a node stored
+-- as waiting whose wait has decided it, which reads its wait's outcome there. A reader
+-- that knows those outcomes already, because its own write just decided the waits,
+-- reads this instead and saves the view's look-up of every waiting node's wait.
+SELECT execution_id, node_id, status, output, error, attempts, created_at, updated_at,
+       started_at, finished_at, warning
+FROM node_execution_rows WHERE execution_id = ANY(@execution_ids::uuid[]);
+
 -- name: NodeExecutionSetStatusMany :exec
 -- Moves nodes to running (queued) or skipped; finished nodes never move (as in
 -- NodeExecutionFinish).

@@ -194,13 +194,14 @@ func KafkaPipelineFloor(ctx context.Context, url, path string, partitions, recor
 // id a record carries; every column, since the decision is made from the wait's state),
 // their executions locked in id order (the continuation advances them in the same
 // transaction), the floor's statement (kafkaFloorStmt) by correlation id, and the
-// executions' nodes read back (what a continuation advances the graph from) — in one
-// transaction a batch, its statements sent in one round trip. Nothing is decided or
-// decoded: the rows read are only received. So it is the bare SQL of the Kafka path as
-// the service sends it, rows read included: a replica that decides from these rows
-// reaches no more of the bare-writes floor than this floor does, however little its own
-// work costs. It returns the floor's work and its batches' arguments, given a batch's
-// waits by key: the correlation ids, then the executions' ids in order.
+// executions' nodes read back as stored (what a continuation advances the graph from,
+// with the outcomes of the waits it ended, which it holds) — in one transaction a
+// batch, its statements sent in one round trip. Nothing is decided or decoded: the rows
+// read are only received. So it is the bare SQL of the Kafka path as the service sends
+// it, rows read included: a replica that decides from these rows reaches no more of the
+// bare-writes floor than this floor does, however little its own work costs. It returns
+// the floor's work and its batches' arguments, given a batch's waits by key: the
+// correlation ids, then the executions' ids in order.
 func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool, key waitKey) (floorWrite, func([]uuid.UUID) []any, error) {
 	rows, err := pool.Query(ctx, `SELECT id, execution_id, correlation_id FROM execution_wait_states WHERE status = 'waiting'`)
 	if err != nil {
@@ -243,7 +244,7 @@ func kafkaReadsFloor(ctx context.Context, pool *pgxpool.Pool, key waitKey) (floo
 		b.Queue(`SELECT * FROM execution_wait_states WHERE correlation_id = ANY($1::uuid[])`, corrs).Query(received)
 		b.Queue(`SELECT * FROM executions WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`, execs).Query(received)
 		b.Queue(kafkaFloorStmt("correlation_id"), corrs)
-		b.Queue(`SELECT * FROM node_executions WHERE execution_id = ANY($1::uuid[])`, execs).Query(received)
+		b.Queue(`SELECT * FROM node_execution_rows WHERE execution_id = ANY($1::uuid[])`, execs).Query(received)
 	}
 	write.run = func(ctx context.Context, pool *pgxpool.Pool, args []any) error {
 		b := &pgx.Batch{}
