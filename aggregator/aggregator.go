@@ -66,6 +66,13 @@ var ErrUnstorablePayload = errors.New("aggregator: payload cannot be stored as P
 // configured bound. The caller may retry the whole delivery.
 var ErrConflictRetries = errors.New("aggregator: too many optimistic-lock conflicts")
 
+// Transient reports whether err, the failure to record an event, may pass if the event
+// is offered again: the database could not be reached (db.IsUnavailable), or the wait
+// was too contended to decide (ErrConflictRetries). Nothing of the event was recorded.
+func Transient(err error) bool {
+	return db.IsUnavailable(err) || errors.Is(err, ErrConflictRetries)
+}
+
 // Event is one arrival, whatever its source.
 type Event struct {
 	ExecutionID   uuid.UUID

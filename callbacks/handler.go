@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
@@ -212,13 +211,12 @@ func (h *Handler) handle(c echo.Context) error {
 }
 
 // failed answers a callback whose event could not be recorded: 503 with Retry-After
-// while the database is unavailable, else the error as is (500).
+// when offering it again may pass (aggregator.Transient), else the error as is (500).
 func (h *Handler) failed(c echo.Context, ev aggregator.Event, err error) error {
-	if db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries) {
-		c.Response().Header().Set("Retry-After", "1")
-		h.cfg.Logger.ErrorContext(c.Request().Context(), "callback not recorded: database unavailable", "execution_id", ev.ExecutionID,
+	if aggregator.Transient(err) {
+		h.cfg.Logger.ErrorContext(c.Request().Context(), "callback not recorded; its sender is told to retry", "execution_id", ev.ExecutionID,
 			"correlation_id", ev.CorrelationID, "err", err)
-		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
+		return problem.RetryLater(c, "the event was not recorded; retry later")
 	}
 	return err
 }

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/execstate"
@@ -110,9 +109,8 @@ func (h *handlers) sendEvent(c echo.Context) error {
 	switch {
 	case errors.As(err, &unstorable):
 		return invalidField("unstorable-payload", "payload", "cannot be stored: "+unstorable.Reason)
-	case db.IsUnavailable(err) || errors.Is(err, aggregator.ErrConflictRetries):
-		c.Response().Header().Set("Retry-After", "1")
-		return problem.New(http.StatusServiceUnavailable, "the event was not recorded; retry later").WithType("unavailable")
+	case aggregator.Transient(err):
+		return problem.RetryLater(c, "the event was not recorded; retry later")
 	case err != nil:
 		return fmt.Errorf("send %s event to execution %s: %w", s.Type, id, err)
 	}

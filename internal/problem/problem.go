@@ -63,6 +63,23 @@ func New(status int, detail string) *Problem {
 	return &Problem{Status: status, Detail: detail}
 }
 
+// RetryLater answers c's request with 503, a problem of type "unavailable" with the
+// given detail, and Retry-After: 1 — the answer to a request that failed for now and
+// that the client is right to send again: the database away, or a wait too contended
+// to decide. It is the one place that shapes that answer; which failures earn it is the
+// caller's to say. One second is about the least an outage of either kind lasts, and a
+// client that retries sooner only adds load.
+func RetryLater(c echo.Context, detail string) *Problem {
+	c.Response().Header().Set("Retry-After", "1")
+	return Unavailable(detail)
+}
+
+// Unavailable is RetryLater's problem, for a caller that must know the answer's status
+// without answering (an audit row written before the response).
+func Unavailable(detail string) *Problem {
+	return New(http.StatusServiceUnavailable, detail).WithType("unavailable")
+}
+
 // With adds the extension member key=v and returns p for chaining.
 func (p *Problem) With(key string, v any) *Problem {
 	if p.Extensions == nil {

@@ -157,6 +157,23 @@ func TestWriteCommitted(t *testing.T) {
 	require.Equal(t, "done", rec.Body.String())
 }
 
+// TestRetryLater: the answer to a request worth sending again is a 503 of type
+// "unavailable" with Retry-After, as written by the error handler.
+func TestRetryLater(t *testing.T) {
+	t.Parallel()
+	e, _ := newServer(t)
+	e.GET("/", func(c echo.Context) error { return problem.RetryLater(c, "not now") })
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	require.Equal(t, problem.TypeBaseURI+"unavailable", body["type"])
+	require.Equal(t, "not now", body["detail"])
+	require.Equal(t, problem.Unavailable("not now").Status, rec.Code)
+}
+
 // newServer returns an Echo instance using ErrorHandler and a buffer holding
 // what it logged.
 func newServer(t *testing.T) (*echo.Echo, *bytes.Buffer) {

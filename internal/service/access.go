@@ -147,10 +147,9 @@ func (s *Service) retryLater(next echo.HandlerFunc) echo.HandlerFunc {
 		if p == nil || c.Request().Context().Err() != nil {
 			return err
 		}
-		c.Response().Header().Set("Retry-After", "1")
 		s.logger.WarnContext(c.Request().Context(), "request failed: database unavailable",
 			"method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
-		return p
+		return problem.RetryLater(c, p.Detail)
 	}
 }
 
@@ -163,8 +162,7 @@ func unavailableProblem(err error) *problem.Problem {
 	if _, ok := errors.AsType[*problem.Problem](err); ok {
 		return nil
 	}
-	return problem.New(http.StatusServiceUnavailable, "the database is unavailable; nothing was changed, retry later").
-		WithType("unavailable")
+	return problem.Unavailable("the database is unavailable; nothing was changed, retry later")
 }
 
 // statusOf is the status a request is answered with, before the error handler has
