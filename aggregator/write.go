@@ -116,23 +116,30 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 			return fmt.Errorf("write waits: %w", err)
 		}
 		*out = make([]written, len(rows))
-		var ends map[uuid.UUID]*waitEnd // by wait, built once a row says a wait ended
+		// By wait, built for the first wait continued here: that continuation takes its
+		// node's outcome from the write (Ended.Outcome); a queued one reads it later.
+		var ends map[uuid.UUID]*waitEnd
 		for i, r := range rows {
-			(*out)[i] = written{id: r.ID, then: continuation(r.Continuation)}
+			then := continuation(r.Continuation)
+			(*out)[i] = written{id: r.ID, then: then}
 			if r.NodeStatus == "" {
 				continue
 			}
-			if ends == nil {
-				ends = make(map[uuid.UUID]*waitEnd, len(ws))
-				for j := range ws {
-					if ws[j].end != nil {
-						ends[ws[j].id] = ws[j].end
+			ended := &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
+				Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+				TraceParent: deref(r.TraceParent)}
+			if then == continueHere {
+				if ends == nil {
+					ends = make(map[uuid.UUID]*waitEnd, len(ws))
+					for j := range ws {
+						if ws[j].end != nil {
+							ends[ws[j].id] = ws[j].end
+						}
 					}
 				}
+				ended.Outcome = ends[r.ID].outcome()
 			}
-			(*out)[i].ended = &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
-				Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
-				TraceParent: deref(r.TraceParent), Outcome: ends[r.ID].outcome()}
+			(*out)[i].ended = ended
 		}
 		return nil
 	}

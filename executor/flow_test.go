@@ -1,10 +1,14 @@
 package executor_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -142,6 +146,60 @@ func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
 	v = h.waitStatus(t, id, "completed")
 	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s1").Status)
 	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s2").Status)
+}
+
+// TestParallelWaitsEndedAtOnce: both waits of a join ended at the same moment, by events
+// decided in concurrent transactions that each continue the execution (or in one, when
+// they share a group commit). The execution's row orders the continuations: the one that
+// commits second finds the other wait's outcome, though its node is still stored as
+// waiting, so each join runs once and every execution completes.
+func TestParallelWaitsEndedAtOnce(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	name := h.put(t, h.workflow("parallel", []obj{
+		node("w1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("w2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST", "body": obj{"execution_id": "@{_execution.id}"}}),
+	}, []obj{edge("w1", "join", ""), edge("w2", "join", "")}))
+	h.run(t)
+
+	const executions = 24
+	var events []aggregator.Event
+	ids := make([]uuid.UUID, executions)
+	for i := range ids {
+		ids[i] = h.start(t, name, nil)
+		v := h.waitStatus(t, ids[i], "waiting")
+		for _, node := range []string{"w1", "w2"} {
+			events = append(events, aggregator.Event{ExecutionID: ids[i], CorrelationID: waitOf(t, v, node).CorrelationID,
+				Name: aggregator.EventKafka, Payload: []byte(`{}`), Source: aggregator.Source{Kind: "kafka", Topic: "orders"}})
+		}
+	}
+	start := make(chan struct{})
+	errs := make(chan error, len(events))
+	var wg sync.WaitGroup
+	for _, ev := range events {
+		wg.Go(func() {
+			<-start
+			res, err := h.agg.Apply(context.Background(), ev)
+			if err == nil && res.Outcome != aggregator.Completed {
+				err = fmt.Errorf("wait %s: %s", ev.CorrelationID, res.Outcome)
+			}
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, id := range ids {
+		h.waitStatus(t, id, "completed")
+	}
+	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/join") == executions }, "one join per execution")
+	for id, n := range h.fake.countBy("/join", "execution_id") {
+		require.Equal(t, 1, n, id)
+	}
 }
 
 // TestBranching: conditions on the wait's output pick one of two branches; the other is
