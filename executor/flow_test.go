@@ -110,12 +110,7 @@ func TestWaitAllThenContinue(t *testing.T) {
 func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	parallel := h.put(t, h.workflow("parallel", []obj{
-		node("w1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("w2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST",
-			"body": obj{"one": "@{nodes.w1.output.kafkaEvent.n}", "two": "@{nodes.w2.output.kafkaEvent.n}"}}),
-	}, []obj{edge("w1", "join", ""), edge("w2", "join", "")}))
+	parallel := h.putJoin(t, obj{"one": "@{nodes.w1.output.kafkaEvent.n}", "two": "@{nodes.w2.output.kafkaEvent.n}"})
 	sequence := h.put(t, h.workflow("sequence", []obj{
 		node("s1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
 		node("s2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
@@ -156,11 +151,7 @@ func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
 func TestParallelWaitsEndedAtOnce(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	name := h.put(t, h.workflow("parallel", []obj{
-		node("w1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("w2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
-		node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST", "body": obj{"execution_id": "@{_execution.id}"}}),
-	}, []obj{edge("w1", "join", ""), edge("w2", "join", "")}))
+	name := h.putJoin(t, obj{"execution_id": "@{_execution.id}"})
 	h.run(t)
 
 	const executions = 24
@@ -200,6 +191,17 @@ func TestParallelWaitsEndedAtOnce(t *testing.T) {
 	for id, n := range h.fake.countBy("/join", "execution_id") {
 		require.Equal(t, 1, n, id)
 	}
+}
+
+// putJoin stores a workflow of two parallel waits for Kafka records, w1 and w2, both
+// before a join that posts body to the fake service's /join.
+func (h *harness) putJoin(t *testing.T, body obj) string {
+	t.Helper()
+	return h.put(t, h.workflow("parallel", []obj{
+		node("w1", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("w2", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),
+		node("join", "http", obj{"url": "@{_vars.svc}/join", "method": "POST", "body": body}),
+	}, []obj{edge("w1", "join", ""), edge("w2", "join", "")}))
 }
 
 // TestBranching: conditions on the wait's output pick one of two branches; the other is
