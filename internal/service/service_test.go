@@ -61,6 +61,86 @@ func startServices(t *testing.T, url string, n int) []*service.Service {
 	return out
 }
 
+// TestReplicasJoinParallelWaitsOnce: two parallel waits of each execution feed a join,
+// and their callbacks arrive at the same moment at two different replicas, each of which
+// continues the execution in the transaction that records its event. Whichever commits
+// second must see the other wait's outcome: every execution completes, its join runs
+// once, and each wait resumes once.
+func TestReplicasJoinParallelWaitsOnce(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.NewSchema(t)
+	fake := newFakeService(t)
+	svcs := startServices(t, schema.URL, 3)
+
+	wait := func(branch string) map[string]any {
+		return map[string]any{"apiCall": map[string]any{"url": "@{_vars.serviceUrl}/process",
+			"body": map[string]any{"branch": branch}}, "aggregationStrategy": "all", "timeout": 300}
+	}
+	def := map[string]any{
+		"name": "join",
+		"vars": map[string]any{"serviceUrl": fake.URL},
+		"nodes": []any{
+			map[string]any{"id": "a", "type": "wait_events", "data": wait("a")},
+			map[string]any{"id": "b", "type": "wait_events", "data": wait("b")},
+			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.serviceUrl}/done",
+				"method": "POST", "body": map[string]any{"execution_id": "@{_execution.id}"}}},
+		},
+		"edges": []any{map[string]any{"source": "a", "target": "notify"}, map[string]any{"source": "b", "target": "notify"}},
+	}
+	addr := func(i int) string { return "http://" + svcs[i%len(svcs)].Addr() }
+	status, body := testkit.DoJSON(t, http.MethodPut, addr(0)+"/api/v1/workflows/join", def, nil)
+	require.Equal(t, http.StatusCreated, status, body)
+
+	const n = 60
+	for i := range n {
+		status, body := testkit.DoJSON(t, http.MethodPost, addr(i)+"/api/v1/workflows/join/executions",
+			map[string]any{"input": map[string]any{}}, nil)
+		require.Equal(t, http.StatusCreated, status, body)
+	}
+	calls := map[string][]map[string]any{} // by execution: its two correlated calls
+	for range 2 * n {
+		r := fake.nextCall(t)
+		calls[r["_hdr_exec"].(string)] = append(calls[r["_hdr_exec"].(string)], r)
+	}
+	require.Len(t, calls, n)
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	i := 0
+	for exec, pair := range calls {
+		require.Len(t, pair, 2, exec)
+		for j, r := range pair {
+			to := addr(i + j) // the two callbacks of an execution go to two replicas
+			wg.Go(func() {
+				<-start
+				status, body := testkit.DoJSON(t, http.MethodPost, to+"/api/internal/callbacks/acme",
+					map[string]any{"execution_id": exec, "correlation_id": r["_hdr_corr"]}, nil)
+				if status != http.StatusAccepted {
+					t.Errorf("callback answered %d: %v", status, body)
+				}
+			})
+		}
+		i++
+	}
+	close(start)
+	wg.Wait()
+
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		var done int
+		err := svcs[0].Pool().QueryRow(ctx, "SELECT count(*) FROM executions WHERE status = 'completed'").Scan(&done)
+		return err == nil && done == n
+	}, 60*time.Second, 100*time.Millisecond)
+	var resumed int
+	require.NoError(t, svcs[0].Pool().QueryRow(ctx,
+		`SELECT count(*) FROM execution_wait_states WHERE resumed_at IS NOT NULL AND status = 'completed'`).Scan(&resumed))
+	require.Equal(t, 2*n, resumed)
+	done := fake.CountBy("/done", "execution_id")
+	for exec := range calls {
+		require.Equal(t, 1, done[exec], "the join of %s ran %d times", exec, done[exec])
+	}
+}
+
 // TestReplicasResumeExactlyOnce is the exactly-once scenario with three replicas:
 // 200 executions, callbacks in random order to random replicas, some twice; every
 // execution completes with its aggregated output and each wait resumes exactly once.
