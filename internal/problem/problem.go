@@ -67,8 +67,8 @@ func New(status int, detail string) *Problem {
 // given detail, and Retry-After: 1 — the answer to a request that failed for now and
 // that the client is right to send again: the database away, or a wait too contended
 // to decide. It is the one place that shapes that answer; which failures earn it is the
-// caller's to say. One second is about the least an outage of either kind lasts, and a
-// client that retries sooner only adds load.
+// caller's to say. One second spaces a client's retries out while the trouble lasts, yet
+// brings the retry soon after it has passed.
 func RetryLater(c echo.Context, detail string) *Problem {
 	c.Response().Header().Set("Retry-After", "1")
 	return Unavailable(detail)
