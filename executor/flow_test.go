@@ -160,8 +160,8 @@ func TestParallelWaitsEndedAtOnce(t *testing.T) {
 	for i := range ids {
 		ids[i] = h.start(t, name, nil)
 		v := h.waitStatus(t, ids[i], "waiting")
-		for _, node := range []string{"w1", "w2"} {
-			events = append(events, aggregator.Event{ExecutionID: ids[i], CorrelationID: waitOf(t, v, node).CorrelationID,
+		for _, nodeID := range []string{"w1", "w2"} {
+			events = append(events, aggregator.Event{ExecutionID: ids[i], CorrelationID: waitOf(t, v, nodeID).CorrelationID,
 				Name: aggregator.EventKafka, Payload: []byte(`{}`), Source: aggregator.Source{Kind: "kafka", Topic: "orders"}})
 		}
 	}
