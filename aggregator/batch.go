@@ -255,7 +255,7 @@ func (a *Aggregator) writeBatch(ctx context.Context, tx pgx.Tx, dirty []*wait, l
 		out, fused, err = a.continueEnded(ctx, tx, completing, before.execs, ws, atCommit)
 	default:
 		fused = false
-		err = a.writeWaits(ctx, ws, &out)(tx)
+		err = a.writeWaitsNow(ctx, tx, ws, &out)
 	}
 	if err != nil {
 		return nil, err

@@ -196,7 +196,7 @@ func (a *Aggregator) continueEnded(ctx context.Context, tx pgx.Tx, execIDs []uui
 			ws[i].end.then = queueResume
 		}
 	}
-	if err := a.writeWaits(ctx, ws, &out)(tx); err != nil {
+	if err := a.writeWaitsNow(ctx, tx, ws, &out); err != nil {
 		return nil, false, err
 	}
 	return out, false, nil

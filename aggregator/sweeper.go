@@ -201,7 +201,7 @@ func (a *Aggregator) sweep(ctx context.Context, now time.Time, full func()) (int
 			ws = append(ws, d.write(row))
 		}
 		var out []written
-		if err := a.writeWaits(ctx, ws, &out)(tx); err != nil {
+		if err := a.writeWaitsNow(ctx, tx, ws, &out); err != nil {
 			return fmt.Errorf("write deadline decisions: %w", err)
 		}
 		if len(out) != len(rows) {
