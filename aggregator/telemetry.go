@@ -303,11 +303,16 @@ func (a *Aggregator) observe(ctx context.Context, t *tally, ev Event, res Result
 // observeExpired records a sweeper commit: counters and a span per ended wait in its
 // trace.
 func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
+	// A burst fires thousands of waits with a handful of attribute sets between them:
+	// each set is built and added once, with its count, rather than once per wait.
+	type timeoutKind struct{ onTimeout, outcome string }
+	var timeouts map[timeoutKind]int64
+	var timers, partial int64
 	for _, e := range fired {
 		name := "rendezvous.wait.timeout"
 		if e.Timer {
 			name = "rendezvous.wait.timer"
-			a.ins.timersFired.Add(ctx, 1)
+			timers++
 		} else {
 			outcome := "fail"
 			switch {
@@ -316,9 +321,12 @@ func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
 			case e.Continue:
 				outcome = "continue"
 			}
-			a.ins.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String("on_timeout", string(e.OnTimeout)), attribute.String("outcome", outcome)))
+			if timeouts == nil {
+				timeouts = map[timeoutKind]int64{}
+			}
+			timeouts[timeoutKind{string(e.OnTimeout), outcome}]++
 			if e.Warning != "" {
-				a.ins.warnings.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
+				partial++
 			}
 		}
 		if e.TraceParent == "" {
@@ -335,5 +343,14 @@ func (a *Aggregator) observeExpired(ctx context.Context, fired []Expired) {
 			span.SetStatus(codes.Error, "deadline failed the node")
 		}
 		span.End()
+	}
+	if timers > 0 {
+		a.ins.timersFired.Add(ctx, timers)
+	}
+	for k, n := range timeouts {
+		a.ins.timeouts.Add(ctx, n, metric.WithAttributes(attribute.String("on_timeout", k.onTimeout), attribute.String("outcome", k.outcome)))
+	}
+	if partial > 0 {
+		a.ins.warnings.Add(ctx, partial, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
 	}
 }

@@ -148,8 +148,9 @@ func TestTelemetryEvents(t *testing.T) {
 
 }
 
-// TestTelemetryDeadlines: a timeout and a timer fire in their waits' traces, starting at
-// their deadlines, and are counted by outcome; a due wait shows as sweeper lag.
+// TestTelemetryDeadlines: timeouts and a timer fire in their waits' traces, starting at
+// their deadlines, and are counted by outcome, waits of one outcome in one sweep
+// together; a due wait shows as sweeper lag.
 func TestTelemetryDeadlines(t *testing.T) {
 	t.Parallel()
 	o := setupObserved(t)
@@ -161,21 +162,27 @@ func TestTelemetryDeadlines(t *testing.T) {
 	r := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	r.OnTimeout, r.TraceParent = aggregator.OnTimeoutContinueWithPartial, tp
 	o.newWait(t, r)
+	o.newWait(t, r)
+	failing := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	failing.OnTimeout = aggregator.OnTimeoutFail
+	o.newWait(t, failing)
 	timer := registration(aggregator.StrategyAll, nil)
 	timer.Timer = &aggregator.Timer{At: time.Now().Add(time.Minute), Settings: map[string]any{"for": "1m"}}
 	timer.TraceParent = tp
 	o.newWait(t, timer)
 
 	open, lag := o.gauges(t)
-	require.Equal(t, map[string]int64{"waiting": 1, "scheduled": 1}, open)
+	require.Equal(t, map[string]int64{"waiting": 3, "scheduled": 1}, open)
 	require.Zero(t, lag)
 
 	n, err := o.agg.Sweep(ctx, time.Now().Add(10*time.Minute))
 	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	require.EqualValues(t, 1, o.counter(t, "rendezvous.timeouts",
+	require.Equal(t, 4, n)
+	require.EqualValues(t, 2, o.counter(t, "rendezvous.timeouts",
 		attribute.String("on_timeout", string(aggregator.OnTimeoutContinueWithPartial)), attribute.String("outcome", "partial")))
-	require.EqualValues(t, 1, o.counter(t, "rendezvous.nodes.warnings", attribute.String("reason", aggregator.WarningPartialData)))
+	require.EqualValues(t, 1, o.counter(t, "rendezvous.timeouts",
+		attribute.String("on_timeout", string(aggregator.OnTimeoutFail)), attribute.String("outcome", "fail")))
+	require.EqualValues(t, 2, o.counter(t, "rendezvous.nodes.warnings", attribute.String("reason", aggregator.WarningPartialData)))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timers.fired"))
 	for _, name := range []string{"rendezvous.wait.timeout", "rendezvous.wait.timer"} {
 		s := o.span(t, name)
