@@ -54,13 +54,7 @@ func (h *handlers) recoveryRoutes(e *echo.Echo) {
 func (h *handlers) action(name Action, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
-		status := c.Response().Status
-		var p *problem.Problem
-		if errors.As(err, &p) {
-			status = p.Status
-		} else if err != nil {
-			status = http.StatusInternalServerError
-		}
+		status := StatusOf(c, err)
 		h.logger.InfoContext(c.Request().Context(), "operator action", "action", string(name),
 			"path", c.Request().URL.Path, "remote_addr", c.Request().RemoteAddr, "status", status)
 		return err

@@ -3,12 +3,11 @@ package service
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/internal/api"
 	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
@@ -113,7 +112,7 @@ func (s *Service) auditChanges(next echo.HandlerFunc) echo.HandlerFunc {
 		if entry.Written() && err == nil {
 			return nil
 		}
-		status := statusOf(c, err)
+		status := api.StatusOf(c, err)
 		target := req.URL.Path
 		var werr error
 		if status < 400 {
@@ -126,7 +125,10 @@ func (s *Service) auditChanges(next echo.HandlerFunc) echo.HandlerFunc {
 			werr = audit.Refused(req.Context(), s.pool, entry, target, status, detail)
 		}
 		if werr != nil {
-			s.logger.ErrorContext(req.Context(), "audit row not written", "err", werr, "action", rule.action, "target", target)
+			// The database is away more often than not when this happens: the line carries
+			// what the row would have held, so the audit trail survives in the logs.
+			s.logger.ErrorContext(req.Context(), "audit row not written", "err", werr, "action", rule.action, "target", target,
+				"principal", entry.Principal, "remote_addr", entry.RemoteAddr, "status", status)
 		}
 		return err
 	}
@@ -137,11 +139,11 @@ func (s *Service) auditChanges(next echo.HandlerFunc) echo.HandlerFunc {
 // as the callback and send routes answer an event they could not record: the client
 // learns that trying again is right, and an operator's redrive during an outage is not
 // audited as an internal error. It runs outside access control, whose token lookup
-// reads the database too; the audit log names the status through statusOf.
+// reads the database too; the audit log names the status through api.StatusOf.
 func (s *Service) retryLater(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
-		p := unavailableProblem(err)
+		p := api.Unavailable(err)
 		// A client that went away cancelled the request's statements, which reads as a
 		// timeout to pgx: nobody reads the answer, and the database was not at fault.
 		if p == nil || c.Request().Context().Err() != nil {
@@ -151,34 +153,4 @@ func (s *Service) retryLater(next echo.HandlerFunc) echo.HandlerFunc {
 			"method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 		return problem.RetryLater(c, p.Detail)
 	}
-}
-
-// unavailableProblem is the problem of a request that failed because the database is
-// away, or nil for any other outcome (a problem already chosen stands).
-func unavailableProblem(err error) *problem.Problem {
-	if err == nil || !db.IsUnavailable(err) {
-		return nil
-	}
-	if _, ok := errors.AsType[*problem.Problem](err); ok {
-		return nil
-	}
-	return problem.Unavailable("the database is unavailable; nothing was changed, retry later")
-}
-
-// statusOf is the status a request is answered with, before the error handler has
-// written an error.
-func statusOf(c echo.Context, err error) int {
-	if err == nil {
-		return c.Response().Status
-	}
-	if p := unavailableProblem(err); p != nil {
-		return p.Status
-	}
-	if p, ok := errors.AsType[*problem.Problem](err); ok {
-		return p.Status
-	}
-	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
-		return he.Code
-	}
-	return http.StatusInternalServerError
 }

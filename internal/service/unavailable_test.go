@@ -3,6 +3,7 @@ package service_test
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,25 @@ func TestDatabaseAwayAnswers503(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "request failed: database unavailable")
 	require.NotContains(t, logs.String(), `msg="request failed"`, "no request was answered as an internal error")
+	// The redrive's audit row could not be written either: its line holds what the row
+	// would have, who asked and what they were answered included. (The operator's redrive
+	// failed authenticating, before anything was audited.) The operator-action line
+	// names the same answer.
+	var unaudited, actions []string
+	for line := range strings.Lines(logs.String()) {
+		switch {
+		case strings.Contains(line, `msg="audit row not written"`) && strings.Contains(line, "action=execution.redrive"):
+			unaudited = append(unaudited, line)
+		case strings.Contains(line, `msg="operator action"`) && strings.Contains(line, "action=execution.redrive"):
+			actions = append(actions, line)
+		}
+	}
+	require.Len(t, unaudited, 1, "%s", logs.String())
+	require.Contains(t, unaudited[0], "status=503")
+	require.Contains(t, unaudited[0], "target="+redrive)
+	require.Contains(t, unaudited[0], "principal=bootstrap:")
+	require.Len(t, actions, 1, "%s", logs.String())
+	require.Contains(t, actions[0], "status=503")
 
 	proxy.Restore()
 	want := map[string]int{
