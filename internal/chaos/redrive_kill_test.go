@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +97,72 @@ func startKillFake(t *testing.T, hold time.Duration) *killFake {
 	return f
 }
 
+// startKillCluster starts what the SIGKILL tests share: a database of their own, named
+// after name, the embedded broker, and two `rendezvous serve` replicas built from this
+// module, calling the fake service at fakeURL, with extraArgs after their own flags. Their
+// logs are kept when the test fails. It returns the runner that drives them (without a
+// producer) and a pool on the database; everything stops when the test ends.
+func startKillCluster(ctx context.Context, t *testing.T, name, fakeURL string, extraArgs ...string) (*runner, *pgxpool.Pool) {
+	dir, err := os.MkdirTemp("", "rendezvous-"+strings.ReplaceAll(name, "_", "-")+"-*")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replica logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	bin, err := buildBinary(ctx, dir)
+	require.NoError(t, err)
+	cfg := Config{Seed: 1, Replicas: 2, DatabaseURL: dbtest.ServerURL(t)}.WithDefaults()
+	cl := &cluster{cfg: cfg, dir: dir, bin: bin, out: t.Output(), adminURL: cfg.DatabaseURL,
+		dbName:  fmt.Sprintf("%s%s_%d", dbPrefix, name, os.Getpid()),
+		group:   fmt.Sprintf("%s-%d", strings.ReplaceAll(name, "_", "-"), os.Getpid()),
+		fakeURL: fakeURL, extraArgs: extraArgs}
+	cl.dbURL, err = withDatabase(cfg.DatabaseURL, cl.dbName)
+	require.NoError(t, err)
+	require.NoError(t, cl.createDatabase(ctx))
+	t.Cleanup(func() { require.NoError(t, cl.dropDatabase()) })
+	require.NoError(t, cl.migrate(ctx))
+	cl.replicaURL = cl.dbURL
+	t.Cleanup(cl.close)
+	require.NoError(t, cl.startKafka(ctx))
+	for i := range cfg.Replicas {
+		port, err := freePort()
+		require.NoError(t, err)
+		log, err := cl.logFile(replicaLogName(i))
+		require.NoError(t, err)
+		rep := &replica{index: i, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: log}
+		cl.replicas = append(cl.replicas, rep)
+		require.NoError(t, cl.startReplica(rep))
+	}
+	for _, rep := range cl.replicas {
+		require.NoError(t, cl.waitReady(ctx, rep, 90*time.Second), "logs in %s", dir)
+	}
+	pool, err := pgxpool.New(ctx, cl.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: withToken{http.DefaultTransport}}
+	t.Cleanup(client.CloseIdleConnections)
+	return &runner{cl: cl, http: client, ctx: ctx, down: make([]bool, cfg.Replicas)}, pool
+}
+
+// startExecution starts an execution of workflow with input through replica i's API and
+// returns its id.
+func startExecution(t *testing.T, r *runner, i int, workflow string, input map[string]any) uuid.UUID {
+	body, _ := json.Marshal(map[string]any{"input": input})
+	resp, err := r.http.Post("http://"+r.cl.replicas[i].addr+"/api/v1/workflows/"+workflow+"/executions", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", raw)
+	var started struct {
+		ID uuid.UUID `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &started))
+	return started.ID
+}
+
 func (f *killFake) url() string { return "http://" + f.ln.Addr().String() }
 
 func (f *killFake) setDown(down bool) {
@@ -141,53 +208,11 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	const executions = 30
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
-	// The replicas' logs are kept when the test fails.
-	dir, err := os.MkdirTemp("", "rendezvous-redrive-kill-*")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("replica logs kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	bin, err := buildBinary(ctx, dir)
-	require.NoError(t, err)
-
 	fk := startKillFake(t, 2*time.Second)
-	cfg := Config{Seed: 1, Replicas: 2, DatabaseURL: dbtest.ServerURL(t)}.WithDefaults()
-	cl := &cluster{cfg: cfg, dir: dir, bin: bin, out: t.Output(), adminURL: cfg.DatabaseURL,
-		dbName: fmt.Sprintf("%sredrive_kill_%d", dbPrefix, os.Getpid()), group: fmt.Sprintf("redrive-kill-%d", os.Getpid()),
-		fakeURL: fk.url(),
-		// Two sends of a correlated call, half a second apart: the service down for a
-		// second fails the wait.
-		extraArgs: []string{"--outbox-max-attempts", "2"}}
-	cl.dbURL, err = withDatabase(cfg.DatabaseURL, cl.dbName)
-	require.NoError(t, err)
-	require.NoError(t, cl.createDatabase(ctx))
-	t.Cleanup(func() { require.NoError(t, cl.dropDatabase()) })
-	require.NoError(t, cl.migrate(ctx))
-	cl.replicaURL = cl.dbURL
-	defer cl.close()
-	require.NoError(t, cl.startKafka(ctx))
-	for i := range cfg.Replicas {
-		port, err := freePort()
-		require.NoError(t, err)
-		log, err := cl.logFile(replicaLogName(i))
-		require.NoError(t, err)
-		rep := &replica{index: i, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: log}
-		cl.replicas = append(cl.replicas, rep)
-		require.NoError(t, cl.startReplica(rep))
-	}
-	for _, rep := range cl.replicas {
-		require.NoError(t, cl.waitReady(ctx, rep, 90*time.Second), "logs in %s", dir)
-	}
-	pool, err := pgxpool.New(ctx, cl.dbURL)
-	require.NoError(t, err)
-	defer pool.Close()
-	client := &http.Client{Timeout: 30 * time.Second, Transport: withToken{http.DefaultTransport}}
-	defer client.CloseIdleConnections()
-	r := &runner{cl: cl, http: client, ctx: ctx, down: make([]bool, cfg.Replicas)}
+	// Two sends of a correlated call, half a second apart: the service down for a second
+	// fails the wait.
+	r, pool := startKillCluster(ctx, t, "redrive_kill", fk.url(), "--outbox-max-attempts", "2")
+	cl := r.cl
 
 	// The wait outlasts a lease: a call claimed by a replica that is killed is sent by
 	// another once the claim's lease has passed, and must still find its wait open.
@@ -199,17 +224,7 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	// The service is down: every execution fails when its call has failed twice.
 	ids := make([]uuid.UUID, executions)
 	for i := range ids {
-		body, _ := json.Marshal(map[string]any{"input": map[string]any{"chaos_plan": i}})
-		resp, err := client.Post("http://"+cl.replicas[i%2].addr+"/api/v1/workflows/"+def.Name+"/executions", "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", raw)
-		var started struct {
-			ID uuid.UUID `json:"id"`
-		}
-		require.NoError(t, json.Unmarshal(raw, &started))
-		ids[i] = started.ID
+		ids[i] = startExecution(t, r, i%2, def.Name, map[string]any{"chaos_plan": i})
 	}
 	require.Eventually(t, func() bool {
 		var failed int
