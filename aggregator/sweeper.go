@@ -337,9 +337,12 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 			Warning:   out.warning,
 			OnTimeout: row.OnTimeout, Reason: d.Reason, TraceParent: deref(row.TraceParent)}
 		// Decided, not yet written: the warning waits for the commit (announceExpired),
-		// since a fence missed or a rollback leaves the wait as it was.
-		a.logger.DebugContext(ctx, "wait deadline decided", "execution_id", row.ExecutionID,
-			"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "continue", d.Continue)
+		// since a fence missed or a rollback leaves the wait as it was. A burst decides
+		// thousands: the line's arguments are not boxed unless it is kept.
+		if a.logger.Enabled(ctx, slog.LevelDebug) {
+			a.logger.DebugContext(ctx, "wait deadline decided", "execution_id", row.ExecutionID,
+				"correlation_id", row.CorrelationID, "node_id", row.NodeID, "instance_id", a.cfg.InstanceID, "continue", d.Continue)
+		}
 	case len(d.TimedOut) == len(w.timedOut):
 		out.bump = 0 // the due deadline was an event's that arrived: only move on
 	}
