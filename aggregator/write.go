@@ -149,8 +149,8 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 
 // writeWaitsNow runs writeWaits' statement on tx at once, for a batch of waits. It goes
 // through a pipeline, which sizes the connection's send buffer for the batch's arrays
-// before pgx encodes them there; sent on tx directly, the buffer grows by copying as
-// each array is appended, about a tenth of what a sweep allocates per wait.
+// before pgx encodes them there. Sent on tx directly, the buffer grew by copying as each
+// array was appended: about a tenth of what a sweep allocated per wait.
 func (a *Aggregator) writeWaitsNow(ctx context.Context, tx pgx.Tx, ws []waitWrite, out *[]written) error {
 	var p db.Pipeline
 	p.Queue(a.writeWaits(ctx, ws, out))
