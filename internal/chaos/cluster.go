@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,8 +404,8 @@ func (c *cluster) waitReady(ctx context.Context, r *replica, timeout time.Durati
 func instanceID(i int) string { return fmt.Sprintf("chaos-r%d", i) }
 
 // waitGroupStable waits until the consumer group is stable with members members and
-// every partition of both topics assigned, so the run starts on a settled group.
-func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time.Duration) error {
+// every partition of topics assigned, so the run starts on a settled group.
+func (c *cluster) waitGroupStable(ctx context.Context, members int, topics []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "not described yet"
 	for {
@@ -412,10 +413,12 @@ func (c *cluster) waitGroupStable(ctx context.Context, members int, timeout time
 		if err == nil {
 			if g, ok := groups[c.group]; ok && g.Err == nil {
 				assigned := 0
-				for _, ps := range g.AssignedPartitions() {
-					assigned += len(ps)
+				for topic, ps := range g.AssignedPartitions() {
+					if slices.Contains(topics, topic) {
+						assigned += len(ps)
+					}
 				}
-				want := len(consumedTopics) * TopicPartitions
+				want := len(topics) * TopicPartitions
 				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, want)
 				if g.State == "Stable" && len(g.Members) == members && assigned == want {
 					return nil

@@ -1,10 +1,8 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -30,7 +28,7 @@ func TestJoinSurvivesSIGKILL(t *testing.T) {
 	g := startJoinRig(t, false)
 	var mu sync.Mutex
 	cut := 0
-	g.race(0, func(i int, w joinWait) {
+	g.race(func() int { return 0 }, func(i int, w joinWait) {
 		payload, _ := json.Marshal(map[string]any{"execution_id": w.exec.String(), "correlation_id": w.corr.String(), "decision": "approved"})
 		atts := g.r.post(0, i, "/api/internal/callbacks/chaos", payload, http.Header{"Content-Type": {"application/json"}})
 		last := atts[len(atts)-1]
@@ -52,42 +50,53 @@ func TestJoinSurvivesSIGKILL(t *testing.T) {
 // TestKafkaJoinSurvivesSIGKILL is TestJoinSurvivesSIGKILL with the waits' events as
 // Kafka records, keyed by correlation id: the two of most executions fall on two
 // partitions, applied in two transactions (by two lanes, or two replicas). The replica
-// owning most of the topic's partitions is killed; its records come back to the other
-// once the broker has dropped it from the group, from the offsets it last committed,
-// and are applied there, the two of an execution again in two transactions.
+// owning most of the topic's partitions while the records wait is killed; its records
+// come back to the other once the broker has dropped it from the group, from the
+// offsets it last committed, and are applied there, the two of an execution again in
+// two transactions.
 func TestKafkaJoinSurvivesSIGKILL(t *testing.T) {
 	g := startJoinRig(t, true)
-	// Which replica owns each partition of the topic when the records go out.
-	sample, err := g.cl.sampleGroup(g.ctx)
-	require.NoError(t, err)
-	owner := map[int32]string{}
-	owned := map[string]int{}
-	for _, m := range sample.Members {
-		for _, p := range m.Partitions {
-			owner[p] = m.ClientID
-			owned[m.ClientID]++
-		}
-	}
-	victim := 0
-	if owned[instanceID(1)] > owned[instanceID(0)] {
-		victim = 1
-	}
 	var mu sync.Mutex
-	onKilled := 0
-	g.race(victim, func(_ int, w joinWait) {
+	var partitions []int32 // where each record went
+	// The victim is chosen once the records wait in the replicas' lanes, from the
+	// group as it stands then: the replica owning most of the topic's partitions.
+	var sample GroupSample
+	owned := func(i int) []int32 {
+		for _, m := range sample.Members {
+			if m.ClientID == instanceID(i) {
+				return m.Partitions
+			}
+		}
+		return nil
+	}
+	victim := -1
+	g.race(func() int {
+		var err error
+		sample, err = g.cl.sampleGroup(g.ctx)
+		require.NoError(t, err)
+		victim = 0
+		if len(owned(1)) > len(owned(0)) {
+			victim = 1
+		}
+		return victim
+	}, func(_ int, w joinWait) {
 		value, headers := kafkaValue(IDsFields, w.exec, w.corr, "chaos.done", map[string]any{})
 		p := g.r.produce(Topic, w.corr, value, headers, false)
 		if p.Err != "" {
 			t.Errorf("wait %s of %s: record not produced: %s", w.node, w.exec, p.Err)
 		}
 		mu.Lock()
-		if owner[p.Partition] == instanceID(victim) {
-			onKilled++
-		}
+		partitions = append(partitions, p.Partition)
 		mu.Unlock()
 	})
 	g.check(1 - victim)
-	require.Positive(t, onKilled, "records on partitions of the killed replica")
+	onKilled := 0
+	for _, p := range partitions {
+		if slices.Contains(owned(victim), p) {
+			onKilled++
+		}
+	}
+	require.Positive(t, onKilled, "records on partitions of the killed replica; the group: %s", sample.key())
 	t.Logf("group %s; replica %d killed; %d of %d records were on its partitions", sample.key(), victim, onKilled, 2*joinExecutions)
 }
 
@@ -126,7 +135,7 @@ func startJoinRig(t *testing.T, kafkaEvents bool) *joinRig {
 	fk := startKillFake(t, 0)
 	fk.setDown(false)
 	r, pool := startKillCluster(ctx, t, "join_kill", fk.url())
-	cl, client := r.cl, r.http
+	cl := r.cl
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cl.kafkaAddr), kgo.ProducerLinger(0))
 	require.NoError(t, err)
 	t.Cleanup(prod.Close)
@@ -156,38 +165,15 @@ func startJoinRig(t *testing.T, kafkaEvents bool) *joinRig {
 		},
 		"edges": []any{map[string]any{"source": "a", "target": "join"}, map[string]any{"source": "b", "target": "join"}},
 	}
-	for _, rep := range cl.replicas { // each picks up the topic at once
-		raw, _ := json.Marshal(def)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+rep.addr+"/api/v1/workflows/join-kill", bytes.NewReader(raw))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		require.NoError(t, err)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.Contains(t, []int{http.StatusCreated, http.StatusOK}, resp.StatusCode, "%s", body)
+	raw, err := json.Marshal(def)
+	require.NoError(t, err)
+	for i := range cl.replicas { // each picks up the topic at once
+		require.NoError(t, r.putWorkflow(ctx, i, "join-kill", raw))
 	}
 	if kafkaEvents {
-		// Both replicas in the group and every partition of the topic assigned. The
-		// balancer may give one replica all of them (and the other the events topic's).
-		settled := func() (bool, string) {
-			s, err := cl.sampleGroup(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-			total := 0
-			for _, m := range s.Members {
-				total += len(m.Partitions)
-			}
-			return s.State == "Stable" && len(s.Members) == 2 && total == TopicPartitions, s.key()
-		}
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			ok, group := settled()
-			if ok {
-				break
-			}
-			require.False(t, time.Now().After(deadline), "the group settled on %s; it is: %s", Topic, group)
-		}
+		// Every partition of the topic assigned. The balancer may give one replica all of
+		// them (and the other the events topic's).
+		require.NoError(t, cl.waitGroupStable(ctx, 2, []string{Topic}, time.Minute))
 	}
 
 	g.ids = make([]uuid.UUID, joinExecutions)
@@ -223,12 +209,12 @@ func startJoinRig(t *testing.T, kafkaEvents bool) *joinRig {
 // race locks every execution, delivers each wait's event at once (deliver is called in a
 // goroutine of its own per wait, with i 0 for one wait of an execution and 1 for the
 // other, so that their callbacks go to two replicas), waits until the replicas'
-// transactions recording them wait for the lock, SIGKILLs replica victim, releases the
-// lock and waits for every delivery to return. The victim had committed nothing, and
+// transactions recording them wait for the lock, SIGKILLs the replica victim names,
+// releases the lock and waits for every delivery to return. The victim had committed nothing, and
 // held nothing but those transactions: every correlated call was answered before and no
 // continuation had begun, so no lease has to pass before the other replica has done
 // everything.
-func (g *joinRig) race(victim int, deliver func(i int, w joinWait)) {
+func (g *joinRig) race(victim func() int, deliver func(i int, w joinWait)) {
 	t := g.t
 	lock, err := g.pool.Begin(g.ctx)
 	require.NoError(t, err)
@@ -257,7 +243,7 @@ func (g *joinRig) race(victim int, deliver func(i int, w joinWait)) {
 		return err == nil && waiting >= 2
 	}, 20*time.Second, 20*time.Millisecond, "events waiting for the locked executions")
 	time.Sleep(500 * time.Millisecond)
-	kill(g.r, victim)
+	kill(g.r, victim())
 	require.NoError(t, lock.Rollback(g.ctx))
 	deliveries.Wait()
 }

@@ -214,7 +214,7 @@ func (r *runner) startReplicas(ctx context.Context) error {
 	if err := r.createOperatorToken(ctx); err != nil {
 		return err
 	}
-	return cl.waitGroupStable(ctx, r.cfg.Replicas, 90*time.Second)
+	return cl.waitGroupStable(ctx, r.cfg.Replicas, consumedTopics, 90*time.Second)
 }
 
 func (r *runner) putDefinition(ctx context.Context, d *Definition) error {
@@ -222,16 +222,21 @@ func (r *runner) putDefinition(ctx context.Context, d *Definition) error {
 	if err != nil {
 		return err
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+r.cl.replicas[0].addr+"/api/v1/workflows/"+d.Name, bytes.NewReader(raw))
+	return r.putWorkflow(ctx, 0, d.Name, raw)
+}
+
+// putWorkflow stores the workflow definition raw under name through replica i's API.
+func (r *runner) putWorkflow(ctx context.Context, i int, name string, raw []byte) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+r.cl.replicas[i].addr+"/api/v1/workflows/"+name, bytes.NewReader(raw))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := r.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("store definition %s: %w", d.Name, err)
+		return fmt.Errorf("store definition %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("store definition %s: %d %s", d.Name, resp.StatusCode, body)
+		return fmt.Errorf("store definition %s: %d %s", name, resp.StatusCode, body)
 	}
 	return nil
 }
