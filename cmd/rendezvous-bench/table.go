@@ -89,6 +89,8 @@ func figures(o options, r results) []figure {
 				plain("", "kafka heap allocated per record: replica, broker, producer", k.CPU.ProcessAllocs, "allocs")
 				plain("", "kafka heap allocated per record: replica, broker, producer", k.CPU.ProcessAllocBytes, "B")
 				plain("", "floor CPU per record", f.CPU.TotalUS(), "µs")
+				plain("", "kafka WAL per record", k.CPU.WALBytes, "B")
+				plain("", "floor WAL per record", f.CPU.WALBytes, "B")
 				// What the CPU per record allows: the rate at which it would keep every core
 				// of this machine busy, the database's and the broker's work included, of
 				// the floor's rate. The service cannot go faster than that, however its
@@ -106,6 +108,7 @@ func figures(o options, r results) []figure {
 				if p.CPU != nil {
 					plain("", name+" CPU per record: PostgreSQL", p.CPU.PostgresUS, "µs")
 					plain("", name+" CPU per record", p.CPU.TotalUS(), "µs")
+					plain("", name+" WAL per record", p.CPU.WALBytes, "B")
 				}
 				plain("b", name+", of the bare-writes floor ("+most+")", p.PerSecond/f.PerSecond, "×")
 				plain("b", "kafka records applied/s, of the "+name, k.PerSecond/p.PerSecond, "×")

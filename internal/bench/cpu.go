@@ -29,6 +29,11 @@ type CPUUse struct {
 	// microseconds is lost in the noise of the CPU.
 	ProcessAllocs     float64 `json:"process_allocs_per_event"`
 	ProcessAllocBytes float64 `json:"process_alloc_bytes_per_event"`
+	// WALBytes is the write-ahead log the server wrote per event: the whole server's,
+	// read off its insert position, so that two paths writing the same rows compare on
+	// the work of their writes (index entries, full-page images) without the noise of
+	// the CPU.
+	WALBytes float64 `json:"wal_bytes_per_event"`
 }
 
 // TotalUS is the CPU per event of both.
@@ -39,6 +44,7 @@ func (c CPUUse) TotalUS() float64 { return c.PostgresUS + c.ProcessUS }
 // when the server runs on this machine and its processes can be read here, as with the
 // bench's default URL; otherwise there is no meter and no CPU figure.
 type cpuMeter struct {
+	pool       *pgxpool.Pool
 	postmaster int
 	tick       float64 // seconds per clock tick of /proc
 }
@@ -57,7 +63,7 @@ func newCPUMeter(ctx context.Context, pool *pgxpool.Pool) (*cpuMeter, error) {
 		return nil, fmt.Errorf("process %d here is %q, not the server's backend", backend, st.comm)
 	}
 	// USER_HZ: 100 on every Linux this runs on (sysconf(_SC_CLK_TCK) needs cgo).
-	return &cpuMeter{postmaster: st.ppid, tick: 0.01}, nil
+	return &cpuMeter{pool: pool, postmaster: st.ppid, tick: 0.01}, nil
 }
 
 // startCPU starts reading the CPU of the server behind pool and of this process, once
@@ -87,12 +93,18 @@ type cpuReading struct {
 	postgres, process float64
 	// allocs and allocBytes are this process's heap allocations so far.
 	allocs, allocBytes uint64
+	// wal is the server's write-ahead log position, in bytes.
+	wal int64
 }
 
 // read sums the server's CPU so far: its postmaster's own and that of the children it
 // has reaped, and that of its live children. A backend that exits between two readings
 // moves from the second sum to the first, so nothing is counted twice.
 func (m *cpuMeter) read() (cpuReading, error) {
+	var wal int64
+	if err := m.pool.QueryRow(context.Background(), `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&wal); err != nil {
+		return cpuReading{}, err
+	}
 	pm, err := readStat(m.postmaster)
 	if err != nil {
 		return cpuReading{}, err
@@ -121,7 +133,7 @@ func (m *cpuMeter) read() (cpuReading, error) {
 	heap := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(heap)
 	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds(),
-		allocs: heap[0].Value.Uint64(), allocBytes: heap[1].Value.Uint64()}, nil
+		allocs: heap[0].Value.Uint64(), allocBytes: heap[1].Value.Uint64(), wal: wal}, nil
 }
 
 // since is the CPU per event spent from start to now, for events events.
@@ -132,7 +144,8 @@ func (m *cpuMeter) since(start cpuReading, events int) (*CPUUse, error) {
 	}
 	per := 1e6 / float64(events)
 	return &CPUUse{PostgresUS: (end.postgres - start.postgres) * per, ProcessUS: (end.process - start.process) * per,
-		ProcessAllocs: float64(end.allocs-start.allocs) / float64(events), ProcessAllocBytes: float64(end.allocBytes-start.allocBytes) / float64(events)}, nil
+		ProcessAllocs: float64(end.allocs-start.allocs) / float64(events), ProcessAllocBytes: float64(end.allocBytes-start.allocBytes) / float64(events),
+		WALBytes: float64(end.wal-start.wal) / float64(events)}, nil
 }
 
 // procStat is what the bench reads of /proc/<pid>/stat.

@@ -10,7 +10,8 @@ import (
 )
 
 // TestCPUMeter: the meter finds the local server, and charges a query that keeps a
-// backend busy to PostgreSQL and a busy loop here to this process, per event.
+// backend busy to PostgreSQL, a busy loop here to this process and the rows a statement
+// writes to the server's write-ahead log, per event.
 func TestCPUMeter(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t)
@@ -25,6 +26,9 @@ func TestCPUMeter(t *testing.T) {
 	require.NoError(t, err)
 	for until := time.Now().Add(200 * time.Millisecond); time.Now().Before(until); {
 	}
+	// 10,000 rows of over 100 bytes each: more than a megabyte of log.
+	_, err = pool.Exec(ctx, `CREATE TABLE wal_probe AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 10000) g`)
+	require.NoError(t, err)
 	use, err := m.since(start, 10)
 	require.NoError(t, err)
 	// Per event of 10: the query's CPU over 10 at least 10 ms each, the loop's 20 ms each
@@ -32,4 +36,5 @@ func TestCPUMeter(t *testing.T) {
 	require.Greater(t, use.PostgresUS, 10_000.0, "the query's CPU is the server's")
 	require.Greater(t, use.ProcessUS, 5_000.0, "the loop's CPU is this process's")
 	require.InDelta(t, use.PostgresUS+use.ProcessUS, use.TotalUS(), 1e-9)
+	require.Greater(t, use.WALBytes, 100_000.0, "the table's rows are in the log")
 }
