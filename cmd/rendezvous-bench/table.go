@@ -207,6 +207,8 @@ func figures(o options, r results) []figure {
 				plain("", "deadline heap allocated per wait: sweeper", d.CPU.ProcessAllocs, "allocs")
 				plain("", "deadline heap allocated per wait: sweeper", d.CPU.ProcessAllocBytes, "B")
 				plain("", "floor CPU per wait", d.FloorCPU.TotalUS(), "µs")
+				plain("", "deadline WAL per wait", d.CPU.WALBytes, "B")
+				plain("", "floor WAL per wait", d.FloorCPU.WALBytes, "B")
 				// What the CPU per wait allows: the time the sweep takes with every core of
 				// this machine busy, the database's work included, of the floor's time. The
 				// last wait cannot time out sooner, unless the sweep spends less per wait.

@@ -112,6 +112,7 @@ func medianCPU[T any](runs []T, of func(T) *CPUUse) *CPUUse {
 		ProcessUS:         medianOf(runs, func(r T) float64 { return of(r).ProcessUS }),
 		ProcessAllocs:     medianOf(runs, func(r T) float64 { return of(r).ProcessAllocs }),
 		ProcessAllocBytes: medianOf(runs, func(r T) float64 { return of(r).ProcessAllocBytes }),
+		WALBytes:          medianOf(runs, func(r T) float64 { return of(r).WALBytes }),
 	}
 }
 

@@ -38,3 +38,17 @@ func TestCPUMeter(t *testing.T) {
 	require.InDelta(t, use.PostgresUS+use.ProcessUS, use.TotalUS(), 1e-9)
 	require.Greater(t, use.WALBytes, 100_000.0, "the table's rows are in the log")
 }
+
+// TestMedianCPU: every share of a run's CPU use, the log written included, is reported at
+// its own median over the runs; a run without a reading leaves none.
+func TestMedianCPU(t *testing.T) {
+	t.Parallel()
+	runs := []*CPUUse{
+		{PostgresUS: 3, ProcessUS: 10, ProcessAllocs: 7, ProcessAllocBytes: 700, WALBytes: 2000},
+		{PostgresUS: 1, ProcessUS: 30, ProcessAllocs: 9, ProcessAllocBytes: 500, WALBytes: 3000},
+		{PostgresUS: 2, ProcessUS: 20, ProcessAllocs: 8, ProcessAllocBytes: 600, WALBytes: 1000},
+	}
+	got := medianCPU(runs, func(c *CPUUse) *CPUUse { return c })
+	require.Equal(t, &CPUUse{PostgresUS: 2, ProcessUS: 20, ProcessAllocs: 8, ProcessAllocBytes: 600, WALBytes: 2000}, got)
+	require.Nil(t, medianCPU(append(runs, nil), func(c *CPUUse) *CPUUse { return c }))
+}
