@@ -215,6 +215,18 @@ func figures(o options, r results) []figure {
 				least := float64(d.Due) * d.CPU.TotalUS() / 1e6 / float64(runtime.NumCPU())
 				plain("", "deadline p99 of its floor at least, every core busy", least/d.FloorSeconds, "×")
 			}
+			// The bare SQL the sweeper sends: its claims, the rows received and not
+			// decided on, then the same writes. A sweeper deciding from the rows it claims
+			// ends no sooner than this, however little its own work costs.
+			if c := d.ClaimFloorSeconds; c > 0 {
+				plain("", "floor with the claims: due waits claimed, then the same writes", c*1000, "ms")
+				if d.ClaimFloorCPU != nil {
+					plain("", "floor with the claims CPU per wait: PostgreSQL", d.ClaimFloorCPU.PostgresUS, "µs")
+					plain("", "floor with the claims WAL per wait", d.ClaimFloorCPU.WALBytes, "B")
+				}
+				plain("e", "floor with the claims, of the bare-writes floor (least a sweeper deciding from them takes)", c/d.FloorSeconds, "×")
+				plain("e", "deadline → timeout committed p99, of the floor with the claims", d.Lateness.P99.Seconds()/c, "×")
+			}
 		}
 	}
 	if t := r.Timers; t.Due > 0 {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/internal/testkit"
@@ -293,9 +295,10 @@ func TestGroupBatch(t *testing.T) {
 	require.Equal(t, 128, GroupBatch(10_000, 4, 128), "bounded by the largest group")
 }
 
-// TestTimeoutFloorWritesWhatTheSweeperWrites: the deadline floor leaves every wait, node
-// and run-queue row exactly as the sweeper's timeout under onTimeout fail leaves it, so
-// the lateness ratio compares the sweeper with the bare SQL of its own writes.
+// TestTimeoutFloorWritesWhatTheSweeperWrites: the deadline floor, and the floor with the
+// claims before its writes, leave every wait, node and run-queue row exactly as the
+// sweeper's timeout under onTimeout fail leaves it, so the lateness ratios compare the
+// sweeper with the bare SQL of its own writes, and of its claims and writes.
 func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	t.Parallel()
 	s := dbtest.NewSchema(t)
@@ -330,32 +333,36 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	swept := snapshot()
 	require.Len(t, swept, due)
 	require.Contains(t, swept[0], "| timeout | 2 |")
-	// The same rows put back as they were parked, then written by the floor.
-	for _, q := range []string{
-		`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
-		     next_deadline_at = expires_at, node_status = NULL, node_output = NULL, node_error = NULL,
-		     node_warning = NULL, node_finished_at = NULL`,
-		`DELETE FROM run_queue`,
-	} {
-		_, err := pool.Exec(t.Context(), q)
+	// The same rows put back as they were parked, then written by each floor.
+	for _, floor := range []func(context.Context, *pgxpool.Pool, int, int) (time.Duration, *CPUUse, error){timeoutFloor, claimedTimeouts} {
+		for _, q := range []string{
+			`UPDATE execution_wait_states SET status = 'waiting', version = 1, error = NULL, timed_out_events = '[]',
+			     next_deadline_at = expires_at, node_status = NULL, node_output = NULL, node_error = NULL,
+			     node_warning = NULL, node_finished_at = NULL`,
+			`DELETE FROM run_queue`,
+		} {
+			_, err := pool.Exec(t.Context(), q)
+			require.NoError(t, err)
+		}
+		_, cpu, err := floor(t.Context(), pool, 16, 2)
 		require.NoError(t, err)
+		require.Equal(t, swept, snapshot())
+		require.NotNil(t, cpu, "the test server runs on this machine: its CPU is read")
 	}
-	_, _, err = timeoutFloor(t.Context(), pool, 16, 2)
-	require.NoError(t, err)
-	require.Equal(t, swept, snapshot())
 }
 
 // TestMedianDeadlines: each figure is the median of its own runs, not one run's.
 func TestMedianDeadlines(t *testing.T) {
 	run := func(p99 time.Duration, floor float64) DeadlineResult {
 		return DeadlineResult{Kind: "events", Due: 10, Lateness: Latencies{P50: p99 / 2, P99: p99, Max: p99 + time.Second},
-			Seconds: p99.Seconds(), PerSecond: 10 / p99.Seconds(), FloorSeconds: floor}
+			Seconds: p99.Seconds(), PerSecond: 10 / p99.Seconds(), FloorSeconds: floor, ClaimFloorSeconds: 2 * floor}
 	}
 	got := MedianDeadlines([]DeadlineResult{run(5*time.Second, 2), run(7*time.Second, 4), run(6*time.Second, 3.5)})
 	require.Equal(t, 6*time.Second, got.Lateness.P99)
 	require.Equal(t, 3*time.Second, got.Lateness.P50)
 	require.Equal(t, 7*time.Second, got.Lateness.Max)
 	require.Equal(t, 3.5, got.FloorSeconds)
+	require.Equal(t, 7.0, got.ClaimFloorSeconds)
 	require.Equal(t, 6.0, got.Seconds)
 	require.Equal(t, "events", got.Kind)
 	require.Zero(t, MedianDeadlines(nil).Due)
@@ -366,8 +373,10 @@ func TestMedianDeadlines(t *testing.T) {
 	for i, c := range []CPUUse{{PostgresUS: 40, ProcessUS: 9, ProcessAllocs: 30, ProcessAllocBytes: 900},
 		{PostgresUS: 50, ProcessUS: 7, ProcessAllocs: 10, ProcessAllocBytes: 700}, {PostgresUS: 45, ProcessUS: 8, ProcessAllocs: 20, ProcessAllocBytes: 800}} {
 		runs[i].CPU, runs[i].FloorCPU = &c, &CPUUse{PostgresUS: c.PostgresUS - 5}
+		runs[i].ClaimFloorCPU = &CPUUse{PostgresUS: c.PostgresUS - 2}
 	}
 	got = MedianDeadlines(runs)
+	require.Equal(t, &CPUUse{PostgresUS: 43}, got.ClaimFloorCPU)
 	require.Equal(t, &CPUUse{PostgresUS: 45, ProcessUS: 8, ProcessAllocs: 20, ProcessAllocBytes: 800}, got.CPU)
 	require.Equal(t, &CPUUse{PostgresUS: 40}, got.FloorCPU)
 	runs[1].FloorCPU = nil

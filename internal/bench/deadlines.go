@@ -2,11 +2,17 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
@@ -38,6 +44,12 @@ type DeadlineResult struct {
 	// here.
 	CPU      *CPUUse `json:"cpu,omitempty"`
 	FloorCPU *CPUUse `json:"floor_cpu,omitempty"`
+	// ClaimFloorSeconds is how long the same writes take with the claims before them
+	// (claimFloor): the bare SQL the sweeper sends, its rows received and not decided on.
+	// A sweeper that decides from the rows it claims ends no sooner than this; its CPU is
+	// ClaimFloorCPU. Measured for event waits only.
+	ClaimFloorSeconds float64 `json:"claim_floor_seconds"`
+	ClaimFloorCPU     *CPUUse `json:"claim_floor_cpu,omitempty"`
 }
 
 // Deadlines parks due waits (executions, nodes and wait states, written set-based as
@@ -114,16 +126,20 @@ func Deadlines(ctx context.Context, url string, due, workers, batch int, timers 
 	mu.Lock()
 	defer mu.Unlock()
 	secs := last.Sub(deadline).Seconds()
-	var floor time.Duration
-	var floorCPU *CPUUse
+	var floor, claimFloor time.Duration
+	var floorCPU, claimFloorCPU *CPUUse
 	if !timers {
-		if floor, floorCPU, err = statusFloor(ctx, pool, due, batch, workers); err != nil {
+		if floor, floorCPU, err = statusFloor(ctx, pool, due, batch, workers, timeoutFloor); err != nil {
 			return DeadlineResult{}, fmt.Errorf("floor: %w", err)
+		}
+		if claimFloor, claimFloorCPU, err = statusFloor(ctx, pool, due, batch, workers, claimedTimeouts); err != nil {
+			return DeadlineResult{}, fmt.Errorf("floor with the claims: %w", err)
 		}
 	}
 	return DeadlineResult{
 		Kind: kind, Due: due, Workers: workers, Batch: batch, Seconds: secs, PerSecond: float64(due) / secs,
 		Lateness: Summarise(lateness), FloorSeconds: floor.Seconds(), CPU: cpu, FloorCPU: floorCPU,
+		ClaimFloorSeconds: claimFloor.Seconds(), ClaimFloorCPU: claimFloorCPU,
 	}, nil
 }
 
@@ -138,23 +154,25 @@ func MedianDeadlines(runs []DeadlineResult) DeadlineResult {
 	out.Seconds = med(func(r DeadlineResult) float64 { return r.Seconds })
 	out.PerSecond = med(func(r DeadlineResult) float64 { return r.PerSecond })
 	out.FloorSeconds = med(func(r DeadlineResult) float64 { return r.FloorSeconds })
+	out.ClaimFloorSeconds = med(func(r DeadlineResult) float64 { return r.ClaimFloorSeconds })
 	out.Lateness = medianLatencies(runs, func(r DeadlineResult) Latencies { return r.Lateness })
 	out.CPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.CPU })
 	out.FloorCPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.FloorCPU })
+	out.ClaimFloorCPU = medianCPU(runs, func(r DeadlineResult) *CPUUse { return r.ClaimFloorCPU })
 	return out
 }
 
 // statusFloor parks due waits afresh, exactly as the sweep's were parked (parkDue), so
 // that the floor writes rows in the same state — pages as full, indexes as large, the
-// run queue as empty — then times the bare writes of every decision: set-based statements
-// of batch waits each, workers of them in flight, as the sweeper runs its transactions.
-func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers int) (time.Duration, *CPUUse, error) {
+// run queue as empty — then times floor over them: timeoutFloor or claimedTimeouts.
+func statusFloor(ctx context.Context, pool *pgxpool.Pool, due, batch, workers int,
+	floor func(context.Context, *pgxpool.Pool, int, int) (time.Duration, *CPUUse, error)) (time.Duration, *CPUUse, error) {
 	if _, err := parkDue(ctx, pool, due, `'events', NULL, 'waiting'`, func(time.Duration) time.Time {
 		return time.Now().Add(-time.Second)
 	}); err != nil {
 		return 0, nil, err
 	}
-	return timeoutFloor(ctx, pool, batch, workers)
+	return floor(ctx, pool, batch, workers)
 }
 
 // timeoutFloor times the bare writes of every waiting wait timing out (timeoutFloorStmt),
@@ -163,6 +181,72 @@ func timeoutFloor(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (
 	w, err := batchedWrites(ctx, pool, batch, workers, idsOnly, statement(timeoutFloorStmt))
 	return w.took, w.cpu, err
 }
+
+// claimedTimeouts times the bare SQL the sweeper sends for every due wait: in each
+// transaction, up to batch due waits claimed as the sweeper claims them (every column,
+// locked, the locked ones skipped, earliest deadline first: claimDueStmt), their rows
+// received but neither decoded nor decided on, then the timeouts of the waits claimed
+// written by their ids (timeoutFloorStmt); workers transactions at once, each until a
+// claim finds none. It reads the CPU per wait where it can (startCPU).
+func claimedTimeouts(ctx context.Context, pool *pgxpool.Pool, batch, workers int) (time.Duration, *CPUUse, error) {
+	var due atomic.Int64
+	claim := func(ctx context.Context) (int, error) {
+		var n int
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, claimDueStmt, batch)
+			if err != nil {
+				return err
+			}
+			idAt := slices.IndexFunc(rows.FieldDescriptions(), func(f pgconn.FieldDescription) bool { return f.Name == "id" })
+			ids := make([]uuid.UUID, 0, batch)
+			for rows.Next() {
+				// The id's binary encoding, the row's other columns only received.
+				id, err := uuid.FromBytes(rows.RawValues()[idAt])
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Err(); err != nil || len(ids) == 0 {
+				return err
+			}
+			n = len(ids)
+			_, err = tx.Exec(ctx, timeoutFloorStmt, ids)
+			return err
+		})
+		return n, err
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	cpuSince := startCPU(ctx, pool)
+	start := time.Now()
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n, err := claim(ctx)
+				if err != nil || n == 0 {
+					errs[i] = err
+					return
+				}
+				due.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	return took, cpuSince(int(due.Load())), errors.Join(errs...)
+}
+
+// claimDueStmt is the sweeper's claim of due waits (WaitStateClaimDue) with the floor's
+// clock: now() rather than the replica's.
+const claimDueStmt = `SELECT * FROM execution_wait_states
+WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= now()
+ORDER BY next_deadline_at
+LIMIT $1::integer
+FOR UPDATE SKIP LOCKED`
 
 // parkDue empties the schema's executions (and with them every row that belongs to
 // one), then parks n waits as registering writes them (parkBare), waitCols giving their
