@@ -99,10 +99,13 @@ type cpuReading struct {
 
 // read sums the server's CPU so far: its postmaster's own and that of the children it
 // has reaped, and that of its live children. A backend that exits between two readings
-// moves from the second sum to the first, so nothing is counted twice.
+// moves from the second sum to the first, so nothing is counted twice. It also reads the
+// server's write-ahead log position and this process's CPU and heap allocations.
 func (m *cpuMeter) read() (cpuReading, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var wal int64
-	if err := m.pool.QueryRow(context.Background(), `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&wal); err != nil {
+	if err := m.pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&wal); err != nil {
 		return cpuReading{}, err
 	}
 	pm, err := readStat(m.postmaster)

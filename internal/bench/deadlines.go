@@ -45,7 +45,7 @@ type DeadlineResult struct {
 	CPU      *CPUUse `json:"cpu,omitempty"`
 	FloorCPU *CPUUse `json:"floor_cpu,omitempty"`
 	// ClaimFloorSeconds is how long the same writes take with the claims before them
-	// (claimFloor): the bare SQL the sweeper sends, its rows received and not decided on.
+	// (claimedTimeouts): the bare SQL the sweeper sends, its rows received and not decided on.
 	// A sweeper that decides from the rows it claims ends no sooner than this; its CPU is
 	// ClaimFloorCPU. Measured for event waits only.
 	ClaimFloorSeconds float64 `json:"claim_floor_seconds"`
@@ -198,6 +198,10 @@ func claimedTimeouts(ctx context.Context, pool *pgxpool.Pool, batch, workers int
 				return err
 			}
 			idAt := slices.IndexFunc(rows.FieldDescriptions(), func(f pgconn.FieldDescription) bool { return f.Name == "id" })
+			if idAt < 0 {
+				rows.Close()
+				return errors.New("the claim returned no id column")
+			}
 			ids := make([]uuid.UUID, 0, batch)
 			for rows.Next() {
 				// The id's binary encoding, the row's other columns only received.
