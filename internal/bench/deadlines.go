@@ -221,27 +221,16 @@ func claimedTimeouts(ctx context.Context, pool *pgxpool.Pool, batch, workers int
 		})
 		return n, err
 	}
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	cpuSince := startCPU(ctx, pool)
-	start := time.Now()
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				n, err := claim(ctx)
-				if err != nil || n == 0 {
-					errs[i] = err
-					return
-				}
-				due.Add(int64(n))
+	took, cpuSince, err := timedWorkers(ctx, pool, workers, func(int) error {
+		for {
+			n, err := claim(ctx)
+			if err != nil || n == 0 {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	return took, cpuSince(int(due.Load())), errors.Join(errs...)
+			due.Add(int64(n))
+		}
+	})()
+	return took, cpuSince(int(due.Load())), err
 }
 
 // claimDueStmt is the sweeper's claim of due waits (WaitStateClaimDue) with the floor's

@@ -247,31 +247,45 @@ func batchedWrites(ctx context.Context, pool *pgxpool.Pool, batch, workers int, 
 	if !ok {
 		return floorRun{}, errors.New("no waiting wait to write")
 	}
+	var counted int64
+	wait := timedWorkers(ctx, pool, workers, func(i int) error {
+		if i == 0 {
+			var err error
+			if counted, err = countedWrite(ctx, pool, write, first.args); err != nil {
+				return err
+			}
+		}
+		for b := range batches {
+			if err := write.run(ctx, pool, b.args); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	took, cpuSince, err := wait()
+	return floorRun{took: took, cpu: cpuSince(len(ids)), rowsPerEvent: float64(counted) / float64(max(first.waits, 1))}, err
+}
+
+// timedWorkers starts the clock and the CPU meter (startCPU), then workers goroutines,
+// each running work with its index. The function it returns waits for them all and
+// gives the time since the start, the meter's reading (to be taken at once, before
+// anything else runs), and their errors.
+func timedWorkers(ctx context.Context, pool *pgxpool.Pool, workers int, work func(i int) error) (wait func() (time.Duration, func(events int) *CPUUse, error)) {
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
-	var counted int64
 	cpuSince := startCPU(ctx, pool)
 	start := time.Now()
 	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if i == 0 {
-				if counted, errs[i] = countedWrite(ctx, pool, write, first.args); errs[i] != nil {
-					return
-				}
-			}
-			for b := range batches {
-				if err := write.run(ctx, pool, b.args); err != nil {
-					errs[i] = err
-					return
-				}
-			}
+			errs[i] = work(i)
 		}()
 	}
-	wg.Wait()
-	took := time.Since(start)
-	return floorRun{took: took, cpu: cpuSince(len(ids)), rowsPerEvent: float64(counted) / float64(max(first.waits, 1))}, errors.Join(errs...)
+	return func() (time.Duration, func(int) *CPUUse, error) {
+		wg.Wait()
+		return time.Since(start), cpuSince, errors.Join(errs...)
+	}
 }
 
 // countedWrite runs write in a transaction and returns the rows it inserted, updated and

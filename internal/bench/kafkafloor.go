@@ -113,28 +113,20 @@ func KafkaPipelineFloor(ctx context.Context, url, path string, partitions, recor
 	defer stopPoll()
 
 	batches := make(chan []uuid.UUID, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	cpuSince := startCPU(ctx, pool)
-	start := time.Now()
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := range batches {
-				// The batch's arguments are built here, on the clock, as a replica builds
-				// its statements' from the records it polled.
-				if err := write.run(ctx, pool, args(b)); err != nil {
-					errs[i] = err
-					stopPoll()
-					// Drain so the poller never blocks on a worker that is gone.
-					for range batches {
-					}
-					return
+	wait := timedWorkers(ctx, pool, workers, func(int) error {
+		for b := range batches {
+			// The batch's arguments are built here, on the clock, as a replica builds
+			// its statements' from the records it polled.
+			if err := write.run(ctx, pool, args(b)); err != nil {
+				stopPoll()
+				// Drain so the poller never blocks on a worker that is gone.
+				for range batches {
 				}
+				return err
 			}
-		}()
-	}
+		}
+		return nil
+	})
 	var produceErr atomic.Pointer[error]
 	for _, r := range recs {
 		producer.Produce(ctx, r, func(_ *kgo.Record, err error) {
@@ -151,7 +143,7 @@ func KafkaPipelineFloor(ctx context.Context, url, path string, partitions, recor
 		if err := fetches.Err0(); err != nil && !errors.Is(err, context.Canceled) {
 			stopPoll()
 			close(batches)
-			wg.Wait()
+			_, _, _ = wait()
 			return FloorResult{}, fmt.Errorf("poll: %w", err)
 		}
 		got := fetches.Records()
@@ -166,10 +158,9 @@ func KafkaPipelineFloor(ctx context.Context, url, path string, partitions, recor
 		batches <- keys
 	}
 	close(batches)
-	wg.Wait()
-	took := time.Since(start)
+	took, cpuSince, err := wait()
 	cpu := cpuSince(len(recs))
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return FloorResult{}, fmt.Errorf("kafka pipeline floor: %w", err)
 	}
 	if p := produceErr.Load(); p != nil {
