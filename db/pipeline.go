@@ -188,11 +188,7 @@ func argBytes(a any) int {
 		n, _ := docArrayBytes(v, 1) // as jsonb, the larger of the two
 		return n
 	case []string:
-		n := arrayHeaderLen
-		for _, s := range v {
-			n += 4 + len(s)
-		}
-		return n
+		return textArrayBytes(v)
 	}
 	if rv := reflect.ValueOf(a); rv.Kind() == reflect.Slice {
 		return arrayHeaderLen + rv.Len()*16

@@ -47,14 +47,16 @@ func RegisterTypes(m *pgtype.Map) {
 		}
 	}
 	// The batch statements carry a column per field, a row per element: arrays of ids
-	// ([]uuid.UUID) and of documents ([]json.RawMessage) are written straight into the
-	// message, sized once. Through the array codec, every element was boxed, looked at
-	// through reflection and appended to a buffer grown by doubling; at a few hundred
-	// documents a statement that was the largest allocator of the Kafka path.
+	// ([]uuid.UUID), of documents ([]json.RawMessage) and of text ([]string) are written
+	// straight into the message, sized once. Through the array codec, every element was
+	// boxed, looked at through reflection and appended to a buffer grown by doubling; at
+	// a few hundred documents a statement that was the largest allocator of the Kafka
+	// path, and the six text arrays of a batch's wait write boxed each of their strings.
 	for _, a := range []struct {
 		oid  uint32
 		elem uint32
-	}{{pgtype.UUIDArrayOID, pgtype.UUIDOID}, {pgtype.JSONArrayOID, pgtype.JSONOID}, {pgtype.JSONBArrayOID, pgtype.JSONBOID}} {
+	}{{pgtype.UUIDArrayOID, pgtype.UUIDOID}, {pgtype.JSONArrayOID, pgtype.JSONOID}, {pgtype.JSONBArrayOID, pgtype.JSONBOID},
+		{pgtype.TextArrayOID, pgtype.TextOID}} {
 		if t, ok := m.TypeForOID(a.oid); ok {
 			m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: rowArrayCodec{Codec: t.Codec, elem: a.elem}})
 		}
@@ -64,9 +66,9 @@ func RegisterTypes(m *pgtype.Map) {
 	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{wrapFlatSlice[time.Time]}, m.TryWrapEncodePlanFuncs...)
 }
 
-// rowArrayCodec is a one-dimensional array of uuid, json or jsonb (elem) with
-// []uuid.UUID or []json.RawMessage written directly in the binary format; anything else
-// is the wrapped codec's.
+// rowArrayCodec is a one-dimensional array of uuid, json, jsonb or text (elem) with
+// []uuid.UUID, []json.RawMessage or []string written directly in the binary format;
+// anything else is the wrapped codec's.
 type rowArrayCodec struct {
 	pgtype.Codec
 	elem uint32
@@ -82,6 +84,10 @@ func (c rowArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value
 		case []json.RawMessage:
 			if c.elem == pgtype.JSONOID || c.elem == pgtype.JSONBOID {
 				return encodeDocArray{elem: c.elem}
+			}
+		case []string:
+			if c.elem == pgtype.TextOID {
+				return encodeTextArray{}
 			}
 		}
 	}
@@ -181,6 +187,34 @@ func (p encodeDocArray) Encode(value any, buf []byte) ([]byte, error) {
 			buf = append(buf, 1)
 		}
 		buf = append(buf, d...)
+	}
+	return buf, nil
+}
+
+// textArrayBytes is the binary encoding's size of an array of texts, each led by its
+// length.
+func textArrayBytes(s []string) int {
+	size := arrayHeaderLen
+	for _, e := range s {
+		size += 4 + len(e)
+	}
+	return size
+}
+
+// encodeTextArray writes texts as elements of type text. The bytes are sent as they are,
+// as pgx sends a text: PostgreSQL checks their encoding.
+type encodeTextArray struct{}
+
+func (encodeTextArray) Encode(value any, buf []byte) ([]byte, error) {
+	s := value.([]string)
+	if s == nil {
+		return nil, nil // NULL, as pgx writes a nil slice
+	}
+	buf = growParams(buf, textArrayBytes(s))
+	buf = appendArrayHeader(buf, pgtype.TextOID, len(s), false)
+	for _, e := range s {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(e)))
+		buf = append(buf, e...)
 	}
 	return buf, nil
 }

@@ -74,6 +74,28 @@ func TestRegisteredTypes(t *testing.T) {
 		require.True(t, isNull)
 	})
 
+	t.Run("text array", func(t *testing.T) {
+		t.Parallel()
+		texts := []string{"waiting_for_events", "", "Grüße, 世界", `a "quoted", {braced} \ text`, "NULL"}
+		var back []string
+		var first, n int
+		var noNull bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::text[], length(($1::text[])[3]), array_position($1::text[], NULL) IS NULL,
+			cardinality($1::text[])`, texts).Scan(&back, &first, &noNull, &n))
+		require.Equal(t, texts, back, "every element as sent, the word NULL and the empty text included")
+		require.Equal(t, 9, first, "the elements are text of the server's encoding, not bytes")
+		require.True(t, noNull, "no element is NULL")
+		require.Equal(t, 5, n)
+
+		require.NoError(t, pool.QueryRow(ctx, `SELECT cardinality($1::text[])`, []string{}).Scan(&n))
+		require.Zero(t, n)
+		var isNull bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::text[] IS NULL`, []string(nil)).Scan(&isNull))
+		require.True(t, isNull, "a nil slice is NULL")
+		require.Error(t, pool.QueryRow(ctx, `SELECT cardinality($1::text[])`, []string{"ok", "\xff\xfe"}).Scan(&n),
+			"the server checks the encoding of what it is sent")
+	})
+
 	t.Run("json and timestamptz arrays", func(t *testing.T) {
 		t.Parallel()
 		docs := []json.RawMessage{json.RawMessage(`{"b": 2,  "a": 1}`), nil, json.RawMessage(`null`), json.RawMessage(`[1, "x"]`)}
