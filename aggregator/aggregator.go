@@ -112,7 +112,12 @@ func (e Event) key() string {
 		return "id:" + e.IdempotencyKey
 	}
 	sum := sha256.Sum256(e.Payload)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	// Built on the stack and copied once: every event decided has a key.
+	const prefix = "sha256:"
+	var key [len(prefix) + 2*sha256.Size]byte
+	copy(key[:], prefix)
+	hex.Encode(key[len(prefix):], sum[:])
+	return string(key[:])
 }
 
 // Outcome says what an event did.

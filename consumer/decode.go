@@ -80,8 +80,12 @@ func unstorableReason(err error) string {
 
 // sourceOf is where an event read from r came from.
 func sourceOf(r *kgo.Record) aggregator.Source {
-	partition, offset := r.Partition, r.Offset
-	return aggregator.Source{Kind: sourceKind, Topic: r.Topic, Partition: &partition, Offset: &offset}
+	// One allocation for both, not one each: every record consumed has a source.
+	at := &struct {
+		partition int32
+		offset    int64
+	}{r.Partition, r.Offset}
+	return aggregator.Source{Kind: sourceKind, Topic: r.Topic, Partition: &at.partition, Offset: &at.offset}
 }
 
 // extract finds the ids of a record: each configured field pair in the payload, else

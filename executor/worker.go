@@ -789,7 +789,8 @@ func settleAhead(n *dbsqlc.NodeExecution, r aggregator.Ended) {
 	}
 	n.Status, n.Output = r.Outcome.Status, r.Outcome.Output
 	n.Error, n.Warning = nonEmpty(r.Outcome.Error), nonEmpty(r.Outcome.Warning)
-	n.UpdatedAt, n.FinishedAt = r.EndedAt, &r.EndedAt
+	ended := r.EndedAt // its own variable: pointing into r would move all of r to the heap
+	n.UpdatedAt, n.FinishedAt = ended, &ended
 }
 
 // listen turns NOTIFYs into wake-ups. Losing the connection only delays work until the

@@ -106,7 +106,27 @@ func Validate(path string) error {
 
 // Get follows path through v. The empty path returns v itself. It reports
 // false when the path is malformed or any segment is missing.
+//
+// A path of names and numbers between dots, as every id field of a Kafka topic
+// is, is walked where it lies: it is followed once for every record consumed,
+// and splitting it allocated its segments each time.
 func Get(v any, path string) (any, bool) {
+	if path != "" && !strings.ContainsAny(path, "[]") {
+		for {
+			seg, rest, more := strings.Cut(path, ".")
+			if seg == "" {
+				return nil, false // an empty segment, which Split refuses
+			}
+			next, ok := Step(v, seg)
+			if !ok {
+				return nil, false
+			}
+			if !more {
+				return next, true
+			}
+			v, path = next, rest
+		}
+	}
 	segs, err := Split(path)
 	if err != nil {
 		return nil, false

@@ -2,6 +2,7 @@ package dotpath
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,7 +113,7 @@ func TestStepOtherContainers(t *testing.T) {
 }
 
 func FuzzSplit(f *testing.F) {
-	for _, s := range []string{"", "a.b", "a[0].b", "[", "]", "a..b", "a[99999999999999999999]"} {
+	for _, s := range []string{"", "a.b", "a[0].b", "[", "]", "a..b", "a[99999999999999999999]", "a.0.b", "a.0", ".a", "a.", "a.00.b", "a.-1"} {
 		f.Add(s)
 	}
 	doc := map[string]any{"a": []any{map[string]any{"b": 1}}}
@@ -125,6 +126,16 @@ func FuzzSplit(f *testing.F) {
 				}
 			}
 		}
-		_, _ = Get(doc, path)
+		// Get walks a plain path without splitting it: it must answer as the split
+		// path does.
+		got, ok := Get(doc, path)
+		var want any
+		wantOK := false
+		if err == nil {
+			want, wantOK = GetSegments(doc, segs)
+		}
+		if ok != wantOK || (ok && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("Get(%q) = %v, %v; split, %v, %v", path, got, ok, want, wantOK)
+		}
 	})
 }

@@ -18,7 +18,11 @@ const maxDepth = 10000
 // a failure Decode asks encoding/json, whose error messages are the ones the dead letters
 // and logs give.
 type parser struct {
-	b     []byte
+	b []byte
+	// text is b as one string, when building: the strings and numbers read are slices of
+	// it rather than copies each, so a record's value costs one copy of its text however
+	// many keys and values it holds. What is read keeps the whole text alive with it.
+	text  string
 	i     int
 	depth int
 	build bool // false: validate only, allocating nothing
@@ -82,7 +86,7 @@ func (p *parser) object() (any, bool) {
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
 			return nil, false
 		}
-		k, ok := p.str()
+		k, ok := p.strText()
 		if !ok {
 			return nil, false
 		}
@@ -96,7 +100,7 @@ func (p *parser) object() (any, bool) {
 			return nil, false
 		}
 		if p.build {
-			m[k.(string)] = v // the last of duplicate keys wins, as in encoding/json
+			m[k] = v // the last of duplicate keys wins, as in encoding/json
 		}
 		if more, ok = p.next('}'); !ok {
 			return nil, false
@@ -169,6 +173,15 @@ func (p *parser) next(closer byte) (more, ok bool) {
 // escape, valid UTF-8) is its bytes; any other is unquoted by encoding/json, so that
 // escapes, surrogate pairs and invalid bytes (replaced by U+FFFD) read exactly as there.
 func (p *parser) str() (any, bool) {
+	s, ok := p.strText()
+	if !ok || !p.build {
+		return nil, ok
+	}
+	return s, true
+}
+
+// strText is str's string itself: an object's key is not boxed.
+func (p *parser) strText() (string, bool) {
 	start := p.i
 	p.i++
 	plain := true
@@ -178,40 +191,40 @@ func (p *parser) str() (any, bool) {
 		case c == '"':
 			p.i++
 			if !p.build {
-				return nil, true
+				return "", true
 			}
 			if plain {
-				return string(p.b[start+1 : p.i-1]), true
+				return p.text[start+1 : p.i-1], true
 			}
 			var s string
 			if err := json.Unmarshal(p.b[start:p.i], &s); err != nil {
-				return nil, false
+				return "", false
 			}
 			return s, true
 		case c == '\\':
 			plain = false
 			p.i++
 			if p.i >= len(p.b) {
-				return nil, false
+				return "", false
 			}
 			switch p.b[p.i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				p.i++
 			case 'u':
 				if len(p.b)-p.i < 5 {
-					return nil, false
+					return "", false
 				}
 				for _, h := range p.b[p.i+1 : p.i+5] {
 					if !isHex(h) {
-						return nil, false
+						return "", false
 					}
 				}
 				p.i += 5
 			default:
-				return nil, false
+				return "", false
 			}
 		case c < 0x20:
-			return nil, false
+			return "", false
 		case c < utf8.RuneSelf:
 			p.i++
 		default:
@@ -222,7 +235,7 @@ func (p *parser) str() (any, bool) {
 			p.i += size
 		}
 	}
-	return nil, false
+	return "", false
 }
 
 func isHex(c byte) bool {
@@ -264,7 +277,7 @@ func (p *parser) number() (any, bool) {
 	if !p.build {
 		return nil, true
 	}
-	return json.Number(p.b[start:p.i]), true
+	return json.Number(p.text[start:p.i]), true
 }
 
 // digits skips a run of decimal digits and says how long it was.
@@ -279,6 +292,9 @@ func (p *parser) digits() int {
 // parseValue reads raw as one JSON value followed by nothing but white space.
 func parseValue(raw []byte, build bool) (any, bool) {
 	p := parser{b: raw, build: build}
+	if build {
+		p.text = string(raw)
+	}
 	v, ok := p.value()
 	if !ok {
 		return nil, false
