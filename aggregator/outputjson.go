@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
@@ -123,7 +125,7 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		buf = appendJSONString(buf, r.Name)
 	}
 	buf = append(buf, `],"correlation_id":"`...)
-	buf = append(buf, ws.CorrelationID.String()...)
+	buf = appendUUID(buf, ws.CorrelationID)
 	buf = append(buf, `","strategy":`...)
 	buf = appendJSONString(buf, string(ws.AggregationStrategy))
 	buf = append(buf, `,"timeout":`...)
@@ -269,4 +271,17 @@ func appendJSONString(buf []byte, s string) []byte {
 	buf = append(buf, '"')
 	buf = append(buf, s...)
 	return append(buf, '"')
+}
+
+// appendUUID appends id's canonical text (8-4-4-4-12 lower-case hex digits), as
+// uuid.UUID.String gives it, without making the string first.
+func appendUUID(buf []byte, id uuid.UUID) []byte {
+	const digits = "0123456789abcdef"
+	for i, b := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			buf = append(buf, '-')
+		}
+		buf = append(buf, digits[b>>4], digits[b&0x0f])
+	}
+	return buf
 }

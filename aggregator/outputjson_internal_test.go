@@ -162,3 +162,14 @@ func outputByMaps(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEve
 	out["missing_required_events"] = missing
 	return out, nil
 }
+
+func TestAppendUUIDIsString(t *testing.T) {
+	t.Parallel()
+	ids := []uuid.UUID{uuid.Nil, uuid.Max, uuid.MustParse("0123abcd-4567-89ef-fedc-ba9876543210")}
+	for range 100 {
+		ids = append(ids, uuid.New())
+	}
+	for _, id := range ids {
+		require.Equal(t, `"`+id.String(), string(appendUUID([]byte(`"`), id)))
+	}
+}

@@ -184,7 +184,7 @@ func (a *Aggregator) eventWait(ctx context.Context, tx pgx.Tx, r Registration) (
 		NextDeadlineAt:      next,
 		WaitType:            string(execstate.WaitTypeEvents),
 		Status:              string(execstate.WaitWaiting),
-		TraceParent:         nullable(r.TraceParent),
+		TraceParent:         nonEmpty(r.TraceParent),
 		MatchKeys:           append(keys, typeKeys...),
 	}, nil
 }
@@ -306,11 +306,4 @@ func (w *wait) withoutReply(now time.Time) (timedOut []byte, ok bool, err error)
 	}
 	b, err := json.Marshal(d.TimedOut)
 	return b, err == nil, err
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

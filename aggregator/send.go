@@ -383,7 +383,7 @@ func (a *Aggregator) buffer(ctx context.Context, tx pgx.Tx, s Sent, exec dbsqlc.
 	}
 	res.ExpiresAt = a.now().UTC().Add(ttl)
 	res.BufferID, err = a.q.EventBufferInsert(ctx, tx, dbsqlc.EventBufferInsertParams{
-		ExecutionID: s.ExecutionID, EventType: s.Type, EventID: nullable(s.ID), Payload: s.Payload, Source: src, ExpiresAt: res.ExpiresAt,
+		ExecutionID: s.ExecutionID, EventType: s.Type, EventID: nonEmpty(s.ID), Payload: s.Payload, Source: src, ExpiresAt: res.ExpiresAt,
 	})
 	if err != nil {
 		return unmatched{}, fmt.Errorf("buffer event: %w", err)

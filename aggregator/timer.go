@@ -60,7 +60,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		Timer:               settings,
 		Status:              string(status),
 		Error:               reason,
-		TraceParent:         nullable(r.TraceParent),
+		TraceParent:         nonEmpty(r.TraceParent),
 	})
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert timer wait: %w", db.Interpret(err))

@@ -164,9 +164,14 @@ func (e *Executor) RedriveMany(ctx context.Context, f RedriveFilter, opts BulkOp
 	return out, nil
 }
 
+// nonEmpty is s, or nil for the empty string.
 func nonEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	// A copy made here, not a pointer to s: s would be moved to the heap on entry, and
+	// the empty string, which most calls pass, would allocate too.
+	p := new(string)
+	*p = s
+	return p
 }
