@@ -107,9 +107,9 @@ func Validate(path string) error {
 // Get follows path through v. The empty path returns v itself. It reports
 // false when the path is malformed or any segment is missing.
 //
-// A path of names and numbers between dots, as every id field of a Kafka topic
-// is, is walked where it lies: it is followed once for every record consumed,
-// and splitting it allocated its segments each time.
+// A path without brackets, the common form, is walked where it lies rather than
+// split first: some callers follow the same path once for every Kafka record
+// they consume, and splitting it allocated its segments each time.
 func Get(v any, path string) (any, bool) {
 	if path != "" && !strings.ContainsAny(path, "[]") {
 		for {
