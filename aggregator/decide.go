@@ -290,9 +290,22 @@ func (w *wait) firstEvent(outcome Outcome) string {
 	return w.received[0].Name
 }
 
+// deref is *s, or the empty string for nil: nonEmpty's inverse.
 func deref(s *string) string {
 	if s == nil {
 		return ""
 	}
 	return *s
+}
+
+// nonEmpty is s, or nil for the empty string.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	// A copy made here, not a pointer to s: s would be moved to the heap on entry, and
+	// the empty string, which most calls pass, would allocate too.
+	p := new(string)
+	*p = s
+	return p
 }

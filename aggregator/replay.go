@@ -348,15 +348,3 @@ func (a *Aggregator) DismissDeadLetters(ctx context.Context, f DeadLetterFilter,
 		"reason", why, "instance_id", a.cfg.InstanceID)
 	return out, nil
 }
-
-// nonEmpty is s, or nil for the empty string.
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	// A copy made here, not a pointer to s: s would be moved to the heap on entry, and
-	// the empty string, which most calls pass, would allocate too.
-	p := new(string)
-	*p = s
-	return p
-}

@@ -351,6 +351,18 @@ func TestTimeoutFloorWritesWhatTheSweeperWrites(t *testing.T) {
 	}
 }
 
+// TestClaimFloorClaimsAsTheSweeper: the floor with the claims sends the sweeper's own
+// claim (WaitStateClaimDue), with now() for the replica's clock, so that it stays the
+// least a sweeper deciding from the rows it claims takes if that query changes.
+func TestClaimFloorClaimsAsTheSweeper(t *testing.T) {
+	t.Parallel()
+	q, ok := dbtest.Queries(t, "wait_states.sql")["WaitStateClaimDue"]
+	require.True(t, ok)
+	q = strings.Replace(q, "@now::timestamptz", "now()", 1)
+	q = strings.Replace(q, "@max::integer", "$1::integer", 1)
+	require.Equal(t, strings.TrimSuffix(strings.TrimSpace(q), ";"), claimDueStmt)
+}
+
 // TestMedianDeadlines: each figure is the median of its own runs, not one run's.
 func TestMedianDeadlines(t *testing.T) {
 	run := func(p99 time.Duration, floor float64) DeadlineResult {
