@@ -24,9 +24,9 @@ build:
 generate:
 	$(SQLC) generate
 
-## ui: build the web console from internal/ui/web (npm, esbuild) into internal/ui/static,
+## ui: build the web console from server/console/web (npm, esbuild) into server/console/static,
 ## which is committed and embedded; needs Node.js 20 and npm
-UI_WEB := internal/ui/web
+UI_WEB := server/console/web
 ui:
 	cd $(UI_WEB) && npm ci --no-audit --no-fund --prefer-offline >/dev/null && node build.mjs ../static
 
@@ -34,10 +34,10 @@ ui:
 verify:
 	$(SQLC) diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@command -v node >/dev/null || { echo "verify: node is needed to check internal/ui/static (Node.js 20 and npm)"; exit 1; }
+	@command -v node >/dev/null || { echo "verify: node is needed to check server/console/static (Node.js 20 and npm)"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	(cd $(UI_WEB) && npm ci --no-audit --no-fund --prefer-offline >/dev/null && node build.mjs "$$tmp") && \
-	diff -r "$$tmp" internal/ui/static >/dev/null || { echo "internal/ui/static is stale: run make ui and commit it"; exit 1; }
+	diff -r "$$tmp" server/console/static >/dev/null || { echo "server/console/static is stale: run make ui and commit it"; exit 1; }
 
 vet:
 	go vet ./...

@@ -33,10 +33,10 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Names of the two events apiCall and kafkaEvent stand for.
@@ -46,10 +46,10 @@ const (
 )
 
 // Open reports whether a wait with this status can still end: an event wait waiting or
-// a timer scheduled. The statuses and types of a wait are execstate's (execstate.WaitStatus,
-// execstate.WaitType): the generated queries carry them, and they cannot import this package.
-func Open(status execstate.WaitStatus) bool {
-	return status == execstate.WaitWaiting || status == execstate.WaitScheduled
+// a timer scheduled. The statuses and types of a wait are execstate's (vocab.WaitStatus,
+// vocab.WaitType): the generated queries carry them, and they cannot import this package.
+func Open(status vocab.WaitStatus) bool {
+	return status == vocab.WaitWaiting || status == vocab.WaitScheduled
 }
 
 // ConflictRetriesDefault bounds how many times one event is decided (the first attempt
@@ -158,7 +158,7 @@ type Result struct {
 	WaitStateID uuid.UUID
 	NodeID      string
 	// Status is the wait's status after the event.
-	Status  execstate.WaitStatus
+	Status  vocab.WaitStatus
 	Version int64
 	// Conflicts counts optimistic-lock races lost before the decision.
 	Conflicts int
@@ -531,12 +531,12 @@ func (w *wait) eventWrite(loaded int64, then continuation) (waitWrite, error) {
 	ww := waitWrite{id: w.row.ID, version: loaded, bump: int64(w.applied), status: w.row.Status,
 		received: received, timedOut: w.timedOutJSON(), apiResponse: w.row.ApiResponseData, kafkaEvent: w.row.KafkaEventData,
 		eventData: w.eventData(), next: w.row.NextDeadlineAt}
-	if w.row.Status == execstate.WaitCompleted {
+	if w.row.Status == vocab.WaitCompleted {
 		output, err := w.output()
 		if err != nil {
 			return waitWrite{}, err
 		}
-		ww.end = &waitEnd{nodeStatus: execstate.NodeCompleted, output: output, then: then}
+		ww.end = &waitEnd{nodeStatus: vocab.NodeCompleted, output: output, then: then}
 	}
 	return ww, nil
 }

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // BenchmarkApply measures the aggregator alone (no HTTP): concurrent callers completing
 // api-only waits, so group commit decides them together.
 func BenchmarkApply(b *testing.B) {
 	f := setup(b)
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	waits := f.newWaits(b, b.N+64, reg)
 	var next atomic.Int64
 	b.SetParallelism(4) // 8 goroutines on 2 cores, as the callback benchmark's clients

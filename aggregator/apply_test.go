@@ -15,8 +15,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 func TestNewRequiresInstanceID(t *testing.T) {
@@ -38,25 +37,25 @@ func TestStrategyArrivalOrders(t *testing.T) {
 	f := setup(t)
 	tests := []struct {
 		name     string
-		strategy workflow.Strategy
+		strategy vocab.Strategy
 		expected []aggregator.Expected
 		custom   []string
 		// Outcomes of the first and second delivery, per order.
 		apiFirst   [2]aggregator.Outcome
 		kafkaFirst [2]aggregator.Outcome
 	}{
-		{"all/both required", aggregator.StrategyAll, expectBoth(true, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
-		{"all/kafka optional", aggregator.StrategyAll, expectBoth(true, false), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
-		{"all/none required", aggregator.StrategyAll, expectBoth(false, false), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
-		{"any/both required", aggregator.StrategyAny, expectBoth(true, true), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{C, L}},
-		{"any/kafka optional", aggregator.StrategyAny, expectBoth(true, false), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{C, L}},
-		{"required_only/kafka optional", aggregator.StrategyRequiredOnly, expectBoth(true, false), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
-		{"required_only/api optional", aggregator.StrategyRequiredOnly, expectBoth(false, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{C, L}},
-		{"required_only/both required", aggregator.StrategyRequiredOnly, expectBoth(true, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
-		{"custom/api", aggregator.StrategyCustom, expectBoth(true, true), []string{api}, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
-		{"custom/api ignores flags", aggregator.StrategyCustom, expectBoth(false, true), []string{api}, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
-		{"custom/kafka", aggregator.StrategyCustom, expectBoth(true, false), []string{kafka}, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{C, L}},
-		{"custom/both", aggregator.StrategyCustom, expectBoth(false, false), []string{api, kafka}, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
+		{"all/both required", vocab.StrategyAll, expectBoth(true, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
+		{"all/kafka optional", vocab.StrategyAll, expectBoth(true, false), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
+		{"all/none required", vocab.StrategyAll, expectBoth(false, false), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
+		{"any/both required", vocab.StrategyAny, expectBoth(true, true), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{C, L}},
+		{"any/kafka optional", vocab.StrategyAny, expectBoth(true, false), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{C, L}},
+		{"required_only/kafka optional", vocab.StrategyRequiredOnly, expectBoth(true, false), nil, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
+		{"required_only/api optional", vocab.StrategyRequiredOnly, expectBoth(false, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{C, L}},
+		{"required_only/both required", vocab.StrategyRequiredOnly, expectBoth(true, true), nil, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
+		{"custom/api", vocab.StrategyCustom, expectBoth(true, true), []string{api}, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
+		{"custom/api ignores flags", vocab.StrategyCustom, expectBoth(false, true), []string{api}, [2]aggregator.Outcome{C, L}, [2]aggregator.Outcome{R, C}},
+		{"custom/kafka", vocab.StrategyCustom, expectBoth(true, false), []string{kafka}, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{C, L}},
+		{"custom/both", vocab.StrategyCustom, expectBoth(false, false), []string{api, kafka}, [2]aggregator.Outcome{R, C}, [2]aggregator.Outcome{R, C}},
 	}
 	for _, tt := range tests {
 		for _, order := range [][2]string{{api, kafka}, {kafka, api}} {
@@ -70,7 +69,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 				payloads := map[string]string{api: apiPayload, kafka: kafkaPayload}
 
 				ws := f.waitState(t, w.ID)
-				require.Equal(t, execstate.WaitWaiting, ws.Status)
+				require.Equal(t, vocab.WaitWaiting, ws.Status)
 				require.Equal(t, int64(1), ws.Version)
 				require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 
@@ -92,22 +91,22 @@ func TestStrategyArrivalOrders(t *testing.T) {
 					require.Equal(t, applied, receivedNames(t, ws))
 					n := f.node(t, w)
 					if res.Outcome == R {
-						require.Equal(t, execstate.WaitWaiting, res.Status)
-						require.Equal(t, execstate.WaitWaiting, ws.Status)
-						require.Equal(t, execstate.NodeWaiting, n.Status)
+						require.Equal(t, vocab.WaitWaiting, res.Status)
+						require.Equal(t, vocab.WaitWaiting, ws.Status)
+						require.Equal(t, vocab.NodeWaiting, n.Status)
 						require.Nil(t, n.Output)
 						require.Empty(t, f.runQueue(t, w))
 					} else {
-						require.Equal(t, execstate.WaitCompleted, res.Status)
-						require.Equal(t, execstate.WaitCompleted, ws.Status)
-						require.Equal(t, execstate.NodeCompleted, n.Status)
+						require.Equal(t, vocab.WaitCompleted, res.Status)
+						require.Equal(t, vocab.WaitCompleted, ws.Status)
+						require.Equal(t, vocab.NodeCompleted, n.Status)
 						require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 					}
 				}
 
 				// Final state.
 				ws = f.waitState(t, w.ID)
-				require.Equal(t, execstate.WaitCompleted, ws.Status)
+				require.Equal(t, vocab.WaitCompleted, ws.Status)
 				require.Equal(t, int64(1+len(applied)), ws.Version)
 				require.Nil(t, ws.ResumedAt)
 				require.Nil(t, ws.Error)
@@ -133,7 +132,7 @@ func TestStrategyArrivalOrders(t *testing.T) {
 				}
 
 				n := f.node(t, w)
-				require.Equal(t, execstate.NodeCompleted, n.Status)
+				require.Equal(t, vocab.NodeCompleted, n.Status)
 				require.NotNil(t, n.FinishedAt)
 				require.Nil(t, n.Error)
 				out, ok := decode(t, n.Output).(map[string]any)
@@ -180,8 +179,8 @@ func TestStrategyArrivalOrders(t *testing.T) {
 func TestDuplicatesAndLate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	all := registration(aggregator.StrategyAll, expectBoth(true, true))
-	anyReg := registration(aggregator.StrategyAny, expectBoth(true, true))
+	all := registration(vocab.StrategyAll, expectBoth(true, true))
+	anyReg := registration(vocab.StrategyAny, expectBoth(true, true))
 	withKey := func(ev aggregator.Event, key string) aggregator.Event {
 		ev.IdempotencyKey = key
 		return ev
@@ -195,7 +194,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 		beforeWant []aggregator.Outcome
 		probe      func(w wait) aggregator.Event
 		want       aggregator.Outcome
-		wantStatus execstate.WaitStatus
+		wantStatus vocab.WaitStatus
 	}{
 		{
 			name:       "same payload twice",
@@ -203,7 +202,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, apiPayload) },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitWaiting,
 		},
 		{
 			name:       "same payload from another source",
@@ -216,7 +215,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 				ev.Source.Offset = &offset // redelivered after a rebalance
 				return ev
 			},
-			want: aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
+			want: aggregator.Duplicate, wantStatus: vocab.WaitWaiting,
 		},
 		{
 			name:       "same webhook id, different payload",
@@ -224,7 +223,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{withKey(w.event(api, apiPayload), "wh-1")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, `{"order":{"id":"o-2"}}`), "wh-1") },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitWaiting,
 		},
 		{
 			name:       "different webhook id, same payload",
@@ -232,7 +231,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{withKey(w.event(api, apiPayload), "wh-1")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, apiPayload), "wh-2") },
-			want:       aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting,
+			want:       aggregator.AlreadyRecorded, wantStatus: vocab.WaitWaiting,
 		},
 		{
 			name:       "different payload while waiting",
@@ -240,7 +239,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, `{"order":{"id":"o-2"}}`) },
-			want:       aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting,
+			want:       aggregator.AlreadyRecorded, wantStatus: vocab.WaitWaiting,
 		},
 		{
 			name: "duplicate after completion",
@@ -250,7 +249,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(api, apiPayload) },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name: "duplicate of the completing event",
@@ -260,7 +259,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name: "webhook-id duplicate after completion",
@@ -270,7 +269,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return withKey(w.event(api, `{"retry":true}`), "wh-9") },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name: "different event of a recorded name after completion",
@@ -280,7 +279,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			},
 			beforeWant: []aggregator.Outcome{R, C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, `{"status":"returned"}`) },
-			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Late, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name:       "new event after any completed",
@@ -288,15 +287,15 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Late, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name:       "new event after required_only completed",
-			reg:        registration(aggregator.StrategyRequiredOnly, expectBoth(true, false)),
+			reg:        registration(vocab.StrategyRequiredOnly, expectBoth(true, false)),
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} },
 			beforeWant: []aggregator.Outcome{C},
 			probe:      func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) },
-			want:       aggregator.Late, wantStatus: execstate.WaitCompleted,
+			want:       aggregator.Late, wantStatus: vocab.WaitCompleted,
 		},
 		{
 			name:       "empty payload twice",
@@ -304,7 +303,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 			before:     func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, "")} },
 			beforeWant: []aggregator.Outcome{R},
 			probe:      func(w wait) aggregator.Event { return w.event(api, "") },
-			want:       aggregator.Duplicate, wantStatus: execstate.WaitWaiting,
+			want:       aggregator.Duplicate, wantStatus: vocab.WaitWaiting,
 		},
 	}
 	for _, tt := range tests {
@@ -336,7 +335,7 @@ func TestDuplicatesAndLate(t *testing.T) {
 func TestEmptyPayload(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	w := f.newWait(t, registration(aggregator.StrategyAll, expectAPIOnly()))
+	w := f.newWait(t, registration(vocab.StrategyAll, expectAPIOnly()))
 	res := f.apply(t, w.event(api, ""))
 	require.Equal(t, aggregator.Completed, res.Outcome)
 	ws := f.waitState(t, w.ID)
@@ -351,7 +350,7 @@ func TestEmptyPayload(t *testing.T) {
 func TestIdempotencyKeyStored(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+	w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 	ev := w.event(api, apiPayload)
 	ev.IdempotencyKey = "wh-123"
 	require.Equal(t, aggregator.Recorded, f.apply(t, ev).Outcome)
@@ -363,9 +362,9 @@ func TestIdempotencyKeyStored(t *testing.T) {
 func TestRejections(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	apiOnly := f.newWait(t, registration(aggregator.StrategyAll, expectAPIOnly()))
-	a := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
-	b := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+	apiOnly := f.newWait(t, registration(vocab.StrategyAll, expectAPIOnly()))
+	a := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
+	b := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 	noWait := f.newExecutionWithoutWait(t)
 	// b already holds an event, so a rejected event must not disturb a wait in progress.
 	require.Equal(t, aggregator.Recorded, f.apply(t, b.event(api, apiPayload)).Outcome)
@@ -408,7 +407,7 @@ func TestRejections(t *testing.T) {
 			if tt.wait != nil {
 				require.Equal(t, tt.wait.ID, res.WaitStateID)
 				require.Equal(t, tt.wait.NodeID, res.NodeID)
-				require.Equal(t, execstate.WaitWaiting, res.Status)
+				require.Equal(t, vocab.WaitWaiting, res.Status)
 				require.Equal(t, int64(1), res.Version)
 			} else {
 				require.Equal(t, aggregator.Result{Outcome: tt.want}, res, "nothing is reported about another execution's wait")
@@ -429,7 +428,7 @@ func TestApplyTxBatchAndRollback(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
-	w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+	w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 	before := f.snapshot(t, w.ExecutionID)
 
 	errRollback := errors.New("rollback")
@@ -458,11 +457,11 @@ func TestApplyTxBatchAndRollback(t *testing.T) {
 	})
 	require.NoError(t, err)
 	ws := f.waitState(t, w.ID)
-	require.Equal(t, execstate.WaitCompleted, ws.Status)
+	require.Equal(t, vocab.WaitCompleted, ws.Status)
 	require.Equal(t, int64(3), ws.Version)
 	require.Equal(t, []string{kafka, api}, receivedNames(t, ws))
 	require.Equal(t, []string{"resume"}, f.runQueue(t, w))
-	require.Equal(t, execstate.NodeCompleted, f.node(t, w).Status)
+	require.Equal(t, vocab.NodeCompleted, f.node(t, w).Status)
 }
 
 func TestRegister(t *testing.T) {
@@ -471,16 +470,16 @@ func TestRegister(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("stores the registration", func(t *testing.T) {
-		reg := registration(aggregator.StrategyCustom, expectBoth(false, true), api)
+		reg := registration(vocab.StrategyCustom, expectBoth(false, true), api)
 		reg.APICall = true
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
-		require.Equal(t, aggregator.StrategyCustom, ws.AggregationStrategy)
+		require.Equal(t, vocab.StrategyCustom, ws.AggregationStrategy)
 		require.JSONEq(t, `["api_response"]`, string(ws.RequiredEvents))
 		require.JSONEq(t, `["api_response","kafka_event"]`, string(ws.EnabledEvents))
 		require.True(t, ws.ApiCallEnabled)
 		require.True(t, ws.KafkaEventEnabled)
-		require.Equal(t, execstate.WaitWaiting, ws.Status)
+		require.Equal(t, vocab.WaitWaiting, ws.Status)
 		require.Equal(t, int64(1), ws.Version)
 		var expected []aggregator.Expected
 		require.NoError(t, json.Unmarshal(ws.ExpectedEvents, &expected))
@@ -491,7 +490,7 @@ func TestRegister(t *testing.T) {
 	})
 
 	t.Run("kafka only, no api call", func(t *testing.T) {
-		w := f.newWait(t, registration(aggregator.StrategyAny, []aggregator.Expected{{Name: kafka, Source: "kafka", Topic: "orders"}}))
+		w := f.newWait(t, registration(vocab.StrategyAny, []aggregator.Expected{{Name: kafka, Source: "kafka", Topic: "orders"}}))
 		ws := f.waitState(t, w.ID)
 		require.False(t, ws.ApiCallEnabled)
 		require.True(t, ws.KafkaEventEnabled)
@@ -501,7 +500,7 @@ func TestRegister(t *testing.T) {
 
 	t.Run("rejects custom naming a disabled event", func(t *testing.T) {
 		exec := f.newExecutionWithoutWait(t)
-		reg := registration(aggregator.StrategyCustom, expectAPIOnly(), kafka)
+		reg := registration(vocab.StrategyCustom, expectAPIOnly(), kafka)
 		reg.ExecutionID, reg.NodeID, reg.CorrelationID = exec, waitNode, uuid.New()
 		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 			_, err := f.agg.Register(ctx, tx, reg)
@@ -514,9 +513,9 @@ func TestRegister(t *testing.T) {
 	})
 
 	t.Run("correlation id is unique", func(t *testing.T) {
-		w := f.newWait(t, registration(aggregator.StrategyAll, expectAPIOnly()))
+		w := f.newWait(t, registration(vocab.StrategyAll, expectAPIOnly()))
 		exec := f.newExecutionWithoutWait(t)
-		reg := registration(aggregator.StrategyAll, expectAPIOnly())
+		reg := registration(vocab.StrategyAll, expectAPIOnly())
 		reg.ExecutionID, reg.NodeID, reg.CorrelationID = exec, waitNode, w.CorrelationID
 		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 			_, err := f.agg.Register(ctx, tx, reg)
@@ -532,7 +531,7 @@ func TestOutputTimeout(t *testing.T) {
 	corr := uuid.New()
 	ws := dbsqlc.ExecutionWaitState{
 		CorrelationID:       corr,
-		AggregationStrategy: aggregator.StrategyAll,
+		AggregationStrategy: vocab.StrategyAll,
 		KafkaEventData:      json.RawMessage(kafkaPayload),
 		OutputMapping:       json.RawMessage(`{"kafkaEvent":"kafka_event","orderId":"api_response.order.id","carrier":"kafka_event.shipment.carrier","missing":"kafka_event.nope"}`),
 	}

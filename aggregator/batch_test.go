@@ -11,7 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestApplyBatchDecidesLikeApplyTx feeds the same random event sequences (duplicates,
@@ -26,10 +26,10 @@ func TestApplyBatchDecidesLikeApplyTx(t *testing.T) {
 		{Name: kafka, Source: "kafka", Topic: "orders", Required: false},
 	}
 	regs := []aggregator.Registration{
-		registration(aggregator.StrategyAll, both),
-		registration(aggregator.StrategyAny, both),
-		registration(aggregator.StrategyRequiredOnly, both),
-		registration(aggregator.StrategyCustom, both, kafka),
+		registration(vocab.StrategyAll, both),
+		registration(vocab.StrategyAny, both),
+		registration(vocab.StrategyRequiredOnly, both),
+		registration(vocab.StrategyCustom, both, kafka),
 	}
 	const perStrategy = 6
 	var batchWaits, twinWaits []wait
@@ -122,7 +122,7 @@ func TestApplyBatchConflictFallsBack(t *testing.T) {
 		{Name: api, Source: "callback", Required: true},
 		{Name: kafka, Source: "kafka", Topic: "orders", Required: true},
 	}
-	ws := f.newWaits(t, 3, registration(aggregator.StrategyAll, both))
+	ws := f.newWaits(t, 3, registration(vocab.StrategyAll, both))
 	contested := ws[1]
 	var results []aggregator.Result
 	err := f.interleave(t,
@@ -145,7 +145,7 @@ func TestApplyBatchConflictFallsBack(t *testing.T) {
 		[]aggregator.Outcome{results[0].Outcome, results[1].Outcome, results[2].Outcome, results[3].Outcome})
 	require.GreaterOrEqual(t, results[2].Conflicts, 1)
 	row := f.waitState(t, contested.ID)
-	require.Equal(t, execstate.WaitCompleted, row.Status)
+	require.Equal(t, vocab.WaitCompleted, row.Status)
 	require.Equal(t, int64(3), row.Version, "two applied events on top of version 1")
 	require.Equal(t, []string{api, kafka}, receivedNames(t, row))
 	require.Equal(t, []string{"resume"}, f.runQueue(t, contested))
@@ -162,7 +162,7 @@ func TestApplyBatchFromStaleRowsKeepsTheFence(t *testing.T) {
 		{Name: api, Source: "callback", Required: true},
 		{Name: kafka, Source: "kafka", Topic: "orders", Required: true},
 	}
-	w := f.newWait(t, registration(aggregator.StrategyAll, both))
+	w := f.newWait(t, registration(vocab.StrategyAll, both))
 	stale := f.waitState(t, w.ID)
 	require.Equal(t, aggregator.Recorded, f.apply(t, w.event(api, apiPayload)).Outcome)
 
@@ -177,7 +177,7 @@ func TestApplyBatchFromStaleRowsKeepsTheFence(t *testing.T) {
 	require.Equal(t, aggregator.Completed, results[0].Outcome, "decided again on top of the rival's event")
 	require.Equal(t, 1, results[0].Conflicts, "the write behind the stale version missed its fence once")
 	row := f.waitState(t, w.ID)
-	require.Equal(t, execstate.WaitCompleted, row.Status)
+	require.Equal(t, vocab.WaitCompleted, row.Status)
 	require.Equal(t, int64(3), row.Version, "two applied events on top of version 1")
 	require.Equal(t, []string{api, kafka}, receivedNames(t, row))
 }

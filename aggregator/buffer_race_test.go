@@ -10,7 +10,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestBufferedEventTakenOrExpiredNotBoth: a wait takes a buffered event while a janitor
@@ -22,7 +22,7 @@ import (
 func TestBufferedEventTakenOrExpiredNotBoth(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: "approval", Source: aggregator.SourceSend, Type: "approved", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: "approval", Source: aggregator.SourceSend, Type: "approved", Required: true}})
 	reg.Timeout = time.Hour
 	w := f.newWait(t, reg)
 	_, err := f.pool.Exec(t.Context(), `INSERT INTO event_buffer (execution_id, event_type, event_id, payload, source, expires_at)
@@ -50,6 +50,6 @@ func TestBufferedEventTakenOrExpiredNotBoth(t *testing.T) {
 	require.Equal(t, 1, deadLetters)
 	require.Zero(t, buffered)
 	got := f.waitState(t, w.ID)
-	require.Equal(t, execstate.WaitWaiting, got.Status, "the wait did not take the event the janitor moved (took it as %q)", res.Outcome)
+	require.Equal(t, vocab.WaitWaiting, got.Status, "the wait did not take the event the janitor moved (took it as %q)", res.Outcome)
 	require.Equal(t, ws.Version, got.Version)
 }

@@ -12,12 +12,12 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // WaitFinishedError is returned when a wait to cancel is no longer waiting.
-type WaitFinishedError struct{ Status execstate.WaitStatus }
+type WaitFinishedError struct{ Status vocab.WaitStatus }
 
 func (e *WaitFinishedError) Error() string { return "wait is already " + string(e.Status) }
 
@@ -37,7 +37,7 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if !Open(row.Status) {
 		return nil, &WaitFinishedError{Status: row.Status}
 	}
-	end := &waitEnd{nodeStatus: execstate.NodeFailed, nodeError: reason, then: continueByCaller}
+	end := &waitEnd{nodeStatus: vocab.NodeFailed, nodeError: reason, then: continueByCaller}
 	if cont {
 		out, err := cancelledOutput(row)
 		if err != nil {
@@ -46,10 +46,10 @@ func (a *Aggregator) CancelWait(ctx context.Context, tx pgx.Tx, executionID uuid
 		if end.output, err = json.Marshal(out); err != nil {
 			return nil, err
 		}
-		end.nodeStatus, end.nodeError = execstate.NodeCompleted, ""
+		end.nodeStatus, end.nodeError = vocab.NodeCompleted, ""
 	}
 	var written []written
-	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: execstate.WaitCancelled,
+	if err := a.writeWaits(ctx, []waitWrite{{id: row.ID, version: row.Version, bump: 1, status: vocab.WaitCancelled,
 		next: row.NextDeadlineAt, reason: reason, end: end}}, &written)(tx); err != nil {
 		return nil, fmt.Errorf("cancel wait: %w", err)
 	}
@@ -83,7 +83,7 @@ func (a *Aggregator) CancelOpenWaits(ctx context.Context, tx pgx.Tx, executionID
 // either way.
 func cancelledOutput(row dbsqlc.ExecutionWaitState) (map[string]any, error) {
 	var out map[string]any
-	if row.WaitType == execstate.WaitTypeTimer {
+	if row.WaitType == vocab.WaitTypeTimer {
 		var err error
 		if out, err = TimerOutput(row); err != nil {
 			return nil, err

@@ -11,8 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Continuer is what the aggregator needs of whoever runs workflows (the executor): to
@@ -66,9 +65,9 @@ type Continuation interface {
 type Ended struct {
 	ExecutionID uuid.UUID
 	NodeID      string
-	WaitType    execstate.WaitType
-	Strategy    workflow.Strategy
-	Status      execstate.WaitStatus
+	WaitType    vocab.WaitType
+	Strategy    vocab.Strategy
+	Status      vocab.WaitStatus
 	// CreatedAt is when the wait was registered, EndedAt when it ended.
 	CreatedAt time.Time
 	EndedAt   time.Time
@@ -84,7 +83,7 @@ type Ended struct {
 // NodeOutcome is what the write that ends a wait gives the wait's node — as
 // node_executions then reads it, if the node still waits for events.
 type NodeOutcome struct {
-	Status  execstate.NodeStatus
+	Status  vocab.NodeStatus
 	Output  []byte
 	Error   string // "" for none
 	Warning string // "" for none

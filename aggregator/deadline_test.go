@@ -20,8 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // expiredLog collects what a sweeper reports through Config.OnExpired.
@@ -164,9 +163,9 @@ func TestDeadlineMatrix(t *testing.T) {
 		cont    = aggregator.OnTimeoutContinue
 		partial = aggregator.OnTimeoutContinueWithPartial
 
-		waiting   = execstate.WaitWaiting
-		completed = execstate.WaitCompleted
-		timeout   = execstate.WaitTimeout
+		waiting   = vocab.WaitWaiting
+		completed = vocab.WaitCompleted
+		timeout   = vocab.WaitTimeout
 
 		errBoth  = "timed out waiting for api_response, kafka_event"
 		errAPI   = "timed out waiting for api_response"
@@ -182,12 +181,12 @@ func TestDeadlineMatrix(t *testing.T) {
 		done      = []aggregator.Outcome{aggregator.Completed}
 	)
 	type cell struct {
-		strategy  workflow.Strategy
-		onTimeout workflow.OnTimeout
+		strategy  vocab.Strategy
+		onTimeout vocab.OnTimeout
 		arrive    []string             // delivered before the deadline
 		outcomes  []aggregator.Outcome // of those deliveries
-		status    execstate.WaitStatus // wait status after the sweep
-		node      execstate.NodeStatus // node status after the sweep
+		status    vocab.WaitStatus     // wait status after the sweep
+		node      vocab.NodeStatus     // node status after the sweep
 		timedOut  []string             // timed_out_events of the wait and the output
 		err       string               // error of the node and the wait ("" for none)
 		version   int64
@@ -195,47 +194,47 @@ func TestDeadlineMatrix(t *testing.T) {
 	cells := []cell{
 		// all: an event missing at the overall deadline ends the wait. continue needs the
 		// required:true event (api_response).
-		{aggregator.StrategyAll, fail, none, nil, timeout, "failed", both, errBoth, 2},
-		{aggregator.StrategyAll, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
-		{aggregator.StrategyAll, partial, none, nil, timeout, "completed", both, "", 2},
-		{aggregator.StrategyAll, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
-		{aggregator.StrategyAll, cont, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI + needsAPI, 3},
-		{aggregator.StrategyAll, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
-		{aggregator.StrategyAll, fail, onlyAPI, rec, timeout, "failed", onlyKafka, errKafka, 3},
-		{aggregator.StrategyAll, cont, onlyAPI, rec, timeout, "completed", onlyKafka, "", 3},
-		{aggregator.StrategyAll, partial, onlyAPI, rec, timeout, "completed", onlyKafka, "", 3},
+		{vocab.StrategyAll, fail, none, nil, timeout, "failed", both, errBoth, 2},
+		{vocab.StrategyAll, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
+		{vocab.StrategyAll, partial, none, nil, timeout, "completed", both, "", 2},
+		{vocab.StrategyAll, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
+		{vocab.StrategyAll, cont, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI + needsAPI, 3},
+		{vocab.StrategyAll, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
+		{vocab.StrategyAll, fail, onlyAPI, rec, timeout, "failed", onlyKafka, errKafka, 3},
+		{vocab.StrategyAll, cont, onlyAPI, rec, timeout, "completed", onlyKafka, "", 3},
+		{vocab.StrategyAll, partial, onlyAPI, rec, timeout, "completed", onlyKafka, "", 3},
 		// any: one event completes it at once; with none, the deadline ends it.
-		{aggregator.StrategyAny, fail, none, nil, timeout, "failed", both, errBoth, 2},
-		{aggregator.StrategyAny, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
-		{aggregator.StrategyAny, partial, none, nil, timeout, "completed", both, "", 2},
-		{aggregator.StrategyAny, fail, onlyKafka, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyAny, cont, onlyKafka, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyAny, partial, onlyKafka, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyAny, fail, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyAny, cont, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyAny, partial, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, fail, none, nil, timeout, "failed", both, errBoth, 2},
+		{vocab.StrategyAny, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
+		{vocab.StrategyAny, partial, none, nil, timeout, "completed", both, "", 2},
+		{vocab.StrategyAny, fail, onlyKafka, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, cont, onlyKafka, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, partial, onlyKafka, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, fail, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, cont, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyAny, partial, onlyAPI, done, completed, "completed", none, "", 2},
 		// required_only: api_response completes it; continue goes on with the required
 		// events that arrived (here none), its output naming the missing ones.
-		{aggregator.StrategyRequiredOnly, fail, none, nil, timeout, "failed", both, errBoth, 2},
-		{aggregator.StrategyRequiredOnly, cont, none, nil, timeout, "completed", both, "", 2},
-		{aggregator.StrategyRequiredOnly, partial, none, nil, timeout, "completed", both, "", 2},
-		{aggregator.StrategyRequiredOnly, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
-		{aggregator.StrategyRequiredOnly, cont, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
-		{aggregator.StrategyRequiredOnly, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
-		{aggregator.StrategyRequiredOnly, fail, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyRequiredOnly, cont, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyRequiredOnly, partial, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyRequiredOnly, fail, none, nil, timeout, "failed", both, errBoth, 2},
+		{vocab.StrategyRequiredOnly, cont, none, nil, timeout, "completed", both, "", 2},
+		{vocab.StrategyRequiredOnly, partial, none, nil, timeout, "completed", both, "", 2},
+		{vocab.StrategyRequiredOnly, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
+		{vocab.StrategyRequiredOnly, cont, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
+		{vocab.StrategyRequiredOnly, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
+		{vocab.StrategyRequiredOnly, fail, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyRequiredOnly, cont, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyRequiredOnly, partial, onlyAPI, done, completed, "completed", none, "", 2},
 		// custom [api_response]: as required_only, except that continue needs every event
 		// of requiredEvents.
-		{aggregator.StrategyCustom, fail, none, nil, timeout, "failed", both, errBoth, 2},
-		{aggregator.StrategyCustom, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
-		{aggregator.StrategyCustom, partial, none, nil, timeout, "completed", both, "", 2},
-		{aggregator.StrategyCustom, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
-		{aggregator.StrategyCustom, cont, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI + needsAPI, 3},
-		{aggregator.StrategyCustom, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
-		{aggregator.StrategyCustom, fail, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyCustom, cont, onlyAPI, done, completed, "completed", none, "", 2},
-		{aggregator.StrategyCustom, partial, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyCustom, fail, none, nil, timeout, "failed", both, errBoth, 2},
+		{vocab.StrategyCustom, cont, none, nil, timeout, "failed", both, errBoth + needsAPI, 2},
+		{vocab.StrategyCustom, partial, none, nil, timeout, "completed", both, "", 2},
+		{vocab.StrategyCustom, fail, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI, 3},
+		{vocab.StrategyCustom, cont, onlyKafka, rec, timeout, "failed", onlyAPI, errAPI + needsAPI, 3},
+		{vocab.StrategyCustom, partial, onlyKafka, rec, timeout, "completed", onlyAPI, "", 3},
+		{vocab.StrategyCustom, fail, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyCustom, cont, onlyAPI, done, completed, "completed", none, "", 2},
+		{vocab.StrategyCustom, partial, onlyAPI, done, completed, "completed", none, "", 2},
 	}
 	require.Len(t, cells, 4*3*3)
 
@@ -246,7 +245,7 @@ func TestDeadlineMatrix(t *testing.T) {
 	fired := 0
 	for i, c := range cells {
 		var custom []string
-		if c.strategy == aggregator.StrategyCustom {
+		if c.strategy == vocab.StrategyCustom {
 			custom = []string{api}
 		}
 		reg := registration(c.strategy, expectBoth(true, false), custom...)
@@ -264,7 +263,7 @@ func TestDeadlineMatrix(t *testing.T) {
 			snapshots[i] = f.snapshot(t, waits[i].ExecutionID)
 		} else {
 			require.Equal(t, waiting, ws.Status, "cell %d", i)
-			require.Equal(t, execstate.NodeWaiting, f.node(t, waits[i]).Status)
+			require.Equal(t, vocab.NodeWaiting, f.node(t, waits[i]).Status)
 			fired++
 		}
 	}
@@ -397,7 +396,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		f := setup(t)
 		sw, expired := f.sweeper(t, "sweeper")
 		before := time.Now()
-		w := f.newWait(t, registration(aggregator.StrategyRequiredOnly, kafkaOwnTimeout()))
+		w := f.newWait(t, registration(vocab.StrategyRequiredOnly, kafkaOwnTimeout()))
 		after := time.Now()
 
 		ws := f.waitState(t, w.ID)
@@ -412,14 +411,14 @@ func TestDeadlinePerEvent(t *testing.T) {
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt), "due at its deadline exactly")
 
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitWaiting, ws.Status)
+		require.Equal(t, vocab.WaitWaiting, ws.Status)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		require.True(t, ws.NextDeadlineAt.Equal(ws.ExpiresAt), "next deadline %s, expires %s", ws.NextDeadlineAt, ws.ExpiresAt)
 		require.Equal(t, int64(2), ws.Version, "recording the timeout bumps the version")
 		require.Nil(t, ws.Error)
 		require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 		n := f.node(t, w)
-		require.Equal(t, execstate.NodeWaiting, n.Status)
+		require.Equal(t, vocab.NodeWaiting, n.Status)
 		require.Nil(t, n.Output)
 		require.Empty(t, f.runQueue(t, w))
 		require.Empty(t, expired.all(), "nothing fired")
@@ -430,7 +429,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		snap := f.snapshot(t, w.ExecutionID)
 		res := f.apply(t, w.event(kafka, kafkaPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, execstate.WaitWaiting, res.Status)
+		require.Equal(t, vocab.WaitWaiting, res.Status)
 		require.Equal(t, int64(2), res.Version)
 		require.Equal(t, snap, f.snapshot(t, w.ExecutionID))
 
@@ -438,10 +437,10 @@ func TestDeadlinePerEvent(t *testing.T) {
 		require.Equal(t, aggregator.Completed, res.Outcome)
 		require.Equal(t, int64(3), res.Version)
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitCompleted, ws.Status)
+		require.Equal(t, vocab.WaitCompleted, ws.Status)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 		n = f.node(t, w)
-		require.Equal(t, execstate.NodeCompleted, n.Status)
+		require.Equal(t, vocab.NodeCompleted, n.Status)
 		require.Nil(t, n.Error)
 		out := outputOf(t, n)
 		require.Equal(t, false, out["timeout"])
@@ -458,7 +457,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			name      string
-			onTimeout workflow.OnTimeout
+			onTimeout vocab.OnTimeout
 			arrive    []string
 			node      string
 			version   int64
@@ -471,7 +470,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 				t.Parallel()
 				f := setup(t)
 				sw, expired := f.sweeper(t, "sweeper")
-				reg := registration(aggregator.StrategyAll, kafkaOwnTimeout())
+				reg := registration(vocab.StrategyAll, kafkaOwnTimeout())
 				reg.OnTimeout = tc.onTimeout
 				w := f.newWait(t, reg)
 				for _, name := range tc.arrive {
@@ -485,7 +484,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 				require.Equal(t, 1, f.sweep(t, sw, kafkaAt.Add(time.Second)))
 
 				ws = f.waitState(t, w.ID)
-				require.Equal(t, execstate.WaitTimeout, ws.Status, "all can no longer be satisfied: it ends before the overall deadline")
+				require.Equal(t, vocab.WaitTimeout, ws.Status, "all can no longer be satisfied: it ends before the overall deadline")
 				require.Equal(t, tc.version, ws.Version)
 				require.Equal(t, []string{kafka}, timedOutOf(t, ws))
 				n := f.node(t, w)
@@ -519,7 +518,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
 		sw, expired := f.sweeper(t, "sweeper")
-		reg := registration(aggregator.StrategyAny, []aggregator.Expected{
+		reg := registration(vocab.StrategyAny, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true, TimeoutMS: 60_000},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 120_000},
 		})
@@ -531,7 +530,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, apiAt))
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitWaiting, ws.Status, "kafka_event may still come")
+		require.Equal(t, vocab.WaitWaiting, ws.Status, "kafka_event may still come")
 		require.Equal(t, []string{api}, timedOutOf(t, ws))
 		require.True(t, ws.NextDeadlineAt.Equal(kafkaAt), "next deadline is kafka_event's")
 		require.Equal(t, int64(2), ws.Version)
@@ -540,11 +539,11 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt))
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitTimeout, ws.Status)
+		require.Equal(t, vocab.WaitTimeout, ws.Status)
 		require.Equal(t, []string{api, kafka}, timedOutOf(t, ws))
 		require.Equal(t, int64(3), ws.Version)
 		n := f.node(t, w)
-		require.Equal(t, execstate.NodeCompleted, n.Status, "continue_with_partial")
+		require.Equal(t, vocab.NodeCompleted, n.Status, "continue_with_partial")
 		out := outputOf(t, n)
 		require.Equal(t, true, out["timeout"])
 		require.Equal(t, jsonList([]string{api, kafka}), out["timed_out_events"])
@@ -560,7 +559,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
 		sw, expired := f.sweeper(t, "sweeper")
-		w := f.newWait(t, registration(aggregator.StrategyRequiredOnly, kafkaOwnTimeout()))
+		w := f.newWait(t, registration(vocab.StrategyRequiredOnly, kafkaOwnTimeout()))
 		require.Equal(t, aggregator.Recorded, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
 		ws := f.waitState(t, w.ID)
 		kafkaAt := deadlineOf(t, ws, kafka)
@@ -569,12 +568,12 @@ func TestDeadlinePerEvent(t *testing.T) {
 
 		require.Equal(t, 1, f.sweep(t, sw, kafkaAt.Add(time.Second)))
 		after := f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitWaiting, after.Status)
+		require.Equal(t, vocab.WaitWaiting, after.Status)
 		require.Equal(t, int64(2), after.Version, "version unchanged")
 		require.True(t, after.NextDeadlineAt.Equal(ws.ExpiresAt), "next deadline %s, expires %s", after.NextDeadlineAt, ws.ExpiresAt)
 		require.Equal(t, []string{}, timedOutOf(t, after))
 		require.Equal(t, []string{kafka}, receivedNames(t, after))
-		require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status)
+		require.Equal(t, vocab.NodeWaiting, f.node(t, w).Status)
 		require.Empty(t, f.runQueue(t, w))
 		require.Empty(t, expired.all())
 		require.Zero(t, f.sweep(t, sw, kafkaAt.Add(time.Minute)))
@@ -601,7 +600,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
 		sw, expired := f.sweeper(t, "sweeper", withClock(stub))
-		reg := registration(aggregator.StrategyAny, expectAPIOnly())
+		reg := registration(vocab.StrategyAny, expectAPIOnly())
 		reg.Timeout = 100 * time.Millisecond
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
@@ -612,17 +611,17 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		// a replica committing the same event decided just before the deadline.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, execstate.WaitTimeout, res.Status)
+		require.Equal(t, vocab.WaitTimeout, res.Status)
 		require.Equal(t, int64(2), res.Version, "registration and the timeout")
 		require.NotNil(t, res.Expired)
 		require.Equal(t, w.ID.String(), res.Expired.WaitStateID)
 		require.False(t, res.Expired.Continue)
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitTimeout, ws.Status)
+		require.Equal(t, vocab.WaitTimeout, ws.Status)
 		require.Equal(t, int64(2), ws.Version)
 		require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 		require.Equal(t, []string{api}, timedOutOf(t, ws))
-		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
+		require.Equal(t, vocab.NodeFailed, f.node(t, w).Status)
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
@@ -633,7 +632,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		t.Parallel()
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
-		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+		reg := registration(vocab.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
@@ -645,7 +644,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.Equal(t, aggregator.Late, res.Outcome)
 		// The late record wrote kafka_event's timeout, as the sweeper would have; the
 		// wait goes on, its next deadline the overall one.
-		require.Equal(t, execstate.WaitWaiting, res.Status)
+		require.Equal(t, vocab.WaitWaiting, res.Status)
 		require.Equal(t, int64(2), res.Version)
 		require.Nil(t, res.Expired, "the wait did not end")
 		ws = f.waitState(t, w.ID)
@@ -671,7 +670,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		f := setup(t, withClock(stub))
 		// Both Kafka events fit any record of the topic; the first, optional, has a
 		// short deadline of its own.
-		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+		reg := registration(vocab.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: "early", Source: "kafka", Topic: "orders", TimeoutMS: 100},
 			{Name: "final", Source: "kafka", Topic: "orders", Required: true},
 		})
@@ -695,7 +694,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		f := setup(t, withClock(stub))
 		// Both send events take the type; the first, optional, has a short deadline of
 		// its own. The send path picks among them as the Kafka path does.
-		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+		reg := registration(vocab.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: "early", Source: aggregator.SourceSend, Type: "approved", TimeoutMS: 100},
 			{Name: "final", Source: aggregator.SourceSend, Type: "approved", Required: true},
 		})
@@ -720,7 +719,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
 		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
-		reg := registration(aggregator.StrategyAll, []aggregator.Expected{
+		reg := registration(vocab.StrategyAll, []aggregator.Expected{
 			{Name: "approval", Source: aggregator.SourceSend, Type: "approved", Required: true},
 		})
 		reg.Timeout = 100 * time.Millisecond
@@ -739,9 +738,9 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.True(t, res.Queued(), "the timeout's continuation is announced")
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws := f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitTimeout, ws.Status)
+		require.Equal(t, vocab.WaitTimeout, ws.Status)
 		require.Equal(t, []string{"approval"}, timedOutOf(t, ws))
-		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
+		require.Equal(t, vocab.NodeFailed, f.node(t, w).Status)
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 	})
 
@@ -750,7 +749,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
 		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
-		reg := registration(aggregator.StrategyAll, []aggregator.Expected{
+		reg := registration(vocab.StrategyAll, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
@@ -764,16 +763,16 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		// writes that ending itself.
 		res := f.apply(t, w.event(api, apiPayload))
 		require.Equal(t, aggregator.Late, res.Outcome)
-		require.Equal(t, execstate.WaitTimeout, res.Status)
+		require.Equal(t, vocab.WaitTimeout, res.Status)
 		require.NotNil(t, res.Expired)
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitTimeout, ws.Status)
+		require.Equal(t, vocab.WaitTimeout, ws.Status)
 		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
 		require.Empty(t, receivedNames(t, ws))
 		require.Nil(t, ws.ApiResponseData)
 		require.Equal(t, []string{kafka}, timedOutOf(t, ws))
-		require.Equal(t, execstate.NodeFailed, f.node(t, w).Status)
+		require.Equal(t, vocab.NodeFailed, f.node(t, w).Status)
 
 		// Once the row shows the wait ended, a late arrival changes nothing.
 		snap := f.snapshot(t, w.ExecutionID)
@@ -788,7 +787,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
 		sw, _ := f.sweeper(t, "sweeper", withClock(stub))
-		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+		reg := registration(vocab.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback"},
 			{Name: kafka, Source: "kafka", Topic: "orders", Required: true, TimeoutMS: 100},
 		})
@@ -806,7 +805,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		require.True(t, res.Expired.Partial)
 		require.Zero(t, f.sweep(t, sw, stub.Now()), "nothing left for the sweeper")
 		ws = f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitTimeout, ws.Status)
+		require.Equal(t, vocab.WaitTimeout, ws.Status)
 		require.Empty(t, receivedNames(t, ws))
 		require.Equal(t, int64(2), ws.Version, "registration and the timeout")
 		out := outputOf(t, f.node(t, w))
@@ -818,7 +817,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 		t.Parallel()
 		stub := clock.NewStub(time.Now())
 		f := setup(t, withClock(stub))
-		reg := registration(aggregator.StrategyRequiredOnly, []aggregator.Expected{
+		reg := registration(vocab.StrategyRequiredOnly, []aggregator.Expected{
 			{Name: api, Source: "callback", Required: true, TimeoutMS: 10_000},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 100},
 		})
@@ -841,13 +840,13 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 
 // deadlineRow is what TestDeadlineRacesEvents checks of one wait, read in one query.
 type deadlineRow struct {
-	Status         execstate.WaitStatus
+	Status         vocab.WaitStatus
 	Version        int64
 	Received       []string
 	TimedOut       []string
 	Resumes        int
 	RunQueue       int
-	NodeStatus     execstate.NodeStatus
+	NodeStatus     vocab.NodeStatus
 	NodeFinished   bool
 	NodeError      *string
 	OutputTimeout  *bool
@@ -925,7 +924,7 @@ func TestDeadlineRacesEvents(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()
 	const waitCount = 200
-	reg := registration(aggregator.StrategyAny, expectAPIOnly())
+	reg := registration(vocab.StrategyAny, expectAPIOnly())
 	reg.Timeout = 1500 * time.Millisecond
 
 	pods, logs, stop := f.racingSweepers(t)
@@ -980,31 +979,31 @@ func TestDeadlineRacesEvents(t *testing.T) {
 		require.True(t, row.NodeFinished, "wait %d", i)
 		require.NotNil(t, row.OutputTimeout, "wait %d: node output written", i)
 		switch row.Status {
-		case execstate.WaitCompleted:
+		case vocab.WaitCompleted:
 			completed++
 			require.Equal(t, aggregator.Completed, d.res.Outcome, "wait %d", i)
-			require.Equal(t, execstate.WaitCompleted, d.res.Status, "wait %d", i)
+			require.Equal(t, vocab.WaitCompleted, d.res.Status, "wait %d", i)
 			require.Equal(t, []string{api}, row.Received, "wait %d", i)
 			require.Empty(t, row.TimedOut, "wait %d", i)
-			require.Equal(t, execstate.NodeCompleted, row.NodeStatus, "wait %d", i)
+			require.Equal(t, vocab.NodeCompleted, row.NodeStatus, "wait %d", i)
 			require.Nil(t, row.NodeError, "wait %d", i)
 			require.False(t, *row.OutputTimeout, "wait %d", i)
 			require.Empty(t, row.OutputTimedOut, "wait %d", i)
 			require.Zero(t, reported[w.ID.String()], "wait %d: a completed wait is not reported expired", i)
 			require.True(t, d.start.Before(expires[w.ID]), "wait %d: an event decided at or after the deadline counted", i)
-		case execstate.WaitTimeout:
+		case vocab.WaitTimeout:
 			timedOut++
 			require.Equal(t, aggregator.Late, d.res.Outcome, "wait %d", i)
 			require.Empty(t, row.Received, "wait %d", i)
 			require.Equal(t, []string{api}, row.TimedOut, "wait %d", i)
-			require.Equal(t, execstate.NodeFailed, row.NodeStatus, "wait %d", i)
+			require.Equal(t, vocab.NodeFailed, row.NodeStatus, "wait %d", i)
 			require.NotNil(t, row.NodeError, "wait %d", i)
 			require.Equal(t, "timed out waiting for api_response", *row.NodeError, "wait %d", i)
 			require.True(t, *row.OutputTimeout, "wait %d", i)
 			require.Equal(t, []string{api}, row.OutputTimedOut, "wait %d", i)
 			require.Equal(t, 1, reported[w.ID.String()], "wait %d: reported expired exactly once", i)
 			require.False(t, d.end.Before(expires[w.ID]), "wait %d: an event that returned before the deadline was late", i)
-			require.Equal(t, execstate.WaitTimeout, d.res.Status, "wait %d: a late answer stands on the deadline written", i)
+			require.Equal(t, vocab.WaitTimeout, d.res.Status, "wait %d: a late answer stands on the deadline written", i)
 			if d.res.Expired != nil {
 				endedByEvent++ // the late event found the deadline unwritten and wrote it
 			}
@@ -1029,7 +1028,7 @@ func TestSweepersDecideOnce(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()
 	const waitCount = 400
-	waits := f.newWaits(t, waitCount, registration(aggregator.StrategyAll, expectBoth(true, true)))
+	waits := f.newWaits(t, waitCount, registration(vocab.StrategyAll, expectBoth(true, true)))
 
 	var pods [2]*aggregator.Aggregator
 	var logs [2]*expiredLog
@@ -1105,7 +1104,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()
 	const waitsPerRound, rounds = 10, 4
-	reg := registration(aggregator.StrategyAll, expectAPIOnly())
+	reg := registration(vocab.StrategyAll, expectAPIOnly())
 	reg.APICall = true
 	cancels := 0
 	for round := range rounds {
@@ -1147,14 +1146,14 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 			if cancelErrs[i] == nil {
 				cancels++
 				require.Equal(t, aggregator.Late, results[i].Outcome, "round %d wait %d", round, i)
-				require.Equal(t, execstate.WaitCancelled, results[i].Status)
-				require.Equal(t, execstate.WaitCancelled, ws.Status)
+				require.Equal(t, vocab.WaitCancelled, results[i].Status)
+				require.Equal(t, vocab.WaitCancelled, ws.Status)
 				require.NotNil(t, ws.Error)
 				require.Equal(t, "cancelled by operator", *ws.Error)
 				require.JSONEq(t, `[]`, string(ws.ReceivedEvents))
 				require.Nil(t, ws.ApiResponseData)
 				require.Empty(t, f.runQueue(t, w))
-				require.Equal(t, execstate.NodeCompleted, n.Status, "CancelWait ends the node with the wait: completed, to continue")
+				require.Equal(t, vocab.NodeCompleted, n.Status, "CancelWait ends the node with the wait: completed, to continue")
 				require.JSONEq(t, string(raws[i]), string(n.Output), "the node's output is the one handed on")
 				require.Zero(t, outbox, "the unsent call is dropped")
 				require.Equal(t, true, outputs[i]["cancelled"])
@@ -1163,14 +1162,14 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 			} else {
 				var finished *aggregator.WaitFinishedError
 				require.ErrorAs(t, cancelErrs[i], &finished, "round %d wait %d", round, i)
-				require.Equal(t, execstate.WaitCompleted, finished.Status)
+				require.Equal(t, vocab.WaitCompleted, finished.Status)
 				require.Nil(t, outputs[i])
 				require.Equal(t, aggregator.Completed, results[i].Outcome, "round %d wait %d", round, i)
-				require.Equal(t, execstate.WaitCompleted, ws.Status)
+				require.Equal(t, vocab.WaitCompleted, ws.Status)
 				require.Nil(t, ws.Error)
 				require.Equal(t, []string{api}, receivedNames(t, ws))
 				require.Equal(t, []string{"resume"}, f.runQueue(t, w))
-				require.Equal(t, execstate.NodeCompleted, n.Status)
+				require.Equal(t, vocab.NodeCompleted, n.Status)
 				require.Equal(t, 1, outbox, "the call stays with its completed wait")
 			}
 		}
@@ -1179,7 +1178,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 	t.Logf("%d races: CancelWait won %d, the event %d", total, cancels, total-cancels)
 
 	// CancelWait refuses a wait that is not waiting for another reason too.
-	w := f.newWait(t, registration(aggregator.StrategyAll, expectAPIOnly()))
+	w := f.newWait(t, registration(vocab.StrategyAll, expectAPIOnly()))
 	sw, _ := f.sweeper(t, "sweeper")
 	require.Equal(t, 1, f.sweep(t, sw, time.Now().Add(10*time.Minute)))
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
@@ -1188,7 +1187,7 @@ func TestCancelWaitRacesEvent(t *testing.T) {
 	})
 	var finished *aggregator.WaitFinishedError
 	require.True(t, errors.As(err, &finished), "error: %v", err)
-	require.Equal(t, execstate.WaitTimeout, finished.Status)
+	require.Equal(t, vocab.WaitTimeout, finished.Status)
 }
 
 // gate is a slog.Handler that holds the first record with message msg until released:
@@ -1259,7 +1258,7 @@ func TestDeadlineFence(t *testing.T) {
 			release := func() { releaseOnce.Do(func() { close(g.release) }) }
 			defer release()
 			sw, expired := f.sweeper(t, "sweeper", func(c *aggregator.Config) { c.Logger = slog.New(g) })
-			w := f.newWait(t, registration(aggregator.StrategyAny, expectAPIOnly()))
+			w := f.newWait(t, registration(vocab.StrategyAny, expectAPIOnly()))
 
 			type sweepResult struct {
 				n   int
@@ -1321,15 +1320,15 @@ func TestDeadlineFence(t *testing.T) {
 			require.Equal(t, 1, r.n)
 			require.NoError(t, <-applied)
 			require.Equal(t, aggregator.Late, res.Outcome)
-			require.Equal(t, execstate.WaitTimeout, res.Status)
+			require.Equal(t, vocab.WaitTimeout, res.Status)
 			require.Equal(t, 1, res.Conflicts, "the event lost the fence once")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, execstate.WaitTimeout, row.Status)
+			require.Equal(t, vocab.WaitTimeout, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Empty(t, row.Received)
 			require.Equal(t, []string{api}, row.TimedOut)
-			require.Equal(t, execstate.NodeFailed, row.NodeStatus)
+			require.Equal(t, vocab.NodeFailed, row.NodeStatus)
 			require.Equal(t, 1, row.Resumes)
 			require.Equal(t, 1, row.RunQueue)
 			require.Len(t, expired.all(), 1)
@@ -1350,7 +1349,7 @@ func TestDeadlineFence(t *testing.T) {
 				f := setup(t)
 				ctx := t.Context()
 				sw, expired := f.sweeper(t, "sweeper")
-				w := f.newWait(t, registration(aggregator.StrategyAny, expectAPIOnly()))
+				w := f.newWait(t, registration(vocab.StrategyAny, expectAPIOnly()))
 				tx, err := f.pool.Begin(ctx)
 				require.NoError(t, err)
 				defer func() { _ = tx.Rollback(context.Background()) }()
@@ -1369,10 +1368,10 @@ func TestDeadlineFence(t *testing.T) {
 					require.NoError(t, tx.Commit(ctx))
 					require.Zero(t, f.sweep(t, sw, at))
 					row := f.deadlineRows(t, []wait{w})[w.ID]
-					require.Equal(t, execstate.WaitCompleted, row.Status)
+					require.Equal(t, vocab.WaitCompleted, row.Status)
 					require.Equal(t, []string{api}, row.Received)
 					require.Empty(t, row.TimedOut)
-					require.Equal(t, execstate.NodeCompleted, row.NodeStatus)
+					require.Equal(t, vocab.NodeCompleted, row.NodeStatus)
 					require.Equal(t, 1, row.Resumes)
 					require.Empty(t, expired.all())
 					return
@@ -1380,9 +1379,9 @@ func TestDeadlineFence(t *testing.T) {
 				require.NoError(t, tx.Rollback(ctx))
 				require.Equal(t, 1, f.sweep(t, sw, at))
 				row := f.deadlineRows(t, []wait{w})[w.ID]
-				require.Equal(t, execstate.WaitTimeout, row.Status)
+				require.Equal(t, vocab.WaitTimeout, row.Status)
 				require.Empty(t, row.Received)
-				require.Equal(t, execstate.NodeFailed, row.NodeStatus)
+				require.Equal(t, vocab.NodeFailed, row.NodeStatus)
 				require.Equal(t, 1, row.Resumes)
 				require.Len(t, expired.all(), 1)
 			})

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // wait is a wait state decoded for deciding events in memory. ApplyTx and ApplyBatch
@@ -92,7 +92,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 		switch {
 		case w.received[i].Key == key:
 			return Duplicate, name, nil
-		case w.row.Status != execstate.WaitWaiting:
+		case w.row.Status != vocab.WaitWaiting:
 			return Late, name, nil
 		default:
 			return AlreadyRecorded, name, nil
@@ -115,7 +115,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 			return FilterMismatch, name, nil
 		}
 	}
-	if w.row.Status != execstate.WaitWaiting || slices.Contains(w.timedOut, name) {
+	if w.row.Status != vocab.WaitWaiting || slices.Contains(w.timedOut, name) {
 		return Late, name, nil // as the stored row says: every replica sees the same
 	}
 	if w.eventPastDeadline(name, now) || w.endedByDeadline(now) {
@@ -145,7 +145,7 @@ func (w *wait) decide(ev Event, key string, now time.Time) (Outcome, string, err
 		if err := w.notePassedDeadlines(now); err != nil {
 			return "", name, err
 		}
-		w.row.Status = execstate.WaitCompleted
+		w.row.Status = vocab.WaitCompleted
 		return Completed, name, nil
 	}
 	return Recorded, name, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 func (f *fixture) failCall(t *testing.T, id uuid.UUID, reason string) bool {
@@ -28,7 +28,7 @@ func (f *fixture) failCall(t *testing.T, id uuid.UUID, reason string) bool {
 func TestFailCall(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	both := registration(aggregator.StrategyAll, expectBoth(true, true))
+	both := registration(vocab.StrategyAll, expectBoth(true, true))
 	tests := []struct {
 		name   string
 		reg    aggregator.Registration
@@ -36,14 +36,14 @@ func TestFailCall(t *testing.T) {
 		want   bool
 	}{
 		{name: "nothing received", reg: both, want: true},
-		{name: "api-only wait", reg: registration(aggregator.StrategyAll, expectAPIOnly()), want: true},
+		{name: "api-only wait", reg: registration(vocab.StrategyAll, expectAPIOnly()), want: true},
 		{name: "only kafka_event received", reg: both,
 			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(kafka, kafkaPayload)} }, want: true},
 		{name: "api_response already received", reg: both,
 			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} }, want: false},
-		{name: "completed by api_response", reg: registration(aggregator.StrategyAny, expectBoth(true, true)),
+		{name: "completed by api_response", reg: registration(vocab.StrategyAny, expectBoth(true, true)),
 			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(api, apiPayload)} }, want: false},
-		{name: "completed by kafka_event alone", reg: registration(aggregator.StrategyRequiredOnly, expectBoth(false, true)),
+		{name: "completed by kafka_event alone", reg: registration(vocab.StrategyRequiredOnly, expectBoth(false, true)),
 			before: func(w wait) []aggregator.Event { return []aggregator.Event{w.event(kafka, kafkaPayload)} }, want: false},
 	}
 	for _, tt := range tests {
@@ -64,12 +64,12 @@ func TestFailCall(t *testing.T) {
 				return
 			}
 			after := f.waitState(t, w.ID)
-			require.Equal(t, execstate.WaitFailed, after.Status)
+			require.Equal(t, vocab.WaitFailed, after.Status)
 			require.Equal(t, ws.Version+1, after.Version)
 			require.NotNil(t, after.Error)
 			require.Equal(t, "call failed: 503 after 5 attempts", *after.Error)
 			require.Equal(t, ws.ReceivedEvents, after.ReceivedEvents)
-			require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status, "the caller fails the node")
+			require.Equal(t, vocab.NodeWaiting, f.node(t, w).Status, "the caller fails the node")
 			require.Empty(t, f.runQueue(t, w))
 
 			// A failed wait takes no more events and cannot be failed again.
@@ -81,7 +81,7 @@ func TestFailCall(t *testing.T) {
 				}
 				res := f.apply(t, ev)
 				require.Equal(t, aggregator.Late, res.Outcome, ev.Name)
-				require.Equal(t, execstate.WaitFailed, res.Status)
+				require.Equal(t, vocab.WaitFailed, res.Status)
 			}
 			require.Equal(t, failedSnap, f.snapshot(t, w.ExecutionID), "nothing changed")
 		})
@@ -122,7 +122,7 @@ func TestFailCallVersionFence(t *testing.T) {
 		name        string
 		rival       func(ctx context.Context, tx pgx.Tx, w wait) error
 		want        bool
-		wantStatus  execstate.WaitStatus
+		wantStatus  vocab.WaitStatus
 		wantVersion int64
 	}{
 		{
@@ -131,7 +131,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := tx.Exec(ctx, `UPDATE execution_wait_states SET version = version + 1 WHERE id = $1`, w.ID)
 				return err
 			},
-			want: true, wantStatus: execstate.WaitFailed, wantVersion: 3,
+			want: true, wantStatus: vocab.WaitFailed, wantVersion: 3,
 		},
 		{
 			name: "kafka_event arrived",
@@ -139,7 +139,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := f.agg.ApplyTx(ctx, tx, w.event(kafka, kafkaPayload))
 				return err
 			},
-			want: true, wantStatus: execstate.WaitFailed, wantVersion: 3,
+			want: true, wantStatus: vocab.WaitFailed, wantVersion: 3,
 		},
 		{
 			name: "api_response arrived",
@@ -147,13 +147,13 @@ func TestFailCallVersionFence(t *testing.T) {
 				_, err := f.agg.ApplyTx(ctx, tx, w.event(api, apiPayload))
 				return err
 			},
-			want: false, wantStatus: execstate.WaitWaiting, wantVersion: 2,
+			want: false, wantStatus: vocab.WaitWaiting, wantVersion: 2,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+			w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 			var failed bool
 			err := f.interleave(t,
 				func(ctx context.Context, tx pgx.Tx) error { return tt.rival(ctx, tx, w) },
@@ -174,7 +174,7 @@ func TestFailCallVersionFence(t *testing.T) {
 		t.Parallel()
 		agg, err := aggregator.New(f.pool, aggregator.Config{InstanceID: "test", ConflictRetries: 1, Logger: slog.New(f.logs)})
 		require.NoError(t, err)
-		w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 		err = f.interleave(t,
 			func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `UPDATE execution_wait_states SET version = version + 1 WHERE id = $1`, w.ID)
@@ -185,7 +185,7 @@ func TestFailCallVersionFence(t *testing.T) {
 				return err
 			})
 		require.ErrorIs(t, err, aggregator.ErrConflictRetries)
-		require.Equal(t, execstate.WaitWaiting, f.waitState(t, w.ID).Status)
+		require.Equal(t, vocab.WaitWaiting, f.waitState(t, w.ID).Status)
 	})
 }
 
@@ -207,12 +207,12 @@ func TestFailCallByStrategy(t *testing.T) {
 		kafkaLate bool
 		fail      bool
 	}{
-		{name: "any: kafka_event can still come", reg: registration(aggregator.StrategyAny, expectBoth(true, true))},
-		{name: "any: kafka_event's own deadline passed", reg: registration(aggregator.StrategyAny, kafkaShort), kafkaLate: true, fail: true},
-		{name: "custom without api_response", reg: registration(aggregator.StrategyCustom, expectBoth(true, true), kafka)},
-		{name: "custom with api_response", reg: registration(aggregator.StrategyCustom, expectBoth(true, true), api), fail: true},
-		{name: "required_only", reg: registration(aggregator.StrategyRequiredOnly, expectBoth(true, false)), fail: true},
-		{name: "all", reg: registration(aggregator.StrategyAll, expectBoth(true, false)), fail: true},
+		{name: "any: kafka_event can still come", reg: registration(vocab.StrategyAny, expectBoth(true, true))},
+		{name: "any: kafka_event's own deadline passed", reg: registration(vocab.StrategyAny, kafkaShort), kafkaLate: true, fail: true},
+		{name: "custom without api_response", reg: registration(vocab.StrategyCustom, expectBoth(true, true), kafka)},
+		{name: "custom with api_response", reg: registration(vocab.StrategyCustom, expectBoth(true, true), api), fail: true},
+		{name: "required_only", reg: registration(vocab.StrategyRequiredOnly, expectBoth(true, false)), fail: true},
+		{name: "all", reg: registration(vocab.StrategyAll, expectBoth(true, false)), fail: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,10 +229,10 @@ func TestFailCallByStrategy(t *testing.T) {
 			ws := f.waitState(t, w.ID)
 			require.Equal(t, before.Version+1, ws.Version)
 			if tt.fail {
-				require.Equal(t, execstate.WaitFailed, ws.Status)
+				require.Equal(t, vocab.WaitFailed, ws.Status)
 				return
 			}
-			require.Equal(t, execstate.WaitWaiting, ws.Status)
+			require.Equal(t, vocab.WaitWaiting, ws.Status)
 			require.Nil(t, ws.Error)
 			require.Equal(t, []string{api}, timedOutOf(t, ws), "the reply is given up like an event past its deadline")
 			require.Len(t, f.logs.find(slog.LevelWarn,

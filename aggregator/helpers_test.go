@@ -19,9 +19,9 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // waitNode is the node id of every wait the tests register.
@@ -66,7 +66,7 @@ type wait struct {
 }
 
 // registration fills the parts of a Registration every test shares.
-func registration(strategy workflow.Strategy, expected []aggregator.Expected, custom ...string) aggregator.Registration {
+func registration(strategy vocab.Strategy, expected []aggregator.Expected, custom ...string) aggregator.Registration {
 	return aggregator.Registration{
 		Strategy:       strategy,
 		Expected:       expected,

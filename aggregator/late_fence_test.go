@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // failingMsg is the line of a wait that timed out and failed its node (at debug: the
@@ -45,7 +45,7 @@ func TestLateAnswerFence(t *testing.T) {
 		t.Run("recorded in flight, then a copy past the deadline/"+name, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
-			reg := registration(aggregator.StrategyAny, expectAPIOnly())
+			reg := registration(vocab.StrategyAny, expectAPIOnly())
 			reg.Timeout = time.Second
 			w := f.newWait(t, reg)
 			expires := f.waitState(t, w.ID).ExpiresAt
@@ -75,11 +75,11 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Empty(t, f.logs.find(slog.LevelDebug, failingMsg, "correlation_id", w.CorrelationID))
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, execstate.WaitCompleted, row.Status)
+			require.Equal(t, vocab.WaitCompleted, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Equal(t, []string{api}, row.Received)
 			require.Empty(t, row.TimedOut)
-			require.Equal(t, execstate.NodeCompleted, row.NodeStatus)
+			require.Equal(t, vocab.NodeCompleted, row.NodeStatus)
 			require.Equal(t, 1, row.RunQueue)
 		})
 	}
@@ -91,7 +91,7 @@ func TestLateAnswerFence(t *testing.T) {
 		t.Run("two late deliveries/"+name, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
-			reg := registration(aggregator.StrategyAny, expectAPIOnly())
+			reg := registration(vocab.StrategyAny, expectAPIOnly())
 			reg.Timeout = 100 * time.Millisecond
 			w := f.newWait(t, reg)
 			time.Sleep(time.Until(f.waitState(t, w.ID).ExpiresAt.Add(20 * time.Millisecond)))
@@ -112,16 +112,16 @@ func TestLateAnswerFence(t *testing.T) {
 			require.Equal(t, aggregator.Late, first.Outcome)
 			require.NotNil(t, first.Expired)
 			require.Equal(t, aggregator.Late, second.Outcome)
-			require.Equal(t, execstate.WaitTimeout, second.Status)
+			require.Equal(t, vocab.WaitTimeout, second.Status)
 			require.Equal(t, 1, second.Conflicts)
 			require.Nil(t, second.Expired, "the deadline is the first's")
 			require.Len(t, f.logs.find(slog.LevelDebug, failingMsg, "correlation_id", w.CorrelationID), 1, "logged once, by the write that stood")
 
 			row := f.deadlineRows(t, []wait{w})[w.ID]
-			require.Equal(t, execstate.WaitTimeout, row.Status)
+			require.Equal(t, vocab.WaitTimeout, row.Status)
 			require.Equal(t, int64(2), row.Version)
 			require.Equal(t, []string{api}, row.TimedOut)
-			require.Equal(t, execstate.NodeFailed, row.NodeStatus)
+			require.Equal(t, vocab.NodeFailed, row.NodeStatus)
 			require.Equal(t, 1, row.RunQueue)
 		})
 	}

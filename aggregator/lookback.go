@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Early records for payload matches: the design of the sent-event buffer (send.go)
@@ -197,7 +197,7 @@ func (a *Aggregator) takeKept(ctx context.Context, tx pgx.Tx, w *wait, now time.
 	}
 	var takenIDs []int64
 	for _, e := range slices.Clone(w.expected) {
-		if e.Match == nil || e.LookbackMS <= 0 || w.row.Status != execstate.WaitWaiting {
+		if e.Match == nil || e.LookbackMS <= 0 || w.row.Status != vocab.WaitWaiting {
 			continue
 		}
 		lookback := min(time.Duration(e.LookbackMS)*time.Millisecond, a.cfg.MaxLookback)

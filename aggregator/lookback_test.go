@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Early records for payload matches: a record that reaches no wait is kept for the
@@ -45,7 +45,7 @@ func paymentRecord(t *testing.T, order string, n int) aggregator.Event {
 // paymentWait waits for the payment of order, taking a record kept within lookback.
 func paymentWait(order string, lookback time.Duration, buffer workflow.BufferMode) aggregator.Registration {
 	value, _ := aggregator.MatchValue(order)
-	return registration(aggregator.StrategyAll, []aggregator.Expected{{Name: "payment", Source: aggregator.SourceKafka, Topic: paymentsTopic,
+	return registration(vocab.StrategyAll, []aggregator.Expected{{Name: "payment", Source: aggregator.SourceKafka, Topic: paymentsTopic,
 		Required: true, Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}, LookbackMS: lookback.Milliseconds(), Buffer: buffer}})
 }
 
@@ -130,13 +130,13 @@ func TestLookbackRecordTakenAtRegistration(t *testing.T) {
 	require.Equal(t, aggregator.Completed, res.Outcome)
 	require.Equal(t, "payment", res.Event)
 	ws := f.waitState(t, w.ID)
-	require.Equal(t, execstate.WaitCompleted, ws.Status)
+	require.Equal(t, vocab.WaitCompleted, ws.Status)
 	require.Equal(t, 1, f.paymentOf(t, w))
 	received := receivedOf(t, ws)
 	require.Len(t, received, 1)
 	require.Equal(t, payloadKey(string(rec.Payload)), received[0].Key, "recorded under the key a live record has")
 	require.Equal(t, int64(1), *received[0].Source.Offset, "with its position")
-	require.Equal(t, execstate.NodeCompleted, f.node(t, w).Status)
+	require.Equal(t, vocab.NodeCompleted, f.node(t, w).Status)
 	require.Equal(t, []string{"resume"}, f.runQueue(t, w))
 	require.Equal(t, map[string][]int{"taken": {1}}, f.kept(t, "o-1"))
 	var takenBy uuid.UUID
@@ -153,7 +153,7 @@ func TestLookbackRecordTakenAtRegistration(t *testing.T) {
 	res = f.apply(t, rec)
 	require.Equal(t, aggregator.Duplicate, res.Outcome)
 	require.Equal(t, map[string][]int{"taken": {1}}, f.kept(t, "o-1"))
-	require.Equal(t, execstate.WaitWaiting, f.waitState(t, other.ID).Status)
+	require.Equal(t, vocab.WaitWaiting, f.waitState(t, other.ID).Status)
 }
 
 // TestLookbackExpiry: a wait takes only records younger than its own lookback; a
@@ -176,7 +176,7 @@ func TestLookbackExpiry(t *testing.T) {
 	// back 10 minutes does.
 	short, res := f.register(t, paymentWait("o-1", time.Minute, ""))
 	require.Empty(t, res.Outcome)
-	require.Equal(t, execstate.WaitWaiting, f.waitState(t, short.ID).Status)
+	require.Equal(t, vocab.WaitWaiting, f.waitState(t, short.ID).Status)
 	require.Equal(t, map[string][]int{"kept": {1}}, f.kept(t, "o-1"))
 	long, res := f.register(t, paymentWait("o-1", 10*time.Minute, ""))
 	require.Equal(t, aggregator.Completed, res.Outcome)
@@ -185,7 +185,7 @@ func TestLookbackExpiry(t *testing.T) {
 	// o-2's record expired: even a wait looking back an hour does not take it.
 	late, res := f.register(t, paymentWait("o-2", time.Hour, ""))
 	require.Empty(t, res.Outcome)
-	require.Equal(t, execstate.WaitWaiting, f.waitState(t, late.ID).Status)
+	require.Equal(t, vocab.WaitWaiting, f.waitState(t, late.ID).Status)
 
 	_, err = f.agg.Janitor(t.Context())
 	require.NoError(t, err)
@@ -246,7 +246,7 @@ func TestLookbackLastWriteWins(t *testing.T) {
 	require.Equal(t, []string{"superseded 1", "superseded 2"}, dead)
 	next, res := f.register(t, paymentWait("o-1", 10*time.Minute, ""))
 	require.Empty(t, res.Outcome, "superseded records are taken by no later wait")
-	require.Equal(t, execstate.WaitWaiting, f.waitState(t, next.ID).Status)
+	require.Equal(t, vocab.WaitWaiting, f.waitState(t, next.ID).Status)
 
 	// fifo: oldest first, one per wait.
 	for _, want := range []int{11, 12, 13} {
@@ -301,7 +301,7 @@ func TestLookbackRecordMeetsRegistration(t *testing.T) {
 			})
 		require.NoError(t, err)
 		require.Equal(t, aggregator.Completed, results[0].Outcome)
-		require.Equal(t, execstate.WaitCompleted, f.waitState(t, w.ID).Status)
+		require.Equal(t, vocab.WaitCompleted, f.waitState(t, w.ID).Status)
 		require.Equal(t, 1, f.paymentOf(t, w))
 		require.Empty(t, f.kept(t, "o-1"), "delivered live, not kept")
 		require.Equal(t, []string{"resume"}, f.runQueue(t, w))

@@ -3,7 +3,7 @@ package aggregator_test
 import (
 	"testing"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: every Apply runs in

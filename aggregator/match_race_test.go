@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestMatchRacesDeadlineAndRedelivery is TestDeadlineRacesEvents for records correlated
@@ -38,7 +38,7 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 	for p := range pairs {
 		value, _ := aggregator.MatchValue(fmt.Sprintf("o-%d", p))
 		reg := aggregator.Registration{
-			Strategy: aggregator.StrategyAll, Timeout: 1500 * time.Millisecond, OnTimeout: aggregator.OnTimeoutFail,
+			Strategy: vocab.StrategyAll, Timeout: 1500 * time.Millisecond, OnTimeout: aggregator.OnTimeoutFail,
 			Expected: []aggregator.Expected{{Name: event, Source: "kafka", Topic: "payments", Required: true,
 				Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}}},
 		}
@@ -98,20 +98,20 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 		require.Equal(t, int64(2), row.Version, "wait %d: one change, by one party; the redelivery changed nothing", i)
 		require.True(t, row.NodeFinished, "wait %d", i)
 		switch row.Status {
-		case execstate.WaitCompleted:
+		case vocab.WaitCompleted:
 			completed++
 			require.Equal(t, []string{event}, row.Received, "wait %d: the record recorded once", i)
 			require.Empty(t, row.TimedOut, "wait %d", i)
-			require.Equal(t, execstate.NodeCompleted, row.NodeStatus, "wait %d", i)
+			require.Equal(t, vocab.NodeCompleted, row.NodeStatus, "wait %d", i)
 			require.False(t, *row.OutputTimeout, "wait %d", i)
 			require.Zero(t, reported[w.ID.String()], "wait %d: a completed wait is not reported expired", i)
 			require.True(t, ds[0].start.Before(expires[w.ID]) || ds[1].start.Before(expires[w.ID]),
 				"wait %d: a record decided at or after the deadline counted", i)
-		case execstate.WaitTimeout:
+		case vocab.WaitTimeout:
 			timedOut++
 			require.Empty(t, row.Received, "wait %d", i)
 			require.Equal(t, []string{event}, row.TimedOut, "wait %d", i)
-			require.Equal(t, execstate.NodeFailed, row.NodeStatus, "wait %d", i)
+			require.Equal(t, vocab.NodeFailed, row.NodeStatus, "wait %d", i)
 			require.Equal(t, "timed out waiting for "+event, *row.NodeError, "wait %d", i)
 			require.Equal(t, 1, reported[w.ID.String()], "wait %d: reported expired exactly once", i)
 			for _, d := range ds {

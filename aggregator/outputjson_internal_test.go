@@ -13,6 +13,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestOutputIsItsDefinition checks that Output, which writes the document directly, is
@@ -52,7 +53,7 @@ func TestOutputIsItsDefinition(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.row.CorrelationID = uuid.New()
-			c.row.AggregationStrategy = StrategyAll
+			c.row.AggregationStrategy = vocab.StrategyAll
 			want, err := outputByMaps(c.row, received, c.timedOut, c.flag, c.missing)
 			require.NoError(t, err)
 			wantJSON, err := json.Marshal(want)

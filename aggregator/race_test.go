@@ -17,7 +17,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // burst serialises the tests that fill their whole pool (20 connections) with concurrent
@@ -118,7 +118,7 @@ func TestConcurrentComplementaryEvents(t *testing.T) {
 	const waitsPerRound, rounds = 20, 5
 	conflicts, completedByAPI := 0, 0
 	for round := range rounds {
-		waits := f.newWaits(t, waitsPerRound, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		waits := f.newWaits(t, waitsPerRound, registration(vocab.StrategyAll, expectBoth(true, true)))
 		var evs []aggregator.Event
 		for _, w := range waits {
 			evs = append(evs, w.event(api, apiPayload), w.event(kafka, kafkaPayload))
@@ -136,12 +136,12 @@ func TestConcurrentComplementaryEvents(t *testing.T) {
 				completedByAPI++
 			}
 			require.Equal(t, int64(2), first.Version)
-			require.Equal(t, execstate.WaitWaiting, first.Status)
+			require.Equal(t, vocab.WaitWaiting, first.Status)
 			require.Equal(t, int64(3), second.Version)
-			require.Equal(t, execstate.WaitCompleted, second.Status)
+			require.Equal(t, vocab.WaitCompleted, second.Status)
 
 			row := rows[w.ID]
-			require.Equal(t, string(execstate.WaitCompleted), row.Status)
+			require.Equal(t, string(vocab.WaitCompleted), row.Status)
 			require.Equal(t, int64(3), row.Version)
 			require.Len(t, row.Received, 2)
 			require.ElementsMatch(t, []string{api, kafka}, names(row.Received))
@@ -176,7 +176,7 @@ func TestConcurrentSameEvent(t *testing.T) {
 	const goroutines, rounds = 16, 6
 	conflicts := 0
 	for round := range rounds {
-		w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 		ev := w.event(api, apiPayload)
 		if round%2 == 1 {
 			// Redeliveries by webhook id, with bodies that differ (re-rendered timestamps).
@@ -204,12 +204,12 @@ func TestConcurrentSameEvent(t *testing.T) {
 		require.Equal(t, map[aggregator.Outcome]int{aggregator.Recorded: 1, aggregator.Duplicate: goroutines - 1}, counts, "round %d", round)
 
 		ws := f.waitState(t, w.ID)
-		require.Equal(t, execstate.WaitWaiting, ws.Status)
+		require.Equal(t, vocab.WaitWaiting, ws.Status)
 		require.Equal(t, int64(2), ws.Version)
 		require.Equal(t, []string{api}, receivedNames(t, ws))
 		require.JSONEq(t, string(evs[winner].Payload), string(ws.ApiResponseData), "the winner's payload is stored")
 		require.Empty(t, f.runQueue(t, w))
-		require.Equal(t, execstate.NodeWaiting, f.node(t, w).Status)
+		require.Equal(t, vocab.NodeWaiting, f.node(t, w).Status)
 
 		// The wait still completes normally afterwards.
 		require.Equal(t, aggregator.Completed, f.apply(t, w.event(kafka, kafkaPayload)).Outcome)
@@ -227,7 +227,7 @@ func TestConcurrentAnyWait(t *testing.T) {
 	const goroutines, rounds = 16, 6
 	conflicts := 0
 	for round := range rounds {
-		w := f.newWait(t, registration(aggregator.StrategyAny, expectBoth(true, true)))
+		w := f.newWait(t, registration(vocab.StrategyAny, expectBoth(true, true)))
 		evs := make([]aggregator.Event, goroutines)
 		for i := range evs {
 			if i%2 == 0 {
@@ -254,12 +254,12 @@ func TestConcurrentAnyWait(t *testing.T) {
 			default:
 				require.Equal(t, aggregator.Late, r.Outcome, "round %d delivery %d", round, i)
 			}
-			require.Equal(t, execstate.WaitCompleted, r.Status)
+			require.Equal(t, vocab.WaitCompleted, r.Status)
 			require.Equal(t, int64(2), r.Version)
 		}
 
 		row := f.waitRows(t, []wait{w})[w.ID]
-		require.Equal(t, string(execstate.WaitCompleted), row.Status)
+		require.Equal(t, string(vocab.WaitCompleted), row.Status)
 		require.Equal(t, int64(2), row.Version)
 		require.Equal(t, []string{winner}, names(row.Received))
 		require.Equal(t, 1, row.Resumes)
@@ -281,7 +281,7 @@ func TestConcurrentFailCallAndReply(t *testing.T) {
 	const waitsPerRound, rounds = 10, 4
 	failedWins := 0
 	for range rounds {
-		waits := f.newWaits(t, waitsPerRound, registration(aggregator.StrategyAll, expectAPIOnly()))
+		waits := f.newWaits(t, waitsPerRound, registration(vocab.StrategyAll, expectAPIOnly()))
 		start := make(chan struct{})
 		failed := make([]bool, len(waits))
 		results := make([]aggregator.Result, len(waits))
@@ -313,13 +313,13 @@ func TestConcurrentFailCallAndReply(t *testing.T) {
 			if failed[i] {
 				failedWins++
 				require.Equal(t, aggregator.Late, results[i].Outcome)
-				require.Equal(t, string(execstate.WaitFailed), row.Status)
+				require.Equal(t, string(vocab.WaitFailed), row.Status)
 				require.Empty(t, row.Received)
 				require.Zero(t, row.RunQueue)
 				require.Equal(t, "waiting_for_events", row.NodeStatus, "FailCall leaves the node to its caller")
 			} else {
 				require.Equal(t, aggregator.Completed, results[i].Outcome)
-				require.Equal(t, string(execstate.WaitCompleted), row.Status)
+				require.Equal(t, string(vocab.WaitCompleted), row.Status)
 				require.Equal(t, []string{api}, names(row.Received))
 				require.Equal(t, 1, row.Resumes)
 				require.Equal(t, "completed", row.NodeStatus)
@@ -353,37 +353,37 @@ func TestVersionFence(t *testing.T) {
 		reg          aggregator.Registration
 		rival        func(ctx context.Context, tx pgx.Tx, w wait) error
 		wantOutcome  aggregator.Outcome
-		wantStatus   execstate.WaitStatus
+		wantStatus   vocab.WaitStatus
 		wantVersion  int64
 		wantReceived []string
 		wantResumes  int
 	}{
 		{
-			name: "version bumped", reg: registration(aggregator.StrategyAll, expectBoth(true, true)), rival: bump,
-			wantOutcome: aggregator.Recorded, wantStatus: execstate.WaitWaiting, wantVersion: 3, wantReceived: []string{api},
+			name: "version bumped", reg: registration(vocab.StrategyAll, expectBoth(true, true)), rival: bump,
+			wantOutcome: aggregator.Recorded, wantStatus: vocab.WaitWaiting, wantVersion: 3, wantReceived: []string{api},
 		},
 		{
-			name: "rival recorded the other event", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
+			name: "rival recorded the other event", reg: registration(vocab.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) }, aggregator.Recorded),
-			wantOutcome: aggregator.Completed, wantStatus: execstate.WaitCompleted, wantVersion: 3, wantReceived: []string{kafka, api}, wantResumes: 1,
+			wantOutcome: aggregator.Completed, wantStatus: vocab.WaitCompleted, wantVersion: 3, wantReceived: []string{kafka, api}, wantResumes: 1,
 		},
 		{
-			name: "rival recorded the same event", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
+			name: "rival recorded the same event", reg: registration(vocab.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(api, apiPayload) }, aggregator.Recorded),
-			wantOutcome: aggregator.Duplicate, wantStatus: execstate.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
+			wantOutcome: aggregator.Duplicate, wantStatus: vocab.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
 		},
 		{
-			name: "rival recorded another event of that name", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
+			name: "rival recorded another event of that name", reg: registration(vocab.StrategyAll, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(api, `{"order":{"id":"o-2"}}`) }, aggregator.Recorded),
-			wantOutcome: aggregator.AlreadyRecorded, wantStatus: execstate.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
+			wantOutcome: aggregator.AlreadyRecorded, wantStatus: vocab.WaitWaiting, wantVersion: 2, wantReceived: []string{api},
 		},
 		{
-			name: "rival completed an any wait", reg: registration(aggregator.StrategyAny, expectBoth(true, true)),
+			name: "rival completed an any wait", reg: registration(vocab.StrategyAny, expectBoth(true, true)),
 			rival:       rivalApply(func(w wait) aggregator.Event { return w.event(kafka, kafkaPayload) }, aggregator.Completed),
-			wantOutcome: aggregator.Late, wantStatus: execstate.WaitCompleted, wantVersion: 2, wantReceived: []string{kafka}, wantResumes: 1,
+			wantOutcome: aggregator.Late, wantStatus: vocab.WaitCompleted, wantVersion: 2, wantReceived: []string{kafka}, wantResumes: 1,
 		},
 		{
-			name: "rival failed the call", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
+			name: "rival failed the call", reg: registration(vocab.StrategyAll, expectBoth(true, true)),
 			rival: func(ctx context.Context, tx pgx.Tx, w wait) error {
 				failed, err := f.agg.FailCall(ctx, tx, w.ID, "boom")
 				if err == nil && !failed {
@@ -391,15 +391,15 @@ func TestVersionFence(t *testing.T) {
 				}
 				return err
 			},
-			wantOutcome: aggregator.Late, wantStatus: execstate.WaitFailed, wantVersion: 2, wantReceived: []string{},
+			wantOutcome: aggregator.Late, wantStatus: vocab.WaitFailed, wantVersion: 2, wantReceived: []string{},
 		},
 		{
-			name: "rival cancelled the execution", reg: registration(aggregator.StrategyAll, expectBoth(true, true)),
+			name: "rival cancelled the execution", reg: registration(vocab.StrategyAll, expectBoth(true, true)),
 			rival: func(ctx context.Context, tx pgx.Tx, w wait) error {
 				_, err := f.q.WaitStateCancelOpenForExecution(ctx, tx, dbsqlc.WaitStateCancelOpenForExecutionParams{ExecutionID: w.ExecutionID, Error: "cancelled"})
 				return err
 			},
-			wantOutcome: aggregator.Late, wantStatus: execstate.WaitCancelled, wantVersion: 2, wantReceived: []string{},
+			wantOutcome: aggregator.Late, wantStatus: vocab.WaitCancelled, wantVersion: 2, wantReceived: []string{},
 		},
 	}
 	for _, tt := range tests {
@@ -432,7 +432,7 @@ func TestVersionFence(t *testing.T) {
 		t.Parallel()
 		agg, err := aggregator.New(f.pool, aggregator.Config{InstanceID: "test", ConflictRetries: 1, Logger: slog.New(f.logs)})
 		require.NoError(t, err)
-		w := f.newWait(t, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		w := f.newWait(t, registration(vocab.StrategyAll, expectBoth(true, true)))
 		err = f.interleave(t,
 			func(ctx context.Context, tx pgx.Tx) error { return bump(ctx, tx, w) },
 			func(ctx context.Context, tx pgx.Tx) error {
@@ -464,7 +464,7 @@ func TestApplyGroupsHandOff(t *testing.T) {
 	require.NoError(t, err)
 	f.agg = agg
 	for wave := range 4 {
-		waits := f.newWaits(t, 50, registration(aggregator.StrategyAll, expectBoth(true, true)))
+		waits := f.newWaits(t, 50, registration(vocab.StrategyAll, expectBoth(true, true)))
 		var evs []aggregator.Event
 		for _, w := range waits {
 			evs = append(evs, w.event(api, apiPayload), w.event(kafka, kafkaPayload), w.event(kafka, kafkaPayload))

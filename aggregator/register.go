@@ -17,9 +17,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/rendezvous-run/rendezvous/outbound"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // DefaultTimeout is the overall timeout of a wait that names none (300 seconds, as
@@ -31,13 +30,13 @@ type Registration struct {
 	ExecutionID   uuid.UUID
 	NodeID        string
 	CorrelationID uuid.UUID
-	Strategy      workflow.Strategy
+	Strategy      vocab.Strategy
 	Expected      []Expected
 	// RequiredEvents is the custom strategy's list.
 	RequiredEvents []string
 	// Timeout is the overall deadline, relative to now; DefaultTimeout when zero.
 	Timeout       time.Duration
-	OnTimeout     workflow.OnTimeout
+	OnTimeout     vocab.OnTimeout
 	OutputMapping map[string]string
 	// APICall: an outbound correlated call is queued in the same transaction.
 	APICall bool
@@ -113,10 +112,10 @@ func (a *Aggregator) QueueRegister(ctx context.Context, tx pgx.Tx, p *db.Pipelin
 	db.AfterCommit(tx, func() { a.deadlineRegistered(arg.NextDeadlineAt) })
 	return dbsqlc.ExecutionWaitState{
 		ID: arg.ID, ExecutionID: arg.ExecutionID, NodeID: arg.NodeID, CorrelationID: arg.CorrelationID,
-		AggregationStrategy: workflow.Strategy(arg.AggregationStrategy), RequiredEvents: arg.RequiredEvents, EnabledEvents: arg.EnabledEvents,
+		AggregationStrategy: vocab.Strategy(arg.AggregationStrategy), RequiredEvents: arg.RequiredEvents, EnabledEvents: arg.EnabledEvents,
 		ExpectedEvents: arg.ExpectedEvents, ApiCallEnabled: arg.ApiCallEnabled, KafkaEventEnabled: arg.KafkaEventEnabled,
-		OnTimeout: workflow.OnTimeout(arg.OnTimeout), OutputMapping: arg.OutputMapping, Status: execstate.WaitStatus(arg.Status), ExpiresAt: arg.ExpiresAt,
-		NextDeadlineAt: arg.NextDeadlineAt, WaitType: execstate.WaitType(arg.WaitType), TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
+		OnTimeout: vocab.OnTimeout(arg.OnTimeout), OutputMapping: arg.OutputMapping, Status: vocab.WaitStatus(arg.Status), ExpiresAt: arg.ExpiresAt,
+		NextDeadlineAt: arg.NextDeadlineAt, WaitType: vocab.WaitType(arg.WaitType), TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
 	}, nil
 }
 
@@ -182,8 +181,8 @@ func (a *Aggregator) eventWait(ctx context.Context, tx pgx.Tx, r Registration) (
 		OutputMapping:       js[3],
 		ExpiresAt:           expires,
 		NextDeadlineAt:      next,
-		WaitType:            string(execstate.WaitTypeEvents),
-		Status:              string(execstate.WaitWaiting),
+		WaitType:            string(vocab.WaitTypeEvents),
+		Status:              string(vocab.WaitWaiting),
 		TraceParent:         nonEmpty(r.TraceParent),
 		MatchKeys:           append(keys, typeKeys...),
 	}, nil
@@ -248,7 +247,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 			}
 			return false, fmt.Errorf("load wait state: %w", err)
 		}
-		if ws.Status != execstate.WaitWaiting {
+		if ws.Status != vocab.WaitWaiting {
 			return false, nil
 		}
 		w, err := decodeWait(ws)
@@ -265,7 +264,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 		if goOn {
 			_, err = a.q.WaitStateRecordEvent(ctx, tx, dbsqlc.WaitStateRecordEventParams{
 				ReceivedEvents: ws.ReceivedEvents, TimedOutEvents: timedOut, EventData: w.eventData(),
-				Status: string(execstate.WaitWaiting), Applied: 1, ID: ws.ID, Version: ws.Version,
+				Status: string(vocab.WaitWaiting), Applied: 1, ID: ws.ID, Version: ws.Version,
 			})
 			if err == nil {
 				a.logger.WarnContext(ctx, "required correlated call failed; the strategy can still be satisfied, the wait goes on without its reply",
@@ -274,7 +273,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 				return false, nil
 			}
 		} else {
-			_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: string(execstate.WaitFailed), Error: &reason, ID: ws.ID, Version: ws.Version})
+			_, err = a.q.WaitStateFinish(ctx, tx, dbsqlc.WaitStateFinishParams{Status: string(vocab.WaitFailed), Error: &reason, ID: ws.ID, Version: ws.Version})
 			if err == nil {
 				return true, nil
 			}
@@ -292,7 +291,7 @@ func (a *Aggregator) FailCall(ctx context.Context, tx pgx.Tx, waitStateID uuid.U
 // ok is true and timedOut is the timed_out_events to write.
 func (w *wait) withoutReply(now time.Time) (timedOut []byte, ok bool, err error) {
 	switch w.row.AggregationStrategy {
-	case StrategyAny, StrategyCustom:
+	case vocab.StrategyAny, vocab.StrategyCustom:
 	default:
 		return nil, false, nil
 	}

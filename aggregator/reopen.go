@@ -13,8 +13,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/outbound"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // ErrNotReopenable is returned by ReopenWait for a wait that a redrive does not open
@@ -52,8 +52,8 @@ func (a *Aggregator) ReopenWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	if err != nil {
 		return Reopened{}, fmt.Errorf("load wait: %w", db.Interpret(err))
 	}
-	reopenable := row.WaitType == execstate.WaitTypeEvents &&
-		(row.Status == execstate.WaitTimeout || row.Status == execstate.WaitFailed || row.Status == execstate.WaitCancelled)
+	reopenable := row.WaitType == vocab.WaitTypeEvents &&
+		(row.Status == vocab.WaitTimeout || row.Status == vocab.WaitFailed || row.Status == vocab.WaitCancelled)
 	if !reopenable {
 		if err := a.q.WaitStateDelete(ctx, tx, row.ID); err != nil {
 			return Reopened{}, fmt.Errorf("delete finished wait: %w", err)
@@ -103,7 +103,7 @@ func (a *Aggregator) ReopenWait(ctx context.Context, tx pgx.Tx, executionID uuid
 	out := Reopened{Wait: ws}
 	// Only FailCall fails an event wait: its required call failed for good, before any
 	// reply arrived.
-	if row.Status == execstate.WaitFailed {
+	if row.Status == vocab.WaitFailed {
 		if err := outbound.Queue(ctx, tx, ws); err != nil {
 			return Reopened{}, err
 		}

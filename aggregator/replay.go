@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
 )
 
 // Resolutions of a dead letter or an unmatched event.

@@ -14,10 +14,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Events sent to an execution by type (an engine's "send event" step). A sent event goes to every
@@ -63,7 +63,7 @@ type SendResult struct {
 	// ExpiresAt is when a buffered event expires.
 	ExpiresAt time.Time
 	// ExecutionStatus is the execution's status when the event arrived.
-	ExecutionStatus execstate.ExecutionStatus
+	ExecutionStatus vocab.ExecutionStatus
 	// Unmatched is the reason recorded in unmatched_events when no wait took the event
 	// (buffered ones included); empty when delivered.
 	Unmatched string
@@ -269,7 +269,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 			continue
 		}
 		results[i].ExecutionStatus = exec.Status
-		if execstate.ExecFinished(exec.Status) {
+		if vocab.ExecFinished(exec.Status) {
 			// A retry of an event that was applied (and perhaps finished the execution) is
 			// a duplicate, not a conflict: sending stays idempotent.
 			if s.ID != "" {
@@ -466,7 +466,7 @@ func (a *Aggregator) TakeKept(ctx context.Context, tx pgx.Tx, ws dbsqlc.Executio
 // takeEarly is TakeBuffered, reading the event buffer only when readBuffer is set.
 func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, readBuffer bool) (Result, error) {
 	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
-	if ws.WaitType != execstate.WaitTypeEvents {
+	if ws.WaitType != vocab.WaitTypeEvents {
 		return res, nil
 	}
 	w, err := decodeWait(ws)
@@ -479,7 +479,7 @@ func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.Executi
 	now := a.now().UTC()
 	var taken, superseded []int64
 	for _, e := range slices.Clone(w.expected) {
-		if !readBuffer || e.Source != SourceSend || w.row.Status != execstate.WaitWaiting {
+		if !readBuffer || e.Source != SourceSend || w.row.Status != vocab.WaitWaiting {
 			continue
 		}
 		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})

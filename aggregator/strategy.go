@@ -7,16 +7,8 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
-)
-
-// Aggregation strategies: which events satisfy a wait (docs/definitions.md); declared
-// by the definition format.
-const (
-	StrategyAll          = workflow.StrategyAll
-	StrategyAny          = workflow.StrategyAny
-	StrategyRequiredOnly = workflow.StrategyRequiredOnly
-	StrategyCustom       = workflow.StrategyCustom
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Expected is one event a wait expects.
@@ -93,21 +85,21 @@ const (
 
 // RequiredSet returns the events a strategy waits for, which is what is stored in
 // required_events. For "any" it is empty: any one enabled event satisfies it.
-func RequiredSet(strategy workflow.Strategy, expected []Expected, custom []string) ([]string, error) {
+func RequiredSet(strategy vocab.Strategy, expected []Expected, custom []string) ([]string, error) {
 	var out []string
 	switch strategy {
-	case StrategyAll:
+	case vocab.StrategyAll:
 		for _, e := range expected {
 			out = append(out, e.Name)
 		}
-	case StrategyAny:
-	case StrategyRequiredOnly:
+	case vocab.StrategyAny:
+	case vocab.StrategyRequiredOnly:
 		for _, e := range expected {
 			if e.Required {
 				out = append(out, e.Name)
 			}
 		}
-	case StrategyCustom:
+	case vocab.StrategyCustom:
 		for _, name := range custom {
 			if !slices.ContainsFunc(expected, func(e Expected) bool { return e.Name == name }) {
 				return nil, fmt.Errorf("custom strategy requires %q, which is not an enabled event", name)
@@ -125,8 +117,8 @@ func RequiredSet(strategy workflow.Strategy, expected []Expected, custom []strin
 
 // Satisfied reports whether the received events complete a wait. It is a pure function
 // of what the wait state row stores, so every pod reaches the same answer.
-func Satisfied(strategy workflow.Strategy, enabled, required, received []string) bool {
-	if strategy == StrategyAny {
+func Satisfied(strategy vocab.Strategy, enabled, required, received []string) bool {
+	if strategy == vocab.StrategyAny {
 		for _, r := range received {
 			if slices.Contains(enabled, r) {
 				return true

@@ -14,8 +14,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Sweeper defaults.
@@ -46,7 +45,7 @@ type Expired struct {
 	// Timer: a wait node's timer resumed; otherwise an event wait timed out under
 	// OnTimeout.
 	Timer     bool
-	OnTimeout workflow.OnTimeout
+	OnTimeout vocab.OnTimeout
 	// Reason names the events that did not arrive when the node failed (not Continue).
 	Reason      string
 	TraceParent string
@@ -187,7 +186,7 @@ func (a *Aggregator) sweep(ctx context.Context, now time.Time, full func()) (int
 		for _, row := range rows {
 			var d dueWrite
 			var err error
-			if row.WaitType == execstate.WaitTypeTimer {
+			if row.WaitType == vocab.WaitTypeTimer {
 				d, err = timerDue(row, now)
 			} else {
 				d, err = a.eventDue(ctx, row, now)
@@ -271,11 +270,11 @@ func (a *Aggregator) expireNow(ctx context.Context, tx pgx.Tx, row dbsqlc.Execut
 // dueWrite is the sweeper's decision for one due wait.
 type dueWrite struct {
 	bump       int64
-	status     execstate.WaitStatus
+	status     vocab.WaitStatus
 	timedOut   []byte
 	next       time.Time
 	reason     string
-	nodeStatus execstate.NodeStatus
+	nodeStatus vocab.NodeStatus
 	output     []byte
 	warning    string
 	// fired is set when the wait ended.
@@ -300,7 +299,7 @@ func timerDue(row dbsqlc.ExecutionWaitState, now time.Time) (dueWrite, error) {
 		return dueWrite{}, err
 	}
 	return dueWrite{
-		bump: 1, status: execstate.WaitResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: execstate.NodeCompleted, output: output,
+		bump: 1, status: vocab.WaitResumed, timedOut: []byte("[]"), next: row.NextDeadlineAt, nodeStatus: vocab.NodeCompleted, output: output,
 		fired: &Expired{WaitStateID: row.ID.String(), ExecutionID: row.ExecutionID, CorrelationID: row.CorrelationID,
 			NodeID: row.NodeID, Deadline: row.NextDeadlineAt, Continue: true, Timer: true, TraceParent: deref(row.TraceParent)},
 	}, nil
@@ -321,12 +320,12 @@ func (a *Aggregator) eventDue(ctx context.Context, row dbsqlc.ExecutionWaitState
 	if err != nil {
 		return dueWrite{}, err
 	}
-	out := dueWrite{bump: 1, status: execstate.WaitWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
+	out := dueWrite{bump: 1, status: vocab.WaitWaiting, timedOut: timedOut, next: d.Next, reason: d.Reason}
 	switch {
 	case d.Fire:
-		out.status, out.nodeStatus = execstate.WaitTimeout, execstate.NodeFailed
+		out.status, out.nodeStatus = vocab.WaitTimeout, vocab.NodeFailed
 		if d.Continue {
-			out.nodeStatus = execstate.NodeCompleted
+			out.nodeStatus = vocab.NodeCompleted
 			out.warning = d.Warning
 		}
 		if out.output, err = Output(row, w.received, d.TimedOut, true, d.Missing); err != nil {

@@ -16,10 +16,10 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // queryCounter counts the statements a pool sends.
@@ -97,7 +97,7 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 	t.Parallel()
 	stub := clock.NewStub(time.Now())
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 1500 * time.Millisecond
 	w := sf.newWait(t, reg)
 	deadline := sf.waitState(t, w.ID).NextDeadlineAt
@@ -124,7 +124,7 @@ func TestSweeperSleepsUntilTheDeadline(t *testing.T) {
 	require.Less(t, sf.fired[0].Lateness, time.Second)
 	require.GreaterOrEqual(t, sf.fired[0].Lateness, time.Duration(0))
 	sf.mu.Unlock()
-	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, vocab.WaitTimeout, sf.waitState(t, w.ID).Status)
 
 	// The round that fired the deadline ends with nothing left: the sweeper goes to sleep
 	// for SweepMaxSleep (earlier rounds slept until the deadline).
@@ -144,7 +144,7 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 	t.Parallel()
 	stub := clock.NewStub(time.Now())
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
-	far := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	far := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	far.Timeout = time.Hour
 	sf.newWait(t, far)
 	sf.run(t)
@@ -160,7 +160,7 @@ func TestSweeperWokenByEarlierRegistration(t *testing.T) {
 		t.Fatal("the earlier deadline did not wake the sweeper")
 	}
 	require.Equal(t, 1, sf.firedCount())
-	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, vocab.WaitTimeout, sf.waitState(t, w.ID).Status)
 }
 
 // TestSweeperToldAfterCommit: a wait whose deadline passes before its registering
@@ -175,7 +175,7 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute, Clock: stub})
 	sf.run(t)
 	sf.rounds.Wait(t) // asleep: nothing is registered
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 100 * time.Millisecond
 	reg.ExecutionID, reg.CorrelationID, reg.NodeID = uuid.New(), uuid.New(), waitNode
 	var id uuid.UUID
@@ -195,7 +195,7 @@ func TestSweeperToldAfterCommit(t *testing.T) {
 		t.Fatal("the deadline did not fire after the commit")
 	}
 	require.Less(t, time.Since(committed), 2*time.Second)
-	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, id).Status)
+	require.Equal(t, vocab.WaitTimeout, sf.waitState(t, id).Status)
 }
 
 // TestSweeperFindsOtherReplicasDeadlines: a wait registered elsewhere (no hint reaches
@@ -212,7 +212,7 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 
 	other, err := aggregator.New(sf.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(slog.DiscardHandler), Clock: stub})
 	require.NoError(t, err)
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 200 * time.Millisecond
 	otherFixture := &fixture{pool: sf.pool, agg: other, q: dbsqlc.New(), logs: sf.logs}
 	w := otherFixture.newWait(t, reg)
@@ -222,7 +222,7 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a deadline registered by another replica was never fired")
 	}
-	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, vocab.WaitTimeout, sf.waitState(t, w.ID).Status)
 	sf.mu.Lock()
 	require.Less(t, sf.fired[0].Lateness, 300*time.Millisecond+500*time.Millisecond)
 	sf.mu.Unlock()
@@ -234,7 +234,7 @@ func TestSweeperFindsOtherReplicasDeadlines(t *testing.T) {
 func TestSweeperDoesNotSpinOnLockedDueWaits(t *testing.T) {
 	t.Parallel()
 	sf := newSweeperFixture(t, aggregator.Config{SweepMaxSleep: time.Minute})
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = 50 * time.Millisecond
 	w := sf.newWait(t, reg)
 	time.Sleep(100 * time.Millisecond)
@@ -259,7 +259,7 @@ func TestSweeperDoesNotSpinOnLockedDueWaits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait was not fired once released")
 	}
-	require.Equal(t, execstate.WaitTimeout, sf.waitState(t, w.ID).Status)
+	require.Equal(t, vocab.WaitTimeout, sf.waitState(t, w.ID).Status)
 }
 
 // TestSweeperDrainsABurstOnce: a burst of deadlines several batches deep, due at once,
@@ -269,7 +269,7 @@ func TestSweeperDrainsABurstOnce(t *testing.T) {
 	t.Parallel()
 	stub := clock.NewStub(time.Now())
 	sf := newSweeperFixture(t, aggregator.Config{SweepBatch: 8, SweepWorkers: 3, SweepMaxSleep: time.Minute, Clock: stub})
-	reg := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	reg := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	reg.Timeout = time.Minute
 	const waitCount = 60
 	ids := make(map[string]bool, waitCount)

@@ -13,9 +13,9 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // scope names the aggregator's tracer and meter.
@@ -84,7 +84,7 @@ func (a *Aggregator) initTelemetry() error {
 			in.applied.Add(ctx, 0, metric.WithAttributes(attribute.String("source", string(source)), attribute.String("outcome", string(outcome))))
 		}
 	}
-	for _, onTimeout := range []workflow.OnTimeout{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
+	for _, onTimeout := range []vocab.OnTimeout{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
 		for _, outcome := range []string{"fail", "continue", "partial"} {
 			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", string(onTimeout)), attribute.String("outcome", outcome)))
 		}
@@ -115,7 +115,7 @@ func (a *Aggregator) initTelemetry() error {
 		if err != nil {
 			return err
 		}
-		for _, status := range []execstate.WaitStatus{execstate.WaitWaiting, execstate.WaitScheduled} {
+		for _, status := range []vocab.WaitStatus{vocab.WaitWaiting, vocab.WaitScheduled} {
 			o.ObserveInt64(waits, snap.open[status], metric.WithAttributes(attribute.String("status", string(status))))
 		}
 		o.ObserveFloat64(lag, snap.lag.Seconds())
@@ -125,7 +125,7 @@ func (a *Aggregator) initTelemetry() error {
 }
 
 type dbSnapshot struct {
-	open map[execstate.WaitStatus]int64
+	open map[vocab.WaitStatus]int64
 	lag  time.Duration
 }
 
@@ -138,7 +138,7 @@ func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
 		return dbSnapshot{}, err
 	}
 	now := a.now()
-	snap := dbSnapshot{open: map[execstate.WaitStatus]int64{}}
+	snap := dbSnapshot{open: map[vocab.WaitStatus]int64{}}
 	for _, r := range rows {
 		snap.open[r.Status] = r.Count
 	}

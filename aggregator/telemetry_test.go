@@ -16,6 +16,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // observed is an aggregator whose spans and metrics the test reads.
@@ -104,7 +105,7 @@ func TestTelemetryEvents(t *testing.T) {
 
 	// The span that registered the wait: its trace is the wait's.
 	_, reg := o.tp.Tracer("test").Start(ctx, "node")
-	r := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}, {Name: kafka, Source: "kafka", Topic: "orders", Required: true}})
+	r := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}, {Name: kafka, Source: "kafka", Topic: "orders", Required: true}})
 	r.TraceParent = telemetry.TraceParent(trace.ContextWithSpan(ctx, reg))
 	reg.End()
 	w := o.newWait(t, r)
@@ -159,14 +160,14 @@ func TestTelemetryDeadlines(t *testing.T) {
 	tp := telemetry.TraceParent(trace.ContextWithSpan(ctx, reg))
 	reg.End()
 
-	r := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	r := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	r.OnTimeout, r.TraceParent = aggregator.OnTimeoutContinueWithPartial, tp
 	o.newWait(t, r)
 	o.newWait(t, r)
-	failing := registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	failing := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
 	failing.OnTimeout = aggregator.OnTimeoutFail
 	o.newWait(t, failing)
-	timer := registration(aggregator.StrategyAll, nil)
+	timer := registration(vocab.StrategyAll, nil)
 	timer.Timer = &aggregator.Timer{At: time.Now().Add(time.Minute), Settings: map[string]any{"for": "1m"}}
 	timer.TraceParent = tp
 	o.newWait(t, timer)
@@ -195,7 +196,7 @@ func TestTelemetryDeadlines(t *testing.T) {
 func TestTelemetrySweeperLag(t *testing.T) {
 	t.Parallel()
 	o := setupObserved(t)
-	w := o.newWait(t, registration(aggregator.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}}))
+	w := o.newWait(t, registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}}))
 	_, err := o.pool.Exec(t.Context(), `UPDATE execution_wait_states SET next_deadline_at = now() - interval '2 hours' WHERE id = $1`, w.ID)
 	require.NoError(t, err)
 	_, lag := o.gauges(t)

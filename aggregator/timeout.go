@@ -6,15 +6,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // On-timeout policies: what a wait ended by a deadline does next (docs/definitions.md);
 // declared by the definition format.
 const (
-	OnTimeoutFail                = workflow.OnTimeoutFail
-	OnTimeoutContinue            = workflow.OnTimeoutContinue
-	OnTimeoutContinueWithPartial = workflow.OnTimeoutContinueWithPartial
+	OnTimeoutFail                = vocab.OnTimeoutFail
+	OnTimeoutContinue            = vocab.OnTimeoutContinue
+	OnTimeoutContinueWithPartial = vocab.OnTimeoutContinueWithPartial
 )
 
 // WarningPartialData is the reason the rendezvous.nodes.warnings metric counts a wait
@@ -65,7 +65,7 @@ type timeoutDecision struct {
 //
 // Missing always lists the events continue needs that did not arrive (under
 // required_only, its required set), so the node output can say what it went on without.
-func decideTimeout(strategy workflow.Strategy, onTimeout workflow.OnTimeout, expected []Expected, required, received, timedOut []string,
+func decideTimeout(strategy vocab.Strategy, onTimeout vocab.OnTimeout, expected []Expected, required, received, timedOut []string,
 	expiresAt, now time.Time,
 ) timeoutDecision {
 	d := timeoutDecision{TimedOut: slices.Clone(timedOut)}
@@ -88,7 +88,7 @@ func decideTimeout(strategy workflow.Strategy, onTimeout workflow.OnTimeout, exp
 	switch {
 	case overall:
 		d.Fire = true
-	case strategy == StrategyAny:
+	case strategy == vocab.StrategyAny:
 		d.Fire = pending == 0 && len(expected) > 0
 	default:
 		d.Fire = slices.ContainsFunc(required, func(name string) bool { return slices.Contains(d.TimedOut, name) })
@@ -112,7 +112,7 @@ func decideTimeout(strategy workflow.Strategy, onTimeout workflow.OnTimeout, exp
 			d.Warning = "timed out; continued with partial data, without " + strings.Join(d.TimedOut, ", ")
 		}
 	case OnTimeoutContinue:
-		d.Continue = len(missing) == 0 || strategy == StrategyRequiredOnly
+		d.Continue = len(missing) == 0 || strategy == vocab.StrategyRequiredOnly
 	}
 	if !d.Continue {
 		var absent []string
@@ -134,10 +134,10 @@ func decideTimeout(strategy workflow.Strategy, onTimeout workflow.OnTimeout, exp
 // missingRequired lists the events onTimeout continue needs that are not among
 // received, in order: for all and any those marked required: true (the schema's "must
 // receive to continue"), for required_only and custom the strategy's required set.
-func missingRequired(strategy workflow.Strategy, expected []Expected, required, received []string) []string {
+func missingRequired(strategy vocab.Strategy, expected []Expected, required, received []string) []string {
 	var mustHave []string
 	switch strategy {
-	case StrategyAll, StrategyAny:
+	case vocab.StrategyAll, vocab.StrategyAny:
 		for _, e := range expected {
 			if e.Required {
 				mustHave = append(mustHave, e.Name)

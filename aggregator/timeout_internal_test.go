@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestDecideTimeoutMatrix pins the on-timeout rules for every strategy and policy, with
@@ -22,7 +22,7 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 		{Name: EventAPIResponse, Source: SourceCallback, Required: true},
 		{Name: EventKafka, Source: SourceKafka, Required: false},
 	}
-	requiredOf := func(strategy workflow.Strategy) []string {
+	requiredOf := func(strategy vocab.Strategy) []string {
 		r, err := RequiredSet(strategy, expected, []string{EventAPIResponse})
 		require.NoError(t, err)
 		return r
@@ -38,23 +38,23 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 		"required only": {EventAPIResponse},
 	}
 	// strategy -> arrival -> onTimeout -> outcome
-	want := map[workflow.Strategy]map[string]map[workflow.OnTimeout]string{
-		StrategyAll: {
+	want := map[vocab.Strategy]map[string]map[vocab.OnTimeout]string{
+		vocab.StrategyAll: {
 			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"required only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
 		},
-		StrategyAny: {
+		vocab.StrategyAny: {
 			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"optional only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 		},
-		StrategyRequiredOnly: { // continue goes on with the required events that arrived
+		vocab.StrategyRequiredOnly: { // continue goes on with the required events that arrived
 			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
 			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
 			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
 		},
-		StrategyCustom: { // requiredEvents: [api_response]
+		vocab.StrategyCustom: { // requiredEvents: [api_response]
 			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
 			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
@@ -121,21 +121,21 @@ func TestDecideTimeoutEventDeadlines(t *testing.T) {
 	custom := []string{EventAPIResponse}
 	cases := []struct {
 		name     string
-		strategy workflow.Strategy
+		strategy vocab.Strategy
 		received []string
 		now      time.Time
 		fire     bool
 		timedOut []string
 		next     time.Time
 	}{
-		{"before any deadline", StrategyAll, nil, t0.Add(5 * time.Second), false, nil, kafkaAt},
-		{"all: optional event's deadline ends the wait", StrategyAll, nil, kafkaAt, true, []string{EventKafka}, overall},
-		{"required_only: optional deadline only recorded", StrategyRequiredOnly, nil, kafkaAt, false, []string{EventKafka}, apiAt},
-		{"custom: event outside requiredEvents only recorded", StrategyCustom, nil, kafkaAt, false, []string{EventKafka}, apiAt},
-		{"required_only: required event's deadline ends it", StrategyRequiredOnly, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
-		{"any: one event timed out, the other can still come", StrategyAny, nil, kafkaAt, false, []string{EventKafka}, apiAt},
-		{"any: every event timed out", StrategyAny, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
-		{"due deadline of an event that arrived: move on", StrategyRequiredOnly, []string{EventKafka}, kafkaAt, false, nil, apiAt},
+		{"before any deadline", vocab.StrategyAll, nil, t0.Add(5 * time.Second), false, nil, kafkaAt},
+		{"all: optional event's deadline ends the wait", vocab.StrategyAll, nil, kafkaAt, true, []string{EventKafka}, overall},
+		{"required_only: optional deadline only recorded", vocab.StrategyRequiredOnly, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"custom: event outside requiredEvents only recorded", vocab.StrategyCustom, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"required_only: required event's deadline ends it", vocab.StrategyRequiredOnly, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
+		{"any: one event timed out, the other can still come", vocab.StrategyAny, nil, kafkaAt, false, []string{EventKafka}, apiAt},
+		{"any: every event timed out", vocab.StrategyAny, nil, apiAt, true, []string{EventAPIResponse, EventKafka}, overall},
+		{"due deadline of an event that arrived: move on", vocab.StrategyRequiredOnly, []string{EventKafka}, kafkaAt, false, nil, apiAt},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -149,8 +149,8 @@ func TestDecideTimeoutEventDeadlines(t *testing.T) {
 	}
 
 	// Already timed-out events stay timed out and are not counted twice.
-	required, _ := RequiredSet(StrategyRequiredOnly, expected, nil)
-	d := decideTimeout(StrategyRequiredOnly, OnTimeoutContinueWithPartial, expected, required, nil, []string{EventKafka}, overall, apiAt)
+	required, _ := RequiredSet(vocab.StrategyRequiredOnly, expected, nil)
+	d := decideTimeout(vocab.StrategyRequiredOnly, OnTimeoutContinueWithPartial, expected, required, nil, []string{EventKafka}, overall, apiAt)
 	require.True(t, d.Fire)
 	require.Equal(t, []string{EventKafka, EventAPIResponse}, d.TimedOut)
 	require.True(t, d.Continue)

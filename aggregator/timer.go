@@ -11,7 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Timer makes a Registration a time-based wait (the `wait` node): a wait state with no
@@ -39,16 +39,16 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("encode timer settings: %w", err)
 	}
 	now := a.now().UTC().Truncate(time.Microsecond)
-	at, status, reason := t.At.UTC().Truncate(time.Microsecond), execstate.WaitScheduled, (*string)(nil)
+	at, status, reason := t.At.UTC().Truncate(time.Microsecond), vocab.WaitScheduled, (*string)(nil)
 	if t.Error != "" {
-		at, status, reason = now, execstate.WaitError, &t.Error
+		at, status, reason = now, vocab.WaitError, &t.Error
 	}
 	ws, err := a.q.WaitStateInsert(ctx, tx, dbsqlc.WaitStateInsertParams{
 		ID:                  db.NewID(),
 		ExecutionID:         r.ExecutionID,
 		NodeID:              r.NodeID,
 		CorrelationID:       r.CorrelationID,
-		AggregationStrategy: string(StrategyAll),
+		AggregationStrategy: string(vocab.StrategyAll),
 		RequiredEvents:      []byte("[]"),
 		EnabledEvents:       []byte("[]"),
 		ExpectedEvents:      []byte("[]"),
@@ -56,7 +56,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		OutputMapping:       []byte("{}"),
 		ExpiresAt:           at,
 		NextDeadlineAt:      at,
-		WaitType:            string(execstate.WaitTypeTimer),
+		WaitType:            string(vocab.WaitTypeTimer),
 		Timer:               settings,
 		Status:              string(status),
 		Error:               reason,
@@ -65,7 +65,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 	if err != nil {
 		return dbsqlc.ExecutionWaitState{}, fmt.Errorf("insert timer wait: %w", db.Interpret(err))
 	}
-	if status == execstate.WaitScheduled {
+	if status == vocab.WaitScheduled {
 		db.AfterCommit(tx, func() { a.deadlineRegistered(at) })
 	}
 	return ws, nil
@@ -82,7 +82,7 @@ func TimerOutput(ws dbsqlc.ExecutionWaitState) (map[string]any, error) {
 		}
 		maps.Copy(out, settings)
 	}
-	out["wait_type"] = string(execstate.WaitTypeTimer)
+	out["wait_type"] = string(vocab.WaitTypeTimer)
 	out["scheduled_for"] = ws.ExpiresAt.UTC()
 	return out, nil
 }

@@ -11,8 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // waitWrite is one decided wait as writeWaits writes it: an event recorded, a deadline
@@ -21,7 +20,7 @@ type waitWrite struct {
 	id      uuid.UUID
 	version int64 // the version the decision was based on: the fence
 	bump    int64 // how many changes the write applies (0: only the next deadline moves)
-	status  execstate.WaitStatus
+	status  vocab.WaitStatus
 
 	received, timedOut, apiResponse, kafkaEvent, eventData []byte
 	next                                                   time.Time
@@ -34,7 +33,7 @@ type waitWrite struct {
 
 // waitEnd is what a wait that ends hands on: its node's outcome, and its continuation.
 type waitEnd struct {
-	nodeStatus execstate.NodeStatus // completed to continue, failed to fail
+	nodeStatus vocab.NodeStatus // completed to continue, failed to fail
 	output     []byte
 	nodeError  string
 	warning    string
@@ -127,8 +126,8 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 			if r.NodeStatus == "" {
 				continue
 			}
-			ended := &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: execstate.WaitType(r.WaitType),
-				Strategy: workflow.Strategy(r.AggregationStrategy), Status: execstate.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
+			ended := &Ended{ExecutionID: r.ExecutionID, NodeID: r.NodeID, WaitType: vocab.WaitType(r.WaitType),
+				Strategy: vocab.Strategy(r.AggregationStrategy), Status: vocab.WaitStatus(r.Status), CreatedAt: r.CreatedAt, EndedAt: r.UpdatedAt,
 				TraceParent: deref(r.TraceParent)}
 			if then == continueHere {
 				if ends == nil {

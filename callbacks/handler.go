@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Route is where external services call back; :service is a free label (the name of
@@ -111,10 +111,10 @@ func (h *Handler) Register(e *echo.Echo) {
 
 // Accepted is the body of 200 and 202 answers.
 type Accepted struct {
-	Status      string               `json:"status"` // recorded, completed or duplicate
-	WaitStateID uuid.UUID            `json:"wait_state_id"`
-	WaitStatus  execstate.WaitStatus `json:"wait_status"`
-	Version     int64                `json:"version"`
+	Status      string           `json:"status"` // recorded, completed or duplicate
+	WaitStateID uuid.UUID        `json:"wait_state_id"`
+	WaitStatus  vocab.WaitStatus `json:"wait_status"`
+	Version     int64            `json:"version"`
 }
 
 func (h *Handler) handle(c echo.Context) error {

@@ -1,7 +1,7 @@
 package callbacks
 
 // FuzzParse lives apart from handler_test.go: it needs the unexported parse, and an
-// internal test file cannot import internal/service (which imports this package), which
+// internal test file cannot import server (which imports this package), which
 // the HTTP-level tests in package callbacks_test do.
 
 import (

@@ -4,7 +4,7 @@ package callbacks_test
 // its own per test, a running service.Service, and an httptest server playing the
 // external service the wait_events node calls. Every answer is checked down to its RFC
 // 7807 body. FuzzParse, which needs the unexported parse, is in handler_internal_test.go:
-// an internal test file cannot import internal/service (it imports callbacks).
+// an internal test file cannot import server (it imports callbacks).
 
 import (
 	"bytes"
@@ -24,10 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/callbacks"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
-	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
 )
 
 // Workflows every env stores: one wait_events node each, differing in the events they

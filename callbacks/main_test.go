@@ -3,7 +3,7 @@ package callbacks_test
 import (
 	"testing"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // TestCommittedSignal: the consumer's Committed signal follows the group's commits on
@@ -61,7 +61,7 @@ func TestCommittedSignal(t *testing.T) {
 		}
 	}
 
-	s := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.TestSignals = sigs })
+	s := e.start(t, "pod-a", func(c *server.Config) { c.Kafka.TestSignals = sigs })
 	e.put(t, s, e.definition("csig", kafkaOnly("csig")))
 	execID := e.startExecution(t, s, "csig", nil)
 	corrID := e.correlationID(t, s, execID)

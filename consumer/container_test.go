@@ -10,7 +10,7 @@ import (
 	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // dockerReachable asks the Docker engine with a short deadline: on machines without one
@@ -49,7 +49,7 @@ func TestKafkaContainerSmoke(t *testing.T) {
 	t.Cleanup(prod.Close)
 	e.prod = prod
 
-	s := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.Brokers = brokers })
+	s := e.start(t, "pod-a", func(c *server.Config) { c.Kafka.Brokers = brokers })
 	e.put(t, s, e.definition("smoke", kafkaOnly("smoke")))
 	execID := e.startExecution(t, s, "smoke", nil)
 	corrID := e.correlationID(t, s, execID)

@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // requireDeadLetter checks a dead-letter record against its source record.
@@ -51,7 +51,7 @@ func TestPoisonRecords(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t, kfake.DefaultNumPartitions(1))
-	s := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.MaxRecordBytes = 300 })
+	s := e.start(t, "pod-a", func(c *server.Config) { c.Kafka.MaxRecordBytes = 300 })
 	e.put(t, s, e.definition("psn", kafkaOnly("psn")))
 	execID := e.startExecution(t, s, "psn", nil)
 	corrID := e.correlationID(t, s, execID)
@@ -119,7 +119,7 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		at, ok := e.committed(t, "dlf")[0]
 		require.True(t, !ok || at == 0, "committed past the poison record: %d", at)
-		require.Equal(t, execstate.WaitWaiting, e.execution(t, s, execID).Waits[0].Status, "applied a record after the poison one")
+		require.Equal(t, vocab.WaitWaiting, e.execution(t, s, execID).Waits[0].Status, "applied a record after the poison one")
 	}
 	require.Zero(t, s.Consumer.Counts()[consumer.ReasonPoison])
 
@@ -202,7 +202,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	requireDeadLetter(t, dls[0], "rfs", 0, 1, refused.Value, "PostgreSQL refused the value: value refused for the test (SQLSTATE 22023)")
 	e.waitCommitted(t, s, "rfs", 0, 3)
 	v := e.execution(t, s, execs[1])
-	require.Equal(t, execstate.WaitWaiting, v.Waits[0].Status, "the refused record changed nothing")
+	require.Equal(t, vocab.WaitWaiting, v.Waits[0].Status, "the refused record changed nothing")
 	counts := s.Consumer.Counts()
 	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
 	require.Equal(t, int64(2), counts["completed"], "%v", counts)

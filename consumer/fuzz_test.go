@@ -20,7 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 const (

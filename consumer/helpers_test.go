@@ -17,16 +17,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
-	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/pgproxy"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 func TestMain(m *testing.M) {
@@ -120,7 +120,7 @@ func (s *svc) stop() { s.Stop() }
 
 // start runs a replica named id on the test's schema with a Kafka consumer; opts adjust
 // its configuration before it starts.
-func (e *env) start(t *testing.T, id string, opts ...func(*service.Config)) *svc {
+func (e *env) start(t *testing.T, id string, opts ...func(*server.Config)) *svc {
 	t.Helper()
 	cfg := replica.Config(t, e.schema.URL, id)
 	cfg.DBMaxConns, cfg.HTTPShutdown, cfg.Logger = 5, 5*time.Second, e.logger
@@ -144,11 +144,11 @@ func (e *env) startProxied(t *testing.T, id string) (*svc, *pgproxy.Proxy) {
 	target, err := pgproxy.HostPort(e.schema.URL)
 	require.NoError(t, err)
 	proxy := dbtest.StartProxy(t, target)
-	return e.start(t, id, func(c *service.Config) { c.DatabaseURL = pgproxy.ProxiedURL(e.schema.URL, proxy.Addr()) }), proxy
+	return e.start(t, id, func(c *server.Config) { c.DatabaseURL = pgproxy.ProxiedURL(e.schema.URL, proxy.Addr()) }), proxy
 }
 
 // noKafka runs a replica without a consumer.
-func noKafka(c *service.Config) { c.Kafka = consumer.Config{} }
+func noKafka(c *server.Config) { c.Kafka = consumer.Config{} }
 
 // ---- HTTP API ----
 
@@ -237,7 +237,7 @@ func (e *env) callback(t *testing.T, s *svc, execID, corrID string, payload obj)
 
 // waitStatus polls until the execution has status want; another final status fails at
 // once.
-func (e *env) waitStatus(t *testing.T, s *svc, id string, want execstate.ExecutionStatus) executor.ExecutionView {
+func (e *env) waitStatus(t *testing.T, s *svc, id string, want vocab.ExecutionStatus) executor.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -245,7 +245,7 @@ func (e *env) waitStatus(t *testing.T, s *svc, id string, want execstate.Executi
 		if v.Status == want {
 			return v
 		}
-		if execstate.ExecFinished(v.Status) || time.Now().After(deadline) {
+		if vocab.ExecFinished(v.Status) || time.Now().After(deadline) {
 			raw, _ := json.MarshalIndent(v, "", "  ")
 			require.Failf(t, "execution did not reach status", "want %s, have %s:\n%s", want, v.Status, raw)
 		}

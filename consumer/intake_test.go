@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestDesignNoteConfigurations runs five typical wait_events configurations end
@@ -127,9 +127,9 @@ func TestDesignNoteConfigurations(t *testing.T) {
 				}
 				v := e.execution(t, s, execID)
 				if d.completes {
-					require.Equal(t, execstate.WaitCompleted, v.Waits[0].Status, "delivery %d completes the wait", i)
+					require.Equal(t, vocab.WaitCompleted, v.Waits[0].Status, "delivery %d completes the wait", i)
 				} else if d.wantStatus != http.StatusConflict {
-					require.Equal(t, execstate.WaitWaiting, v.Waits[0].Status, "delivery %d leaves the wait open", i)
+					require.Equal(t, vocab.WaitWaiting, v.Waits[0].Status, "delivery %d leaves the wait open", i)
 				}
 			}
 
@@ -203,7 +203,7 @@ func TestRecordIDs(t *testing.T) {
 		e.produce(t, record("payments", 0, data("pending")))
 		require.Eventually(t, func() bool { return s.Consumer.Counts()["filter"] >= 1 }, waitTimeout, 20*time.Millisecond)
 		w := e.execution(t, s, execID).Waits[0]
-		require.Equal(t, execstate.WaitWaiting, w.Status)
+		require.Equal(t, vocab.WaitWaiting, w.Status)
 		require.Equal(t, int64(1), w.Version, "a filtered record is not applied")
 
 		e.produce(t, record("payments", 0, data("ok")))
@@ -278,7 +278,7 @@ func TestConfiguredTopics(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t)
-	s := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.Topics = []string{"configured"} })
+	s := e.start(t, "pod-a", func(c *server.Config) { c.Kafka.Topics = []string{"configured"} })
 	e.produce(t, record("configured", 2, ids("9b6d0c39-9f57-4a4e-8d3b-8b1d3f7f3f10", "a1c1e7a4-3d7f-4d47-9a3f-0c0f3f1d2b11", nil)))
 	require.Eventually(t, func() bool { return s.Consumer.Counts()["not_found"] == 1 }, waitTimeout, 20*time.Millisecond,
 		"the record of a configured topic is read (and matches no wait)")
@@ -295,7 +295,7 @@ func TestDefinitionStoredMeanwhile(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t, kfake.DefaultNumPartitions(1))
-	s := e.start(t, "pod-a", func(c *service.Config) {
+	s := e.start(t, "pod-a", func(c *server.Config) {
 		c.Kafka.Topics = []string{"shared"}
 		c.Kafka.TopicRefresh = time.Hour
 	})

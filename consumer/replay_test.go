@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // TestReplayDeadLetters: a replica configured with too small a record limit dead-letters
@@ -26,7 +26,7 @@ func TestReplayDeadLetters(t *testing.T) {
 	limit(t)
 	ctx := context.Background()
 	e := setup(t, kfake.DefaultNumPartitions(1))
-	buggy := e.start(t, "pod-a", func(c *service.Config) { c.Kafka.MaxRecordBytes = 300 })
+	buggy := e.start(t, "pod-a", func(c *server.Config) { c.Kafka.MaxRecordBytes = 300 })
 	e.put(t, buggy, e.definition("rpl", kafkaOnly("rpl")))
 	execID := e.startExecution(t, buggy, "rpl", nil)
 	corrID := e.correlationID(t, buggy, execID)

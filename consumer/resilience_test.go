@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // startMany starts n executions of name concurrently and returns their ids.
@@ -63,7 +63,7 @@ func TestRebalanceDuringWidenedPolls(t *testing.T) {
 	t.Parallel()
 	limit(t)
 	e := setup(t, kfake.DefaultNumPartitions(rebalancePartitions))
-	small := func(c *service.Config) { c.Kafka.MaxPollRecords, c.Kafka.Lanes = 1, 2 }
+	small := func(c *server.Config) { c.Kafka.MaxPollRecords, c.Kafka.Lanes = 1, 2 }
 	a := e.start(t, "pod-a", small)
 	execIDs, recs := e.rebalanceRecords(t, a)
 
@@ -83,7 +83,7 @@ type rebalancing struct {
 // produceRebalancing produces recs while the group changes under them, as r says: a
 // second replica, started with opts, joins mid-stream and a leaves mid-stream. It
 // returns the second replica.
-func (e *env) produceRebalancing(t *testing.T, recs []*kgo.Record, r rebalancing, a *svc, opts ...func(*service.Config)) *svc {
+func (e *env) produceRebalancing(t *testing.T, recs []*kgo.Record, r rebalancing, a *svc, opts ...func(*server.Config)) *svc {
 	t.Helper()
 	var b *svc
 	for i := 0; i < len(recs); i += r.chunk {
@@ -397,7 +397,7 @@ func TestSessionTimeout(t *testing.T) {
 				}
 				return nil, nil, false // observed only: the broker handles the join
 			})
-			e.start(t, "pod-a", func(c *service.Config) { c.Kafka.SessionTimeout = tc.set })
+			e.start(t, "pod-a", func(c *server.Config) { c.Kafka.SessionTimeout = tc.set })
 			select {
 			case ms := <-joined:
 				require.Equal(t, tc.want, time.Duration(ms)*time.Millisecond)

@@ -23,9 +23,10 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/pgproxy"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/pgproxy"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // telTopic is the topic the telemetry tests consume (one partition).
@@ -102,7 +103,7 @@ func (te *telEnv) registerWait(t *testing.T, traceParent string) (execID, corrID
 			return err
 		}
 		_, err := te.agg.Register(ctx, tx, aggregator.Registration{
-			ExecutionID: execID, CorrelationID: corrID, NodeID: "wait", Strategy: aggregator.StrategyAll,
+			ExecutionID: execID, CorrelationID: corrID, NodeID: "wait", Strategy: vocab.StrategyAll,
 			Expected: []aggregator.Expected{{Name: aggregator.EventKafka, Source: "kafka", Topic: telTopic, Required: true}}, Timeout: 10 * time.Minute, OnTimeout: "fail",
 			TraceParent: traceParent,
 		})

@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/service"
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // logLines keeps the log output of a replica, besides the test's, to count messages.
@@ -30,8 +30,8 @@ func (l *logLines) count(s string) int {
 }
 
 // withLogs makes the replica log at info level into lines as well as the test output.
-func withLogs(t *testing.T, lines *logLines) func(*service.Config) {
-	return func(c *service.Config) {
+func withLogs(t *testing.T, lines *logLines) func(*server.Config) {
+	return func(c *server.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), lines), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.Kafka.Logger = c.Logger
 	}
@@ -39,7 +39,7 @@ func withLogs(t *testing.T, lines *logLines) func(*service.Config) {
 
 // noAutoCreate makes the replica's Kafka client ask for no topic creation, as serve does
 // against a real cluster: only provisioning creates dead-letter topics.
-func noAutoCreate(c *service.Config) { c.Kafka.AllowAutoTopicCreation = false }
+func noAutoCreate(c *server.Config) { c.Kafka.AllowAutoTopicCreation = false }
 
 // createTopic creates topic with the given partitions.
 func (e *env) createTopic(t *testing.T, topic string, partitions int32) {
@@ -204,7 +204,7 @@ func TestDeadLetterTopicRefused(t *testing.T) {
 	require.Equal(t, 1, lines.count("could not create dead-letter topic"), "the refusal is logged once, not on every retry")
 	require.Equal(t, 1, lines.count("grant this client CREATE"), "the log line says how to fix it")
 	for _, id := range stuck {
-		require.Equal(t, execstate.WaitWaiting, e.execution(t, s, id).Waits[0].Status, "nothing behind the poison record is applied")
+		require.Equal(t, vocab.WaitWaiting, e.execution(t, s, id).Waits[0].Status, "nothing behind the poison record is applied")
 	}
 	_, committed := e.committed(t, "ref")[0]
 	require.False(t, committed, "nothing of partition 0 is committed")
@@ -252,7 +252,7 @@ func TestDeadLetterWriteHangs(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	s := e.start(t, "pod-a", noAutoCreate, func(c *service.Config) { c.Kafka.DLQWriteTimeout = time.Hour })
+	s := e.start(t, "pod-a", noAutoCreate, func(c *server.Config) { c.Kafka.DLQWriteTimeout = time.Hour })
 	e.put(t, s, e.definition("hang", kafkaOnly("hang")))
 	execID := e.startExecution(t, s, "hang", nil)
 	e.produce(t, record("hang", 0, "not json"), record("hang", 0, ids(execID, e.correlationID(t, s, execID), obj{"n": 1})))
@@ -268,7 +268,7 @@ func TestDeadLetterWriteHangs(t *testing.T) {
 	// The shutdown budget of a replica with nothing else in flight is its group leave
 	// (bounded at 5 s); a dead-letter write must not add to it.
 	require.Less(t, took, 5*time.Second, "stopping waited for the dead-letter write")
-	require.Equal(t, execstate.WaitWaiting, e.execution(t, e.start(t, "pod-b", noKafka), execID).Waits[0].Status,
+	require.Equal(t, vocab.WaitWaiting, e.execution(t, e.start(t, "pod-b", noKafka), execID).Waits[0].Status,
 		"the record after the poison one was not applied")
 	_, committed := e.committed(t, "hang")[0]
 	require.False(t, committed, "nothing was committed past the poison record")

@@ -20,7 +20,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Starter starts an execution in a transaction the caller commits: the executor. A

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 func TestBatchStatementsReachRowsByKey(t *testing.T) {

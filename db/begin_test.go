@@ -14,7 +14,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 // countingPool is a one-connection pool on a fresh schema whose connection counts what

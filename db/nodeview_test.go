@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 // nodeFixture is an execution with two nodes: "wait", stored as waiting with its open

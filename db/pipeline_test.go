@@ -14,7 +14,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 // TestPipeline: sqlc calls of every shape (:exec, :many, :one) queued on a pipeline run

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // TestDefinitionsCompile: `rendezvous dev` stores every example at start, so one that no

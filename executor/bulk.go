@@ -10,7 +10,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
 )
 
 // Bounds of a bulk redrive.
@@ -60,10 +60,10 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 		o.Batch = BulkBatchDefault
 	}
 	if o.Limit < 0 || o.Limit > BulkLimitMax {
-		return o, &lists.QueryError{Param: "limit", Reason: fmt.Sprintf("must be 1..%d", BulkLimitMax)}
+		return o, &readmodel.QueryError{Param: "limit", Reason: fmt.Sprintf("must be 1..%d", BulkLimitMax)}
 	}
 	if o.Batch < 0 || o.Batch > BulkBatchMax {
-		return o, &lists.QueryError{Param: "batch", Reason: fmt.Sprintf("must be 1..%d", BulkBatchMax)}
+		return o, &readmodel.QueryError{Param: "batch", Reason: fmt.Sprintf("must be 1..%d", BulkBatchMax)}
 	}
 	return o, nil
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // BenchmarkRedriveMany measures a bulk redrive of REDRIVE_BENCH_N (default 10 000)
@@ -81,7 +81,7 @@ func failedTemplate(b *testing.B, ctx context.Context, ex *executor.Executor, ag
 	for {
 		v, err := ex.Execution(ctx, st.ID)
 		require.NoError(b, err)
-		if !recorded && len(v.Waits) == 1 && v.Waits[0].Status == execstate.WaitWaiting {
+		if !recorded && len(v.Waits) == 1 && v.Waits[0].Status == vocab.WaitWaiting {
 			_, err := agg.Apply(ctx, aggregator.Event{ExecutionID: st.ID, CorrelationID: v.Waits[0].CorrelationID,
 				Name: aggregator.EventKafka, Payload: []byte(`{"sku": 1}`), Source: aggregator.Source{Kind: "kafka", Topic: "orders"}})
 			require.NoError(b, err)

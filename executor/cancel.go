@@ -9,13 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // ExecutionFinishedError is returned when an execution to change has already finished.
-type ExecutionFinishedError struct{ Status execstate.ExecutionStatus }
+type ExecutionFinishedError struct{ Status vocab.ExecutionStatus }
 
 func (e *ExecutionFinishedError) Error() string { return "execution is already " + string(e.Status) }
 

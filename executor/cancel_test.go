@@ -13,7 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // slowRetries keeps a retried outbox row or node attempt queued for at least 30 s
@@ -57,26 +57,26 @@ func TestCancelExecution(t *testing.T) {
 	}, "the call and the side node never got queued for a retry")
 	before := h.view(t, id)
 	ws := waitOf(t, before, "wait")
-	require.Equal(t, execstate.WaitWaiting, ws.Status)
+	require.Equal(t, vocab.WaitWaiting, ws.Status)
 	require.Equal(t, aggregator.Recorded, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
 	sent := h.fake.count("/process") + h.fake.count("/side")
 
 	exec, err := h.ex.CancelExecution(ctx, id, "operator request")
 	require.NoError(t, err)
-	require.Equal(t, execstate.ExecCancelled, exec.Status)
+	require.Equal(t, vocab.ExecCancelled, exec.Status)
 	require.Equal(t, "operator request", errText(exec.Error))
 	require.NotNil(t, exec.FinishedAt)
 
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecCancelled, v.Status)
+	require.Equal(t, vocab.ExecCancelled, v.Status)
 	require.Equal(t, "operator request", errText(v.Error))
 	for _, n := range []string{"wait", "after", "side"} {
-		require.Equal(t, execstate.NodeCancelled, nodeOf(t, v, n).Status, n)
+		require.Equal(t, vocab.NodeCancelled, nodeOf(t, v, n).Status, n)
 		require.Equal(t, "execution cancelled: operator request", errText(nodeOf(t, v, n).Error), n)
 		require.NotNil(t, nodeOf(t, v, n).FinishedAt, n)
 	}
 	w := waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitCancelled, w.Status)
+	require.Equal(t, vocab.WaitCancelled, w.Status)
 	require.Equal(t, "execution cancelled: operator request", errText(w.Error))
 	require.Equal(t, ws.Version+2, w.Version, "one bump for the event, one for the cancel")
 	require.Len(t, w.ReceivedEvents, 1, "what arrived before stays recorded")
@@ -90,7 +90,7 @@ func TestCancelExecution(t *testing.T) {
 	// Cancelling again is a no-op: same reason, nothing written.
 	again, err := h.ex.CancelExecution(ctx, id, "second thoughts")
 	require.NoError(t, err)
-	require.Equal(t, execstate.ExecCancelled, again.Status)
+	require.Equal(t, vocab.ExecCancelled, again.Status)
 	require.Equal(t, "operator request", errText(again.Error))
 	require.Equal(t, exec.UpdatedAt, again.UpdatedAt)
 	require.Equal(t, *exec.FinishedAt, *again.FinishedAt)
@@ -116,7 +116,7 @@ func TestCancelFinishedExecution(t *testing.T) {
 	name := h.put(t, h.workflow("quick", []obj{node("n", "wait_events", obj{})}, nil))
 	broken := h.put(t, h.workflow("broken", []obj{node("n", "http", obj{"url": "@{_vars.svc}/@{_trigger.missing}"})}, nil))
 	h.run(t)
-	for status, wf := range map[execstate.ExecutionStatus]string{execstate.ExecCompleted: name, execstate.ExecFailed: broken} {
+	for status, wf := range map[vocab.ExecutionStatus]string{vocab.ExecCompleted: name, vocab.ExecFailed: broken} {
 		id := h.start(t, wf, obj{})
 		v := h.waitStatus(t, id, status)
 		_, err := h.ex.CancelExecution(ctx, id, "too late")
@@ -150,28 +150,28 @@ func TestCancelWait(t *testing.T) {
 
 		require.NoError(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenFail, "no longer needed"))
 		v := h.view(t, id)
-		require.Equal(t, execstate.ExecFailed, v.Status)
+		require.Equal(t, vocab.ExecFailed, v.Status)
 		require.Equal(t, "node wait: no longer needed", errText(v.Error))
 		require.NotNil(t, v.FinishedAt)
-		require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "wait").Status)
+		require.Equal(t, vocab.NodeFailed, nodeOf(t, v, "wait").Status)
 		require.Equal(t, "no longer needed", errText(nodeOf(t, v, "wait").Error))
 		w := waitOf(t, v, "wait")
-		require.Equal(t, execstate.WaitCancelled, w.Status)
+		require.Equal(t, vocab.WaitCancelled, w.Status)
 		require.Equal(t, "no longer needed", errText(w.Error))
 		require.Nil(t, w.ResumedAt)
 		h.requireQueuesEmpty(t, id)
 
 		require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
 		stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 0 })
-		require.NotEqual(t, execstate.NodeCompleted, nodeOf(t, h.view(t, id), "after").Status)
+		require.NotEqual(t, vocab.NodeCompleted, nodeOf(t, h.view(t, id), "after").Status)
 
 		// The execution is finished now: neither can be cancelled again.
 		var fin *executor.ExecutionFinishedError
 		require.ErrorAs(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenFail, ""), &fin)
-		require.Equal(t, execstate.ExecFailed, fin.Status)
+		require.Equal(t, vocab.ExecFailed, fin.Status)
 		_, err := h.ex.CancelExecution(ctx, id, "")
 		require.ErrorAs(t, err, &fin)
-		require.Equal(t, execstate.ExecFailed, fin.Status)
+		require.Equal(t, vocab.ExecFailed, fin.Status)
 	})
 
 	// then continue: the node completes with what arrived so far and cancelled: true, the
@@ -208,7 +208,7 @@ func TestCancelWait(t *testing.T) {
 		require.Zero(t, h.count(t, `SELECT count(*) FROM outbox WHERE execution_id = $1`, id), "the unsent call is dropped with the wait")
 		v := h.waitStatus(t, id, "completed")
 		n := nodeOf(t, v, "wait")
-		require.Equal(t, execstate.NodeCompleted, n.Status)
+		require.Equal(t, vocab.NodeCompleted, n.Status)
 		out := output(t, n)
 		require.Equal(t, true, out["cancelled"])
 		require.Equal(t, false, out["timeout"])
@@ -217,14 +217,14 @@ func TestCancelWait(t *testing.T) {
 		require.Nil(t, out["apiResponse"])
 		require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
 		require.Equal(t, []any{"api_response"}, out["missing_required_events"], "cut short before the required reply came")
-		require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "after").Status)
-		require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "normal").Status)
+		require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "after").Status)
+		require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "normal").Status)
 		stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 && h.fake.count("/normal") == 0 })
 		require.Equal(t, obj{"cancelled": true, "sku": "k-1"}, h.fake.requests("/after")[0].Body)
 		require.Equal(t, 1, h.fake.count("/process"), "the dropped call was not retried")
 
 		w := waitOf(t, v, "wait")
-		require.Equal(t, execstate.WaitCancelled, w.Status)
+		require.Equal(t, vocab.WaitCancelled, w.Status)
 		require.Equal(t, "wait cancelled", errText(w.Error), "the default reason")
 		require.Nil(t, v.Error)
 		h.requireQueuesEmpty(t, id)
@@ -250,7 +250,7 @@ func TestCancelWait(t *testing.T) {
 
 		var wfin *aggregator.WaitFinishedError
 		require.ErrorAs(t, h.ex.CancelWait(ctx, id, "w1", executor.ThenFail, ""), &wfin)
-		require.Equal(t, execstate.WaitCompleted, wfin.Status)
+		require.Equal(t, vocab.WaitCompleted, wfin.Status)
 		require.ErrorIs(t, h.ex.CancelWait(ctx, id, "join", executor.ThenFail, ""), executor.ErrWaitNotFound, "a node without a wait")
 		require.ErrorIs(t, h.ex.CancelWait(ctx, id, "ghost", executor.ThenFail, ""), executor.ErrWaitNotFound)
 		require.ErrorIs(t, h.ex.CancelWait(ctx, uuid.New(), "w1", executor.ThenFail, ""), executor.ErrExecutionNotFound)
@@ -261,10 +261,10 @@ func TestCancelWait(t *testing.T) {
 		// w1's continuation ran; w2 is untouched and still takes its event.
 		eventually(t, func() bool { return h.waitRow(t, id, "w1").Resumed })
 		v = h.view(t, id)
-		require.Equal(t, execstate.ExecWaiting, v.Status)
-		require.Equal(t, execstate.WaitCompleted, waitOf(t, v, "w1").Status)
-		require.Equal(t, execstate.WaitWaiting, waitOf(t, v, "w2").Status)
-		require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "w2").Status)
+		require.Equal(t, vocab.ExecWaiting, v.Status)
+		require.Equal(t, vocab.WaitCompleted, waitOf(t, v, "w1").Status)
+		require.Equal(t, vocab.WaitWaiting, waitOf(t, v, "w2").Status)
+		require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "w2").Status)
 		require.Equal(t, aggregator.Completed, h.apply(t, id, waitOf(t, v, "w2").CorrelationID, aggregator.EventKafka, obj{}))
 		h.waitStatus(t, id, "completed")
 		require.Equal(t, 1, h.fake.count("/join"))
@@ -385,14 +385,14 @@ func TestCancelExecutionRacesEvent(t *testing.T) {
 			if r.outcome == aggregator.Late {
 				// Cancel first: the event found the wait cancelled, recorded nothing,
 				// and no continuation ever ran.
-				require.Equal(t, string(execstate.WaitCancelled), waitStatus, state())
+				require.Equal(t, string(vocab.WaitCancelled), waitStatus, state())
 				require.Equal(t, "cancelled", waitNode, state())
 				require.Zero(t, received, state())
 				require.False(t, resumed, state())
 				lateCancelled++
 			} else {
 				// Event first: the wait completed with it, and stays completed.
-				require.Equal(t, string(execstate.WaitCompleted), waitStatus, state())
+				require.Equal(t, string(vocab.WaitCompleted), waitStatus, state())
 				require.Equal(t, "completed", waitNode, state())
 				require.Equal(t, 1, received, state())
 				completedCancelled++
@@ -400,10 +400,10 @@ func TestCancelExecutionRacesEvent(t *testing.T) {
 		default:
 			// The cancel came after the execution had completed: the event won
 			// everything, and the execution went all the way ("never neither").
-			require.Equal(t, execstate.ExecCompleted, fin.Status, state())
+			require.Equal(t, vocab.ExecCompleted, fin.Status, state())
 			require.Equal(t, aggregator.Completed, r.outcome, state())
 			require.Equal(t, "completed", execStatus, state())
-			require.Equal(t, string(execstate.WaitCompleted), waitStatus, state())
+			require.Equal(t, string(vocab.WaitCompleted), waitStatus, state())
 			require.True(t, resumed, state())
 			require.Equal(t, "completed", afterNode, state())
 			completedCompleted++
@@ -449,7 +449,7 @@ func TestCancelExecutionWhileResuming(t *testing.T) {
 	jobs, err := h.ex.ClaimRun(ctx, 1)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	require.Equal(t, execstate.KindResume, jobs[0].Kind)
+	require.Equal(t, vocab.KindResume, jobs[0].Kind)
 
 	tx, err := h.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -476,8 +476,8 @@ func TestCancelExecutionWhileResuming(t *testing.T) {
 	require.NoError(t, <-cancelErr, "the cancel failed")
 	require.NoError(t, <-resumeErr, "the resume failed")
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecCancelled, v.Status)
-	require.NotEqual(t, execstate.NodeCompleted, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.ExecCancelled, v.Status)
+	require.NotEqual(t, vocab.NodeCompleted, nodeOf(t, v, "after").Status)
 	h.requireQueuesEmpty(t, id)
 }
 
@@ -540,8 +540,8 @@ func TestCancelExecutionWhileEventCompletes(t *testing.T) {
 	require.Equal(t, aggregator.Completed, a.res.Outcome)
 	require.NoError(t, <-cancelErr, "the cancel failed")
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecCancelled, v.Status)
-	require.Equal(t, execstate.WaitCompleted, waitOf(t, v, "wait").Status)
-	require.Equal(t, execstate.NodeCancelled, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.ExecCancelled, v.Status)
+	require.Equal(t, vocab.WaitCompleted, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.NodeCancelled, nodeOf(t, v, "after").Status)
 	h.requireQueuesEmpty(t, id)
 }

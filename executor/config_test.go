@@ -11,8 +11,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -76,10 +76,10 @@ func TestPutWorkflowAndStart(t *testing.T) {
 	st, err := h.ex.StartExecution(ctx, "wf", nil)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.WorkflowVersion)
-	require.Equal(t, execstate.ExecRunning, st.Status)
+	require.Equal(t, vocab.ExecRunning, st.Status)
 	v := h.view(t, st.ID)
 	require.JSONEq(t, `{}`, string(v.Input))
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, v, "n").Status, "a queued root shows as running")
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, v, "n").Status, "a queued root shows as running")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND node_id = 'n' AND kind = 'run'`, st.ID))
 
 	// Numbers compare by exact value: 3e1 comes back from jsonb as 30 and is unchanged;

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestContinueInDecidingTransaction: an event that completes a wait through Apply (a
@@ -27,7 +27,7 @@ func TestContinueInDecidingTransaction(t *testing.T) {
 		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
 	h.run(t)
 	h.waitStatus(t, id, "completed")
@@ -51,7 +51,7 @@ func TestSentEventContinuesInDecidingTransaction(t *testing.T) {
 		WHERE execution_id = $1 AND status = 'completed' AND resumed_by = 'a' AND resumed_at = updated_at`, id))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'after'`, id))
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
 	h.run(t)
 	h.waitStatus(t, id, "completed")
@@ -140,11 +140,11 @@ func TestSentEventWaitChangedBeforeItsWrite(t *testing.T) {
 func (h *harness) requireContinuedOnSecondTry(t *testing.T, id uuid.UUID, version int64) {
 	t.Helper()
 	w := h.waitRow(t, id, "wait")
-	require.Equal(t, string(execstate.WaitCompleted), w.Status)
+	require.Equal(t, string(vocab.WaitCompleted), w.Status)
 	require.EqualValues(t, version, w.Version, "the event is applied once")
 	require.True(t, w.Resumed, "the second try continued the execution")
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'resume'`))
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, h.view(t, id), "after").Status)
 
 	h.run(t)
 	h.waitStatus(t, id, "completed")
@@ -198,11 +198,11 @@ func (h *harness) decideThenAfter(t *testing.T, path string) (uuid.UUID, func() 
 func (h *harness) requireContinuationQueued(t *testing.T, id uuid.UUID) {
 	t.Helper()
 	w := h.waitRow(t, id, "wait")
-	require.Equal(t, string(execstate.WaitCompleted), w.Status)
+	require.Equal(t, string(vocab.WaitCompleted), w.Status)
 	require.EqualValues(t, 2, w.Version, "the event is applied once")
 	require.False(t, w.Resumed, "the failed continuation's mark is undone")
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'resume'`, id))
-	require.Equal(t, execstate.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
+	require.Equal(t, vocab.NodePending, nodeOf(t, h.view(t, id), "after").Status, "nothing of the continuation is left")
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue WHERE kind = 'run'`))
 }
 
@@ -219,7 +219,7 @@ func (h *harness) requireResumedOnce(t *testing.T, id uuid.UUID) {
 
 // waitThenAfter starts an execution of a Kafka wait followed by an http node "after",
 // and returns it with its wait once it waits, with the pod stopped.
-func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, lists.WaitView) {
+func (h *harness) waitThenAfter(t *testing.T) (uuid.UUID, readmodel.WaitView) {
 	t.Helper()
 	name := h.put(t, h.workflow("then-after", []obj{
 		node("wait", "wait_events", obj{"kafkaEvent": obj{"topic": "orders"}}),

@@ -14,10 +14,10 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Events by type, buffering and payload match, end to end through the
@@ -107,8 +107,8 @@ func TestBufferedEventsTakenInOrder(t *testing.T) {
 	require.Equal(t, obj{"n": "1"}, output(t, nodeOf(t, v, "w1"))["item"])
 	require.Equal(t, obj{"n": "2"}, output(t, nodeOf(t, v, "w2"))["item"])
 	// Neither took its event late: both waits completed at registration, never timed out.
-	require.Equal(t, execstate.WaitCompleted, waitOf(t, v, "w1").Status)
-	require.Equal(t, execstate.WaitCompleted, waitOf(t, v, "w2").Status)
+	require.Equal(t, vocab.WaitCompleted, waitOf(t, v, "w1").Status)
+	require.Equal(t, vocab.WaitCompleted, waitOf(t, v, "w2").Status)
 	require.Equal(t, 0, h.count(t, `SELECT count(*) FROM event_buffer WHERE execution_id = $1`, id))
 	require.Equal(t, map[string][]string{"execution_finished": {"3"}}, h.deadLetters(t, id))
 }
@@ -282,11 +282,11 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	h.waitStatus(t, other, "completed")
 	require.Equal(t, aggregator.SendDuplicate, h.send(t, other, "a", obj{}, "once").Outcome)
 	require.Equal(t, aggregator.SendExecutionFinished, h.send(t, other, "a", obj{}, "another").Outcome)
-	require.Equal(t, execstate.ExecCompleted, res.ExecutionStatus)
+	require.Equal(t, vocab.ExecCompleted, res.ExecutionStatus)
 	require.Equal(t, aggregator.SendNoExecution, h.send(t, uuid.New(), "a", obj{}, "").Outcome)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE execution_id = $1 AND reason = 'execution_finished'`, id))
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'no_execution'`))
-	page, err := lists.New(h.pool).Unmatched(context.Background(), lists.UnmatchedFilter{}, lists.Paging{Limit: 10})
+	page, err := readmodel.New(h.pool).Unmatched(context.Background(), readmodel.UnmatchedFilter{}, readmodel.Paging{Limit: 10})
 	require.NoError(t, err)
 	list := page.Items
 	require.Len(t, list, 4)
@@ -370,7 +370,7 @@ func TestMatchByBusinessKey(t *testing.T) {
 	require.Len(t, res.Deliveries, 2)
 	h.waitStatus(t, a, "completed")
 	h.waitStatus(t, b, "completed")
-	require.Equal(t, execstate.WaitWaiting, waitOf(t, h.view(t, other), "paid").Status)
+	require.Equal(t, vocab.WaitWaiting, waitOf(t, h.view(t, other), "paid").Status)
 	require.Equal(t, 100003-2, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`))
 
 	// A value nobody waits for is recorded as unmatched, with why.
@@ -447,7 +447,7 @@ func TestMaxWaitersPerTypeCountsRootsOfOneStart(t *testing.T) {
 	name := h.put(t, h.workflow("two-roots", []obj{wait("first"), wait("second")}, nil))
 	id := p.start(t, name, obj{"order_id": "o-1"})
 	p.run(t)
-	p.waitStatus(t, id, execstate.ExecFailed)
+	p.waitStatus(t, id, vocab.ExecFailed)
 	require.Equal(t, 0, p.count(t, `SELECT count(*) FROM execution_wait_states WHERE status = 'waiting'`),
 		"no more waiters of the type than the limit")
 	require.Equal(t, 1, p.count(t, `SELECT count(*) FROM executions WHERE status = 'failed'

@@ -35,14 +35,14 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/rendezvous-run/rendezvous/outbound"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Defaults for Config.
@@ -426,11 +426,11 @@ var ErrWorkflowNotFound = errors.New("workflow not found")
 
 // Started describes a new execution.
 type Started struct {
-	ID              uuid.UUID                 `json:"id"`
-	Workflow        string                    `json:"workflow"`
-	WorkflowVersion int32                     `json:"workflow_version"`
-	Status          execstate.ExecutionStatus `json:"status"`
-	CreatedAt       time.Time                 `json:"created_at"`
+	ID              uuid.UUID             `json:"id"`
+	Workflow        string                `json:"workflow"`
+	WorkflowVersion int32                 `json:"workflow_version"`
+	Status          vocab.ExecutionStatus `json:"status"`
+	CreatedAt       time.Time             `json:"created_at"`
 }
 
 // StartExecution starts the latest version of a workflow with input (a JSON value;
@@ -572,7 +572,7 @@ func (e *Executor) insertExecution(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		return nil
 	})
 	if len(queued) > 0 && refused == nil {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(execstate.KindRun)}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(vocab.KindRun)}
 		for _, root := range queued {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, id), append(arg.NodeIds, root)
 		}
@@ -650,7 +650,7 @@ func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []
 
 // enqueueRun queues a node and shows it as running: from here on it is the run queue's.
 func (e *Executor) enqueueRun(ctx context.Context, tx pgx.Tx, execID uuid.UUID, nodeID string) error {
-	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: string(execstate.KindRun)}); err != nil {
+	if _, err := e.q.RunQueueInsert(ctx, tx, dbsqlc.RunQueueInsertParams{ExecutionID: execID, NodeID: nodeID, Kind: string(vocab.KindRun)}); err != nil {
 		return fmt.Errorf("enqueue node %s: %w", nodeID, err)
 	}
 	if err := e.q.NodeExecutionFinish(ctx, tx, dbsqlc.NodeExecutionFinishParams{Status: string(nodeRunning), ExecutionID: execID, NodeID: nodeID}); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestWaitAllThenContinue is the whole path: a wait for an API reply and a Kafka record
@@ -81,7 +81,7 @@ func TestWaitAllThenContinue(t *testing.T) {
 	require.Equal(t, int32(1), nodeOf(t, v, "notify").Attempts)
 
 	ws = waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitCompleted, ws.Status)
+	require.Equal(t, vocab.WaitCompleted, ws.Status)
 	require.EqualValues(t, 3, ws.Version, "registered, then one bump per event")
 	require.Len(t, ws.ReceivedEvents, 2)
 	require.NotNil(t, ws.ResumedAt)
@@ -95,7 +95,7 @@ func TestWaitAllThenContinue(t *testing.T) {
 	eventually(t, func() bool { return h.count(t, `SELECT count(*) FROM run_queue`) == 0 })
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/done") == 1 }, "continuation ran twice")
 	v = h.view(t, id)
-	require.Equal(t, execstate.ExecCompleted, v.Status)
+	require.Equal(t, vocab.ExecCompleted, v.Status)
 	ws = waitOf(t, v, "wait")
 	require.Equal(t, resumedAt, *ws.ResumedAt, "resumed_at is set once")
 	require.EqualValues(t, 3, ws.Version)
@@ -123,7 +123,7 @@ func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
 	require.Equal(t, aggregator.Completed, h.apply(t, id, w1.CorrelationID, aggregator.EventKafka, obj{"n": 1}))
 	stays(t, 200*time.Millisecond, func() bool {
 		v := h.view(t, id)
-		return v.Status == execstate.ExecWaiting && nodeOf(t, v, "join").Status == execstate.NodePending
+		return v.Status == vocab.ExecWaiting && nodeOf(t, v, "join").Status == vocab.NodePending
 	}, "the join waits for w2")
 	require.Equal(t, aggregator.Completed, h.apply(t, id, w2.CorrelationID, aggregator.EventKafka, obj{"n": 2}))
 	h.waitStatus(t, id, "completed")
@@ -139,8 +139,8 @@ func TestEarlierWaitsSeenByLaterContinuation(t *testing.T) {
 	s2 := waitOf(t, h.view(t, id), "s2")
 	require.Equal(t, aggregator.Completed, h.apply(t, id, s2.CorrelationID, aggregator.EventKafka, obj{"n": 2}))
 	v = h.waitStatus(t, id, "completed")
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s1").Status)
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "s2").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "s1").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "s2").Status)
 }
 
 // TestParallelWaitsEndedAtOnce: both waits of a join ended at the same moment, by events
@@ -240,15 +240,15 @@ func TestBranching(t *testing.T) {
 				taken, skipped = skipped, taken
 			}
 			for _, n := range taken {
-				require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, n).Status, n)
+				require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, n).Status, n)
 				require.Equal(t, 1, h.fake.count("/"+n), n)
 			}
 			for _, n := range skipped {
-				require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, n).Status, n)
+				require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, n).Status, n)
 				require.Nil(t, nodeOf(t, v, n).StartedAt, n)
 				require.Zero(t, h.fake.count("/"+n), n)
 			}
-			require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "join").Status)
+			require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "join").Status)
 			stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/join") == 1 }, "join must run exactly once")
 			require.Equal(t, obj{"yes": float64(1), "decision": approved}, h.fake.requests("/join")[0].Body)
 			require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
@@ -271,9 +271,9 @@ func TestAllBranchesSkipped(t *testing.T) {
 	}))
 	h.run(t)
 	v := h.waitStatus(t, h.start(t, name, nil), "completed")
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "first").Status)
-	require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "second").Status)
-	require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "third").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "first").Status)
+	require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "second").Status)
+	require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "third").Status)
 	require.Equal(t, 1, h.fake.count("/first"))
 	require.Zero(t, h.fake.count("/second")+h.fake.count("/third"))
 }
@@ -295,11 +295,11 @@ func TestConditionRuntimeErrorFailsExecution(t *testing.T) {
 
 	v := h.waitStatus(t, id, "failed")
 	next := nodeOf(t, v, "next")
-	require.Equal(t, execstate.NodeFailed, next.Status)
+	require.Equal(t, vocab.NodeFailed, next.Status)
 	require.Contains(t, errText(next.Error), "edge wait -> next")
 	require.Contains(t, errText(next.Error), cond)
 	require.Contains(t, errText(v.Error), "node next:")
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "wait").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/next") == 0 })
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 }
@@ -324,10 +324,10 @@ func TestSentEventConditionErrorFailsExecution(t *testing.T) {
 
 	v := h.waitStatus(t, id, "failed")
 	next := nodeOf(t, v, "next")
-	require.Equal(t, execstate.NodeFailed, next.Status)
+	require.Equal(t, vocab.NodeFailed, next.Status)
 	require.Contains(t, errText(next.Error), "edge wait -> next")
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
-	require.Equal(t, string(execstate.WaitCompleted), h.waitRow(t, id, "wait").Status, "completed, then nothing left to cancel")
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "wait").Status)
+	require.Equal(t, string(vocab.WaitCompleted), h.waitRow(t, id, "wait").Status, "completed, then nothing left to cancel")
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/next") == 0 })
 	require.Zero(t, h.count(t, `SELECT count(*) FROM run_queue`))
 }
@@ -379,7 +379,7 @@ func TestMissingTemplateValueFailsNode(t *testing.T) {
 			id := h.start(t, name, tc.input)
 			v := h.waitStatus(t, id, "failed")
 			n := nodeOf(t, v, "n")
-			require.Equal(t, execstate.NodeFailed, n.Status)
+			require.Equal(t, vocab.NodeFailed, n.Status)
 			for _, w := range tc.want {
 				require.Contains(t, errText(n.Error), w)
 				require.Contains(t, errText(v.Error), w)
@@ -415,7 +415,7 @@ func TestWaitWithoutEventsCompletesAtOnce(t *testing.T) {
 			}, []obj{edge("wait", "after", "output.timeout == false")}))
 			h.run(t)
 			v := h.waitStatus(t, h.start(t, wf, nil), "completed")
-			require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "wait").Status)
+			require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "wait").Status)
 			require.Equal(t, obj{"events": []any{}, "arrival_order": []any{}, "timeout": false}, output(t, nodeOf(t, v, "wait")))
 			require.Empty(t, v.Waits)
 			require.Zero(t, h.fake.count("/process"))

@@ -11,31 +11,31 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
-	"github.com/rendezvous-run/rendezvous/internal/template"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
-// Node and execution statuses, short names of internal/execstate's for this package,
+// Node and execution statuses, short names of vocab's for this package,
 // which moves them.
 const (
-	nodePending   = execstate.NodePending
-	nodeRunning   = execstate.NodeRunning
-	nodeWaiting   = execstate.NodeWaiting
-	nodeCompleted = execstate.NodeCompleted
-	nodeFailed    = execstate.NodeFailed
-	nodeSkipped   = execstate.NodeSkipped
-	nodeCancelled = execstate.NodeCancelled
+	nodePending   = vocab.NodePending
+	nodeRunning   = vocab.NodeRunning
+	nodeWaiting   = vocab.NodeWaiting
+	nodeCompleted = vocab.NodeCompleted
+	nodeFailed    = vocab.NodeFailed
+	nodeSkipped   = vocab.NodeSkipped
+	nodeCancelled = vocab.NodeCancelled
 
-	execRunning   = execstate.ExecRunning
-	execWaiting   = execstate.ExecWaiting
-	execCompleted = execstate.ExecCompleted
-	execFailed    = execstate.ExecFailed
-	execCancelled = execstate.ExecCancelled
+	execRunning   = vocab.ExecRunning
+	execWaiting   = vocab.ExecWaiting
+	execCompleted = vocab.ExecCompleted
+	execFailed    = vocab.ExecFailed
+	execCancelled = vocab.ExecCancelled
 )
 
-func execFinished(status execstate.ExecutionStatus) bool { return execstate.ExecFinished(status) }
+func execFinished(status vocab.ExecutionStatus) bool { return vocab.ExecFinished(status) }
 
 // execState is an execution with its definition and node states, loaded together.
 type execState struct {
@@ -100,7 +100,7 @@ func (st *execState) scope() template.Scope {
 	}
 }
 
-func (st *execState) setNode(id string, status execstate.NodeStatus, output []byte) {
+func (st *execState) setNode(id string, status vocab.NodeStatus, output []byte) {
 	if n := st.nodes[id]; n != nil {
 		n.Status = status
 		if output != nil {
@@ -284,7 +284,7 @@ func (e *Executor) advanceOrFail(ctx context.Context, tx pgx.Tx, w graphWriter, 
 type graphWriter interface {
 	enqueue(ctx context.Context, execID uuid.UUID, nodeID string) error
 	skip(ctx context.Context, execID uuid.UUID, nodeID string) error
-	setStatus(ctx context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error
+	setStatus(ctx context.Context, execID uuid.UUID, status vocab.ExecutionStatus) error
 	// drop forgets what was collected for an execution that is being failed instead.
 	drop(execID uuid.UUID)
 }
@@ -306,7 +306,7 @@ func (w txWriter) skip(ctx context.Context, execID uuid.UUID, nodeID string) err
 	return nil
 }
 
-func (w txWriter) setStatus(ctx context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error {
+func (w txWriter) setStatus(ctx context.Context, execID uuid.UUID, status vocab.ExecutionStatus) error {
 	if err := w.e.q.ExecutionSetStatus(ctx, w.tx, dbsqlc.ExecutionSetStatusParams{ID: execID, Status: string(status)}); err != nil {
 		return fmt.Errorf("set execution status: %w", err)
 	}
@@ -319,13 +319,13 @@ func (txWriter) drop(uuid.UUID) {}
 type batchWriter struct {
 	runs     []execNode
 	nodes    []execNode
-	statuses map[uuid.UUID]execstate.ExecutionStatus
+	statuses map[uuid.UUID]vocab.ExecutionStatus
 }
 
 type execNode struct {
 	exec   uuid.UUID
 	node   string
-	status execstate.NodeStatus
+	status vocab.NodeStatus
 }
 
 func (w *batchWriter) enqueue(_ context.Context, execID uuid.UUID, nodeID string) error {
@@ -339,9 +339,9 @@ func (w *batchWriter) skip(_ context.Context, execID uuid.UUID, nodeID string) e
 	return nil
 }
 
-func (w *batchWriter) setStatus(_ context.Context, execID uuid.UUID, status execstate.ExecutionStatus) error {
+func (w *batchWriter) setStatus(_ context.Context, execID uuid.UUID, status vocab.ExecutionStatus) error {
 	if w.statuses == nil {
-		w.statuses = map[uuid.UUID]execstate.ExecutionStatus{}
+		w.statuses = map[uuid.UUID]vocab.ExecutionStatus{}
 	}
 	w.statuses[execID] = status
 	return nil
@@ -365,7 +365,7 @@ func (w *batchWriter) drop(execID uuid.UUID) {
 // one round trip by the caller.
 func (w *batchWriter) flush(ctx context.Context, e *Executor, p *db.Pipeline) {
 	if len(w.runs) > 0 {
-		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(execstate.KindRun)}
+		arg := dbsqlc.RunQueueInsertManyParams{Kind: string(vocab.KindRun)}
 		for _, r := range w.runs {
 			arg.ExecutionIds, arg.NodeIds = append(arg.ExecutionIds, r.exec), append(arg.NodeIds, r.node)
 		}

@@ -13,15 +13,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 func TestMain(m *testing.M) {
@@ -179,7 +179,7 @@ func (p *pod) start(t *testing.T, name string, input any) uuid.UUID {
 
 // waitStatus polls until the execution has status want; reaching another final status
 // fails at once, with the execution in the message.
-func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want execstate.ExecutionStatus) *executor.ExecutionView {
+func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want vocab.ExecutionStatus) *executor.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -188,7 +188,7 @@ func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want execstate.ExecutionSta
 		if v.Status == want {
 			return v
 		}
-		if (execstate.ExecFinished(v.Status) && v.Status != want) || time.Now().After(deadline) {
+		if (vocab.ExecFinished(v.Status) && v.Status != want) || time.Now().After(deadline) {
 			require.Failf(t, "execution did not reach status", "want %s, have %s:\n%s", want, v.Status, dump(v))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -218,7 +218,7 @@ func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeVie
 	return executor.NodeView{}
 }
 
-func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) lists.WaitView {
+func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) readmodel.WaitView {
 	t.Helper()
 	for _, w := range v.Waits {
 		if w.NodeID == nodeID {
@@ -226,7 +226,7 @@ func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) lists.WaitVi
 		}
 	}
 	require.Failf(t, "no wait state", "for node %s in\n%s", nodeID, dump(v))
-	return lists.WaitView{}
+	return readmodel.WaitView{}
 }
 
 func output(t *testing.T, n executor.NodeView) obj {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestHTTPNode covers how an http node ends.
@@ -92,7 +92,7 @@ func TestHTTPNode(t *testing.T) {
 			name := h.put(t, h.workflow("http", []obj{node("n", "http", tc.data)}, nil))
 			h.run(t)
 			id := h.start(t, name, obj{"word": "hello"})
-			v := h.waitStatus(t, id, execstate.ExecutionStatus(tc.status))
+			v := h.waitStatus(t, id, vocab.ExecutionStatus(tc.status))
 			n := nodeOf(t, v, "n")
 			require.Equal(t, tc.status, string(n.Status))
 			require.Equal(t, 1, h.fake.count("/call"), "a node's answer is final: no retry")

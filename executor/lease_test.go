@@ -9,7 +9,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestLeaseLostIsFenced plays pod a step by step: it claims work, its lease runs out
@@ -40,10 +40,10 @@ func TestLeaseLostIsFenced(t *testing.T) {
 		// The call was made (at least once), but nothing of a's run was recorded.
 		require.Equal(t, 1, h.fake.count("/first"))
 		v := h.view(t, id)
-		require.Equal(t, execstate.ExecRunning, v.Status)
-		require.Equal(t, execstate.NodeRunning, nodeOf(t, v, "first").Status)
+		require.Equal(t, vocab.ExecRunning, v.Status)
+		require.Equal(t, vocab.NodeRunning, nodeOf(t, v, "first").Status)
 		require.Nil(t, nodeOf(t, v, "first").Output)
-		require.Equal(t, execstate.NodePending, nodeOf(t, v, "second").Status)
+		require.Equal(t, vocab.NodePending, nodeOf(t, v, "second").Status)
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE node_id = 'first' AND attempt = 2 AND claimed_by = 'b'`))
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue`))
 
@@ -74,13 +74,13 @@ func TestLeaseLostIsFenced(t *testing.T) {
 		jobs, err := h.ex.ClaimRun(ctx, 10)
 		require.NoError(t, err)
 		require.Len(t, jobs, 1)
-		require.Equal(t, execstate.KindResume, jobs[0].Kind)
+		require.Equal(t, vocab.KindResume, jobs[0].Kind)
 		require.EqualValues(t, 1, h.exec(t, bump, jobs[0].ID))
 		require.ErrorIs(t, h.ex.RunJob(ctx, jobs[0]), executor.ErrLeaseLost)
 
 		v := h.view(t, id)
 		require.Nil(t, waitOf(t, v, "wait").ResumedAt, "a's resume rolled back")
-		require.Equal(t, execstate.NodePending, nodeOf(t, v, "after").Status)
+		require.Equal(t, vocab.NodePending, nodeOf(t, v, "after").Status)
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue`))
 
 		require.EqualValues(t, 1, h.exec(t, `UPDATE run_queue SET visible_at = now()`))
@@ -137,9 +137,9 @@ func TestShutdownFinishesInFlightWork(t *testing.T) {
 	require.Greater(t, time.Since(began), slow/3, "Run waited for the node in flight")
 
 	v := h.view(t, id)
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "slow").Status, dump(v))
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "slow").Status, dump(v))
 	require.Equal(t, obj{"done": true}, output(t, nodeOf(t, v, "slow"))["body"])
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, v, "after").Status)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE node_id = 'after' AND attempt = 0`))
 	require.Zero(t, h.fake.count("/after"))
 
@@ -167,7 +167,7 @@ func TestShutdownBudgetSpent(t *testing.T) {
 	began := time.Now()
 	stop()
 	require.Less(t, time.Since(began), 3*time.Second, "Run gave up after its budget")
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "slow").Status)
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, h.view(t, id), "slow").Status)
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue`), "the work is still queued")
 
 	// a hands the abandoned row back; were it killed instead, its lease would run out.

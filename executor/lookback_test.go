@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // orderThenPayment is the race payload matches with lookback exist for: an http node
@@ -145,7 +145,7 @@ func TestLookbackWithoutLookbackIsLost(t *testing.T) {
 	})
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM unmatched_events WHERE reason = 'match_value_differs'`))
 	require.Zero(t, h.count(t, `SELECT count(*) FROM match_lookback`))
-	require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
+	require.Equal(t, vocab.ExecWaiting, h.view(t, id).Status)
 }
 
 // TestLookbackAboveServerMaximum: a definition whose lookback exceeds --max-lookback is

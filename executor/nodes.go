@@ -12,11 +12,11 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
-	"github.com/rendezvous-run/rendezvous/internal/template"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/rendezvous-run/rendezvous/outbound"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 // NodeType is one kind of node: how its data is validated when a definition is stored,
@@ -112,13 +112,13 @@ func runWait(_ context.Context, rc *RunContext) (Outcome, error) {
 	}
 	if !plan.At.After(now) {
 		output := plan.Settings
-		output["wait_type"] = string(execstate.WaitTypeTimer)
+		output["wait_type"] = string(vocab.WaitTypeTimer)
 		output["scheduled_for"] = plan.At.UTC()
 		output["resumed_at"] = now
 		return Completed(output), nil
 	}
 	return Outcome{Status: OutcomeWaiting, Output: map[string]any{
-		"status": string(execstate.WaitScheduled), "scheduled_for": plan.At.UTC(),
+		"status": string(vocab.WaitScheduled), "scheduled_for": plan.At.UTC(),
 	}, Wait: &aggregator.Registration{
 		ExecutionID: rc.ExecutionID, NodeID: rc.Node.ID, CorrelationID: db.NewID(),
 		Timer: &aggregator.Timer{At: plan.At, Settings: plan.Settings},
@@ -174,7 +174,7 @@ func runWaitEvents(ctx context.Context, rc *RunContext) (Outcome, error) {
 		reg.Expected = append(reg.Expected, exp)
 	}
 	return Outcome{Status: OutcomeWaiting, Wait: reg, Output: map[string]any{
-		"status": string(execstate.WaitWaiting), "correlation_id": correlationID.String(), "execution_id": rc.ExecutionID.String(),
+		"status": string(vocab.WaitWaiting), "correlation_id": correlationID.String(), "execution_id": rc.ExecutionID.String(),
 	}}, nil
 }
 

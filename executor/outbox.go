@@ -8,9 +8,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rendezvous-run/rendezvous/internal/template"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
 	"github.com/rendezvous-run/rendezvous/outbound"
+	"github.com/rendezvous-run/rendezvous/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 // The executor's part in a correlated call, whose lifecycle package outbound owns: it

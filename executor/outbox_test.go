@@ -11,7 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // stuckTransport is the network of a pod that dies right after committing: every
@@ -63,10 +63,10 @@ func TestOutboxSurvivesCrashBetweenCommitAndSend(t *testing.T) {
 
 	// Everything the call needs was committed before it left.
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecWaiting, v.Status, dump(v))
-	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "wait").Status)
+	require.Equal(t, vocab.ExecWaiting, v.Status, dump(v))
+	require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "wait").Status)
 	ws := waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitWaiting, ws.Status)
+	require.Equal(t, vocab.WaitWaiting, ws.Status)
 	require.Equal(t, ws.CorrelationID.String(), output(t, nodeOf(t, v, "wait"))["correlation_id"])
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM outbox WHERE wait_state_id = $1 AND attempt = 1 AND claimed_by = 'a'
 		AND visible_at > now() + interval '60 seconds'`, ws.ID), "the outbox row is still held under a's lease")
@@ -116,8 +116,8 @@ func TestOutboxRetries(t *testing.T) {
 		required bool
 		// want
 		requests   int
-		execStatus execstate.ExecutionStatus
-		waitStatus execstate.WaitStatus
+		execStatus vocab.ExecutionStatus
+		waitStatus vocab.WaitStatus
 		errParts   []string // in node, execution and wait errors
 	}{
 		{name: "5xx twice then accepted", statuses: []int{503, 503, 202}, required: true,
@@ -163,7 +163,7 @@ func TestOutboxRetries(t *testing.T) {
 			require.Equal(t, tc.waitStatus, ws.Status)
 			n := nodeOf(t, v, "wait")
 			if tc.execStatus == "failed" {
-				require.Equal(t, execstate.NodeFailed, n.Status)
+				require.Equal(t, vocab.NodeFailed, n.Status)
 				for _, part := range tc.errParts {
 					require.Contains(t, errText(n.Error), part)
 					require.Contains(t, errText(v.Error), part)
@@ -173,7 +173,7 @@ func TestOutboxRetries(t *testing.T) {
 				require.NotNil(t, v.FinishedAt)
 				return
 			}
-			require.Equal(t, execstate.NodeWaiting, n.Status)
+			require.Equal(t, vocab.NodeWaiting, n.Status)
 			require.Nil(t, ws.Error)
 			// The wait goes on: its reply still completes it.
 			require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"ok": true}))
@@ -210,7 +210,7 @@ func TestOutboxErrorBodyIsStorable(t *testing.T) {
 			for _, w := range tc.want {
 				require.Contains(t, errText(nodeOf(t, v, "wait").Error), w)
 			}
-			require.Equal(t, execstate.WaitFailed, waitOf(t, v, "wait").Status)
+			require.Equal(t, vocab.WaitFailed, waitOf(t, v, "wait").Status)
 			require.Equal(t, 2, h.fake.count("/process"))
 		})
 	}
@@ -275,11 +275,11 @@ func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
 		settled(t, h)
 		v := h.waitStatus(t, id, "waiting")
 		ws := waitOf(t, v, "wait")
-		require.Equal(t, execstate.WaitWaiting, ws.Status)
+		require.Equal(t, vocab.WaitWaiting, ws.Status)
 		require.Nil(t, ws.Error)
 		require.Equal(t, []string{"api_response"}, ws.TimedOutEvents, "the reply is given up")
 		require.Equal(t, []string{"kafka_event"}, ws.MissingEvents)
-		require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "wait").Status)
+		require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "wait").Status)
 
 		require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"late": true}))
 		require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
@@ -287,7 +287,7 @@ func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
 		out := output(t, nodeOf(t, v, "wait"))
 		require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
 		require.Equal(t, []any{"api_response"}, out["timed_out_events"])
-		require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "after").Status)
+		require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "after").Status)
 	})
 
 	t.Run("custom naming api_response fails", func(t *testing.T) {
@@ -299,9 +299,9 @@ func TestRequiredCallFailedDecidedByStrategy(t *testing.T) {
 		id := h.start(t, name, nil)
 		settled(t, h)
 		v := h.waitStatus(t, id, "failed")
-		require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "wait").Status)
+		require.Equal(t, vocab.NodeFailed, nodeOf(t, v, "wait").Status)
 		require.Contains(t, errText(nodeOf(t, v, "wait").Error), "status 500")
-		require.Equal(t, execstate.WaitFailed, waitOf(t, v, "wait").Status)
+		require.Equal(t, vocab.WaitFailed, waitOf(t, v, "wait").Status)
 		require.Zero(t, h.fake.count("/after"))
 	})
 }

@@ -12,16 +12,16 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // ExecutionNotFailedError is returned when a redrive names an execution that has not
 // failed (it is running, waiting, completed or cancelled — or another redrive got there
 // first).
-type ExecutionNotFailedError struct{ Status execstate.ExecutionStatus }
+type ExecutionNotFailedError struct{ Status vocab.ExecutionStatus }
 
 func (e *ExecutionNotFailedError) Error() string {
 	return "execution is " + string(e.Status) + ", not failed: only a failed execution can be redriven"
@@ -52,9 +52,9 @@ type Redriven struct {
 	ExecutionID uuid.UUID `json:"execution_id"`
 	// Status is the execution's status once the redrive committed: running or waiting,
 	// or failed again when a condition on an edge still fails.
-	Status       execstate.ExecutionStatus `json:"status"`
-	RedriveCount int32                     `json:"redrive_count"`
-	Nodes        []RedrivenNode            `json:"nodes"`
+	Status       vocab.ExecutionStatus `json:"status"`
+	RedriveCount int32                 `json:"redrive_count"`
+	Nodes        []RedrivenNode        `json:"nodes"`
 }
 
 // Redrive continues a failed execution from where it failed. Completed and skipped nodes
@@ -221,7 +221,7 @@ func (w *redriveWriter) enqueue(ctx context.Context, execID uuid.UUID, nodeID st
 // reopened shows the node waiting again, with the output a waiting node has.
 func (w *redriveWriter) reopened(ctx context.Context, execID uuid.UUID, nodeID string, r aggregator.Reopened) error {
 	raw, err := json.Marshal(map[string]any{
-		"status": string(execstate.WaitWaiting), "correlation_id": r.Wait.CorrelationID.String(),
+		"status": string(vocab.WaitWaiting), "correlation_id": r.Wait.CorrelationID.String(),
 		"execution_id": execID.String(), "wait_state_id": r.Wait.ID.String(),
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Redrive end to end: executions that failed — a wait timed out, a required call failed
@@ -51,9 +51,9 @@ func TestRedriveTimedOutWait(t *testing.T) {
 	require.Equal(t, aggregator.Recorded, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}))
 	failed := h.waitStatus(t, id, "failed")
 	before := h.waitRow(t, id, "wait")
-	require.Equal(t, string(execstate.WaitTimeout), before.Status)
+	require.Equal(t, string(vocab.WaitTimeout), before.Status)
 	require.Equal(t, []string{"api_response"}, before.TimedOut)
-	require.Equal(t, execstate.NodeCancelled, nodeOf(t, failed, "after").Status)
+	require.Equal(t, vocab.NodeCancelled, nodeOf(t, failed, "after").Status)
 	eventually(t, func() bool { return h.fake.count("/process") == 1 })
 
 	redriven, err := h.ex.Redrive(ctx, id)
@@ -62,15 +62,15 @@ func TestRedriveTimedOutWait(t *testing.T) {
 		Nodes: []executor.RedrivenNode{{ID: "wait", Action: executor.RedriveReopened}}}, redriven)
 
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecWaiting, v.Status)
+	require.Equal(t, vocab.ExecWaiting, v.Status)
 	require.Nil(t, v.Error)
 	require.Nil(t, v.FinishedAt)
 	require.EqualValues(t, 1, v.RedriveCount)
 	require.NotNil(t, v.RedrivenAt)
-	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "wait").Status)
-	require.Equal(t, execstate.NodePending, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "wait").Status)
+	require.Equal(t, vocab.NodePending, nodeOf(t, v, "after").Status)
 	w := waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitWaiting, w.Status)
+	require.Equal(t, vocab.WaitWaiting, w.Status)
 	require.Equal(t, ws.CorrelationID, w.CorrelationID, "the same wait, under the same correlation id")
 	require.Len(t, w.ReceivedEvents, 1)
 	require.Equal(t, aggregator.EventKafka, w.ReceivedEvents[0].Name, "what arrived is kept")
@@ -85,7 +85,7 @@ func TestRedriveTimedOutWait(t *testing.T) {
 	// The late reply applies to the reopened wait.
 	require.Equal(t, aggregator.Completed, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"ok": "yes"}))
 	v = h.waitStatus(t, id, "completed")
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "after").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 }, "the continuation ran twice")
 	require.Equal(t, "yes", h.fake.requests("/after")[0].Body["reply"])
 	require.Equal(t, 1, h.fake.count("/process"), "a call that was answered is not sent again")
@@ -95,7 +95,7 @@ func TestRedriveTimedOutWait(t *testing.T) {
 	_, err = h.ex.Redrive(ctx, id)
 	var notFailed *executor.ExecutionNotFailedError
 	require.ErrorAs(t, err, &notFailed)
-	require.Equal(t, execstate.ExecCompleted, notFailed.Status)
+	require.Equal(t, vocab.ExecCompleted, notFailed.Status)
 	_, err = h.ex.Redrive(ctx, uuid.New())
 	require.ErrorIs(t, err, executor.ErrExecutionNotFound)
 }
@@ -122,7 +122,7 @@ func TestRedriveFailedCall(t *testing.T) {
 	h.run(t)
 	id := h.start(t, name, obj{"order": 7})
 	v := h.waitStatus(t, id, "failed")
-	require.Equal(t, execstate.WaitFailed, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.WaitFailed, waitOf(t, v, "wait").Status)
 	require.Contains(t, errText(v.Error), "status 503")
 	require.Equal(t, 2, h.fake.count("/process"))
 
@@ -136,7 +136,7 @@ func TestRedriveFailedCall(t *testing.T) {
 	reqs := h.fake.requests("/process")
 	require.Equal(t, reqs[0].Body, reqs[2].Body, "the same request")
 	require.Equal(t, reqs[0].Header.Get("Idempotency-Key"), reqs[2].Header.Get("Idempotency-Key"))
-	require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
+	require.Equal(t, vocab.ExecWaiting, h.view(t, id).Status)
 
 	corr := waitOf(t, v, "wait").CorrelationID
 	require.Equal(t, aggregator.Recorded, h.apply(t, id, corr, aggregator.EventAPIResponse, obj{"ok": "back"}))
@@ -170,7 +170,7 @@ func TestRedriveFailedNodeRunsAgain(t *testing.T) {
 	require.Equal(t, aggregator.Recorded, h.apply(t, id, corr, aggregator.EventAPIResponse, obj{"ok": "first"}))
 	require.Equal(t, aggregator.Completed, h.apply(t, id, corr, aggregator.EventKafka, obj{"sku": "k-3"}))
 	v := h.waitStatus(t, id, "failed")
-	require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "after").Status)
+	require.Equal(t, vocab.NodeFailed, nodeOf(t, v, "after").Status)
 	waitOutput := nodeOf(t, v, "wait").Output
 	calls := h.fake.count("/after")
 	version := h.waitRow(t, id, "wait").Version
@@ -181,7 +181,7 @@ func TestRedriveFailedNodeRunsAgain(t *testing.T) {
 	redriven, err := h.ex.Redrive(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, []executor.RedrivenNode{{ID: "after", Action: executor.RedriveRun}}, redriven.Nodes)
-	require.Equal(t, execstate.ExecRunning, redriven.Status)
+	require.Equal(t, vocab.ExecRunning, redriven.Status)
 	v = h.waitStatus(t, id, "completed")
 	require.JSONEq(t, string(waitOutput), string(nodeOf(t, v, "wait").Output), "a completed node keeps its output")
 	require.Equal(t, version, h.waitRow(t, id, "wait").Version, "a completed wait is not touched")
@@ -383,7 +383,7 @@ func TestRedriveRacesLateEvent(t *testing.T) {
 	for id := range corr {
 		require.Equal(t, 1, after[id.String()], "continuations of %s", id)
 		row := h.waitRow(t, id, "wait")
-		require.Equal(t, string(execstate.WaitCompleted), row.Status)
+		require.Equal(t, string(vocab.WaitCompleted), row.Status)
 		require.Equal(t, versions[id]+2, row.Version, "reopen and reply of %s, nothing else", id)
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM execution_wait_states w, json_array_elements(w.received_events) r
 			WHERE w.execution_id = $1 AND r->>'name' = 'api_response'`, id), "the reply of %s recorded once", id)
@@ -413,7 +413,7 @@ func TestRedriveFencesStaleClaim(t *testing.T) {
 	require.Equal(t, "slow", jobs[0].NodeID)
 	const slow = 0
 	require.NoError(t, h.ex.CancelWait(ctx, id, "wait", executor.ThenFail, "operator"))
-	require.Equal(t, execstate.ExecFailed, h.view(t, id).Status)
+	require.Equal(t, vocab.ExecFailed, h.view(t, id).Status)
 
 	redriven, err := h.ex.Redrive(ctx, id)
 	require.NoError(t, err)
@@ -422,7 +422,7 @@ func TestRedriveFencesStaleClaim(t *testing.T) {
 	// The stalled replica finishes the node it claimed before the failure.
 	require.ErrorIs(t, h.ex.RunJob(ctx, jobs[slow]), executor.ErrLeaseLost)
 	require.Equal(t, 1, h.fake.count("/slow"), "its call was made")
-	require.Equal(t, execstate.NodeRunning, nodeOf(t, h.view(t, id), "slow").Status, "but nothing of it recorded")
+	require.Equal(t, vocab.NodeRunning, nodeOf(t, h.view(t, id), "slow").Status, "but nothing of it recorded")
 
 	newPod(t, h.pool, config(t, "b")).run(t)
 	corr := waitOf(t, h.view(t, id), "wait").CorrelationID
@@ -430,7 +430,7 @@ func TestRedriveFencesStaleClaim(t *testing.T) {
 	v := h.waitStatus(t, id, "completed")
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 }, "the execution went on twice")
 	require.Equal(t, 2, h.fake.count("/slow"))
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "slow").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "slow").Status)
 	require.EqualValues(t, 1, v.RedriveCount)
 	h.requireQueuesEmpty(t, id)
 }
@@ -456,7 +456,7 @@ func TestRedriveCancelledTimerRunsAgain(t *testing.T) {
 	first := waitID()
 	require.NoError(t, h.ex.CancelWait(ctx, id, "pause", executor.ThenFail, "operator"))
 	v := h.waitStatus(t, id, "failed")
-	require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "pause").Status)
+	require.Equal(t, vocab.NodeFailed, nodeOf(t, v, "pause").Status)
 
 	redriven, err := h.ex.Redrive(ctx, id)
 	require.NoError(t, err)
@@ -466,7 +466,7 @@ func TestRedriveCancelledTimerRunsAgain(t *testing.T) {
 	}, "the node scheduled a new timer")
 	require.NotEqual(t, first, waitID())
 	v = h.view(t, id)
-	require.Equal(t, execstate.ExecWaiting, v.Status)
-	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "pause").Status)
+	require.Equal(t, vocab.ExecWaiting, v.Status)
+	require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "pause").Status)
 	require.EqualValues(t, 2, nodeOf(t, v, "pause").Attempts)
 }

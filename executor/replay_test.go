@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // deadLetterIDs lists the ids of an execution's dead letters, oldest first.
@@ -66,12 +66,12 @@ func TestReplayDeadLetter(t *testing.T) {
 	_, err = h.ex.Redrive(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, aggregator.SendDelivered, h.send(t, id, "go", obj{}, "").Outcome)
-	eventually(t, func() bool { return h.waitsOf(t, id, "w1", execstate.WaitWaiting) == 1 })
+	eventually(t, func() bool { return h.waitsOf(t, id, "w1", vocab.WaitWaiting) == 1 })
 
 	r, err := h.agg.ReplayDeadLetter(ctx, dl, nil)
 	require.NoError(t, err)
 	require.Equal(t, aggregator.Replayed{ID: dl, ExecutionID: id, Outcome: "delivered"}, r)
-	eventually(t, func() bool { return h.waitsOf(t, id, "w2", execstate.WaitWaiting) == 1 })
+	eventually(t, func() bool { return h.waitsOf(t, id, "w2", vocab.WaitWaiting) == 1 })
 	v := h.view(t, id)
 	require.Equal(t, obj{"n": "1"}, output(t, nodeOf(t, v, "w1"))["item"])
 	w1Version := h.waitRow(t, id, "w1").Version
@@ -90,11 +90,11 @@ func TestReplayDeadLetter(t *testing.T) {
 	r, err = h.agg.ReplayDeadLetter(ctx, dup, nil)
 	require.NoError(t, err)
 	require.Equal(t, "duplicate", r.Outcome)
-	require.Equal(t, string(execstate.WaitWaiting), h.waitRow(t, id, "w2").Status)
+	require.Equal(t, string(vocab.WaitWaiting), h.waitRow(t, id, "w2").Status)
 	require.Empty(t, waitOf(t, h.view(t, id), "w2").ReceivedEvents)
 	require.Equal(t, w1Version, h.waitRow(t, id, "w1").Version)
 
-	page, err := lists.New(h.pool).DeadLetters(ctx, &id, lists.Paging{Limit: 10})
+	page, err := readmodel.New(h.pool).DeadLetters(ctx, &id, readmodel.Paging{Limit: 10})
 	require.NoError(t, err)
 	list := page.Items
 	require.Len(t, list, 2)
@@ -179,7 +179,7 @@ func TestReplayUnmatched(t *testing.T) {
 	var notReplayable *aggregator.NotReplayableError
 	require.ErrorAs(t, err, &notReplayable)
 	require.NoError(t, h.agg.DismissUnmatched(ctx, truncated, "the order was re-sent"))
-	page, err := lists.New(h.pool).Unmatched(ctx, lists.UnmatchedFilter{}, lists.Paging{Limit: 10})
+	page, err := readmodel.New(h.pool).Unmatched(ctx, readmodel.UnmatchedFilter{}, readmodel.Paging{Limit: 10})
 	require.NoError(t, err)
 	list := page.Items
 	require.Equal(t, aggregator.ResolutionDismissed, list[0].Resolution)
@@ -187,7 +187,7 @@ func TestReplayUnmatched(t *testing.T) {
 }
 
 // waitsOf counts the waits of a node in a status (none before the node registers one).
-func (p *pod) waitsOf(t *testing.T, execID uuid.UUID, nodeID string, status execstate.WaitStatus) int {
+func (p *pod) waitsOf(t *testing.T, execID uuid.UUID, nodeID string, status vocab.WaitStatus) int {
 	t.Helper()
 	return p.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND node_id = $2 AND status = $3`,
 		execID, nodeID, status)

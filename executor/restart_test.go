@@ -13,7 +13,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestRestartOpenExecution: a waiting execution is restarted with a new input. The old
@@ -40,9 +40,9 @@ func TestRestartOpenExecution(t *testing.T) {
 	require.EqualValues(t, 1, r.WorkflowVersion)
 
 	v := h.view(t, old)
-	require.Equal(t, execstate.ExecCancelled, v.Status)
+	require.Equal(t, vocab.ExecCancelled, v.Status)
 	require.Equal(t, "wrong order", errText(v.Error))
-	require.Equal(t, execstate.WaitCancelled, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.WaitCancelled, waitOf(t, v, "wait").Status)
 	require.Equal(t, &r.ID, v.RestartedAs)
 	require.Nil(t, v.RestartedFrom)
 	h.requireQueuesEmpty(t, old)
@@ -92,7 +92,7 @@ func TestRestartVersions(t *testing.T) {
 	require.EqualValues(t, 1, same.WorkflowVersion)
 	h.waitStatus(t, same.ID, "completed")
 	require.JSONEq(t, `{"k": "v"}`, string(h.view(t, same.ID).Input))
-	require.Equal(t, execstate.ExecCompleted, h.view(t, old).Status)
+	require.Equal(t, vocab.ExecCompleted, h.view(t, old).Status)
 
 	latest, err := h.ex.Restart(ctx, same.ID, executor.RestartOptions{Version: executor.RestartLatestVersion})
 	require.NoError(t, err)
@@ -149,5 +149,5 @@ func TestRestartConcurrent(t *testing.T) {
 	require.Equal(t, 1, h.count(t, `SELECT count(*) FROM executions WHERE restarted_from = $1`, old))
 	require.Equal(t, 2, h.count(t, `SELECT count(*) FROM executions`))
 	h.waitStatus(t, won[0], "waiting")
-	require.Equal(t, execstate.ExecCancelled, h.view(t, old).Status)
+	require.Equal(t, vocab.ExecCancelled, h.view(t, old).Status)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestResumeBatch drives one batch of continuations through the set-based path: two
@@ -52,7 +52,7 @@ func TestResumeBatch(t *testing.T) {
 	require.Len(t, jobs, 2*len(execs), "one unit claims every resume")
 	var lostJob int64
 	for _, j := range jobs {
-		require.Equal(t, execstate.KindResume, j.Kind)
+		require.Equal(t, vocab.KindResume, j.Kind)
 		if j.ExecutionID == lost && j.NodeID == "w2" {
 			lostJob = j.ID
 		}
@@ -65,9 +65,9 @@ func TestResumeBatch(t *testing.T) {
 	for _, id := range execs[:3] {
 		require.Equal(t, 2, h.count(t, `SELECT count(*) FROM execution_wait_states WHERE execution_id = $1 AND resumed_by = 'a'`, id))
 		v := h.view(t, id)
-		require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "skipme").Status)
-		require.Equal(t, execstate.NodeRunning, nodeOf(t, v, "join").Status)
-		require.Equal(t, execstate.ExecRunning, v.Status)
+		require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "skipme").Status)
+		require.Equal(t, vocab.NodeRunning, nodeOf(t, v, "join").Status)
+		require.Equal(t, vocab.ExecRunning, v.Status)
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM run_queue WHERE execution_id = $1 AND kind = 'run' AND node_id = 'join'`, id))
 	}
 	// The lost claim: w1 resumed (and the join is ready, both waits being complete), w2

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 

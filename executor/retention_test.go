@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
+	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/audit"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Retention: executions are made to have finished (and waits to have changed) a month
@@ -173,7 +173,7 @@ func TestPurge(t *testing.T) {
 	require.Equal(t, []string{"w1", "w2"}, h.waitNodes(t, unresumedOld), "a wait whose continuation has not run stays")
 	for _, id := range []uuid.UUID{resumedOld, cancelledOld} {
 		require.Equal(t, [3]int{1, 3, 1}, h.rows(t, id), "the execution and its nodes stay")
-		require.Equal(t, execstate.ExecWaiting, h.view(t, id).Status)
+		require.Equal(t, vocab.ExecWaiting, h.view(t, id).Status)
 		require.Equal(t, outcomes[id], h.nodeOutcome(t, id, "w1"), "the node keeps the outcome its wait held")
 		require.Equal(t, 1, h.count(t, `SELECT count(*) FROM node_execution_rows
 			WHERE execution_id = $1 AND node_id = 'w1' AND status = 'completed'`, id), "now in the node's own row")
@@ -190,7 +190,7 @@ func TestPurge(t *testing.T) {
 	for _, id := range []uuid.UUID{resumedOld, cancelledOld, unresumedOld} {
 		h.satisfy(t, id, "w2")
 		v := h.waitStatus(t, id, "completed")
-		require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "join").Status)
+		require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "join").Status)
 	}
 }
 

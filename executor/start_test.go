@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // rowsWrittenBy counts the rows of every table of the test's schema whose current
@@ -48,10 +48,10 @@ func TestStartParksRootWaitInItsTransaction(t *testing.T) {
 	id := h.start(t, name, nil)
 
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecWaiting, v.Status)
+	require.Equal(t, vocab.ExecWaiting, v.Status)
 	require.Len(t, v.Nodes, 1)
 	n := v.Nodes[0]
-	require.Equal(t, execstate.NodeWaiting, n.Status)
+	require.Equal(t, vocab.NodeWaiting, n.Status)
 	require.Equal(t, 1, h.count(t, `SELECT attempts FROM node_executions WHERE execution_id = $1`, id))
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(n.Output, &out))
@@ -74,7 +74,7 @@ func TestStartParksRootWaitInItsTransaction(t *testing.T) {
 	v = h.waitStatus(t, id, "completed")
 	require.Equal(t, map[string]int{"executions": 1, "execution_wait_states": 1}, rowsWrittenBy(t, h.pod, id))
 	n = nodeOf(t, v, "w")
-	require.Equal(t, execstate.NodeCompleted, n.Status)
+	require.Equal(t, vocab.NodeCompleted, n.Status)
 	require.NotNil(t, n.FinishedAt)
 	require.NoError(t, json.Unmarshal(n.Output, &out))
 	require.Equal(t, map[string]any{"ok": true}, out["go"])

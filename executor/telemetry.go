@@ -13,8 +13,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // scope names the executor's tracer and meter.
@@ -174,8 +174,8 @@ func (e *Executor) observeResumed(ctx context.Context, waits []resumedWait) {
 	for _, w := range waits {
 		// A timer has no strategy: its waits are counted under its type.
 		strategy := string(w.wait.Strategy)
-		if w.wait.WaitType == execstate.WaitTypeTimer {
-			strategy = string(execstate.WaitTypeTimer)
+		if w.wait.WaitType == vocab.WaitTypeTimer {
+			strategy = string(vocab.WaitTypeTimer)
 		}
 		if key := (attrKey{w.workflow, strategy, string(w.wait.Status)}); attrs == nil || key != last {
 			last, attrs = key, metric.WithAttributes(

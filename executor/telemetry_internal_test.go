@@ -12,8 +12,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestObserveResumedAttributes: the waits of one batch are each counted under their own
@@ -28,19 +27,19 @@ func TestObserveResumedAttributes(t *testing.T) {
 	require.NoError(t, err)
 
 	t0 := time.Now()
-	wait := func(wf string, strategy workflow.Strategy, status execstate.WaitStatus, typ execstate.WaitType) resumedWait {
+	wait := func(wf string, strategy vocab.Strategy, status vocab.WaitStatus, typ vocab.WaitType) resumedWait {
 		return resumedWait{workflow: wf, span: tracenoop.Span{}, wait: aggregator.Ended{
 			WaitType: typ, Strategy: strategy, Status: status, CreatedAt: t0, EndedAt: t0.Add(time.Second)}}
 	}
-	events, timer := execstate.WaitTypeEvents, execstate.WaitTypeTimer
+	events, timer := vocab.WaitTypeEvents, vocab.WaitTypeTimer
 	e.observeResumed(context.Background(), []resumedWait{
-		wait("a", workflow.StrategyAll, execstate.WaitCompleted, events),
-		wait("a", workflow.StrategyAll, execstate.WaitCompleted, events),
-		wait("b", workflow.StrategyAll, execstate.WaitCompleted, events),
-		wait("a", workflow.StrategyAll, execstate.WaitCompleted, events),
-		wait("a", workflow.StrategyAny, execstate.WaitCompleted, events),
-		wait("a", workflow.StrategyAll, execstate.WaitTimeout, events),
-		wait("a", "", execstate.WaitResumed, timer),
+		wait("a", vocab.StrategyAll, vocab.WaitCompleted, events),
+		wait("a", vocab.StrategyAll, vocab.WaitCompleted, events),
+		wait("b", vocab.StrategyAll, vocab.WaitCompleted, events),
+		wait("a", vocab.StrategyAll, vocab.WaitCompleted, events),
+		wait("a", vocab.StrategyAny, vocab.WaitCompleted, events),
+		wait("a", vocab.StrategyAll, vocab.WaitTimeout, events),
+		wait("a", "", vocab.WaitResumed, timer),
 	})
 
 	var rm metricdata.ResourceMetrics

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,8 +21,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // observed is what a pod's telemetry recorded: ended spans, metrics on demand, and
@@ -246,7 +246,7 @@ func TestTraceFollowsWait(t *testing.T) {
 	resume := o.span(t, "rendezvous.wait.resume", "wait")
 	require.Equal(t, traceID, resume.SpanContext().TraceID())
 	require.Equal(t, run.SpanContext().SpanID(), resume.Parent().SpanID())
-	require.Equal(t, string(execstate.WaitCompleted), attr(resume, "rendezvous.outcome"))
+	require.Equal(t, string(vocab.WaitCompleted), attr(resume, "rendezvous.outcome"))
 	require.Equal(t, id.String(), attr(resume, "rendezvous.execution_id"))
 	require.Equal(t, codes.Unset, resume.Status().Code)
 
@@ -306,7 +306,7 @@ func TestTraceFollowsTimer(t *testing.T) {
 		require.Equal(t, run.SpanContext().TraceID(), s.SpanContext().TraceID(), s.Name())
 		require.Equal(t, run.SpanContext().SpanID(), s.Parent().SpanID(), s.Name())
 	}
-	require.Equal(t, string(execstate.WaitResumed), attr(resume, "rendezvous.outcome"))
+	require.Equal(t, string(vocab.WaitResumed), attr(resume, "rendezvous.outcome"))
 
 	rm := o.collect(t)
 	waited := histogram(t, rm, "rendezvous.wait.duration",

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TimelineKind says what a timeline entry records.
@@ -71,9 +71,9 @@ func timeline(v *ExecutionView) []TimelineEntry {
 		for _, r := range w.ReceivedEvents {
 			out = append(out, TimelineEntry{At: r.ReceivedAt, Kind: TimelineEventReceived, NodeID: w.NodeID, Event: r.Name, Source: &r.Source})
 		}
-		if w.Status != execstate.WaitWaiting && w.Status != execstate.WaitScheduled {
+		if w.Status != vocab.WaitWaiting && w.Status != vocab.WaitScheduled {
 			end := TimelineEntry{At: w.UpdatedAt, Kind: TimelineWaitEnded, NodeID: w.NodeID, Status: string(w.Status), TimedOutEvents: w.TimedOutEvents}
-			if w.ResumedAt != nil && w.Status == execstate.WaitResumed {
+			if w.ResumedAt != nil && w.Status == vocab.WaitResumed {
 				// The update that ended the wait was overwritten by its resume; the resume
 				// is the latest the wait can have ended.
 				end.At = *w.ResumedAt

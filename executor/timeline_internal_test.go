@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // TestTimeline: an execution that waited for two events, got one from Kafka, timed out
@@ -23,19 +23,19 @@ func TestTimeline(t *testing.T) {
 	part, off := int32(2), int64(41)
 	boom := "boom"
 	v := &ExecutionView{
-		ExecutionSummary: lists.ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
+		ExecutionSummary: readmodel.ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
 		Nodes: []NodeView{
 			{ID: "wait", Status: "timeout", StartedAt: at(0), FinishedAt: at(6)},
 			{ID: "notify", Status: "failed", Error: &boom, StartedAt: at(7), FinishedAt: at(8)},
 			{ID: "later", Status: "pending"},
 		},
-		Waits: []lists.WaitView{{
-			NodeID: "wait", WaitType: execstate.WaitTypeEvents, Status: execstate.WaitResumed, CreatedAt: *at(1),
+		Waits: []readmodel.WaitView{{
+			NodeID: "wait", WaitType: vocab.WaitTypeEvents, Status: vocab.WaitResumed, CreatedAt: *at(1),
 			UpdatedAt: *at(6), ResumedAt: at(6), ResumedBy: new("replica-1"), TimedOutEvents: []string{"callback"},
 			ReceivedEvents: []aggregator.Received{{Name: "shipment", ReceivedAt: *at(3),
 				Source: aggregator.Source{Kind: "kafka", Topic: "shipments", Partition: &part, Offset: &off}}},
 		}, {
-			NodeID: "other", WaitType: execstate.WaitTypeTimer, Status: execstate.WaitScheduled, CreatedAt: *at(2), UpdatedAt: *at(2),
+			NodeID: "other", WaitType: vocab.WaitTypeTimer, Status: vocab.WaitScheduled, CreatedAt: *at(2), UpdatedAt: *at(2),
 		}},
 	}
 	got := timeline(v)
@@ -86,6 +86,6 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, "redrive 2", got[len(got)-2].Detail)
 
 	// A new execution: started, nothing else.
-	fresh := timeline(&ExecutionView{ExecutionSummary: lists.ExecutionSummary{CreatedAt: t0, Status: "running"}})
+	fresh := timeline(&ExecutionView{ExecutionSummary: readmodel.ExecutionSummary{CreatedAt: t0, Status: "running"}})
 	require.Equal(t, []TimelineEntry{{At: t0, Kind: TimelineExecutionStarted}}, fresh)
 }

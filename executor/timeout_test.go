@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // Deadlines end to end: a running pod (executor and deadline sweeper) and waits with
@@ -69,7 +69,7 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 	v := h.waitStatus(t, id, "failed")
 	const reason = "timed out waiting for api_response"
 	n := nodeOf(t, v, "wait")
-	require.Equal(t, execstate.NodeFailed, n.Status)
+	require.Equal(t, vocab.NodeFailed, n.Status)
 	require.Equal(t, reason, errText(n.Error), "names the missing event, and only it")
 	require.Equal(t, "node wait: "+reason, errText(v.Error))
 	require.NotNil(t, v.FinishedAt)
@@ -85,7 +85,7 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 	require.Nil(t, out["apiResponse"])
 
 	w := waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitTimeout, w.Status)
+	require.Equal(t, vocab.WaitTimeout, w.Status)
 	require.Equal(t, reason, errText(w.Error))
 	require.Equal(t, []string{"api_response"}, w.TimedOutEvents, "the view shows what timed out")
 	row := h.waitRow(t, id, "wait")
@@ -94,7 +94,7 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 
 	// The node behind the failed wait never runs, and does not stay pending either.
 	after := nodeOf(t, v, "after")
-	require.Equal(t, execstate.NodeCancelled, after.Status)
+	require.Equal(t, vocab.NodeCancelled, after.Status)
 	require.Equal(t, "execution failed: node wait: "+reason, errText(after.Error))
 	require.Nil(t, after.StartedAt)
 	require.NotNil(t, after.FinishedAt)
@@ -104,8 +104,8 @@ func TestTimeoutFailNamesMissingEvents(t *testing.T) {
 	require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventAPIResponse, obj{"result": "approved"}))
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 0 }, "a node after the failed wait ran")
 	v = h.view(t, id)
-	require.Equal(t, execstate.ExecFailed, v.Status)
-	require.Equal(t, execstate.WaitTimeout, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.ExecFailed, v.Status)
+	require.Equal(t, vocab.WaitTimeout, waitOf(t, v, "wait").Status)
 	require.Equal(t, w.Version, waitOf(t, v, "wait").Version)
 }
 
@@ -150,7 +150,7 @@ func TestTimeoutContinue(t *testing.T) {
 
 		v := h.waitStatus(t, id, "completed")
 		n := nodeOf(t, v, "wait")
-		require.Equal(t, execstate.NodeCompleted, n.Status)
+		require.Equal(t, vocab.NodeCompleted, n.Status)
 		require.Nil(t, n.Error)
 		require.False(t, n.FinishedAt.Before(ws.ExpiresAt), "the deadline fired early")
 		out := output(t, n)
@@ -164,13 +164,13 @@ func TestTimeoutContinue(t *testing.T) {
 		require.Equal(t, "api_response", events[0].(obj)["name"])
 
 		// The branch on output.timeout: late ran once with the partial data, ontime skipped.
-		require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "late").Status)
-		require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "ontime").Status)
+		require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "late").Status)
+		require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "ontime").Status)
 		stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/late") == 1 && h.fake.count("/ontime") == 0 })
 		require.Equal(t, obj{"result": "approved", "timed_out": []any{"kafka_event"}}, h.fake.requests("/late")[0].Body)
 
 		w := waitOf(t, v, "wait")
-		require.Equal(t, execstate.WaitTimeout, w.Status)
+		require.Equal(t, vocab.WaitTimeout, w.Status)
 		require.Nil(t, w.Error, "a wait that continued is not an error")
 		require.True(t, h.waitRow(t, id, "wait").Resumed)
 		h.requireQueuesEmpty(t, id)
@@ -189,12 +189,12 @@ func TestTimeoutContinue(t *testing.T) {
 
 		v := h.waitStatus(t, id, "failed")
 		const reason = "timed out waiting for api_response (onTimeout continue needs api_response, which did not arrive)"
-		require.Equal(t, execstate.NodeFailed, nodeOf(t, v, "wait").Status)
+		require.Equal(t, vocab.NodeFailed, nodeOf(t, v, "wait").Status)
 		require.Equal(t, reason, errText(nodeOf(t, v, "wait").Error))
 		require.Equal(t, "node wait: "+reason, errText(v.Error))
-		require.Equal(t, execstate.WaitTimeout, waitOf(t, v, "wait").Status)
+		require.Equal(t, vocab.WaitTimeout, waitOf(t, v, "wait").Status)
 		for _, n := range []string{"late", "ontime"} {
-			require.NotContains(t, []execstate.NodeStatus{execstate.NodeCompleted, execstate.NodeRunning}, nodeOf(t, v, n).Status, n)
+			require.NotContains(t, []vocab.NodeStatus{vocab.NodeCompleted, vocab.NodeRunning}, nodeOf(t, v, n).Status, n)
 		}
 		stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/late")+h.fake.count("/ontime") == 0 })
 		h.requireQueuesEmpty(t, id)
@@ -226,14 +226,14 @@ func TestTimeoutContinueRequiredOnly(t *testing.T) {
 
 	v := h.waitStatus(t, id, "completed")
 	n := nodeOf(t, v, "wait")
-	require.Equal(t, execstate.NodeCompleted, n.Status)
+	require.Equal(t, vocab.NodeCompleted, n.Status)
 	require.Nil(t, n.Error)
 	require.Nil(t, n.Warning)
 	out := output(t, n)
 	require.Equal(t, true, out["timeout"])
 	require.Equal(t, []any{"api_response"}, out["missing_required_events"])
 	require.Equal(t, []any{"kafka_event"}, out["arrival_order"])
-	require.Equal(t, execstate.WaitTimeout, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.WaitTimeout, waitOf(t, v, "wait").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/after") == 1 })
 	require.Equal(t, obj{"missing": []any{"api_response"}}, h.fake.requests("/after")[0].Body)
 	h.requireQueuesEmpty(t, id)
@@ -273,7 +273,7 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 
 	v := h.waitStatus(t, id, "completed")
 	n := nodeOf(t, v, "wait")
-	require.Equal(t, execstate.NodeCompleted, n.Status)
+	require.Equal(t, vocab.NodeCompleted, n.Status)
 	require.NotNil(t, n.Warning, "continuing with partial data leaves a warning on the node")
 	require.Equal(t, "timed out; continued with partial data, without api_response, kafka_event", *n.Warning)
 	require.Nil(t, n.Error)
@@ -292,13 +292,13 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 		"correlation_id":          ws.CorrelationID.String(),
 	}, output(t, n))
 	require.Nil(t, nodeOf(t, v, "fallback").Warning)
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "fallback").Status)
-	require.Equal(t, execstate.NodeSkipped, nodeOf(t, v, "normal").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "fallback").Status)
+	require.Equal(t, vocab.NodeSkipped, nodeOf(t, v, "normal").Status)
 	stays(t, 200*time.Millisecond, func() bool { return h.fake.count("/fallback") == 1 && h.fake.count("/normal") == 0 })
 	require.Equal(t, obj{"timeout": true, "n": []any{}}, h.fake.requests("/fallback")[0].Body)
 
 	w := waitOf(t, v, "wait")
-	require.Equal(t, execstate.WaitTimeout, w.Status)
+	require.Equal(t, vocab.WaitTimeout, w.Status)
 	require.Nil(t, w.Error)
 	require.Empty(t, w.ReceivedEvents)
 	require.Equal(t, []string{"api_response", "kafka_event"}, h.waitRow(t, id, "wait").TimedOut)
@@ -337,12 +337,12 @@ func TestOptionalEventOwnTimeout(t *testing.T) {
 		return len(row.TimedOut) > 0
 	}, "the optional event never timed out")
 	require.Equal(t, []string{"kafka_event"}, row.TimedOut)
-	require.Equal(t, string(execstate.WaitWaiting), row.Status, "an optional event's timeout does not end the wait")
+	require.Equal(t, string(vocab.WaitWaiting), row.Status, "an optional event's timeout does not end the wait")
 	require.Equal(t, row.ExpiresAt, row.NextDeadlineAt, "next deadline is the overall one")
 	require.Equal(t, before.Version+1, row.Version)
 	v := h.view(t, id)
-	require.Equal(t, execstate.ExecWaiting, v.Status)
-	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "wait").Status)
+	require.Equal(t, vocab.ExecWaiting, v.Status)
+	require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "wait").Status)
 
 	require.Equal(t, aggregator.Late, h.apply(t, id, ws.CorrelationID, aggregator.EventKafka, obj{"sku": "k-1"}),
 		"an event past its own deadline no longer counts")
@@ -356,8 +356,8 @@ func TestOptionalEventOwnTimeout(t *testing.T) {
 	require.Equal(t, obj{"result": "approved"}, out["apiResponse"])
 	require.Nil(t, out["kafkaEvent"], "the late event's data was not taken")
 	require.Equal(t, []any{"api_response"}, out["arrival_order"])
-	require.Equal(t, execstate.NodeCompleted, nodeOf(t, v, "next").Status)
+	require.Equal(t, vocab.NodeCompleted, nodeOf(t, v, "next").Status)
 	require.Equal(t, 1, h.fake.count("/next"))
-	require.Equal(t, execstate.WaitCompleted, waitOf(t, v, "wait").Status)
+	require.Equal(t, vocab.WaitCompleted, waitOf(t, v, "wait").Status)
 	h.requireQueuesEmpty(t, id)
 }

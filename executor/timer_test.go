@@ -12,9 +12,9 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/waittime"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/workflow/waittime"
 )
 
 // timerFlow is a wait node followed by a call to the fake service, whose requests count
@@ -133,8 +133,8 @@ func TestTimerTimeOfDayCancelled(t *testing.T) {
 	eventually(t, func() bool { return len(h.view(t, id).Waits) == 1 })
 	v := h.view(t, id)
 	w := waitOf(t, v, "pause")
-	require.Equal(t, execstate.WaitScheduled, w.Status)
-	require.Equal(t, execstate.WaitTypeTimer, w.WaitType)
+	require.Equal(t, vocab.WaitScheduled, w.Status)
+	require.Equal(t, vocab.WaitTypeTimer, w.WaitType)
 	require.Empty(t, w.Strategy)
 	require.JSONEq(t, `{"untilTime": "06:15", "timezone": "Australia/Sydney", "days": ["sat"]}`, string(w.Timer))
 	loc, err := waittime.LoadLocation("Australia/Sydney")
@@ -147,7 +147,7 @@ func TestTimerTimeOfDayCancelled(t *testing.T) {
 	lo, hi := waittime.NextTimeOfDay(before, tod, loc, days), waittime.NextTimeOfDay(time.Now(), tod, loc, days)
 	require.True(t, !w.ExpiresAt.Before(lo) && !w.ExpiresAt.After(hi), "scheduled for %s, want %s", w.ExpiresAt, lo)
 	require.Equal(t, time.Saturday, w.ExpiresAt.In(loc).Weekday())
-	require.Equal(t, execstate.NodeWaiting, nodeOf(t, v, "pause").Status)
+	require.Equal(t, vocab.NodeWaiting, nodeOf(t, v, "pause").Status)
 
 	// An event with the timer's ids is not something it waits for.
 	require.Equal(t, aggregator.NotExpected, h.apply(t, id, w.CorrelationID, aggregator.EventAPIResponse, obj{}))
@@ -157,7 +157,7 @@ func TestTimerTimeOfDayCancelled(t *testing.T) {
 	out := output(t, nodeOf(t, v, "pause"))
 	require.Equal(t, true, out["cancelled"])
 	require.Equal(t, "Australia/Sydney", out["timezone"])
-	require.Equal(t, execstate.WaitCancelled, waitOf(t, v, "pause").Status)
+	require.Equal(t, vocab.WaitCancelled, waitOf(t, v, "pause").Status)
 	require.Equal(t, 1, h.fake.count("/done"))
 }
 
@@ -188,10 +188,10 @@ func TestTimerBadSettingFailsNode(t *testing.T) {
 	id := h.start(t, name, obj{"tz": "Europe/Atlantis"})
 	v := h.waitStatus(t, id, "failed")
 	n := nodeOf(t, v, "pause")
-	require.Equal(t, execstate.NodeFailed, n.Status)
+	require.Equal(t, vocab.NodeFailed, n.Status)
 	require.Contains(t, errText(n.Error), `"Europe/Atlantis"`)
 	w := waitOf(t, v, "pause")
-	require.Equal(t, execstate.WaitError, w.Status)
+	require.Equal(t, vocab.WaitError, w.Status)
 	require.Contains(t, errText(w.Error), `"Europe/Atlantis"`)
 	require.Equal(t, 0, h.fake.count("/done"))
 }
@@ -214,7 +214,7 @@ func TestTimerZoneCandidates(t *testing.T) {
 	id := h.start(t, name, obj{"contact": obj{"timezone": nil}, "account": obj{"timezone": "Europe/Berlin"}, "holidays": []any{"2026-12-25"}})
 	eventually(t, func() bool { return len(h.view(t, id).Waits) == 1 })
 	w := waitOf(t, h.view(t, id), "pause")
-	require.Equal(t, execstate.WaitScheduled, w.Status)
+	require.Equal(t, vocab.WaitScheduled, w.Status)
 	require.JSONEq(t, `{"untilTime": "09:00", "timezone": "Europe/Berlin", "timezone_candidate": 1,
 		"timezone_skipped": [{"index": 0, "candidate": "@{_trigger.contact.timezone}", "reason": "is null"}],
 		"days": ["mon", "tue", "wed", "thu", "fri"], "skipDates": ["2026-12-25"]}`, string(w.Timer))
@@ -239,9 +239,9 @@ func TestTimerZoneCandidates(t *testing.T) {
 	id = h.start(t, strict, obj{"contact": obj{"timezone": "Mars/Olympus"}})
 	v := h.waitStatus(t, id, "failed")
 	n := nodeOf(t, v, "pause")
-	require.Equal(t, execstate.NodeFailed, n.Status)
+	require.Equal(t, vocab.NodeFailed, n.Status)
 	require.Equal(t, `timezone: no candidate is a valid IANA zone: [0] @{_trigger.contact.timezone}: invalid timezone "Mars/Olympus"; `+
 		`[1] @{_trigger.account.timezone}: @{_trigger.account.timezone}: _trigger has no field "account"`, errText(n.Error))
-	require.Equal(t, execstate.WaitError, waitOf(t, v, "pause").Status)
+	require.Equal(t, vocab.WaitError, waitOf(t, v, "pause").Status)
 	require.Equal(t, 0, h.fake.count("/done"))
 }

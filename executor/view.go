@@ -12,8 +12,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // ErrExecutionNotFound is returned for an unknown execution id.
@@ -21,27 +21,27 @@ var ErrExecutionNotFound = errors.New("execution not found")
 
 // ExecutionView is an execution as the API shows it.
 type ExecutionView struct {
-	lists.ExecutionSummary
+	readmodel.ExecutionSummary
 	Input json.RawMessage `json:"input"`
 	// RedriveCount is how often the execution was redriven, RedrivenAt when last.
 	RedriveCount int32      `json:"redrive_count"`
 	RedrivenAt   *time.Time `json:"redriven_at,omitempty"`
 	// RestartedFrom is the execution this one restarts; RestartedAs the execution that
 	// restarted this one.
-	RestartedFrom *uuid.UUID       `json:"restarted_from,omitempty"`
-	RestartedAs   *uuid.UUID       `json:"restarted_as,omitempty"`
-	Nodes         []NodeView       `json:"nodes"`
-	Waits         []lists.WaitView `json:"wait_states"`
+	RestartedFrom *uuid.UUID           `json:"restarted_from,omitempty"`
+	RestartedAs   *uuid.UUID           `json:"restarted_as,omitempty"`
+	Nodes         []NodeView           `json:"nodes"`
+	Waits         []readmodel.WaitView `json:"wait_states"`
 	// Timeline is what happened to the execution, oldest first (see Timeline).
 	Timeline []TimelineEntry `json:"timeline"`
 }
 
 // NodeView is one node execution.
 type NodeView struct {
-	ID     string               `json:"id"`
-	Status execstate.NodeStatus `json:"status"`
-	Output json.RawMessage      `json:"output,omitempty"`
-	Error  *string              `json:"error,omitempty"`
+	ID     string           `json:"id"`
+	Status vocab.NodeStatus `json:"status"`
+	Output json.RawMessage  `json:"output,omitempty"`
+	Error  *string          `json:"error,omitempty"`
 	// Warning is set on a node that finished but not as asked: a wait that continued
 	// after events timed out (onTimeout continue_with_partial).
 	Warning    *string    `json:"warning,omitempty"`
@@ -64,7 +64,7 @@ func (e *Executor) Execution(ctx context.Context, id uuid.UUID) (*ExecutionView,
 
 // readTx runs fn in the read-only snapshot the lists are read in.
 func (e *Executor) readTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return lists.Snapshot(ctx, e.pool, fn)
+	return readmodel.Snapshot(ctx, e.pool, fn)
 }
 
 func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*ExecutionView, error) {
@@ -84,19 +84,19 @@ func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Exe
 		return nil, fmt.Errorf("load wait states: %w", err)
 	}
 	v := &ExecutionView{
-		ExecutionSummary: lists.ExecutionSummary{
+		ExecutionSummary: readmodel.ExecutionSummary{
 			ID: exec.ID, Workflow: exec.WorkflowName, WorkflowVersion: exec.WorkflowVersion, Status: exec.Status,
 			Error: exec.Error, CreatedAt: exec.CreatedAt, UpdatedAt: exec.UpdatedAt, FinishedAt: exec.FinishedAt,
 		},
 		Input: exec.Input, RedriveCount: exec.RedriveCount, RedrivenAt: exec.RedrivenAt,
-		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []lists.WaitView{},
+		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []readmodel.WaitView{},
 	}
 	for _, n := range nodes {
 		v.Nodes = append(v.Nodes, NodeView{ID: n.NodeID, Status: n.Status, Output: n.Output, Error: n.Error, Warning: n.Warning,
 			Attempts: n.Attempts, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt})
 	}
 	for _, w := range waits {
-		wv, err := lists.NewWaitStateView(w)
+		wv, err := readmodel.NewWaitStateView(w)
 		if err != nil {
 			return nil, err
 		}

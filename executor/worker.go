@@ -20,9 +20,9 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 // errLeaseLost means another pod claimed the work after our lease ran out; our result is
@@ -140,7 +140,7 @@ const resumeMinBatch = 16
 // a burst of satisfied waits costs a few transactions instead of one each.
 func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, error) {
 	runs, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(execstate.KindRun), Max: int32(n),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(vocab.KindRun), Max: int32(n),
 	})
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (e *Executor) claimWork(ctx context.Context, n int) ([][]dbsqlc.RunQueue, e
 		return units, nil
 	}
 	resumes, err := e.q.RunQueueClaim(ctx, e.pool, dbsqlc.RunQueueClaimParams{
-		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(execstate.KindResume), Max: int32(free * ResumeBatchDefault),
+		InstanceID: e.cfg.InstanceID, LeaseSeconds: e.cfg.Lease.Seconds(), Kind: string(vocab.KindResume), Max: int32(free * ResumeBatchDefault),
 	})
 	if err != nil {
 		return units, err
@@ -201,7 +201,7 @@ func (e *Executor) processRun(ctx context.Context, job dbsqlc.RunQueue) {
 	log := e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID, "kind", job.Kind, "attempt", job.Attempt)
 	var err error
 	switch job.Kind {
-	case execstate.KindResume:
+	case vocab.KindResume:
 		err = e.resume(ctx, job)
 	default:
 		runCtx, span := e.startNodeRun(ctx, job.ExecutionID, job.NodeID, job.Attempt)
@@ -420,7 +420,7 @@ func (e *Executor) completeRun(ctx context.Context, tx pgx.Tx, st *execState, no
 // logWaiting says a node waits (on a timer or for events).
 func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState) {
 	msg := "waiting for events"
-	if ws.WaitType == execstate.WaitTypeTimer {
+	if ws.WaitType == vocab.WaitTypeTimer {
 		msg = "timer scheduled"
 	}
 	e.logger.DebugContext(ctx, msg, "execution_id", ws.ExecutionID, "node_id", ws.NodeID,
@@ -435,7 +435,7 @@ func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState)
 func waitingOutput(out Outcome, ws dbsqlc.ExecutionWaitState) ([]byte, error) {
 	out.Output["wait_state_id"] = ws.ID.String()
 	out.Output["waitStateId"] = ws.ID.String()
-	if ws.WaitType != execstate.WaitTypeTimer {
+	if ws.WaitType != vocab.WaitTypeTimer {
 		var enabled []string
 		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
 			return nil, fmt.Errorf("decode enabled events: %w", err)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/internal/lists"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // WorkflowVersion is one stored version of a workflow.
@@ -35,7 +35,7 @@ type WorkflowView struct {
 // Workflow returns version (0: the latest) of the named workflow, or an error wrapping
 // ErrWorkflowNotFound when the name or that version is unknown.
 func (e *Executor) Workflow(ctx context.Context, name string, version int32) (*WorkflowView, error) {
-	if _, err := lists.Text("name", name); err != nil {
+	if _, err := readmodel.Text("name", name); err != nil {
 		// No stored name holds such text.
 		return nil, fmt.Errorf("%w: no workflow named %q", ErrWorkflowNotFound, name)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/rendezvous-run/rendezvous/internal/template"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 // Request is a rendered outbound HTTP request.

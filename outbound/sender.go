@@ -25,9 +25,9 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
-	"github.com/rendezvous-run/rendezvous/internal/template"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 // ErrLeaseLost means another replica claimed the call after this one's lease ran out;

@@ -28,7 +28,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/bench"
+	"github.com/rendezvous-run/rendezvous/harness/bench"
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 )

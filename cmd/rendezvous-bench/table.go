@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/bench"
+	"github.com/rendezvous-run/rendezvous/harness/bench"
 )
 
 // figure is one line of the table (and of the JSON file's figures).

@@ -1,4 +1,4 @@
-// Command rendezvous-chaos runs the seeded chaos harness (internal/chaos) against real
+// Command rendezvous-chaos runs the seeded chaos harness (harness/chaos) against real
 // processes: the embedded Kafka broker, several `rendezvous serve` replicas on one fresh
 // database, and a fake external service, with replicas killed and stopped and the
 // database taken away while executions run. It prints the seed first, then a summary
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/rendezvous-run/rendezvous/internal/chaos"
+	"github.com/rendezvous-run/rendezvous/harness/chaos"
 )
 
 func main() {

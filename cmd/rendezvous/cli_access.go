@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/client"
 )
 
 func tokensGroup() *cliGroup {

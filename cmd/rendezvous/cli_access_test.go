@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/auth"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
+	"github.com/rendezvous-run/rendezvous/server/auth"
 )
 
 const cliBootstrap = "cli-bootstrap-token-0123456789abcdef"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/client"
 )
 
 func eventsGroup() *cliGroup {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/client"
 )
 
 func executionsGroup() *cliGroup {

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/client"
 )
 
 // table writes aligned columns for people; a cell never breaks its row (newlines and

@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
-	"github.com/rendezvous-run/rendezvous/internal/testkit/replica"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
 )
 
 // cliFixture is a service on a schema of its own, the external service its example

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/client"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 func waitsGroup() *cliGroup {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/client"
+	"github.com/rendezvous-run/rendezvous/client"
 )
 
 func workflowsGroup() *cliGroup {

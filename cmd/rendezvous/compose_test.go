@@ -18,7 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // stringList is a compose value that may be a string or a list of strings.
@@ -142,7 +142,7 @@ func TestComposeFile(t *testing.T) {
 
 	hostPorts := map[string]string{}
 	instanceIDs := map[string]string{}
-	var cfgs []service.Config
+	var cfgs []server.Config
 	for _, r := range replicas {
 		where := "compose service " + r.name
 		cfg := serveConfig(t, where, r.env, r.command[1:])

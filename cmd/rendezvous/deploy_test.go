@@ -30,11 +30,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/auth"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
-	"github.com/rendezvous-run/rendezvous/internal/template"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/server/auth"
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 const repoRoot = "../.."
@@ -204,9 +204,9 @@ func configure(o *options, env map[string]string, args []string) error {
 }
 
 // serveConfig is what `rendezvous serve args…` would run with in env.
-func serveConfig(t *testing.T, where string, env map[string]string, args []string) service.Config {
+func serveConfig(t *testing.T, where string, env map[string]string, args []string) server.Config {
 	t.Helper()
-	var cfg service.Config
+	var cfg server.Config
 	var c common
 	var noMigrate bool
 	require.NoError(t, configure(serveOptions(&cfg, &c, &noMigrate), env, args), "%s: serve configuration", where)
@@ -243,8 +243,8 @@ func port(t *testing.T, hostport string) int {
 func serviceRoutes(t *testing.T) []string {
 	t.Helper()
 	schema := dbtest.NewSchema(t)
-	s, err := service.New(context.Background(), service.Config{
-		// Authentication is tested in internal/service; here it would only be in the way.
+	s, err := server.New(context.Background(), server.Config{
+		// Authentication is tested in server; here it would only be in the way.
 		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: schema.URL, HTTPAddr: "127.0.0.1:0", InstanceID: "deploy-test",
 		Logger: slog.New(slog.DiscardHandler),

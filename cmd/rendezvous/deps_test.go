@@ -17,11 +17,11 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 	t.Parallel()
 	testOnly := []string{
 		"testing", "github.com/stretchr/testify", "github.com/testcontainers/testcontainers-go",
-		"go.uber.org/goleak", "github.com/chromedp/chromedp", "github.com/rendezvous-run/rendezvous/internal/dbtest",
+		"go.uber.org/goleak", "github.com/chromedp/chromedp", "github.com/rendezvous-run/rendezvous/harness/dbtest",
 		// The shared test kit (and testkit/replica under it).
-		"github.com/rendezvous-run/rendezvous/internal/testkit",
+		"github.com/rendezvous-run/rendezvous/harness/testkit",
 	}
-	harnesses := []string{"github.com/rendezvous-run/rendezvous/internal/chaos", "github.com/rendezvous-run/rendezvous/internal/bench",
+	harnesses := []string{"github.com/rendezvous-run/rendezvous/harness/chaos", "github.com/rendezvous-run/rendezvous/harness/bench",
 		// The peer the bench measures rendezvous against; the service never needs it.
 		"github.com/dbos-inc"}
 	for cmd, forbidden := range map[string][]string{

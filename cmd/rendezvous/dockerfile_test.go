@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 type dockerStage struct {
@@ -292,7 +292,7 @@ func TestDockerfile(t *testing.T) {
 		commandHelp(t, bin, img.healthcheck[1]) // the binary accepts it
 		target := healthcheckTarget(t, "HEALTHCHECK", nil, img.healthcheck[2:])
 		require.True(t, serves(routes, "GET", target.Path), "HEALTHCHECK GETs %s, which the service does not serve (routes: %v)", target, routes)
-		require.Equal(t, port(t, service.HTTPAddrDefault), img.port, "EXPOSE the default --http-addr port")
+		require.Equal(t, port(t, server.HTTPAddrDefault), img.port, "EXPOSE the default --http-addr port")
 		require.Equal(t, img.port, port(t, target.Host), "HEALTHCHECK checks the exposed port")
 	})
 }

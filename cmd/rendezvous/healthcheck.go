@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // The runtime image is distroless (no shell, curl or wget), so Docker's HEALTHCHECK and
@@ -29,7 +29,7 @@ func healthcheckOptions(rawURL, httpAddr *string, timeout *time.Duration) *optio
 	o.summary = "Exits 0 when the replica's /healthz answers 200, else 1: the HEALTHCHECK of an image without a shell."
 	o.examples = []string{"rendezvous healthcheck", "rendezvous healthcheck --url http://127.0.0.1:8081/healthz --timeout 1s"}
 	o.String(rawURL, "url", "RENDEZVOUS_HEALTHCHECK_URL", "", "URL to GET (default: "+healthcheckPath+" on the loopback port of --http-addr)")
-	o.String(httpAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", service.HTTPAddrDefault, "listen address of the replica to check (serve's --http-addr)")
+	o.String(httpAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", server.HTTPAddrDefault, "listen address of the replica to check (serve's --http-addr)")
 	o.Duration(timeout, "timeout", "RENDEZVOUS_HEALTHCHECK_TIMEOUT", healthcheckTimeoutDefault, "give up after this long")
 	return o
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/examples"
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // bindKafka binds the Kafka options onto cfg; the function it returns finishes the
@@ -89,7 +89,7 @@ func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Ctrl-C is for dev alone, so that `make dev` ends with dev's own exit status.
 	defer takeTerminal()()
-	var cfg service.Config
+	var cfg server.Config
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
@@ -155,7 +155,7 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	cfg.Version = buildVersion()
 	cfg.Kafka.Brokers = broker.ListenAddrs()
 	cfg.Kafka.AllowAutoTopicCreation = true
-	s, err := service.New(ctx, cfg)
+	s, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func orNone(s string) string {
 // loadExamples stores the example definitions. Those that call an external service
 // (vars.serviceUrl) are pointed at serviceURL, the stand-in, when it listens elsewhere
 // than they expect; as shipped they are stored unchanged.
-func loadExamples(ctx context.Context, s *service.Service, serviceURL string) ([]string, error) {
+func loadExamples(ctx context.Context, s *server.Service, serviceURL string) ([]string, error) {
 	files, err := fs.Glob(examples.Definitions, "*.json")
 	if err != nil {
 		return nil, err

@@ -21,11 +21,11 @@ import (
 	"github.com/rendezvous-run/rendezvous/callbacks"
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/internal/auth"
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
-	"github.com/rendezvous-run/rendezvous/internal/service"
 	"github.com/rendezvous-run/rendezvous/internal/suggest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/server/auth"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -242,8 +242,8 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 	return l, nil
 }
 
-// serveOptions binds every serve flag onto a service.Config.
-func serveOptions(cfg *service.Config, c *common, noMigrate *bool) *options {
+// serveOptions binds every serve flag onto a server.Config.
+func serveOptions(cfg *server.Config, c *common, noMigrate *bool) *options {
 	o := newOptions("serve")
 	o.summary = `Runs one replica: the HTTP API and callbacks, the Kafka consumer (with --kafka-brokers),
 the executor and the deadline sweeper. Run as many as you like against one database.`
@@ -255,9 +255,9 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 	c.bind(o)
 	o.Bool(noMigrate, "no-migrate", "RENDEZVOUS_NO_MIGRATE", false, "do not apply migrations at start")
 	var conns int
-	o.Int(&conns, "db-max-conns", "RENDEZVOUS_DB_MAX_CONNS", service.DBMaxConnsDefault, "database pool size of this replica")
+	o.Int(&conns, "db-max-conns", "RENDEZVOUS_DB_MAX_CONNS", server.DBMaxConnsDefault, "database pool size of this replica")
 	o.inSection("HTTP API and callbacks")
-	o.String(&cfg.HTTPAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", service.HTTPAddrDefault, "listen address of the HTTP API and callbacks")
+	o.String(&cfg.HTTPAddr, "http-addr", "RENDEZVOUS_HTTP_ADDR", server.HTTPAddrDefault, "listen address of the HTTP API and callbacks")
 	o.String(&cfg.AdminAddr, "admin-addr", "RENDEZVOUS_ADMIN_ADDR", "", "when set, the API, web view, OpenAPI document, schemas and metrics listen here and --http-addr serves only callbacks and probes")
 	o.String(&cfg.Auth.BootstrapToken, "bootstrap-token", "RENDEZVOUS_BOOTSTRAP_TOKEN", "", "admin bearer token that needs no database row, to create the others (prefer the variable: flags show in process lists)")
 	o.Bool(&cfg.Auth.Insecure, "insecure-no-auth", "RENDEZVOUS_INSECURE_NO_AUTH", false, "serve every route without authentication (logged at WARN on every start)")
@@ -296,7 +296,7 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	var cfg service.Config
+	var cfg server.Config
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
@@ -313,7 +313,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Logger = logger
 	cfg.Version = buildVersion()
 	logger.Info("garbage collector", gctune.Apply().LogAttrs()...)
-	s, err := service.New(ctx, cfg)
+	s, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
-	"github.com/rendezvous-run/rendezvous/internal/service"
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // buildBinary compiles the command once per test run, as users run it.
@@ -102,11 +102,11 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 			Duration *int64         `json:"duration"`
 			Loops    map[string]any `json:"loops"`
 		}
-		if json.Unmarshal([]byte(line), &l) != nil || (l.Msg != service.LogShutdownStage && l.Msg != service.LogStopped) {
+		if json.Unmarshal([]byte(line), &l) != nil || (l.Msg != server.LogShutdownStage && l.Msg != server.LogStopped) {
 			continue
 		}
 		require.NotNil(t, l.Duration, "a duration on %s", line)
-		if l.Msg == service.LogStopped {
+		if l.Msg == server.LogStopped {
 			stages = append(stages, "(stopped)")
 			continue
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/service"
+	"github.com/rendezvous-run/rendezvous/server"
 )
 
 // The configuration reference (docs/configuration.md) is generated from the commands'
@@ -144,7 +144,7 @@ func TestHelpMatchesOptions(t *testing.T) {
 		}
 		return out
 	}
-	var cfg service.Config
+	var cfg server.Config
 	var c common
 	var noMigrate bool
 	require.ElementsMatch(t, asHelp(serveOptions(&cfg, &c, &noMigrate)), commandHelp(t, bin, "serve"))

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
-	"github.com/rendezvous-run/rendezvous/internal/dbtest"
+	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 const (

@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 type ApiToken struct {
@@ -73,7 +72,7 @@ type Execution struct {
 	ID              uuid.UUID
 	WorkflowName    string
 	WorkflowVersion int32
-	Status          execstate.ExecutionStatus
+	Status          vocab.ExecutionStatus
 	Input           json.RawMessage
 	Error           *string
 	CreatedAt       time.Time
@@ -106,7 +105,7 @@ type ExecutionWaitState struct {
 	ExecutionID         uuid.UUID
 	NodeID              string
 	CorrelationID       uuid.UUID
-	AggregationStrategy workflow.Strategy
+	AggregationStrategy vocab.Strategy
 	RequiredEvents      json.RawMessage
 	EnabledEvents       json.RawMessage
 	ExpectedEvents      json.RawMessage
@@ -115,9 +114,9 @@ type ExecutionWaitState struct {
 	ApiResponseData     json.RawMessage
 	KafkaEventData      json.RawMessage
 	ReceivedEvents      json.RawMessage
-	OnTimeout           workflow.OnTimeout
+	OnTimeout           vocab.OnTimeout
 	OutputMapping       json.RawMessage
-	Status              execstate.WaitStatus
+	Status              vocab.WaitStatus
 	Error               *string
 	ResumedAt           *time.Time
 	ResumedBy           *string
@@ -127,12 +126,12 @@ type ExecutionWaitState struct {
 	ExpiresAt           time.Time
 	NextDeadlineAt      time.Time
 	TimedOutEvents      json.RawMessage
-	WaitType            execstate.WaitType
+	WaitType            vocab.WaitType
 	Timer               json.RawMessage
 	TraceParent         *string
 	EventData           json.RawMessage
 	MatchKeys           []string
-	NodeStatus          *execstate.NodeStatus
+	NodeStatus          *vocab.NodeStatus
 	NodeOutput          json.RawMessage
 	NodeError           *string
 	NodeWarning         *string
@@ -154,7 +153,7 @@ type MatchLookback struct {
 type NodeExecution struct {
 	ExecutionID uuid.UUID
 	NodeID      string
-	Status      execstate.NodeStatus
+	Status      vocab.NodeStatus
 	Output      json.RawMessage
 	Error       *string
 	Attempts    int32
@@ -168,7 +167,7 @@ type NodeExecution struct {
 type NodeExecutionRow struct {
 	ExecutionID uuid.UUID
 	NodeID      string
-	Status      execstate.NodeStatus
+	Status      vocab.NodeStatus
 	Output      json.RawMessage
 	Error       *string
 	Attempts    int32
@@ -195,7 +194,7 @@ type RunQueue struct {
 	ID          int64
 	ExecutionID uuid.UUID
 	NodeID      string
-	Kind        execstate.RunKind
+	Kind        vocab.RunKind
 	Attempt     int32
 	VisibleAt   time.Time
 	ClaimedBy   *string

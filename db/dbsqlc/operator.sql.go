@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 const executionList = `-- name: ExecutionList :many
@@ -45,7 +44,7 @@ type ExecutionListRow struct {
 	ID              uuid.UUID
 	WorkflowName    string
 	WorkflowVersion int32
-	Status          execstate.ExecutionStatus
+	Status          vocab.ExecutionStatus
 	Error           *string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
@@ -148,10 +147,10 @@ type WaitStateListRow struct {
 	WorkflowVersion     int32
 	NodeID              string
 	CorrelationID       uuid.UUID
-	WaitType            execstate.WaitType
+	WaitType            vocab.WaitType
 	Timer               json.RawMessage
-	AggregationStrategy workflow.Strategy
-	Status              execstate.WaitStatus
+	AggregationStrategy vocab.Strategy
+	Status              vocab.WaitStatus
 	Version             int64
 	EnabledEvents       json.RawMessage
 	RequiredEvents      json.RawMessage

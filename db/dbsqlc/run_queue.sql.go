@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 const notify = `-- name: Notify :exec
@@ -152,7 +152,7 @@ GROUP BY kind
 `
 
 type RunQueueDepthRow struct {
-	Kind  execstate.RunKind
+	Kind  vocab.RunKind
 	Count int64
 }
 

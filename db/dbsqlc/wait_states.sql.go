@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/rendezvous-run/rendezvous/internal/execstate"
-	"github.com/rendezvous-run/rendezvous/internal/workflow"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 const waitStateCancelOpenForExecution = `-- name: WaitStateCancelOpenForExecution :many
@@ -185,7 +184,7 @@ GROUP BY status
 `
 
 type WaitStateCountOpenRow struct {
-	Status execstate.WaitStatus
+	Status vocab.WaitStatus
 	Count  int64
 }
 
@@ -968,9 +967,9 @@ type WaitStateMarkResumedManyParams struct {
 type WaitStateMarkResumedManyRow struct {
 	ExecutionID         uuid.UUID
 	NodeID              string
-	WaitType            execstate.WaitType
-	AggregationStrategy workflow.Strategy
-	Status              execstate.WaitStatus
+	WaitType            vocab.WaitType
+	AggregationStrategy vocab.Strategy
+	Status              vocab.WaitStatus
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	TraceParent         *string

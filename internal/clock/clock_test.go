@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/clock"
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

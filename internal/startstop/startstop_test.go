@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )

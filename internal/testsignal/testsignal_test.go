@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/internal/testsignal"
 )
 

@@ -1,9 +1,0 @@
-package audit_test
-
-import (
-	"testing"
-
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
-)
-
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

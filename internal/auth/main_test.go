@@ -1,9 +1,0 @@
-package auth
-
-import (
-	"testing"
-
-	"github.com/rendezvous-run/rendezvous/internal/testkit"
-)
-
-func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

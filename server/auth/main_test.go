@@ -1,0 +1,9 @@
+package auth
+
+import (
+	"testing"
+
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
