@@ -117,7 +117,7 @@ func TestLookbackRecordTakenAtRegistration(t *testing.T) {
 	require.Equal(t, map[string][]int{"kept": {1}}, f.kept(t, "o-1"))
 	var reason, detail string
 	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT reason, detail FROM unmatched_events`).Scan(&reason, &detail))
-	require.Equal(t, aggregator.UnmatchedBuffered, reason)
+	require.Equal(t, string(aggregator.UnmatchedBuffered), reason)
 	require.Contains(t, detail, "kept for a wait registering with it until")
 
 	// A wait for another value, and one without lookback, take nothing.

@@ -16,10 +16,13 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 )
 
-// Resolutions of a dead letter or an unmatched event.
+// Resolution is how a dead letter or an unmatched event was resolved.
+type Resolution string
+
+// The resolutions.
 const (
-	ResolutionReplayed  = "replayed"
-	ResolutionDismissed = "dismissed"
+	ResolutionReplayed  Resolution = "replayed"
+	ResolutionDismissed Resolution = "dismissed"
 )
 
 // ErrEventNotFound is returned when the dead letter or unmatched event to replay or
@@ -108,7 +111,7 @@ func (a *Aggregator) ReplayDeadLetter(ctx context.Context, id int64, executionID
 				out = Replayed{ID: id, ExecutionID: s.ExecutionID, Outcome: string(SendDuplicate)}
 				return resolveReplayed(ctx, tx, out, func(detail string) error {
 					return a.q.EventDeadLetterResolve(ctx, tx, dbsqlc.EventDeadLetterResolveParams{
-						Resolution: ResolutionReplayed, Detail: detail, ID: id})
+						Resolution: string(ResolutionReplayed), Detail: detail, ID: id})
 				})
 			}
 			if err := a.q.ExecutionEventIDDelete(ctx, tx, dbsqlc.ExecutionEventIDDeleteParams{
@@ -122,7 +125,7 @@ func (a *Aggregator) ReplayDeadLetter(ctx context.Context, id int64, executionID
 		out = Replayed{ID: id, ExecutionID: s.ExecutionID, Outcome: string(res.Outcome)}
 		return resolveReplayed(ctx, tx, out, func(detail string) error {
 			return a.q.EventDeadLetterResolve(ctx, tx, dbsqlc.EventDeadLetterResolveParams{
-				Resolution: ResolutionReplayed, Detail: detail, ID: id})
+				Resolution: string(ResolutionReplayed), Detail: detail, ID: id})
 		})
 	})
 	if err != nil {
@@ -172,7 +175,7 @@ func (a *Aggregator) ReplayUnmatched(ctx context.Context, id int64, executionID 
 		payload := json.RawMessage(row.PayloadExcerpt)
 		resolve := func(detail string) error {
 			return a.q.UnmatchedEventResolve(ctx, tx, dbsqlc.UnmatchedEventResolveParams{
-				Resolution: ResolutionReplayed, Detail: detail, ID: id})
+				Resolution: string(ResolutionReplayed), Detail: detail, ID: id})
 		}
 		switch {
 		case row.CorrelationID != nil:
@@ -227,7 +230,7 @@ func (a *Aggregator) DismissDeadLetter(ctx context.Context, id int64, reason str
 		return row.Resolution, err
 	}, func(tx pgx.Tx) error {
 		return a.q.EventDeadLetterResolve(ctx, tx, dbsqlc.EventDeadLetterResolveParams{
-			Resolution: ResolutionDismissed, Detail: reason, ID: id})
+			Resolution: string(ResolutionDismissed), Detail: reason, ID: id})
 	})
 }
 
@@ -238,7 +241,7 @@ func (a *Aggregator) DismissUnmatched(ctx context.Context, id int64, reason stri
 		return row.Resolution, err
 	}, func(tx pgx.Tx) error {
 		return a.q.UnmatchedEventResolve(ctx, tx, dbsqlc.UnmatchedEventResolveParams{
-			Resolution: ResolutionDismissed, Detail: reason, ID: id})
+			Resolution: string(ResolutionDismissed), Detail: reason, ID: id})
 	})
 }
 

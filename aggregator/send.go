@@ -66,7 +66,7 @@ type SendResult struct {
 	ExecutionStatus vocab.ExecutionStatus
 	// Unmatched is the reason recorded in unmatched_events when no wait took the event
 	// (buffered ones included); empty when delivered.
-	Unmatched string
+	Unmatched UnmatchedReason
 }
 
 // Queued reports whether a delivery completed a wait, or ended one by writing its passed
@@ -253,7 +253,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 
 	results := make([]SendResult, len(sends))
 	var unm []unmatched
-	reject := func(i int, outcome SendOutcome, reason, detail string) {
+	reject := func(i int, outcome SendOutcome, reason UnmatchedReason, detail string) {
 		s := sends[i]
 		unm = append(unm, unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload})
 		results[i].Outcome, results[i].Unmatched = outcome, reason

@@ -93,7 +93,7 @@ func (a *Aggregator) initTelemetry() error {
 		in.lookback.Add(ctx, 0, metric.WithAttributes(attribute.String("outcome", outcome)))
 	}
 	for _, reason := range UnmatchedReasons {
-		in.unmatched.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", reason)))
+		in.unmatched.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", string(reason))))
 	}
 	in.warnings.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", WarningPartialData)))
 	in.conflicts.Add(ctx, 0)
@@ -205,9 +205,9 @@ func expiredOf(results []Result) []Expired {
 // counter is added to once per distinct attribute set rather than once per event (the
 // attribute sets were a noticeable share of a batch's Go time).
 type tally struct {
-	applied, notApplied map[[2]string]int64 // by source and outcome (reason)
-	unmatched           map[string]int64    // by reason
-	firstEvent          map[string]int64    // by event
+	applied, notApplied map[[2]string]int64       // by source and outcome (reason)
+	unmatched           map[UnmatchedReason]int64 // by reason
+	firstEvent          map[string]int64          // by event
 	conflicts, kept     int64
 }
 
@@ -236,7 +236,7 @@ func (t *tally) record(ctx context.Context, a *Aggregator) {
 		a.ins.conflicts.Add(ctx, t.conflicts)
 	}
 	for reason, n := range t.unmatched {
-		a.ins.unmatched.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+		a.ins.unmatched.Add(ctx, n, metric.WithAttributes(attribute.String("reason", string(reason))))
 	}
 	if t.kept > 0 {
 		a.ins.lookback.Add(ctx, t.kept, metric.WithAttributes(attribute.String("outcome", "kept")))

@@ -20,22 +20,25 @@ import (
 // Why an event matched nothing, as listed by GET /api/v1/events/unmatched and counted
 // by rendezvous.events.unmatched. The question users ask most is "why did my event not
 // match": every event that was not applied to a wait leaves one of these.
+type UnmatchedReason string
+
+// The reasons.
 const (
-	UnmatchedNoExecution       = "no_execution"       // sent to an execution that does not exist
-	UnmatchedExecutionFinished = "execution_finished" // sent to a finished execution (409)
-	UnmatchedBuffered          = "buffered"           // no node waits for its type (or payload-match value) yet: held in the buffer
-	UnmatchedMatchValueDiffers = "match_value_differs"
-	UnmatchedFilterFailed      = "filter_failed"
-	UnmatchedIDMismatch        = "id_mismatch"
-	UnmatchedDuplicate         = "duplicate"
-	UnmatchedNoWait            = "no_wait"          // ids of no wait
-	UnmatchedLate              = "late"             // the wait had already ended
-	UnmatchedNotExpected       = "not_expected"     // the wait does not expect such an event
-	UnmatchedAlreadyRecorded   = "already_recorded" // the wait holds a different event of that name
+	UnmatchedNoExecution       UnmatchedReason = "no_execution"       // sent to an execution that does not exist
+	UnmatchedExecutionFinished UnmatchedReason = "execution_finished" // sent to a finished execution (409)
+	UnmatchedBuffered          UnmatchedReason = "buffered"           // no node waits for its type (or payload-match value) yet: held in the buffer
+	UnmatchedMatchValueDiffers UnmatchedReason = "match_value_differs"
+	UnmatchedFilterFailed      UnmatchedReason = "filter_failed"
+	UnmatchedIDMismatch        UnmatchedReason = "id_mismatch"
+	UnmatchedDuplicate         UnmatchedReason = "duplicate"
+	UnmatchedNoWait            UnmatchedReason = "no_wait"          // ids of no wait
+	UnmatchedLate              UnmatchedReason = "late"             // the wait had already ended
+	UnmatchedNotExpected       UnmatchedReason = "not_expected"     // the wait does not expect such an event
+	UnmatchedAlreadyRecorded   UnmatchedReason = "already_recorded" // the wait holds a different event of that name
 )
 
 // UnmatchedReasons lists every reason, for metrics that must exist at zero.
-var UnmatchedReasons = []string{
+var UnmatchedReasons = []UnmatchedReason{
 	UnmatchedNoExecution, UnmatchedExecutionFinished, UnmatchedBuffered, UnmatchedMatchValueDiffers,
 	UnmatchedFilterFailed, UnmatchedIDMismatch, UnmatchedDuplicate, UnmatchedNoWait, UnmatchedLate,
 	UnmatchedNotExpected, UnmatchedAlreadyRecorded,
@@ -46,7 +49,7 @@ const unmatchedExcerptBytes = 512
 
 // unmatched is one row of unmatched_events.
 type unmatched struct {
-	reason        string
+	reason        UnmatchedReason
 	source        Source
 	name, typ     string
 	executionID   uuid.UUID
@@ -57,7 +60,7 @@ type unmatched struct {
 
 // reasonOf maps a decision that applied nothing to its unmatched reason; "" for one
 // that applied.
-func reasonOf(o Outcome) string {
+func reasonOf(o Outcome) UnmatchedReason {
 	switch o {
 	case NotFound:
 		return UnmatchedNoWait
@@ -151,7 +154,7 @@ func (a *Aggregator) recordUnmatched(ctx context.Context, tx pgx.Tx, rows []unma
 		if err != nil {
 			return err
 		}
-		p.Reasons = append(p.Reasons, u.reason)
+		p.Reasons = append(p.Reasons, string(u.reason))
 		p.Sources = append(p.Sources, src)
 		p.EventNames = append(p.EventNames, u.name)
 		p.EventTypes = append(p.EventTypes, u.typ)
@@ -167,8 +170,8 @@ func (a *Aggregator) recordUnmatched(ctx context.Context, tx pgx.Tx, rows []unma
 }
 
 // countUnmatched counts committed unmatched events by reason.
-func (a *Aggregator) countUnmatched(ctx context.Context, reason string) {
-	a.ins.unmatched.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+func (a *Aggregator) countUnmatched(ctx context.Context, reason UnmatchedReason) {
+	a.ins.unmatched.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
 }
 
 // UnmatchedRetentionDefault bounds unmatched_events: the newest rows are kept, at most

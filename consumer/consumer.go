@@ -40,11 +40,14 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 )
 
-// Reasons a record was not applied (besides being applied: "recorded", "completed").
+// DeadLetterReason is why a record was not applied but dead-lettered.
+type DeadLetterReason string
+
+// The reasons.
 const (
-	ReasonMissingID = "missing_id"
-	ReasonInvalidID = "invalid_id"
-	ReasonPoison    = "poison"
+	ReasonMissingID DeadLetterReason = "missing_id"
+	ReasonInvalidID DeadLetterReason = "invalid_id"
+	ReasonPoison    DeadLetterReason = "poison"
 )
 
 // Consumer consumes the event topics.

@@ -90,7 +90,7 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			}
 			r := it.rec
 			c.remember(r)
-			c.count(ReasonPoison)
+			c.count(string(ReasonPoison))
 			c.deadLettered(ctx, r.Topic, it.poisonCategory)
 			c.firstSeen.Delete(positionKey(r))
 			c.logger.WarnContext(c.recordCtx(ctx, r), "poison record dead-lettered",

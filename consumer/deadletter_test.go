@@ -89,7 +89,7 @@ func TestPoisonRecords(t *testing.T) {
 
 	e.waitCommitted(t, s, "psn", 0, int64(len(poison)+1))
 	counts := s.Consumer.Counts()
-	require.Equal(t, int64(len(poison)), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(len(poison)), counts[string(consumer.ReasonPoison)], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
 }
 
@@ -121,7 +121,7 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 		require.True(t, !ok || at == 0, "committed past the poison record: %d", at)
 		require.Equal(t, vocab.WaitWaiting, e.execution(t, s, execID).Waits[0].Status, "applied a record after the poison one")
 	}
-	require.Zero(t, s.Consumer.Counts()[consumer.ReasonPoison])
+	require.Zero(t, s.Consumer.Counts()[string(consumer.ReasonPoison)])
 
 	fault.Remove()
 	removed := time.Now()
@@ -136,7 +136,7 @@ func TestDeadLetterWriteFailure(t *testing.T) {
 	v := e.waitStatus(t, s, execID, "completed")
 	require.Equal(t, int64(2), v.Waits[0].Version)
 	counts := s.Consumer.Counts()
-	require.Equal(t, int64(2), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(2), counts[string(consumer.ReasonPoison)], "%v", counts)
 	require.Equal(t, int64(1), counts["completed"], "%v", counts)
 	t.Logf("dead-letter write refused %d times; counts %v", fault.Hits(), counts)
 }
@@ -168,7 +168,7 @@ func TestDeadLetterWrittenOnce(t *testing.T) {
 	require.Equal(t, int64(1), e.endOffset(t, "dwo.dlq"), "the retries did not dead-letter it again")
 	requireDeadLetter(t, e.deadLetters(t, "dwo.dlq", 1)[0], "dwo", 0, 0, bad.Value, "not JSON")
 	counts := s.Consumer.Counts()
-	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(1), counts[string(consumer.ReasonPoison)], "%v", counts)
 	t.Logf("wait updates failed %d times; counts %v", fault.Failures(t), counts)
 }
 
@@ -204,7 +204,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	v := e.execution(t, s, execs[1])
 	require.Equal(t, vocab.WaitWaiting, v.Waits[0].Status, "the refused record changed nothing")
 	counts := s.Consumer.Counts()
-	require.Equal(t, int64(1), counts[consumer.ReasonPoison], "%v", counts)
+	require.Equal(t, int64(1), counts[string(consumer.ReasonPoison)], "%v", counts)
 	require.Equal(t, int64(2), counts["completed"], "%v", counts)
 
 	// When no record of a batch applies alone, the refusal is not one record's value but
@@ -218,7 +218,7 @@ func TestRefusedByDatabase(t *testing.T) {
 	e.produceOneBatch(t, recs...)
 	time.Sleep(time.Second)
 	require.Equal(t, int64(3), e.committed(t, "rfs")[0], "nothing committed past records that were not applied")
-	require.Equal(t, int64(1), s.Consumer.Counts()[consumer.ReasonPoison], "nothing more dead-lettered")
+	require.Equal(t, int64(1), s.Consumer.Counts()[string(consumer.ReasonPoison)], "nothing more dead-lettered")
 	// The refusal ends while no replica is applying. Ended during a round of isolation,
 	// between the two records tried alone, it has the first refused alone and the second
 	// applied alone, and the first is then poison, as the consumer must conclude: this
@@ -231,6 +231,6 @@ func TestRefusedByDatabase(t *testing.T) {
 		e.waitStatus(t, s2, id, "completed")
 	}
 	e.waitCommitted(t, s2, "rfs", 0, 5)
-	require.Zero(t, s2.Consumer.Counts()[consumer.ReasonPoison])
+	require.Zero(t, s2.Consumer.Counts()[string(consumer.ReasonPoison)])
 	require.Equal(t, int64(1), e.endOffset(t, "rfs.dlq"), "nothing more dead-lettered")
 }

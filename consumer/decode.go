@@ -91,7 +91,7 @@ func sourceOf(r *kgo.Record) aggregator.Source {
 // extract finds the ids of a record: each configured field pair in the payload, else
 // the record header of the same name. Several configurations of one topic may yield
 // several candidates; each distinct one is tried.
-func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event, string) {
+func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event, DeadLetterReason) {
 	field := func(path string) string {
 		if v, ok := dotpath.Get(payload, path); ok {
 			if s, ok := v.(string); ok {

@@ -128,7 +128,7 @@ func FuzzDecode(f *testing.F) {
 		case !json.Valid(value):
 			t.Fatalf("invalid JSON %q was not poison", value)
 		case it.skip != "":
-			require.Contains(t, []string{ReasonMissingID, ReasonInvalidID}, it.skip)
+			require.Contains(t, []DeadLetterReason{ReasonMissingID, ReasonInvalidID}, it.skip)
 			require.Empty(t, it.events)
 			payload, err := jsonnum.Decode(value)
 			require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/db"
@@ -199,11 +200,11 @@ func (e *env) startExecution(t *testing.T, s *svc, name string, input any) strin
 	return started.ID
 }
 
-func (e *env) execution(t *testing.T, s *svc, id string) executor.ExecutionView {
+func (e *env) execution(t *testing.T, s *svc, id string) readmodel.ExecutionView {
 	t.Helper()
 	status, body := e.do(t, http.MethodGet, "http://"+s.Addr()+"/api/v1/executions/"+id, nil)
 	require.Equal(t, http.StatusOK, status, string(body))
-	var v executor.ExecutionView
+	var v readmodel.ExecutionView
 	require.NoError(t, json.Unmarshal(body, &v))
 	return v
 }
@@ -237,7 +238,7 @@ func (e *env) callback(t *testing.T, s *svc, execID, corrID string, payload obj)
 
 // waitStatus polls until the execution has status want; another final status fails at
 // once.
-func (e *env) waitStatus(t *testing.T, s *svc, id string, want vocab.ExecutionStatus) executor.ExecutionView {
+func (e *env) waitStatus(t *testing.T, s *svc, id string, want vocab.ExecutionStatus) readmodel.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
@@ -254,7 +255,7 @@ func (e *env) waitStatus(t *testing.T, s *svc, id string, want vocab.ExecutionSt
 }
 
 // waitOutput returns the output of the execution's node "wait".
-func waitOutput(t *testing.T, v executor.ExecutionView) obj {
+func waitOutput(t *testing.T, v readmodel.ExecutionView) obj {
 	t.Helper()
 	for _, n := range v.Nodes {
 		if n.ID == "wait" {

@@ -22,7 +22,7 @@ type item struct {
 	poisonCategory string
 	// skip is why a record without usable ids is not applied; it is counted once the
 	// record is handled, not on every retry of its batch.
-	skip string
+	skip DeadLetterReason
 	// events are the record's candidate events: one per pair of ids it carries, and one
 	// correlated by payload match when it holds a value of a match. A poison record's are
 	// not applied, they only name the wait in log lines.
@@ -222,8 +222,8 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 				continue
 			}
 			if it.skip != "" {
-				c.count(it.skip)
-				c.agg.RecordRejected(ctx, sourceKind, it.skip)
+				c.count(string(it.skip))
+				c.agg.RecordRejected(ctx, sourceKind, string(it.skip))
 				level := slog.LevelWarn
 				if len(c.triggersFor(it.rec.Topic)) > 0 {
 					level = slog.LevelDebug // a trigger's topic carries records of other types too

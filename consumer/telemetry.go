@@ -145,7 +145,7 @@ func (c *Consumer) deadLetterFailed(ctx context.Context, topic, category string)
 // the aggregator never saw.
 func (c *Consumer) deadLettered(ctx context.Context, topic, category string) {
 	c.ins.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", topic), attribute.String("reason", category)))
-	c.agg.RecordRejected(ctx, sourceKind, ReasonPoison)
+	c.agg.RecordRejected(ctx, sourceKind, string(ReasonPoison))
 }
 
 // recordCtx is ctx (its deadline, its values) carrying the span context r's headers

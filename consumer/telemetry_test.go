@@ -282,7 +282,7 @@ func TestTelemetryPoisonRecord(t *testing.T) {
 
 	te.metric(t, "rendezvous.dead_letter.records", map[string]any{"topic": telTopic, "reason": "not_json"}, is(1))
 	te.metric(t, "rendezvous.events.not_applied", map[string]any{"source": "kafka", "reason": "poison"}, is(1))
-	require.Equal(t, int64(1), te.cons.Counts()[consumer.ReasonPoison])
+	require.Equal(t, int64(1), te.cons.Counts()[string(consumer.ReasonPoison)])
 
 	publish := te.span(t, "kotel publish of the dead letter", func(s sdktrace.ReadOnlySpan) bool {
 		return s.Name() == telTopic+".dlq publish"

@@ -34,13 +34,16 @@ type Definitions interface {
 	Stored() <-chan struct{}
 }
 
-// Outcomes of a record a trigger accepted, counted like the others.
+// TriggerOutcome is what a record a trigger accepted did, counted like the others.
+type TriggerOutcome string
+
+// The outcomes.
 const (
 	// OutcomeStarted: the record started an execution.
-	OutcomeStarted = "started"
+	OutcomeStarted TriggerOutcome = "started"
 	// OutcomeTriggerDuplicate: the record's dedupe key already started an execution of
 	// the workflow (a redelivery, or a record produced again), so it started nothing.
-	OutcomeTriggerDuplicate = "trigger_duplicate"
+	OutcomeTriggerDuplicate TriggerOutcome = "trigger_duplicate"
 )
 
 // triggerSpec is a stored workflow's trigger on one topic.
@@ -229,8 +232,8 @@ func (c *Consumer) trigger(ctx context.Context, items []item) (touchedDB bool, e
 		if t.isNew {
 			outcome = OutcomeStarted
 		}
-		c.count(outcome)
-		c.ins.triggered.Add(ctx, 1, metric.WithAttributes(attribute.String("workflow", t.s.workflow), attribute.String("outcome", outcome)))
+		c.count(string(outcome))
+		c.ins.triggered.Add(ctx, 1, metric.WithAttributes(attribute.String("workflow", t.s.workflow), attribute.String("outcome", string(outcome))))
 		if !debug {
 			continue // the line's attributes and the record's trace are built only for a line
 		}

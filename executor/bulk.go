@@ -10,7 +10,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
 )
 
 // Bounds of a bulk redrive.
@@ -60,13 +59,21 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 		o.Batch = BulkBatchDefault
 	}
 	if o.Limit < 0 || o.Limit > BulkLimitMax {
-		return o, &readmodel.QueryError{Param: "limit", Reason: fmt.Sprintf("must be 1..%d", BulkLimitMax)}
+		return o, &OptionError{Option: "limit", Reason: fmt.Sprintf("must be 1..%d", BulkLimitMax)}
 	}
 	if o.Batch < 0 || o.Batch > BulkBatchMax {
-		return o, &readmodel.QueryError{Param: "batch", Reason: fmt.Sprintf("must be 1..%d", BulkBatchMax)}
+		return o, &OptionError{Option: "batch", Reason: fmt.Sprintf("must be 1..%d", BulkBatchMax)}
 	}
 	return o, nil
 }
+
+// OptionError is a bulk option out of its bounds: the caller's mistake, not a failure.
+type OptionError struct {
+	Option string
+	Reason string
+}
+
+func (e *OptionError) Error() string { return e.Option + ": " + e.Reason }
 
 // BulkRedrive reports a RedriveMany call.
 type BulkRedrive struct {

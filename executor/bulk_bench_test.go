@@ -17,6 +17,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkRedriveMany(b *testing.B) {
 		b.StopTimer()
 		_, err := pool.Exec(ctx, `TRUNCATE executions CASCADE`)
 		require.NoError(b, err)
-		template := failedTemplate(b, ctx, ex, ex.Aggregator())
+		template := failedTemplate(b, ctx, pool, ex, ex.Aggregator())
 		cloneExecution(b, ctx, pool, template, n-1)
 		b.StartTimer()
 
@@ -68,7 +69,7 @@ func BenchmarkRedriveMany(b *testing.B) {
 }
 
 // failedTemplate runs one execution until its wait times out and it fails.
-func failedTemplate(b *testing.B, ctx context.Context, ex *executor.Executor, agg *aggregator.Aggregator) uuid.UUID {
+func failedTemplate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, ex *executor.Executor, agg *aggregator.Aggregator) uuid.UUID {
 	st, err := ex.StartExecution(ctx, "bulk", nil)
 	require.NoError(b, err)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -79,7 +80,7 @@ func failedTemplate(b *testing.B, ctx context.Context, ex *executor.Executor, ag
 	deadline := time.Now().Add(30 * time.Second)
 	recorded := false
 	for {
-		v, err := ex.Execution(ctx, st.ID)
+		v, err := readmodel.New(pool).Execution(ctx, st.ID)
 		require.NoError(b, err)
 		if !recorded && len(v.Waits) == 1 && v.Waits[0].Status == vocab.WaitWaiting {
 			_, err := agg.Apply(ctx, aggregator.Event{ExecutionID: st.ID, CorrelationID: v.Waits[0].CorrelationID,

@@ -22,10 +22,13 @@ func (e *ExecutionFinishedError) Error() string { return "execution is already "
 // ErrWaitNotFound is returned when an execution has no wait for the node.
 var ErrWaitNotFound = errors.New("wait not found")
 
-// What an execution does after one of its waits is cancelled.
+// Then is what an execution does after one of its waits is cancelled.
+type Then string
+
+// The choices.
 const (
-	ThenFail     = "fail"
-	ThenContinue = "continue"
+	ThenFail     Then = "fail"
+	ThenContinue Then = "continue"
 )
 
 // CancelExecution cancels a running or waiting execution: its open waits become
@@ -91,7 +94,7 @@ func (e *Executor) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason
 // is an *aggregator.WaitFinishedError). then says what follows:
 // ThenFail fails the node and the execution; ThenContinue completes the node with what
 // arrived so far (output cancelled: true) and the workflow goes on along its edges.
-func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID, then, reason string) error {
+func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID string, then Then, reason string) error {
 	if then == "" {
 		then = ThenFail
 	}
@@ -122,7 +125,7 @@ func (e *Executor) CancelWait(ctx context.Context, execID uuid.UUID, nodeID, the
 			}
 			return err
 		}
-		if err := audit.Record(ctx, tx, "execution/"+execID.String()+"/waits/"+nodeID, audit.OutcomeOK, "then "+then+": "+reason); err != nil {
+		if err := audit.Record(ctx, tx, "execution/"+execID.String()+"/waits/"+nodeID, audit.OutcomeOK, "then "+string(then)+": "+reason); err != nil {
 			return err
 		}
 		if then == ThenFail {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 	"github.com/rendezvous-run/rendezvous/workflow"
 )
@@ -104,6 +105,6 @@ func TestPutWorkflowAndStart(t *testing.T) {
 
 	_, err = h.ex.StartExecution(ctx, "missing", nil)
 	require.ErrorIs(t, err, executor.ErrWorkflowNotFound)
-	_, err = h.ex.Execution(ctx, uuid.New())
-	require.ErrorIs(t, err, executor.ErrExecutionNotFound)
+	_, err = readmodel.New(h.pool).Execution(ctx, uuid.New())
+	require.ErrorIs(t, err, readmodel.ErrNotFound)
 }

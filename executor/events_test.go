@@ -290,7 +290,7 @@ func TestSendToFinishedOrUnknownExecution(t *testing.T) {
 	require.NoError(t, err)
 	list := page.Items
 	require.Len(t, list, 4)
-	require.Equal(t, aggregator.UnmatchedNoExecution, list[0].Reason, "newest first")
+	require.Equal(t, string(aggregator.UnmatchedNoExecution), list[0].Reason, "newest first")
 }
 
 // matchWorkflow waits for a payments record whose order.id equals the execution input's

@@ -421,6 +421,30 @@ func (e *Executor) definition(ctx context.Context, q dbsqlc.DBTX, name string, v
 	return wf, nil
 }
 
+// Validated is the answer to a definition that passed validation.
+type Validated struct {
+	Valid bool `json:"valid"`
+	// Nodes counts the definition's nodes.
+	Nodes int `json:"nodes"`
+}
+
+// ValidateWorkflow checks raw exactly as PutWorkflow does, storing nothing. There is no
+// stored name to compare with; the definition's own name is checked like any field.
+// Problems are a *workflow.ValidationError.
+func (e *Executor) ValidateWorkflow(raw []byte) (Validated, error) {
+	wf, err := workflow.Compile(raw, e.reg)
+	if err != nil {
+		return Validated{}, err
+	}
+	if errs := e.checkLimits(wf); len(errs) > 0 {
+		return Validated{}, &workflow.ValidationError{Errors: errs}
+	}
+	return Validated{Valid: true, Nodes: len(wf.Nodes())}, nil
+}
+
+// ErrExecutionNotFound is returned for an action on an unknown execution id.
+var ErrExecutionNotFound = errors.New("execution not found")
+
 // ErrWorkflowNotFound is returned when starting an execution of an unknown workflow.
 var ErrWorkflowNotFound = errors.New("workflow not found")
 

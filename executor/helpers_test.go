@@ -179,11 +179,11 @@ func (p *pod) start(t *testing.T, name string, input any) uuid.UUID {
 
 // waitStatus polls until the execution has status want; reaching another final status
 // fails at once, with the execution in the message.
-func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want vocab.ExecutionStatus) *executor.ExecutionView {
+func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want vocab.ExecutionStatus) *readmodel.ExecutionView {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		v, err := p.ex.Execution(context.Background(), id)
+		v, err := readmodel.New(p.pool).Execution(context.Background(), id)
 		require.NoError(t, err)
 		if v.Status == want {
 			return v
@@ -195,9 +195,9 @@ func (p *pod) waitStatus(t *testing.T, id uuid.UUID, want vocab.ExecutionStatus)
 	}
 }
 
-func (p *pod) view(t *testing.T, id uuid.UUID) *executor.ExecutionView {
+func (p *pod) view(t *testing.T, id uuid.UUID) *readmodel.ExecutionView {
 	t.Helper()
-	v, err := p.ex.Execution(context.Background(), id)
+	v, err := readmodel.New(p.pool).Execution(context.Background(), id)
 	require.NoError(t, err)
 	return v
 }
@@ -207,7 +207,7 @@ func dump(v any) string {
 	return string(raw)
 }
 
-func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeView {
+func nodeOf(t *testing.T, v *readmodel.ExecutionView, id string) readmodel.NodeView {
 	t.Helper()
 	for _, n := range v.Nodes {
 		if n.ID == id {
@@ -215,10 +215,10 @@ func nodeOf(t *testing.T, v *executor.ExecutionView, id string) executor.NodeVie
 		}
 	}
 	require.Failf(t, "no such node", "%s in\n%s", id, dump(v))
-	return executor.NodeView{}
+	return readmodel.NodeView{}
 }
 
-func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) readmodel.WaitView {
+func waitOf(t *testing.T, v *readmodel.ExecutionView, nodeID string) readmodel.WaitView {
 	t.Helper()
 	for _, w := range v.Waits {
 		if w.NodeID == nodeID {
@@ -229,7 +229,7 @@ func waitOf(t *testing.T, v *executor.ExecutionView, nodeID string) readmodel.Wa
 	return readmodel.WaitView{}
 }
 
-func output(t *testing.T, n executor.NodeView) obj {
+func output(t *testing.T, n readmodel.NodeView) obj {
 	t.Helper()
 	var out obj
 	require.NoError(t, json.Unmarshal(n.Output, &out), "output of %s: %s", n.ID, n.Output)

@@ -79,7 +79,7 @@ func TestReplayDeadLetter(t *testing.T) {
 	_, err = h.agg.ReplayDeadLetter(ctx, dl, nil)
 	var resolved *aggregator.ResolvedError
 	require.ErrorAs(t, err, &resolved)
-	require.Equal(t, aggregator.ResolutionReplayed, resolved.Resolution)
+	require.Equal(t, string(aggregator.ResolutionReplayed), resolved.Resolution)
 
 	// A copy of the dead letter, same event id: the event is recorded, so the replay is
 	// a duplicate — w2, which waits for an item, does not get it.
@@ -98,7 +98,7 @@ func TestReplayDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	list := page.Items
 	require.Len(t, list, 2)
-	require.Equal(t, aggregator.ResolutionReplayed, list[0].Resolution)
+	require.Equal(t, string(aggregator.ResolutionReplayed), list[0].Resolution)
 	require.Equal(t, "duplicate into execution "+id.String(), list[0].ResolutionDetail)
 	require.Equal(t, "delivered into execution "+id.String(), list[1].ResolutionDetail)
 	require.NotNil(t, list[1].ResolvedAt)
@@ -109,7 +109,7 @@ func TestReplayDeadLetter(t *testing.T) {
 	require.ErrorContains(t, h.agg.DismissDeadLetter(ctx, other, ""), "reason: must not be empty")
 	require.NoError(t, h.agg.DismissDeadLetter(ctx, other, "sent by mistake"))
 	require.ErrorAs(t, h.agg.DismissDeadLetter(ctx, other, "again"), &resolved)
-	require.Equal(t, aggregator.ResolutionDismissed, resolved.Resolution)
+	require.Equal(t, string(aggregator.ResolutionDismissed), resolved.Resolution)
 	_, err = h.agg.ReplayDeadLetter(ctx, other, nil)
 	require.ErrorAs(t, err, &resolved)
 	require.Empty(t, waitOf(t, h.view(t, id), "w2").ReceivedEvents)
@@ -182,7 +182,7 @@ func TestReplayUnmatched(t *testing.T) {
 	page, err := readmodel.New(h.pool).Unmatched(ctx, readmodel.UnmatchedFilter{}, readmodel.Paging{Limit: 10})
 	require.NoError(t, err)
 	list := page.Items
-	require.Equal(t, aggregator.ResolutionDismissed, list[0].Resolution)
+	require.Equal(t, string(aggregator.ResolutionDismissed), list[0].Resolution)
 	require.Equal(t, "the order was re-sent", list[0].ResolutionDetail)
 }
 

@@ -21,7 +21,8 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 		// The shared test kit (and testkit/replica under it).
 		"github.com/rendezvous-run/rendezvous/harness/testkit",
 	}
-	harnesses := []string{"github.com/rendezvous-run/rendezvous/harness/chaos", "github.com/rendezvous-run/rendezvous/harness/bench",
+	// The whole harness: chaos, bench, pgproxy and the test kits.
+	harnesses := []string{"github.com/rendezvous-run/rendezvous/harness",
 		// The peer the bench measures rendezvous against; the service never needs it.
 		"github.com/dbos-inc"}
 	for cmd, forbidden := range map[string][]string{
@@ -36,6 +37,58 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 				if pkg == f || strings.HasPrefix(pkg, f+"/") {
 					t.Errorf("cmd/%s links %s (%s)", cmd, pkg, f)
 				}
+			}
+		}
+	}
+}
+
+// layers are the tree's layers, lowest first, by import-path prefix (module-relative):
+// a package may import its own layer and those below it, never one above. The product
+// is layers 0–5; the binaries and the harness stand above it, and nothing below them
+// imports either (TestBinariesLinkNoTestCode keeps the harness out of the product
+// binary).
+var layers = [][]string{
+	{"internal/"}, // 0: domain-free leaves
+	{"vocab"},     // 1: the stored vocabulary
+	{"workflow"},  // 2: the definition format
+	{"db"},        // 3: storage, the audit trail
+	{"outbound", "aggregator", "executor", "consumer", "callbacks"}, // 4: the engine
+	{"server", "client"},             // 5: the operator surface, the process, the API client
+	{"cmd/", "harness/", "examples"}, // 6: binaries, harness, examples
+}
+
+func layerOf(rel string) int {
+	for i, prefixes := range layers {
+		for _, p := range prefixes {
+			if rel == strings.TrimSuffix(p, "/") || strings.HasPrefix(rel, strings.TrimSuffix(p, "/")+"/") {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// TestLayers: drawn from the imports, no package imports one of a layer above its own,
+// and every package of the module has a layer.
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/rendezvous-run/rendezvous/"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "../../...").CombinedOutput()
+	require.NoError(t, err, string(out))
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module)
+		own := layerOf(pkg)
+		if own < 0 {
+			t.Errorf("%s has no layer: add its folder to layers", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			if l := layerOf(strings.TrimPrefix(imp, module)); l > own {
+				t.Errorf("%s (layer %d) imports %s (layer %d)", pkg, own, strings.TrimPrefix(imp, module), l)
 			}
 		}
 	}

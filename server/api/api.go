@@ -141,8 +141,8 @@ func (h *handlers) getExecution(c echo.Context) error {
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "execution id is not a UUID").WithType("malformed-id")
 	}
-	v, err := h.ex.Execution(c.Request().Context(), id)
-	if errors.Is(err, executor.ErrExecutionNotFound) {
+	v, err := h.lists.Execution(c.Request().Context(), id)
+	if errors.Is(err, readmodel.ErrNotFound) {
 		return problem.New(http.StatusNotFound, "no execution "+id.String()).WithType("execution-not-found")
 	}
 	if err != nil {
@@ -154,7 +154,7 @@ func (h *handlers) getExecution(c echo.Context) error {
 type cancelRequest struct {
 	Reason string `json:"reason"`
 	// Then, for a single wait: "fail" (default) or "continue".
-	Then string `json:"then"`
+	Then executor.Then `json:"then"`
 }
 
 // readCancel parses an optional JSON body of a cancel request.
@@ -207,7 +207,7 @@ func (h *handlers) cancelExecution(c echo.Context) error {
 	if _, err := h.ex.CancelExecution(c.Request().Context(), id, req.Reason); err != nil {
 		return cancelProblem(id, err)
 	}
-	v, err := h.ex.Execution(c.Request().Context(), id)
+	v, err := h.lists.Execution(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (h *handlers) cancelWait(c echo.Context) error {
 	if err := h.ex.CancelWait(c.Request().Context(), id, c.Param("node"), req.Then, req.Reason); err != nil {
 		return cancelProblem(id, err)
 	}
-	v, err := h.ex.Execution(c.Request().Context(), id)
+	v, err := h.lists.Execution(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

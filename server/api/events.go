@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/server/auth"
@@ -145,8 +144,8 @@ func (h *handlers) maySendTo(c echo.Context, id uuid.UUID) error {
 	if p == nil || p.Role != auth.RoleSender || p.WorkflowPrefix == "" {
 		return nil
 	}
-	v, err := h.ex.Execution(ctx, id)
-	if err != nil && !errors.Is(err, executor.ErrExecutionNotFound) {
+	v, err := h.lists.Execution(ctx, id)
+	if err != nil && !errors.Is(err, readmodel.ErrNotFound) {
 		return err
 	}
 	if err == nil && p.MaySendTo(v.Workflow) {

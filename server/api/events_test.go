@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
@@ -134,7 +134,7 @@ func TestUnmatchedByExecution(t *testing.T) {
 	ofA := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+a).Items
 	require.Len(t, ofA, 2)
 	require.Greater(t, ofA[0].ID, ofA[1].ID, "newest first")
-	ofB := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+b+"&reason="+aggregator.UnmatchedBuffered).Items
+	ofB := getPage[unmatched](t, e, "/api/v1/events/unmatched?execution="+b+"&reason="+string(aggregator.UnmatchedBuffered)).Items
 	require.Len(t, ofB, 1)
 	require.Equal(t, b, ofB[0].ExecutionID.String())
 	require.JSONEq(t, `"`+b+`"`, ofB[0].PayloadExcerpt)
@@ -188,7 +188,7 @@ func TestSendEvent(t *testing.T) {
 		require.Equal(t, "yes", out["decision"])
 		require.Equal(t, corr, out["correlation_id"])
 		require.Equal(t, []string{"approval"}, receivedNames(t, out))
-		require.Empty(t, e.unmatchedOf(t, id, aggregator.UnmatchedBuffered), "a delivered event is not unmatched")
+		require.Empty(t, e.unmatchedOf(t, id, string(aggregator.UnmatchedBuffered)), "a delivered event is not unmatched")
 	})
 
 	// Sent before any node waits for its type, the event is buffered; the node takes it
@@ -203,7 +203,7 @@ func TestSendEvent(t *testing.T) {
 		require.NotNil(t, s.ExpiresAt)
 		require.WithinDuration(t, before.Add(24*time.Hour), *s.ExpiresAt, time.Minute, "the default eventBufferTtl")
 		require.Empty(t, s.Deliveries)
-		u := e.unmatchedOf(t, id, aggregator.UnmatchedBuffered)
+		u := e.unmatchedOf(t, id, string(aggregator.UnmatchedBuffered))
 		require.Len(t, u, 1)
 		require.Equal(t, "approved", u[0].EventType)
 		require.Equal(t, aggregator.Source{Kind: "send"}, u[0].Source)
@@ -262,7 +262,7 @@ func TestSendEvent(t *testing.T) {
 		r := e.do(t, http.MethodPost, eventsPath(id), []byte(`{"type": "approved", "id": "evt-1", "payload": 1}`))
 		require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 		require.JSONEq(t, `{"outcome": "duplicate"}`, string(r.Raw))
-		require.Len(t, e.unmatchedOf(t, id, aggregator.UnmatchedDuplicate), 1)
+		require.Len(t, e.unmatchedOf(t, id, string(aggregator.UnmatchedDuplicate)), 1)
 		v := e.get(t, id)
 		ws, _, _ := v.wait(t, "wait")
 		require.Equal(t, vocab.WaitWaiting, ws, "the repeat did not complete the wait")
@@ -286,7 +286,7 @@ func TestSendEvent(t *testing.T) {
 		r = e.do(t, http.MethodPost, eventsPath(done), []byte(`{"type": "approved", "payload": {"late": true}}`))
 		requireProblem(t, r, http.StatusConflict, "execution-finished", "execution is already completed", eventsPath(done))
 		require.Equal(t, "completed", r.JSON["execution_status"])
-		u := e.unmatchedOf(t, done, aggregator.UnmatchedExecutionFinished)
+		u := e.unmatchedOf(t, done, string(aggregator.UnmatchedExecutionFinished))
 		require.Len(t, u, 1)
 		require.Equal(t, "approved", u[0].EventType)
 		require.Contains(t, u[0].Detail, "completed")
@@ -295,7 +295,7 @@ func TestSendEvent(t *testing.T) {
 		unknown := uuid.NewString()
 		r = e.do(t, http.MethodPost, eventsPath(unknown), []byte(`{"type": "approved"}`))
 		requireProblem(t, r, http.StatusNotFound, "execution-not-found", "no execution "+unknown, eventsPath(unknown))
-		u = e.unmatchedOf(t, unknown, aggregator.UnmatchedNoExecution)
+		u = e.unmatchedOf(t, unknown, string(aggregator.UnmatchedNoExecution))
 		require.Len(t, u, 1)
 		require.Equal(t, "null", u[0].PayloadExcerpt)
 	})
@@ -405,7 +405,7 @@ func TestEventLists(t *testing.T) {
 		require.Equal(t, []int{2, 2, 1}, sizes)
 		var got []string
 		for i, u := range items {
-			require.Equal(t, aggregator.UnmatchedNoExecution, u.Reason)
+			require.Equal(t, string(aggregator.UnmatchedNoExecution), u.Reason)
 			require.Equal(t, aggregator.Source{Kind: "send"}, u.Source)
 			require.Equal(t, "t", u.EventType)
 			if i > 0 {
@@ -486,29 +486,29 @@ func TestExecutionTimeline(t *testing.T) {
 	e.send(t, id, map[string]any{"type": "approved", "payload": map[string]any{"decision": "yes"}}, http.StatusAccepted)
 	e.awaitStatus(t, id, status("completed"))
 
-	var v executor.ExecutionView
+	var v readmodel.ExecutionView
 	r := e.do(t, http.MethodGet, "/api/v1/executions/"+id, nil)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.NoError(t, json.Unmarshal(r.Raw, &v))
-	kinds := map[executor.TimelineKind]executor.TimelineEntry{}
-	var order []executor.TimelineKind
+	kinds := map[readmodel.TimelineKind]readmodel.TimelineEntry{}
+	var order []readmodel.TimelineKind
 	for i, en := range v.Timeline {
-		if i > 0 && en.Kind != executor.TimelineExecutionFinished {
+		if i > 0 && en.Kind != readmodel.TimelineExecutionFinished {
 			require.False(t, en.At.Before(v.Timeline[i-1].At), "oldest first")
 		}
 		kinds[en.Kind] = en
 		order = append(order, en.Kind)
 	}
-	require.ElementsMatch(t, []executor.TimelineKind{
-		executor.TimelineExecutionStarted, executor.TimelineNodeStarted, executor.TimelineWaitStarted,
-		executor.TimelineEventReceived, executor.TimelineWaitEnded, executor.TimelineWaitResumed,
-		executor.TimelineNodeFinished, executor.TimelineExecutionFinished,
+	require.ElementsMatch(t, []readmodel.TimelineKind{
+		readmodel.TimelineExecutionStarted, readmodel.TimelineNodeStarted, readmodel.TimelineWaitStarted,
+		readmodel.TimelineEventReceived, readmodel.TimelineWaitEnded, readmodel.TimelineWaitResumed,
+		readmodel.TimelineNodeFinished, readmodel.TimelineExecutionFinished,
 	}, order)
-	require.Equal(t, executor.TimelineExecutionStarted, order[0])
-	require.Equal(t, executor.TimelineExecutionFinished, order[len(order)-1])
-	require.Equal(t, "approval", kinds[executor.TimelineEventReceived].Event)
-	require.Equal(t, &aggregator.Source{Kind: "send"}, kinds[executor.TimelineEventReceived].Source)
-	require.Equal(t, "wait", kinds[executor.TimelineWaitEnded].NodeID)
-	require.Equal(t, "completed", kinds[executor.TimelineExecutionFinished].Status)
-	require.Equal(t, *v.FinishedAt, kinds[executor.TimelineExecutionFinished].At)
+	require.Equal(t, readmodel.TimelineExecutionStarted, order[0])
+	require.Equal(t, readmodel.TimelineExecutionFinished, order[len(order)-1])
+	require.Equal(t, "approval", kinds[readmodel.TimelineEventReceived].Event)
+	require.Equal(t, &aggregator.Source{Kind: "send"}, kinds[readmodel.TimelineEventReceived].Source)
+	require.Equal(t, "wait", kinds[readmodel.TimelineWaitEnded].NodeID)
+	require.Equal(t, "completed", kinds[readmodel.TimelineExecutionFinished].Status)
+	require.Equal(t, *v.FinishedAt, kinds[readmodel.TimelineExecutionFinished].At)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
 	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/workflow"
@@ -157,8 +156,8 @@ func (h *handlers) getWorkflow(c echo.Context) error {
 		}
 		version = int32(n)
 	}
-	v, err := h.ex.Workflow(c.Request().Context(), name, version)
-	if errors.Is(err, executor.ErrWorkflowNotFound) {
+	v, err := h.lists.Workflow(c.Request().Context(), name, version)
+	if errors.Is(err, readmodel.ErrNotFound) {
 		detail := "no workflow named " + name
 		if version != 0 {
 			detail = fmt.Sprintf("no version %d of workflow %s", version, name)

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
@@ -319,7 +318,7 @@ func (e *env) getWait(t *testing.T, id uuid.UUID) readmodel.WaitStateView {
 		require.Equal(t, w, listed[0])
 	}
 	view := e.do(t, http.MethodGet, "/api/v1/executions/"+w.ExecutionID.String(), nil)
-	var ev executor.ExecutionView
+	var ev readmodel.ExecutionView
 	require.NoError(t, json.Unmarshal(view.Raw, &ev))
 	require.Len(t, ev.Waits, 1)
 	if sameMoment(ev.Waits[0], w.WaitView) {
@@ -449,7 +448,7 @@ func TestListAndGetWorkflows(t *testing.T) {
 		}{{"", 3, "t3"}, {"?version=3", 3, "t3"}, {"?version=1", 1, "t"}, {"?version=2", 2, "t2"}} {
 			r := e.do(t, http.MethodGet, "/api/v1/workflows/charlie"+tt.query, nil)
 			require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
-			var v executor.WorkflowView
+			var v readmodel.WorkflowView
 			require.NoError(t, json.Unmarshal(r.Raw, &v))
 			require.Equal(t, "charlie", v.Name)
 			require.Equal(t, int32(3), v.LatestVersion)

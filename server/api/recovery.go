@@ -16,7 +16,6 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/internal/problem"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
 )
 
 // Action names an operator's recovery action: what an access check asks permission
@@ -218,9 +217,9 @@ type dismissRequest struct {
 
 // dismissed is the answer to a dismissal.
 type dismissed struct {
-	ID         int64  `json:"id"`
-	Resolution string `json:"resolution"`
-	Reason     string `json:"reason"`
+	ID         int64                 `json:"id"`
+	Resolution aggregator.Resolution `json:"resolution"`
+	Reason     string                `json:"reason"`
 }
 
 // dismiss marks a dead letter or an unmatched event dismissed, with a reason.
@@ -279,7 +278,7 @@ func (h *handlers) redriveMany(c echo.Context) error {
 		f.FailedBefore = *req.FailedBefore
 	}
 	r, err := h.ex.RedriveMany(c.Request().Context(), f, executor.BulkOptions{DryRun: req.DryRun, Limit: req.Limit, Batch: req.Batch})
-	var qerr *readmodel.QueryError
+	var qerr *executor.OptionError
 	if errors.As(err, &qerr) {
 		return problem.New(http.StatusBadRequest, qerr.Error()).WithType("invalid-request")
 	}

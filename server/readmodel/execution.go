@@ -1,4 +1,4 @@
-package executor
+package readmodel
 
 import (
 	"context"
@@ -12,26 +12,22 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
-// ErrExecutionNotFound is returned for an unknown execution id.
-var ErrExecutionNotFound = errors.New("execution not found")
-
 // ExecutionView is an execution as the API shows it.
 type ExecutionView struct {
-	readmodel.ExecutionSummary
+	ExecutionSummary
 	Input json.RawMessage `json:"input"`
 	// RedriveCount is how often the execution was redriven, RedrivenAt when last.
 	RedriveCount int32      `json:"redrive_count"`
 	RedrivenAt   *time.Time `json:"redriven_at,omitempty"`
 	// RestartedFrom is the execution this one restarts; RestartedAs the execution that
 	// restarted this one.
-	RestartedFrom *uuid.UUID           `json:"restarted_from,omitempty"`
-	RestartedAs   *uuid.UUID           `json:"restarted_as,omitempty"`
-	Nodes         []NodeView           `json:"nodes"`
-	Waits         []readmodel.WaitView `json:"wait_states"`
+	RestartedFrom *uuid.UUID `json:"restarted_from,omitempty"`
+	RestartedAs   *uuid.UUID `json:"restarted_as,omitempty"`
+	Nodes         []NodeView `json:"nodes"`
+	Waits         []WaitView `json:"wait_states"`
 	// Timeline is what happened to the execution, oldest first (see Timeline).
 	Timeline []TimelineEntry `json:"timeline"`
 }
@@ -52,51 +48,46 @@ type NodeView struct {
 
 // Execution returns an execution with its nodes and waits, read in one snapshot so that
 // a wait and its node never disagree.
-func (e *Executor) Execution(ctx context.Context, id uuid.UUID) (*ExecutionView, error) {
+func (r *Reader) Execution(ctx context.Context, id uuid.UUID) (*ExecutionView, error) {
 	var v *ExecutionView
-	err := e.readTx(ctx, func(tx pgx.Tx) error {
+	err := Snapshot(ctx, r.pool, func(tx pgx.Tx) error {
 		var err error
-		v, err = e.execution(ctx, tx, id)
+		v, err = r.execution(ctx, tx, id)
 		return err
 	})
 	return v, err
 }
 
-// readTx runs fn in the read-only snapshot the lists are read in.
-func (e *Executor) readTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return readmodel.Snapshot(ctx, e.pool, fn)
-}
-
-func (e *Executor) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*ExecutionView, error) {
-	exec, err := e.q.ExecutionGet(ctx, tx, id)
+func (r *Reader) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*ExecutionView, error) {
+	exec, err := r.q.ExecutionGet(ctx, tx, id)
 	if err != nil {
 		if errors.Is(db.Interpret(err), db.ErrNotFound) {
-			return nil, ErrExecutionNotFound
+			return nil, fmt.Errorf("execution %s: %w", id, ErrNotFound)
 		}
 		return nil, fmt.Errorf("load execution: %w", err)
 	}
-	nodes, err := e.q.NodeExecutionListByExecution(ctx, tx, id)
+	nodes, err := r.q.NodeExecutionListByExecution(ctx, tx, id)
 	if err != nil {
 		return nil, fmt.Errorf("load node executions: %w", err)
 	}
-	waits, err := e.q.WaitStateList(ctx, tx, dbsqlc.WaitStateListParams{ExecutionID: &id})
+	waits, err := r.q.WaitStateList(ctx, tx, dbsqlc.WaitStateListParams{ExecutionID: &id})
 	if err != nil {
 		return nil, fmt.Errorf("load wait states: %w", err)
 	}
 	v := &ExecutionView{
-		ExecutionSummary: readmodel.ExecutionSummary{
+		ExecutionSummary: ExecutionSummary{
 			ID: exec.ID, Workflow: exec.WorkflowName, WorkflowVersion: exec.WorkflowVersion, Status: exec.Status,
 			Error: exec.Error, CreatedAt: exec.CreatedAt, UpdatedAt: exec.UpdatedAt, FinishedAt: exec.FinishedAt,
 		},
 		Input: exec.Input, RedriveCount: exec.RedriveCount, RedrivenAt: exec.RedrivenAt,
-		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []readmodel.WaitView{},
+		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []WaitView{},
 	}
 	for _, n := range nodes {
 		v.Nodes = append(v.Nodes, NodeView{ID: n.NodeID, Status: n.Status, Output: n.Output, Error: n.Error, Warning: n.Warning,
 			Attempts: n.Attempts, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt})
 	}
 	for _, w := range waits {
-		wv, err := readmodel.NewWaitStateView(w)
+		wv, err := NewWaitStateView(w)
 		if err != nil {
 			return nil, err
 		}

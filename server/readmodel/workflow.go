@@ -1,4 +1,4 @@
-package executor
+package readmodel
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
-	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // WorkflowVersion is one stored version of a workflow.
@@ -33,20 +31,20 @@ type WorkflowView struct {
 }
 
 // Workflow returns version (0: the latest) of the named workflow, or an error wrapping
-// ErrWorkflowNotFound when the name or that version is unknown.
-func (e *Executor) Workflow(ctx context.Context, name string, version int32) (*WorkflowView, error) {
-	if _, err := readmodel.Text("name", name); err != nil {
+// ErrNotFound when the name or that version is unknown.
+func (r *Reader) Workflow(ctx context.Context, name string, version int32) (*WorkflowView, error) {
+	if _, err := Text("name", name); err != nil {
 		// No stored name holds such text.
-		return nil, fmt.Errorf("%w: no workflow named %q", ErrWorkflowNotFound, name)
+		return nil, fmt.Errorf("%w: no workflow named %q", ErrNotFound, name)
 	}
 	var v *WorkflowView
-	err := e.readTx(ctx, func(tx pgx.Tx) error {
-		versions, err := e.q.WorkflowVersions(ctx, tx, name)
+	err := Snapshot(ctx, r.pool, func(tx pgx.Tx) error {
+		versions, err := r.q.WorkflowVersions(ctx, tx, name)
 		if err != nil {
 			return fmt.Errorf("list workflow versions: %w", err)
 		}
 		if len(versions) == 0 {
-			return fmt.Errorf("%w: no workflow named %s", ErrWorkflowNotFound, name)
+			return fmt.Errorf("%w: no workflow named %s", ErrNotFound, name)
 		}
 		v = &WorkflowView{Name: name, LatestVersion: versions[0].Version, Version: version, Versions: make([]WorkflowVersion, len(versions))}
 		for i, r := range versions {
@@ -55,10 +53,10 @@ func (e *Executor) Workflow(ctx context.Context, name string, version int32) (*W
 		if version == 0 {
 			v.Version = v.LatestVersion
 		}
-		row, err := e.q.WorkflowGet(ctx, tx, dbsqlc.WorkflowGetParams{Name: name, Version: v.Version})
+		row, err := r.q.WorkflowGet(ctx, tx, dbsqlc.WorkflowGetParams{Name: name, Version: v.Version})
 		if err != nil {
 			if errors.Is(db.Interpret(err), db.ErrNotFound) {
-				return fmt.Errorf("%w: workflow %s has no version %d (latest is %d)", ErrWorkflowNotFound, name, version, v.LatestVersion)
+				return fmt.Errorf("%w: workflow %s has no version %d (latest is %d)", ErrNotFound, name, version, v.LatestVersion)
 			}
 			return fmt.Errorf("load workflow: %w", err)
 		}
@@ -69,25 +67,4 @@ func (e *Executor) Workflow(ctx context.Context, name string, version int32) (*W
 		return nil, err
 	}
 	return v, nil
-}
-
-// Validated is the answer to a definition that passed validation.
-type Validated struct {
-	Valid bool `json:"valid"`
-	// Nodes counts the definition's nodes.
-	Nodes int `json:"nodes"`
-}
-
-// ValidateWorkflow checks raw exactly as PutWorkflow does, storing nothing. There is no
-// stored name to compare with; the definition's own name is checked like any field.
-// Problems are a *workflow.ValidationError.
-func (e *Executor) ValidateWorkflow(raw []byte) (Validated, error) {
-	wf, err := workflow.Compile(raw, e.reg)
-	if err != nil {
-		return Validated{}, err
-	}
-	if errs := e.checkLimits(wf); len(errs) > 0 {
-		return Validated{}, &workflow.ValidationError{Errors: errs}
-	}
-	return Validated{Valid: true, Nodes: len(wf.Nodes())}, nil
 }

@@ -1,4 +1,4 @@
-package executor
+package readmodel
 
 import (
 	"slices"
@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
@@ -23,13 +22,13 @@ func TestTimeline(t *testing.T) {
 	part, off := int32(2), int64(41)
 	boom := "boom"
 	v := &ExecutionView{
-		ExecutionSummary: readmodel.ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
+		ExecutionSummary: ExecutionSummary{ID: uuid.New(), Status: "failed", Error: &boom, CreatedAt: t0, FinishedAt: at(9)},
 		Nodes: []NodeView{
 			{ID: "wait", Status: "timeout", StartedAt: at(0), FinishedAt: at(6)},
 			{ID: "notify", Status: "failed", Error: &boom, StartedAt: at(7), FinishedAt: at(8)},
 			{ID: "later", Status: "pending"},
 		},
-		Waits: []readmodel.WaitView{{
+		Waits: []WaitView{{
 			NodeID: "wait", WaitType: vocab.WaitTypeEvents, Status: vocab.WaitResumed, CreatedAt: *at(1),
 			UpdatedAt: *at(6), ResumedAt: at(6), ResumedBy: new("replica-1"), TimedOutEvents: []string{"callback"},
 			ReceivedEvents: []aggregator.Received{{Name: "shipment", ReceivedAt: *at(3),
@@ -86,6 +85,6 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, "redrive 2", got[len(got)-2].Detail)
 
 	// A new execution: started, nothing else.
-	fresh := timeline(&ExecutionView{ExecutionSummary: readmodel.ExecutionSummary{CreatedAt: t0, Status: "running"}})
+	fresh := timeline(&ExecutionView{ExecutionSummary: ExecutionSummary{CreatedAt: t0, Status: "running"}})
 	require.Equal(t, []TimelineEntry{{At: t0, Kind: TimelineExecutionStarted}}, fresh)
 }
