@@ -58,7 +58,6 @@ SELECT id, 'wait', 'resume' FROM executions;`)
 	statements := []struct{ file, name string }{
 		{"wait_states.sql", "WaitStateWrite"},
 		{"wait_states.sql", "WaitStateListOpenByExecutions"},
-		{"wait_states.sql", "WaitStateListOpenByExecution"},
 		{"wait_states.sql", "WaitStateMarkResumedMany"},
 		{"wait_states.sql", "WaitStateCancelOpenForExecution"},
 		{"wait_states.sql", "WaitStateListByCorrelationIDs"},

@@ -13,17 +13,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const eventBufferCount = `-- name: EventBufferCount :one
-SELECT count(*)::bigint FROM event_buffer WHERE execution_id = $1::uuid
-`
-
-func (q *Queries) EventBufferCount(ctx context.Context, db DBTX, executionID uuid.UUID) (int64, error) {
-	row := db.QueryRow(ctx, eventBufferCount, executionID)
-	var column_1 int64
-	err := row.Scan(&column_1)
-	return column_1, err
-}
-
 const eventBufferDelete = `-- name: EventBufferDelete :exec
 DELETE FROM event_buffer WHERE id = ANY($1::bigint[])
 `
@@ -159,17 +148,6 @@ func (q *Queries) EventBufferList(ctx context.Context, db DBTX, arg EventBufferL
 		return nil, err
 	}
 	return items, nil
-}
-
-const eventBufferNextExpiry = `-- name: EventBufferNextExpiry :one
-SELECT min(expires_at)::timestamptz FROM event_buffer
-`
-
-func (q *Queries) EventBufferNextExpiry(ctx context.Context, db DBTX) (time.Time, error) {
-	row := db.QueryRow(ctx, eventBufferNextExpiry)
-	var column_1 time.Time
-	err := row.Scan(&column_1)
-	return column_1, err
 }
 
 const eventBufferSupersede = `-- name: EventBufferSupersede :execrows

@@ -45,26 +45,6 @@ func (q *Queries) ExecutionEventIDExists(ctx context.Context, db DBTX, arg Execu
 	return exists, err
 }
 
-const executionEventIDInsert = `-- name: ExecutionEventIDInsert :execrows
-INSERT INTO execution_event_ids (execution_id, event_id)
-VALUES ($1::uuid, $2::text)
-ON CONFLICT DO NOTHING
-`
-
-type ExecutionEventIDInsertParams struct {
-	ExecutionID uuid.UUID
-	EventID     string
-}
-
-// 0 rows: this id was already sent to the execution, so the event is a duplicate.
-func (q *Queries) ExecutionEventIDInsert(ctx context.Context, db DBTX, arg ExecutionEventIDInsertParams) (int64, error) {
-	result, err := db.Exec(ctx, executionEventIDInsert, arg.ExecutionID, arg.EventID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const executionEventIDInsertMany = `-- name: ExecutionEventIDInsertMany :many
 INSERT INTO execution_event_ids (execution_id, event_id)
 SELECT unnest($1::uuid[]), unnest($2::text[])

@@ -44,15 +44,3 @@ func (q *Queries) ExecutionTriggerClaim(ctx context.Context, db DBTX, arg Execut
 	err := row.Scan(&execution_id)
 	return execution_id, err
 }
-
-const executionTriggerCount = `-- name: ExecutionTriggerCount :one
-SELECT count(*) FROM execution_triggers
-`
-
-// How many executions triggers started, for tests and operators.
-func (q *Queries) ExecutionTriggerCount(ctx context.Context, db DBTX) (int64, error) {
-	row := db.QueryRow(ctx, executionTriggerCount)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
-}

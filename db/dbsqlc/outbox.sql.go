@@ -117,21 +117,6 @@ func (q *Queries) OutboxInsert(ctx context.Context, db DBTX, arg OutboxInsertPar
 	return err
 }
 
-const outboxRelease = `-- name: OutboxRelease :exec
-UPDATE outbox SET visible_at = now()
-WHERE id = $1::bigint AND attempt = $2::integer
-`
-
-type OutboxReleaseParams struct {
-	ID      int64
-	Attempt int32
-}
-
-func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) error {
-	_, err := db.Exec(ctx, outboxRelease, arg.ID, arg.Attempt)
-	return err
-}
-
 const outboxRetryLater = `-- name: OutboxRetryLater :execrows
 UPDATE outbox
 SET visible_at = now() + make_interval(secs => $1::float8),

@@ -444,59 +444,6 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 	return i, err
 }
 
-const waitStateGetByNode = `-- name: WaitStateGetByNode :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
-WHERE execution_id = $1::uuid AND node_id = $2::text
-`
-
-type WaitStateGetByNodeParams struct {
-	ExecutionID uuid.UUID
-	NodeID      string
-}
-
-func (q *Queries) WaitStateGetByNode(ctx context.Context, db DBTX, arg WaitStateGetByNodeParams) (ExecutionWaitState, error) {
-	row := db.QueryRow(ctx, waitStateGetByNode, arg.ExecutionID, arg.NodeID)
-	var i ExecutionWaitState
-	err := row.Scan(
-		&i.ID,
-		&i.ExecutionID,
-		&i.NodeID,
-		&i.CorrelationID,
-		&i.AggregationStrategy,
-		&i.RequiredEvents,
-		&i.EnabledEvents,
-		&i.ExpectedEvents,
-		&i.ApiCallEnabled,
-		&i.KafkaEventEnabled,
-		&i.ApiResponseData,
-		&i.KafkaEventData,
-		&i.ReceivedEvents,
-		&i.OnTimeout,
-		&i.OutputMapping,
-		&i.Status,
-		&i.Error,
-		&i.ResumedAt,
-		&i.ResumedBy,
-		&i.Version,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.ExpiresAt,
-		&i.NextDeadlineAt,
-		&i.TimedOutEvents,
-		&i.WaitType,
-		&i.Timer,
-		&i.TraceParent,
-		&i.EventData,
-		&i.MatchKeys,
-		&i.NodeStatus,
-		&i.NodeOutput,
-		&i.NodeError,
-		&i.NodeWarning,
-		&i.NodeFinishedAt,
-	)
-	return i, err
-}
-
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
@@ -807,79 +754,15 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 	return items, nil
 }
 
-const waitStateListOpenByExecution = `-- name: WaitStateListOpenByExecution :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
-WHERE execution_id = $1::uuid AND (status = 'waiting') IS TRUE
-ORDER BY created_at, id
-`
-
-// The waiting event waits of one execution, for an event sent to it by type; found
-// through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
-// they started waiting. The status test only filters (IS TRUE), as in WaitStateWrite.
-func (q *Queries) WaitStateListOpenByExecution(ctx context.Context, db DBTX, executionID uuid.UUID) ([]ExecutionWaitState, error) {
-	rows, err := db.Query(ctx, waitStateListOpenByExecution, executionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ExecutionWaitState
-	for rows.Next() {
-		var i ExecutionWaitState
-		if err := rows.Scan(
-			&i.ID,
-			&i.ExecutionID,
-			&i.NodeID,
-			&i.CorrelationID,
-			&i.AggregationStrategy,
-			&i.RequiredEvents,
-			&i.EnabledEvents,
-			&i.ExpectedEvents,
-			&i.ApiCallEnabled,
-			&i.KafkaEventEnabled,
-			&i.ApiResponseData,
-			&i.KafkaEventData,
-			&i.ReceivedEvents,
-			&i.OnTimeout,
-			&i.OutputMapping,
-			&i.Status,
-			&i.Error,
-			&i.ResumedAt,
-			&i.ResumedBy,
-			&i.Version,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.ExpiresAt,
-			&i.NextDeadlineAt,
-			&i.TimedOutEvents,
-			&i.WaitType,
-			&i.Timer,
-			&i.TraceParent,
-			&i.EventData,
-			&i.MatchKeys,
-			&i.NodeStatus,
-			&i.NodeOutput,
-			&i.NodeError,
-			&i.NodeWarning,
-			&i.NodeFinishedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const waitStateListOpenByExecutions = `-- name: WaitStateListOpenByExecutions :many
 SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
 WHERE execution_id = ANY($1::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id
 `
 
-// WaitStateListOpenByExecution for the executions of sent events decided together. The
-// status test only filters the executions' waits (IS TRUE), as in WaitStateWrite.
+// The waiting event waits of the executions of sent events decided together, found
+// through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
+// they started waiting. The status test only filters (IS TRUE), as in WaitStateWrite.
 func (q *Queries) WaitStateListOpenByExecutions(ctx context.Context, db DBTX, executionIds []uuid.UUID) ([]ExecutionWaitState, error) {
 	rows, err := db.Query(ctx, waitStateListOpenByExecutions, executionIds)
 	if err != nil {

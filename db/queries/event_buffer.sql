@@ -28,9 +28,6 @@ INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, sou
 SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'superseded', m.created_at
 FROM moved AS m;
 
--- name: EventBufferCount :one
-SELECT count(*)::bigint FROM event_buffer WHERE execution_id = @execution_id::uuid;
-
 -- name: EventBufferExpire :many
 -- Moves expired events to the dead letters, a small batch at a time; SKIP LOCKED lets
 -- several pods sweep without waiting on each other.
@@ -49,6 +46,3 @@ INSERT INTO event_dead_letters (execution_id, event_type, event_id, payload, sou
 SELECT m.execution_id, m.event_type, m.event_id, m.payload, m.source, 'expired', m.created_at
 FROM moved AS m
 RETURNING execution_id, event_type, event_id;
-
--- name: EventBufferNextExpiry :one
-SELECT min(expires_at)::timestamptz FROM event_buffer;

@@ -1,9 +1,3 @@
--- name: ExecutionEventIDInsert :execrows
--- 0 rows: this id was already sent to the execution, so the event is a duplicate.
-INSERT INTO execution_event_ids (execution_id, event_id)
-VALUES (@execution_id::uuid, @event_id::text)
-ON CONFLICT DO NOTHING;
-
 -- name: ExecutionEventIDExists :one
 SELECT EXISTS (
     SELECT 1 FROM execution_event_ids WHERE execution_id = @execution_id::uuid AND event_id = @event_id::text

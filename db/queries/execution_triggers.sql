@@ -7,7 +7,3 @@ INSERT INTO execution_triggers (workflow_name, dedupe_key, execution_id, topic, 
 VALUES (@workflow_name::text, @dedupe_key::text, @execution_id::uuid, @topic::text, @kafka_partition::integer, @kafka_offset::bigint)
 ON CONFLICT (workflow_name, dedupe_key) DO NOTHING
 RETURNING execution_id;
-
--- name: ExecutionTriggerCount :one
--- How many executions triggers started, for tests and operators.
-SELECT count(*) FROM execution_triggers;

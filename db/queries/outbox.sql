@@ -29,10 +29,6 @@ SET visible_at = now() + make_interval(secs => sqlc.arg(delay_seconds)::float8),
     last_error = @last_error::text
 WHERE id = @id::bigint AND attempt = @attempt::integer;
 
--- name: OutboxRelease :exec
-UPDATE outbox SET visible_at = now()
-WHERE id = @id::bigint AND attempt = @attempt::integer;
-
 -- name: OutboxDeleteForExecution :exec
 DELETE FROM outbox WHERE execution_id = @execution_id::uuid;
 

@@ -26,10 +26,6 @@ WHERE correlation_id = @correlation_id::uuid;
 -- name: WaitStateExistsForExecution :one
 SELECT EXISTS (SELECT 1 FROM execution_wait_states WHERE execution_id = @execution_id::uuid);
 
--- name: WaitStateGetByNode :one
-SELECT * FROM execution_wait_states
-WHERE execution_id = @execution_id::uuid AND node_id = @node_id::text;
-
 -- name: WaitStateRecordEvent :one
 -- The optimistic fence: the update applies only to the version the caller read. Zero
 -- rows means another writer got there first and the caller must reload and decide again.
@@ -237,17 +233,10 @@ FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled')
 GROUP BY status;
 
--- name: WaitStateListOpenByExecution :many
--- The waiting event waits of one execution, for an event sent to it by type; found
+-- name: WaitStateListOpenByExecutions :many
+-- The waiting event waits of the executions of sent events decided together, found
 -- through UNIQUE (execution_id, node_id). Oldest first: waiters receive in the order
 -- they started waiting. The status test only filters (IS TRUE), as in WaitStateWrite.
-SELECT * FROM execution_wait_states
-WHERE execution_id = @execution_id::uuid AND (status = 'waiting') IS TRUE
-ORDER BY created_at, id;
-
--- name: WaitStateListOpenByExecutions :many
--- WaitStateListOpenByExecution for the executions of sent events decided together. The
--- status test only filters the executions' waits (IS TRUE), as in WaitStateWrite.
 SELECT * FROM execution_wait_states
 WHERE execution_id = ANY(@execution_ids::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id;
