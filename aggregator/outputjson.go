@@ -68,41 +68,8 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 		}
 		buf = appendJSONString(buf, m.key)
 		buf = append(buf, ':')
-		r := raw(m.name)
-		switch {
-		case len(r) == 0:
-			buf = append(buf, "null"...)
-		case m.sub == "" && !bytes.ContainsAny(r, jsonSpace):
-			// Already compact, as most producers send it: copied as it is. Every payload
-			// here was checked as JSON before it was stored or decided on (CheckStorable),
-			// so only its spaces were left for Compact to take out.
-			buf = append(buf, r...)
-		case m.sub == "":
-			w := bytes.NewBuffer(buf) // compacted straight onto the document
-			if err := json.Compact(w, r); err != nil {
-				return nil, fmt.Errorf("decode %s data: %w", m.name, err)
-			}
-			buf = w.Bytes()
-		default:
-			v, ok := decoded[m.name]
-			if !ok {
-				if v, err = jsonnum.Decode(r); err != nil {
-					return nil, fmt.Errorf("decode %s data: %w", m.name, err)
-				}
-				if decoded == nil {
-					decoded = map[string]any{}
-				}
-				decoded[m.name] = v
-			}
-			v, ok = dotpath.Get(v, m.sub)
-			if !ok {
-				v = nil
-			}
-			b, err := json.Marshal(v)
-			if err != nil {
-				return nil, err
-			}
-			buf = append(buf, b...)
+		if buf, err = appendMapped(buf, raw(m.name), m, &decoded); err != nil {
+			return nil, err
 		}
 		buf = append(buf, ',')
 	}
@@ -135,6 +102,46 @@ func Output(ws dbsqlc.ExecutionWaitState, received []Received, timedOutEvents []
 	buf = append(buf, `,"missing_required_events":`...)
 	buf = appendJSONStrings(buf, missing)
 	return append(buf, '}'), nil
+}
+
+// appendMapped appends the value of one output mapping entry: the payload r whole
+// (compacted), or the value at m.sub inside it, decoded once per payload into decoded.
+func appendMapped(buf, r []byte, m mappedOutput, decoded *map[string]any) ([]byte, error) {
+	switch {
+	case len(r) == 0:
+		return append(buf, "null"...), nil
+	case m.sub == "" && !bytes.ContainsAny(r, jsonSpace):
+		// Already compact, as most producers send it: copied as it is. Every payload
+		// here was checked as JSON before it was stored or decided on (CheckStorable),
+		// so only its spaces were left for Compact to take out.
+		return append(buf, r...), nil
+	case m.sub == "":
+		w := bytes.NewBuffer(buf) // compacted straight onto the document
+		if err := json.Compact(w, r); err != nil {
+			return nil, fmt.Errorf("decode %s data: %w", m.name, err)
+		}
+		return w.Bytes(), nil
+	}
+	v, ok := (*decoded)[m.name]
+	if !ok {
+		var err error
+		if v, err = jsonnum.Decode(r); err != nil {
+			return nil, fmt.Errorf("decode %s data: %w", m.name, err)
+		}
+		if *decoded == nil {
+			*decoded = map[string]any{}
+		}
+		(*decoded)[m.name] = v
+	}
+	v, ok = dotpath.Get(v, m.sub)
+	if !ok {
+		v = nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, b...), nil
 }
 
 // outputFixedKey says whether Output writes key itself, over an outputMapping entry of

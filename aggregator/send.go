@@ -17,7 +17,6 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/audit"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/vocab"
-	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // Events sent to an execution by type (an engine's "send event" step). A sent event goes to every
@@ -195,12 +194,67 @@ func (a *Aggregator) SendTx(ctx context.Context, tx pgx.Tx, s Sent) (SendResult,
 // one statement. atCommit, when not nil, is the pipeline sent with tx's COMMIT, where the
 // continuations' writes go (continueEnded).
 func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit *db.Pipeline) ([]SendResult, error) {
+	sends, ids, err := normalizeSends(in)
+	if err != nil {
+		return nil, err
+	}
+	read, err := a.readForSends(ctx, tx, ids, atCommit)
+	if err != nil {
+		return nil, err
+	}
+	b := &sendBatch{sends: sends, results: make([]SendResult, len(sends)), byID: make(map[uuid.UUID]dbsqlc.Execution, len(read.execs))}
+	for _, e := range read.execs {
+		b.byID[e.ID] = e
+	}
+	live, err := a.screenSends(ctx, tx, b)
+	if err != nil {
+		return nil, err
+	}
+	events, owner, err := b.eventsForWaits(live, read.waits, a.now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	if len(events) > 0 {
+		// The waits were read after their executions were locked, in this transaction:
+		// applyBatch decides from them, and continues from the rows locked, rather than
+		// reading either again.
+		deliveries, err := a.applyBatch(ctx, tx, events, true, read, atCommit)
+		if err != nil {
+			return nil, err
+		}
+		for k, d := range deliveries {
+			d.Event = events[k].Name
+			b.results[owner[k]].Deliveries = append(b.results[owner[k]].Deliveries, d)
+		}
+	}
+	for _, i := range live {
+		res := &b.results[i]
+		if slices.ContainsFunc(res.Deliveries, func(r Result) bool { return r.Outcome == Recorded || r.Outcome == Completed }) {
+			res.Outcome = SendDelivered
+			continue
+		}
+		u, err := a.buffer(ctx, tx, b.sends[i], b.byID[b.sends[i].ExecutionID], res)
+		if err != nil {
+			return nil, err
+		}
+		b.unm = append(b.unm, u)
+	}
+	if err := a.recordUnmatched(ctx, tx, b.unm); err != nil {
+		return nil, err
+	}
+	return b.results, nil
+}
+
+// normalizeSends checks and completes the sent events decided together (a payload
+// PostgreSQL can store, null for none, the send source by default, one event per
+// execution), and returns them with their executions' ids.
+func normalizeSends(in []Sent) ([]Sent, []uuid.UUID, error) {
 	sends := slices.Clone(in)
 	ids := make([]uuid.UUID, len(sends))
 	for i := range sends {
 		s := &sends[i]
 		if err := CheckStorable(s.Payload); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(s.Payload) == 0 {
 			s.Payload = json.RawMessage("null")
@@ -209,66 +263,82 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 			s.Source.Kind = SourceSend
 		}
 		if slices.Contains(ids[:i], s.ExecutionID) {
-			return nil, fmt.Errorf("sent events decided together must go to different executions: %s twice", s.ExecutionID)
+			return nil, nil, fmt.Errorf("sent events decided together must go to different executions: %s twice", s.ExecutionID)
 		}
 		ids[i] = s.ExecutionID
 	}
-	var execs []dbsqlc.Execution
-	var open []dbsqlc.ExecutionWaitState
+	return sends, ids, nil
+}
+
+// readForSends locks the executions in id order, in the round trip that reads their open
+// waits, and, when the continuation is to go with the COMMIT, their nodes.
+func (a *Aggregator) readForSends(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, atCommit *db.Pipeline) (readBefore, error) {
+	var read readBefore
 	var p db.Pipeline
 	p.Queue(func(d dbsqlc.DBTX) error {
 		var err error
-		if execs, err = a.q.ExecutionListForUpdate(ctx, d, ids); err != nil {
+		if read.execs, err = a.q.ExecutionListForUpdate(ctx, d, ids); err != nil {
 			return fmt.Errorf("lock executions: %w", err)
 		}
 		return nil
 	})
 	p.Queue(func(d dbsqlc.DBTX) error {
 		var err error
-		if open, err = a.q.WaitStateListOpenByExecutions(ctx, d, ids); err != nil {
+		if read.waits, err = a.q.WaitStateListOpenByExecutions(ctx, d, ids); err != nil {
 			return fmt.Errorf("load open waits: %w", err)
 		}
 		return nil
 	})
-	var nodes []dbsqlc.NodeExecution
 	if atCommit != nil && a.cfg.Continuer != nil {
 		// Read now, with the rows locked, the nodes the continuation of the waits these
 		// events complete would read after writing them: the write then goes with the
 		// COMMIT, a round trip less (continueAhead).
 		p.Queue(func(d dbsqlc.DBTX) error {
 			var err error
-			if nodes, err = a.q.NodeExecutionListByExecutions(ctx, d, ids); err != nil {
+			if read.nodes, err = a.q.NodeExecutionListByExecutions(ctx, d, ids); err != nil {
 				return fmt.Errorf("load nodes: %w", err)
 			}
 			return nil
 		})
 	}
 	if err := p.Send(ctx, tx); err != nil {
-		return nil, err
+		return readBefore{}, err
 	}
-	byID := make(map[uuid.UUID]dbsqlc.Execution, len(execs))
-	for _, e := range execs {
-		byID[e.ID] = e
-	}
+	return read, nil
+}
 
-	results := make([]SendResult, len(sends))
-	var unm []unmatched
-	reject := func(i int, outcome SendOutcome, reason UnmatchedReason, detail string) {
-		s := sends[i]
-		unm = append(unm, unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload})
-		results[i].Outcome, results[i].Unmatched = outcome, reason
-	}
-	duplicate := func(i int) {
-		reject(i, SendDuplicate, UnmatchedDuplicate, "an event with id "+sends[i].ID+" was already sent to this execution")
-	}
-	var live, withID []int
-	for i, s := range sends {
-		exec, ok := byID[s.ExecutionID]
+// sendBatch is the state of one sendTxs call: the events, their results in input order,
+// the unmatched rows to write, and the executions locked.
+type sendBatch struct {
+	sends   []Sent
+	results []SendResult
+	unm     []unmatched
+	byID    map[uuid.UUID]dbsqlc.Execution
+}
+
+// reject records that the i-th event reached no wait, and why.
+func (b *sendBatch) reject(i int, outcome SendOutcome, reason UnmatchedReason, detail string) {
+	s := b.sends[i]
+	b.unm = append(b.unm, unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload})
+	b.results[i].Outcome, b.results[i].Unmatched = outcome, reason
+}
+
+func (b *sendBatch) duplicate(i int) {
+	b.reject(i, SendDuplicate, UnmatchedDuplicate, "an event with id "+b.sends[i].ID+" was already sent to this execution")
+}
+
+// screenSends rejects the events of no execution, of a finished one, and those whose id
+// was already sent to their execution (recording the new ids), and returns the indexes
+// of the rest.
+func (a *Aggregator) screenSends(ctx context.Context, tx pgx.Tx, b *sendBatch) (live []int, err error) {
+	var withID []int
+	for i, s := range b.sends {
+		exec, ok := b.byID[s.ExecutionID]
 		if !ok {
-			reject(i, SendNoExecution, UnmatchedNoExecution, "no execution has this id")
+			b.reject(i, SendNoExecution, UnmatchedNoExecution, "no execution has this id")
 			continue
 		}
-		results[i].ExecutionStatus = exec.Status
+		b.results[i].ExecutionStatus = exec.Status
 		if vocab.ExecFinished(exec.Status) {
 			// A retry of an event that was applied (and perhaps finished the execution) is
 			// a duplicate, not a conflict: sending stays idempotent.
@@ -278,11 +348,11 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 					return nil, fmt.Errorf("look up event id: %w", err)
 				}
 				if seen {
-					duplicate(i)
+					b.duplicate(i)
 					continue
 				}
 			}
-			reject(i, SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+string(exec.Status))
+			b.reject(i, SendExecutionFinished, UnmatchedExecutionFinished, "the execution is "+string(exec.Status))
 			continue
 		}
 		if s.ID != "" {
@@ -290,41 +360,42 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 		}
 		live = append(live, i)
 	}
-	if len(withID) > 0 {
-		arg := dbsqlc.ExecutionEventIDInsertManyParams{}
-		for _, i := range withID {
-			arg.ExecutionIds, arg.EventIds = append(arg.ExecutionIds, sends[i].ExecutionID), append(arg.EventIds, sends[i].ID)
-		}
-		inserted, err := a.q.ExecutionEventIDInsertMany(ctx, tx, arg)
-		if err != nil {
-			return nil, fmt.Errorf("record event ids: %w", err)
-		}
-		live = slices.DeleteFunc(live, func(i int) bool {
-			if sends[i].ID == "" || slices.Contains(inserted, sends[i].ExecutionID) {
-				return false
-			}
-			duplicate(i)
-			return true
-		})
+	if len(withID) == 0 {
+		return live, nil
 	}
+	arg := dbsqlc.ExecutionEventIDInsertManyParams{}
+	for _, i := range withID {
+		arg.ExecutionIds, arg.EventIds = append(arg.ExecutionIds, b.sends[i].ExecutionID), append(arg.EventIds, b.sends[i].ID)
+	}
+	inserted, err := a.q.ExecutionEventIDInsertMany(ctx, tx, arg)
+	if err != nil {
+		return nil, fmt.Errorf("record event ids: %w", err)
+	}
+	live = slices.DeleteFunc(live, func(i int) bool {
+		if b.sends[i].ID == "" || slices.Contains(inserted, b.sends[i].ExecutionID) {
+			return false
+		}
+		b.duplicate(i)
+		return true
+	})
+	return live, nil
+}
 
-	// One event per wait that expects the type: to the first of its events of the type
-	// still open.
-	var events []Event
-	var owner []int
-	now := a.now().UTC()
+// eventsForWaits makes one event per wait that expects a live event's type: to the first
+// of the wait's events of the type still open. owner[k] is the index of events[k]'s send.
+func (b *sendBatch) eventsForWaits(live []int, open []dbsqlc.ExecutionWaitState, now time.Time) (events []Event, owner []int, err error) {
 	for _, i := range live {
-		s := sends[i]
+		s := b.sends[i]
 		for _, row := range open {
 			if row.ExecutionID != s.ExecutionID {
 				continue
 			}
 			w, err := decodeWait(row)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if err := w.decodeExpected(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			var names []string
 			for _, e := range w.expected {
@@ -339,64 +410,7 @@ func (a *Aggregator) sendTxs(ctx context.Context, tx pgx.Tx, in []Sent, atCommit
 			}
 		}
 	}
-	if len(events) > 0 {
-		// The waits were read after their executions were locked, in this transaction:
-		// applyBatch decides from them, and continues from the rows locked, rather than
-		// reading either again.
-		deliveries, err := a.applyBatch(ctx, tx, events, true, readBefore{waits: open, execs: execs, nodes: nodes}, atCommit)
-		if err != nil {
-			return nil, err
-		}
-		for k, d := range deliveries {
-			d.Event = events[k].Name
-			results[owner[k]].Deliveries = append(results[owner[k]].Deliveries, d)
-		}
-	}
-	for _, i := range live {
-		res := &results[i]
-		if slices.ContainsFunc(res.Deliveries, func(r Result) bool { return r.Outcome == Recorded || r.Outcome == Completed }) {
-			res.Outcome = SendDelivered
-			continue
-		}
-		u, err := a.buffer(ctx, tx, sends[i], byID[sends[i].ExecutionID], res)
-		if err != nil {
-			return nil, err
-		}
-		unm = append(unm, u)
-	}
-	if err := a.recordUnmatched(ctx, tx, unm); err != nil {
-		return nil, err
-	}
-	return results, nil
-}
-
-// buffer holds a sent event no wait took for the next wait of its type, and returns the
-// unmatched row that says why.
-func (a *Aggregator) buffer(ctx context.Context, tx pgx.Tx, s Sent, exec dbsqlc.Execution, res *SendResult) (unmatched, error) {
-	ttl, err := a.bufferTTL(ctx, tx, exec.WorkflowName, exec.WorkflowVersion)
-	if err != nil {
-		return unmatched{}, err
-	}
-	src, err := json.Marshal(s.Source)
-	if err != nil {
-		return unmatched{}, err
-	}
-	res.ExpiresAt = a.now().UTC().Add(ttl)
-	res.BufferID, err = a.q.EventBufferInsert(ctx, tx, dbsqlc.EventBufferInsertParams{
-		ExecutionID: s.ExecutionID, EventType: s.Type, EventID: nonEmpty(s.ID), Payload: s.Payload, Source: src, ExpiresAt: res.ExpiresAt,
-	})
-	if err != nil {
-		return unmatched{}, fmt.Errorf("buffer event: %w", err)
-	}
-	res.Outcome = SendBuffered
-	reason, detail := UnmatchedBuffered, "no node of the execution waits for type "+s.Type+" yet; buffered until "+res.ExpiresAt.Format(time.RFC3339)
-	if len(res.Deliveries) > 0 {
-		// Waits of this type exist but none took it (its filter, or they already hold one).
-		reason = reasonOf(res.Deliveries[0].Outcome)
-		detail = "waiting nodes of this type did not take it (" + string(res.Deliveries[0].Outcome) + "); buffered until " + res.ExpiresAt.Format(time.RFC3339)
-	}
-	res.Unmatched = reason
-	return unmatched{reason: reason, source: s.Source, typ: s.Type, executionID: s.ExecutionID, detail: detail, payload: s.Payload}, nil
+	return events, owner, nil
 }
 
 // observeSent records a committed send: the unmatched reason it left, the buffer
@@ -418,142 +432,4 @@ func (a *Aggregator) observeSent(ctx context.Context, s Sent, res SendResult) {
 	}
 	a.observeCommitted(ctx, evs, applied)
 	a.announceExpired(ctx, expiredOf(res.Deliveries))
-}
-
-// bufferTTL is the eventBufferTtl of a definition version, cached: versions never change.
-func (a *Aggregator) bufferTTL(ctx context.Context, tx pgx.Tx, name string, version int32) (time.Duration, error) {
-	key := fmt.Sprintf("%s@%d", name, version)
-	if v, ok := a.ttls.Load(key); ok {
-		return v.(time.Duration), nil
-	}
-	raw, err := a.q.WorkflowEventBufferTTL(ctx, tx, dbsqlc.WorkflowEventBufferTTLParams{Name: name, Version: version})
-	if err != nil {
-		return 0, fmt.Errorf("read eventBufferTtl: %w", err)
-	}
-	ttl := workflow.DefaultEventBufferTTL
-	if len(raw) > 0 && string(raw) != "null" {
-		if ttl, err = workflow.ParseDurationJSON(raw); err != nil {
-			return 0, fmt.Errorf("eventBufferTtl of %s: %w", key, err)
-		}
-	}
-	a.ttls.Store(key, ttl)
-	return ttl, nil
-}
-
-// TakeBuffered gives a wait just registered (inside the caller's transaction, under the
-// execution's row lock) the events sent to its execution before it existed: for each of
-// its send events, the oldest buffered event of the type its filter accepts (fifo), or
-// the newest (last_write_wins, the older ones going to the dead letters as superseded);
-// and for each payload match with a lookback, likewise a Kafka record kept because it
-// reached no wait (see lookback.go).
-// If they satisfy the wait it completes in this transaction — the node never suspends —
-// and its continuation is queued; the workers are woken after the commit. The caller
-// marks the node waiting before calling it.
-func (a *Aggregator) TakeBuffered(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
-	return a.takeEarly(ctx, tx, ws, true)
-}
-
-// TakeKept is TakeBuffered for a wait registered in the transaction that inserts its
-// execution: only the Kafka records kept for a payload match's lookback can be there for
-// it. No event can be buffered for an execution that exists in no committed transaction
-// yet — a buffered event's row references its execution, and a send to an execution it
-// cannot see is refused (no_execution), not buffered — so the buffer is not read: one
-// statement less for every start that parks.
-func (a *Aggregator) TakeKept(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState) (Result, error) {
-	return a.takeEarly(ctx, tx, ws, false)
-}
-
-// takeEarly is TakeBuffered, reading the event buffer only when readBuffer is set.
-func (a *Aggregator) takeEarly(ctx context.Context, tx pgx.Tx, ws dbsqlc.ExecutionWaitState, readBuffer bool) (Result, error) {
-	res := Result{WaitStateID: ws.ID, NodeID: ws.NodeID, Status: ws.Status, Version: ws.Version}
-	if ws.WaitType != vocab.WaitTypeEvents {
-		return res, nil
-	}
-	w, err := decodeWait(ws)
-	if err != nil {
-		return res, err
-	}
-	if err := w.decodeExpected(); err != nil {
-		return res, err
-	}
-	now := a.now().UTC()
-	var taken, superseded []int64
-	for _, e := range slices.Clone(w.expected) {
-		if !readBuffer || e.Source != SourceSend || w.row.Status != vocab.WaitWaiting {
-			continue
-		}
-		buffered, err := a.q.EventBufferList(ctx, tx, dbsqlc.EventBufferListParams{ExecutionID: ws.ExecutionID, EventType: e.Type, Now: now})
-		if err != nil {
-			return res, fmt.Errorf("read event buffer: %w", err)
-		}
-		buffered = slices.DeleteFunc(buffered, func(b dbsqlc.EventBuffer) bool { return slices.Contains(taken, b.ID) })
-		if e.Buffer == BufferLastWriteWins {
-			slices.Reverse(buffered)
-		}
-		for k, b := range buffered {
-			var src Source
-			if err := json.Unmarshal(b.Source, &src); err != nil {
-				return res, fmt.Errorf("decode buffered event source: %w", err)
-			}
-			ev := Event{ExecutionID: ws.ExecutionID, CorrelationID: ws.CorrelationID, Name: e.Name, Payload: b.Payload,
-				Source: src, IdempotencyKey: deref(b.EventID)}
-			outcome, _, err := w.decide(ev, ev.key(), now)
-			if err != nil {
-				return res, err
-			}
-			if outcome != Recorded && outcome != Completed {
-				continue // its filter refused this one; try the next
-			}
-			taken = append(taken, b.ID)
-			res.Outcome, res.Event = outcome, e.Name
-			if e.Buffer == BufferLastWriteWins {
-				for _, older := range buffered[k+1:] {
-					superseded = append(superseded, older.ID)
-				}
-			}
-			break
-		}
-	}
-	// Then the Kafka records its payload matches with a lookback found no wait for.
-	keptOutcome, keptName, keptTaken, _, err := a.takeKept(ctx, tx, w, now)
-	if err != nil {
-		return res, err
-	}
-	if keptTaken > 0 {
-		res.Outcome, res.Event = keptOutcome, keptName
-	}
-	if len(taken) == 0 && keptTaken == 0 {
-		return res, nil
-	}
-	if len(taken) > 0 {
-		if err := a.q.EventBufferDelete(ctx, tx, taken); err != nil {
-			return res, fmt.Errorf("take buffered events: %w", err)
-		}
-	}
-	if len(superseded) > 0 {
-		if _, err := a.q.EventBufferSupersede(ctx, tx, superseded); err != nil {
-			return res, fmt.Errorf("supersede buffered events: %w", err)
-		}
-	}
-	won, err := a.write(ctx, tx, w, ws.Version)
-	if err != nil {
-		return res, err
-	}
-	if !won {
-		// The wait was inserted by this transaction and nobody else can have changed it.
-		return res, fmt.Errorf("wait %s changed under its own registration", ws.ID)
-	}
-	res.Status, res.Version = w.row.Status, ws.Version+int64(w.applied)
-	res.FirstEvent = w.firstEvent(res.Outcome)
-	db.AfterCommit(tx, func() {
-		a.ins.buffered.Add(ctx, int64(len(taken)), metric.WithAttributes(attribute.String("outcome", "taken")))
-		if len(superseded) > 0 {
-			a.ins.buffered.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("outcome", "superseded")))
-			a.ins.deadLetters.Add(ctx, int64(len(superseded)), metric.WithAttributes(attribute.String("reason", "superseded")))
-		}
-		if res.Outcome == Completed {
-			a.wakeContinuations()
-		}
-	})
-	return res, nil
 }

@@ -90,36 +90,9 @@ func ReplayDeadLetters(ctx context.Context, cfg ReplayConfig) (ReplayReport, err
 	}
 	defer cl.Close()
 
-	// The end of each partition now: records dead-lettered during the run wait for the
-	// next one, so a record that fails again cannot loop.
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
-	if err != nil {
-		return rep, fmt.Errorf("list end offsets of %s: %w", cfg.Topic, err)
-	}
-	if err := ends.Error(); err != nil {
-		return rep, fmt.Errorf("list end offsets of %s: %w", cfg.Topic, err)
-	}
-	remaining := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			remaining[o.Partition] = o.Offset
-		}
-	})
-	if len(remaining) == 0 {
-		return rep, nil
-	}
-	// Partitions whose records all precede Since have nothing to read; their consumer
-	// starts at their end.
-	if !cfg.Since.IsZero() {
-		starts, err := kadm.NewClient(cl).ListOffsetsAfterMilli(ctx, cfg.Since.UnixMilli(), cfg.Topic)
-		if err != nil {
-			return rep, fmt.Errorf("list offsets of %s after %s: %w", cfg.Topic, cfg.Since.Format(time.RFC3339), err)
-		}
-		starts.Each(func(o kadm.ListedOffset) {
-			if end, ok := remaining[o.Partition]; ok && (o.Offset < 0 || o.Offset >= end) {
-				delete(remaining, o.Partition)
-			}
-		})
+	remaining, err := replayRange(ctx, cl, cfg)
+	if err != nil || len(remaining) == 0 {
+		return rep, err
 	}
 
 	for len(remaining) > 0 {
@@ -140,38 +113,14 @@ func ReplayDeadLetters(ctx context.Context, cfg ReplayConfig) (ReplayReport, err
 			if r.Offset+1 >= end {
 				delete(remaining, r.Partition)
 			}
-			rec := ReplayedRecord{Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp}
-			var headers []kgo.RecordHeader
-			for _, h := range r.Headers {
-				switch h.Key {
-				case HeaderTopic:
-					rec.SourceTopic = string(h.Value)
-				case HeaderReason:
-					rec.Reason = string(h.Value)
-				}
-				if !strings.HasPrefix(h.Key, "rendezvous-dlq-") {
-					headers = append(headers, h)
-				}
-			}
-			switch {
-			case !cfg.Since.IsZero() && r.Timestamp.Before(cfg.Since):
-				rec.Skipped = "before --since"
-			case rec.SourceTopic == "":
-				rec.Skipped = "no " + HeaderTopic + " header"
-			case rec.SourceTopic == cfg.Topic:
-				rec.Skipped = "its source topic is the dead-letter topic itself"
-			}
+			rec, again := replayOf(cfg, r)
 			rep.Records = append(rep.Records, rec)
-			if rec.Skipped != "" {
+			if again == nil {
 				rep.Skipped++
 				return
 			}
 			rep.Replayed++
-			headers = append(headers,
-				kgo.RecordHeader{Key: HeaderReplayedFrom, Value: []byte(cfg.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10))},
-				kgo.RecordHeader{Key: HeaderReplayedReason, Value: []byte(rec.Reason)},
-			)
-			out = append(out, &kgo.Record{Topic: rec.SourceTopic, Key: r.Key, Value: r.Value, Headers: headers})
+			out = append(out, again)
 			outIdx = append(outIdx, len(rep.Records)-1)
 		})
 		if cfg.DryRun || len(out) == 0 {
@@ -188,4 +137,73 @@ func ReplayDeadLetters(ctx context.Context, cfg ReplayConfig) (ReplayReport, err
 		}
 	}
 	return rep, nil
+}
+
+// replayRange returns, per partition of cfg.Topic with something to replay, the end it
+// has now: records dead-lettered during the run wait for the next one, so a record that
+// fails again cannot loop. Partitions whose records all precede Since have nothing to
+// read and are left out.
+func replayRange(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (map[int32]int64, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", cfg.Topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", cfg.Topic, err)
+	}
+	remaining := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			remaining[o.Partition] = o.Offset
+		}
+	})
+	if len(remaining) == 0 || cfg.Since.IsZero() {
+		return remaining, nil
+	}
+	starts, err := kadm.NewClient(cl).ListOffsetsAfterMilli(ctx, cfg.Since.UnixMilli(), cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s after %s: %w", cfg.Topic, cfg.Since.Format(time.RFC3339), err)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if end, ok := remaining[o.Partition]; ok && (o.Offset < 0 || o.Offset >= end) {
+			delete(remaining, o.Partition)
+		}
+	})
+	return remaining, nil
+}
+
+// replayOf reads a dead letter's headers and returns what the report says of it and the
+// record to produce again to its source topic: same key and value, its own headers
+// without the dead-letter ones, and where it was replayed from. The record is nil when
+// the dead letter is skipped (rec.Skipped says why).
+func replayOf(cfg ReplayConfig, r *kgo.Record) (rec ReplayedRecord, again *kgo.Record) {
+	rec = ReplayedRecord{Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp}
+	var headers []kgo.RecordHeader
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderTopic:
+			rec.SourceTopic = string(h.Value)
+		case HeaderReason:
+			rec.Reason = string(h.Value)
+		}
+		if !strings.HasPrefix(h.Key, "rendezvous-dlq-") {
+			headers = append(headers, h)
+		}
+	}
+	switch {
+	case !cfg.Since.IsZero() && r.Timestamp.Before(cfg.Since):
+		rec.Skipped = "before --since"
+	case rec.SourceTopic == "":
+		rec.Skipped = "no " + HeaderTopic + " header"
+	case rec.SourceTopic == cfg.Topic:
+		rec.Skipped = "its source topic is the dead-letter topic itself"
+	}
+	if rec.Skipped != "" {
+		return rec, nil
+	}
+	headers = append(headers,
+		kgo.RecordHeader{Key: HeaderReplayedFrom, Value: []byte(cfg.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderReplayedReason, Value: []byte(rec.Reason)},
+	)
+	return rec, &kgo.Record{Topic: rec.SourceTopic, Key: r.Key, Value: r.Value, Headers: headers}
 }
