@@ -89,11 +89,10 @@ type Config struct {
 	SweepBatch int
 	// ApplyGroups is how many group transactions of Apply, and as many of Send, run at
 	// once. One at a time batches best, but a caller then waits for the group in flight
-	// before its own starts: at 4,000 callbacks/s offered, one group at a time answered
-	// at p50/p99 88/297 ms, four at 7/64 ms. More groups than the replica has cores only
-	// split the same work into smaller groups that contend for those cores: on two cores,
-	// two groups answered that load at about 3/11 ms where four took 4/16-25 ms, and took
-	// a quarter to a third more callbacks per second. Default DefaultApplyGroups().
+	// before its own starts, which the callback latency shows (rendezvous-bench part d).
+	// More groups than the replica has cores only split the same work into smaller
+	// groups that contend for those cores, which the callbacks rate shows (part c).
+	// Default DefaultApplyGroups().
 	ApplyGroups int
 	// SweepWorkers is how many sweeper transactions run at once when many deadlines are
 	// due together. Default SweepWorkersDefault.

@@ -77,7 +77,7 @@ type written struct {
 // without its node's outcome nor be continued twice.
 func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]written) func(dbsqlc.DBTX) error {
 	// Each column's array is sized once: a sweeper batch writes thousands of waits, and
-	// growing sixteen slices by appending copies each of them about a dozen times.
+	// growing sixteen slices by appending would copy each of them again and again.
 	n := len(ws)
 	p := dbsqlc.WaitStateWriteParams{
 		InstanceID: a.cfg.InstanceID,
@@ -149,7 +149,7 @@ func (a *Aggregator) writeWaits(ctx context.Context, ws []waitWrite, out *[]writ
 // writeWaitsNow runs writeWaits' statement on tx at once, for a batch of waits. It goes
 // through a pipeline, which sizes the connection's send buffer for the batch's arrays
 // before pgx encodes them there. Sent on tx directly, the buffer grew by copying as each
-// array was appended: about a tenth of what a sweep allocated per wait.
+// array was appended (allocations per wait of rendezvous-bench part e).
 func (a *Aggregator) writeWaitsNow(ctx context.Context, tx pgx.Tx, ws []waitWrite, out *[]written) error {
 	var p db.Pipeline
 	p.Queue(a.writeWaits(ctx, ws, out))

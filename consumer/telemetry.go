@@ -105,9 +105,8 @@ func (c *Consumer) initTelemetry() error {
 // client's byte, record and connection counters. A fetched record gets no receive span
 // (kotel's tracer would start one when the client buffers the record and end it when the
 // consumer polls it): it told only how long the record sat in the buffer, and cost a
-// replica applying records with every span recorded about 5 of its 30 µs of CPU and 2.5
-// of its 28 KB allocated per record (rendezvous-bench --only kafka, with and without
-// it). What a record did is traced where it happened, in the wait's trace (the event's
+// replica applying records with every span recorded a share of its CPU and allocations
+// per record (rendezvous-bench --only kafka, with and without it). What a record did is traced where it happened, in the wait's trace (the event's
 // span, linked to the producer's), and the log lines and dead letter about it carry the
 // producer's trace (recordCtx).
 func (c *Consumer) kotelHooks() []kgo.Hook {

@@ -133,7 +133,8 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	// Every statement here reads or writes a few rows through an index. JIT compilation
 	// only ever costs them time, and PostgreSQL turns it on by estimated cost: a payload
 	// match over a million open waits, estimated with default selectivities, was compiled
-	// on every batch and ran 9× slower. A URL may still say jit=on.
+	// on every batch and ran several times slower (rendezvous-bench part m, the large
+	// run). A URL may still say jit=on.
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}

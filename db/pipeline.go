@@ -128,9 +128,9 @@ func (a answerDB) QueryRow(context.Context, string, ...any) pgx.Row {
 // reserveSendBuffer makes room in conn's send buffer for the messages of b before pgx
 // writes them there. pgx starts that buffer at 1 KB after every flush and grows it by
 // appending each statement's parameters, so a batch of a thousand events' arrays (a few
-// hundred kilobytes) was copied again at every growth: 7% of the CPU a replica spent
-// applying Kafka records, and about 2 KB of the 31 KB it allocated per record. The room is an estimate (batchBytes); too little only means one
-// growth more.
+// hundred kilobytes) was copied again at every growth, a share of the CPU and of the
+// allocations per record of the Kafka path (rendezvous-bench part b). The room is an
+// estimate (batchBytes); too little only means one growth more.
 func reserveSendBuffer(conn *pgx.Conn, b *pgx.Batch) {
 	if conn == nil {
 		return

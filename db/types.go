@@ -18,8 +18,7 @@ import (
 // UTC.
 //
 // Left to pgx's defaults, both took a detour that showed up at the top of the Kafka
-// path's CPU profile (ids about 30%, documents about 14% of the Go time spent applying
-// a batch):
+// path's CPU profile (rendezvous-bench --only kafka --cpuprofile):
 //   - uuid.UUID is a driver.Valuer and an sql.Scanner, so every id, and every element of
 //     an id array, was formatted to its 36-character text and parsed back on the way
 //     out, and went through text on the way in. Here it is copied as its 16 bytes.

@@ -144,7 +144,7 @@ func (c *inTxContinuation) LockExecutions(d dbsqlc.DBTX) error {
 // LoadNodes reads the stored rows, sent in the round trip that writes the waits. Read
 // through node_executions there, each node whose wait the write has just ended would
 // look its wait up again and find the version the write made: on the Kafka path that
-// look-up cost PostgreSQL about a tenth of its CPU per record, for outcomes the
+// look-up cost PostgreSQL CPU per record (rendezvous-bench part b), for outcomes the
 // continuation holds already (Ended.Outcome).
 func (c *inTxContinuation) LoadNodes(d dbsqlc.DBTX) error {
 	rows, err := c.e.q.NodeExecutionStoredListByExecutions(c.ctx, d, c.execIDs)

@@ -98,7 +98,19 @@ func main() {
 	flag.StringVar(&o.logFile, "log-file", os.DevNull, "where the replicas' log lines go, in serve's default format: a replica pays for every line it logs, as in production")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write a profile of the whole run's allocations to this file")
+	writeDocsTo := flag.String("write-docs", "", "run nothing: rewrite the figures block of this markdown file (docs/benchmarks.md) from the results file --json names")
 	flag.Parse()
+	if *writeDocsTo != "" {
+		if o.out == "" {
+			fmt.Fprintln(os.Stderr, "rendezvous-bench: --write-docs needs --json, the results file of a run")
+			os.Exit(2)
+		}
+		if err := writeDocs(*writeDocsTo, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "rendezvous-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o.rounds = max(o.rounds, 1)
 	o.peerRounds = max(o.peerRounds, 1)
 	o.dueRounds = max(o.dueRounds, 1)
@@ -178,7 +190,9 @@ func envOr(k, def string) string {
 // results is the JSON file: every part's detail, and the figures of the table.
 type results struct {
 	// LogLevel is the level the replicas logged at (--log-level).
-	LogLevel  string               `json:"log_level"`
+	LogLevel string `json:"log_level"`
+	// Stamp is when the run started and on which commit.
+	Stamp     runStamp             `json:"stamp"`
 	Figures   []figure             `json:"figures"`
 	Baseline  bench.BaselineResult `json:"baseline"`
 	Callbacks bench.CallbackResult `json:"callbacks"`
@@ -274,7 +288,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	r := results{LogLevel: strings.ToLower(o.logLevel.String())}
+	r := results{LogLevel: strings.ToLower(o.logLevel.String()), Stamp: stampNow()}
 
 	schema, err := newSchema()
 	if err != nil {

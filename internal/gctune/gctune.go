@@ -4,11 +4,10 @@
 // A replica's live heap is small — the waits live in PostgreSQL — while applying a batch
 // of events allocates a lot that dies with the batch: the rows read, the documents and
 // the statements written. With Go's default (GOGC=100: collect when the heap has grown
-// by its live size) a replica applying Kafka records at full speed collected about
-// seven times a second, and the collector took about a fifth of the process's CPU.
-// Letting the heap grow four times its live size before collecting (GOGC=400) cut the
-// replica's CPU per record by about a fifth (rendezvous-bench --only kafka, run with
-// GOGC=100 and 400). In exchange the heap may reach about five times its live size, so
+// by its live size) a replica applying Kafka records at full speed collected several
+// times a second, and the collector took a large share of the process's CPU. Letting
+// the heap grow four times its live size before collecting (GOGC=400) cut the replica's
+// CPU per record (rendezvous-bench --only kafka, run with GOGC=100 and 400). In exchange the heap may reach about five times its live size, so
 // where the process runs under a memory limit (a container's cgroup), a soft limit
 // (GOMEMLIMIT) at a share of it makes the collector work harder before the limit is
 // reached instead of letting the heap grow past it.
