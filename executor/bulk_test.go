@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/executor"
-	"github.com/rendezvous-run/rendezvous/server/readmodel"
 )
 
 // failWaits starts n executions of name and fails each by cancelling its wait with
@@ -91,7 +90,7 @@ func TestRedriveMany(t *testing.T) {
 	require.Zero(t, h.count(t, `SELECT count(*) FROM executions WHERE redrive_count > 1`))
 
 	_, err = h.ex.RedriveMany(ctx, executor.RedriveFilter{}, executor.BulkOptions{Limit: executor.BulkLimitMax + 1})
-	var qerr *readmodel.QueryError
+	var qerr *executor.OptionError
 	require.ErrorAs(t, err, &qerr)
-	require.Equal(t, "limit", qerr.Param)
+	require.Equal(t, "limit", qerr.Option)
 }
