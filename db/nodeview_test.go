@@ -3,8 +3,7 @@ package db_test
 // A wait_events node's outcome is written in its wait's row; node_executions reads it
 // from there while the node's stored row (node_execution_rows) still reads as waiting.
 // These tests hold the view, the statements that move nodes, the trigger that hands an
-// outcome over when its wait goes, and the previous release's statements, which still
-// read and write node_executions as the table it was.
+// outcome over when its wait goes, and the reopen of a wait, which forgets the outcome.
 
 import (
 	"context"
@@ -170,78 +169,78 @@ func TestAWaitHandsItsOutcomeOverAsItGoes(t *testing.T) {
 	require.Zero(t, updated, "a cascade writes no outcome into rows it deletes")
 }
 
-// TestPreviousReleaseReadsAndWritesNodes: during a rolling update the previous release
-// runs on this schema, with node_executions as the table it was. Its statements (as it
-// sends them) still insert and move nodes, and their conditions see the outcomes this
-// release keeps in the waits.
-func TestPreviousReleaseReadsAndWritesNodes(t *testing.T) {
+// TestNodeExecutionsIsARead: node_executions is where a node is read, never written:
+// the shim that took the writes of the release before 017 into the stored rows is gone,
+// and a write through the view fails instead of landing somewhere unseen.
+func TestNodeExecutionsIsARead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	f := newNodeFixture(t, pool, true)
-	exec := func(sql string, args ...any) int64 {
-		t.Helper()
-		tag, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-		return tag.RowsAffected()
+	for _, sql := range []string{
+		`INSERT INTO node_executions (execution_id, node_id, status, attempts) VALUES ($1, 'extra', 'pending', 0)`,
+		`UPDATE node_executions SET status = 'running' WHERE execution_id = $1 AND node_id = 'next'`,
+		`DELETE FROM node_executions WHERE execution_id = $1 AND node_id = 'next'`,
+	} {
+		_, err := pool.Exec(ctx, sql, f.exec)
+		require.ErrorContains(t, err, `view "node_executions"`, sql)
 	}
-
-	// Its NodeExecutionInsert: the table's defaults apply.
-	exec(`INSERT INTO node_executions (execution_id, node_id, status, output, attempts, started_at)
-		SELECT $1::uuid, n.node_id, n.status, NULLIF(n.output, '')::json, 0, NULL
-		FROM (SELECT unnest($2::text[]) AS node_id, unnest($3::text[]) AS status, unnest($4::text[]) AS output) AS n`,
-		f.exec, []string{"extra"}, []string{"pending"}, []string{""})
-	var defaulted bool
-	require.NoError(t, pool.QueryRow(ctx, `SELECT created_at IS NOT NULL AND updated_at IS NOT NULL FROM node_execution_rows
-		WHERE execution_id = $1 AND node_id = 'extra'`, f.exec).Scan(&defaulted))
-	require.True(t, defaulted)
-
-	// Its NodeExecutionMarkRunning and NodeExecutionFinish move a node as they did.
-	require.EqualValues(t, 1, exec(`UPDATE node_executions SET status = 'running', attempts = attempts + 1,
-		started_at = coalesce(started_at, now()), updated_at = now()
-		WHERE execution_id = $1::uuid AND node_id = $2::text AND status IN ('pending', 'running')`, f.exec, "extra"))
-	require.EqualValues(t, 1, exec(`UPDATE node_executions SET status = $1::text, output = $2::json, error = $3::text,
-		updated_at = now(), finished_at = CASE WHEN $1::text IN ('completed', 'failed', 'skipped') THEN now() ELSE NULL END
-		WHERE execution_id = $4::uuid AND node_id = $5::text AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled')`,
-		"completed", `{"x":1}`, nil, f.exec, "extra"))
-	_, stored := f.node(t, "extra")
-	require.Equal(t, `completed|{"x":1}|<null>|true`, stored)
-
-	// A wait this release decided: its finish and its cancel pass the node by.
-	f.decide(t, "completed", "completed", `{"a":1}`, "")
-	require.Zero(t, exec(`UPDATE node_executions SET status = $1::text, output = $2::json, error = $3::text,
-		updated_at = now(), finished_at = now()
-		WHERE execution_id = $4::uuid AND node_id = $5::text AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled')`,
-		"failed", nil, "late", f.exec, "wait"))
-	require.EqualValues(t, 1, exec(`UPDATE node_executions SET status = 'cancelled', error = $1::text, updated_at = now(), finished_at = now()
-		WHERE execution_id = $2::uuid AND status IN ('pending', 'running', 'waiting_for_events')`, "stop", f.exec), "only next")
-	view, _ := f.node(t, "wait")
-	require.Equal(t, `completed|{"a":1}|<null>|true`, view)
-
-	// Its redrive reopens a node its wait failed, then its wait (which it leaves holding
-	// the old outcome) and marks the node waiting again: the node reads waiting.
-	f.decide(t, "timeout", "failed", `{"timeout":true}`, "timed out")
-	require.EqualValues(t, 2, exec(`UPDATE node_executions SET status = 'pending', output = NULL, error = NULL,
-		updated_at = now(), finished_at = NULL WHERE execution_id = $1::uuid AND status IN ('failed', 'cancelled')`, f.exec))
-	exec(`UPDATE execution_wait_states SET status = 'waiting', error = NULL, version = version + 1 WHERE id = $1`, f.wait)
-	require.EqualValues(t, 1, exec(`UPDATE node_executions SET status = 'waiting_for_events', output = $1::json, error = NULL,
-		updated_at = now(), finished_at = NULL
-		WHERE execution_id = $2::uuid AND node_id = 'wait' AND status NOT IN ('completed', 'failed', 'skipped', 'cancelled')`,
-		`{"status":"waiting"}`, f.exec))
-	view, stored = f.node(t, "wait")
-	require.Equal(t, `waiting_for_events|{"status":"waiting"}|<null>|false`, view)
+	view, stored := f.node(t, "next")
+	require.Equal(t, `pending|<null>|<null>|false`, view)
 	require.Equal(t, view, stored)
+}
 
-	// Its WaitStateWrite ends the wait and writes the node, as it did.
-	exec(`UPDATE execution_wait_states SET status = 'completed', version = version + 1 WHERE id = $1`, f.wait)
-	require.EqualValues(t, 1, exec(`UPDATE node_executions AS ne SET status = w.node_status, output = w.output,
-		error = NULL, warning = NULL, updated_at = now(), finished_at = now()
-		FROM (SELECT $1::uuid AS execution_id, 'wait'::text AS node_id, 'completed'::text AS node_status, '{"b":2}'::json AS output) AS w
-		WHERE ne.execution_id = w.execution_id AND ne.node_id = w.node_id
-		  AND ne.status NOT IN ('completed', 'failed', 'skipped', 'cancelled')`, f.exec))
-	view, stored = f.node(t, "wait")
-	require.Equal(t, `completed|{"b":2}|<null>|true`, view)
-	require.Equal(t, view, stored)
+// TestReopenForgetsTheNodesOutcome: a redrive reopens a wait that had decided its node;
+// the reopened wait holds no outcome, so the node reads as its stored row (waiting) until
+// the wait ends again. This release's WaitStateReopen clears the outcome itself (checked
+// with the trigger that did it for the previous release turned off); the trigger still
+// does it for the previous release's reopen, which runs beside this one during a rolling
+// update and leaves the outcome in place.
+func TestReopenForgetsTheNodesOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	q := dbsqlc.New()
+	const waiting = `waiting_for_events|{"status":"waiting"}|<null>|false`
+	t.Run("this release", func(t *testing.T) {
+		f := newNodeFixture(t, pool, true)
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `ALTER TABLE execution_wait_states DISABLE TRIGGER execution_wait_states_forget_node`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `UPDATE execution_wait_states SET status = 'timeout', node_status = 'failed',
+			node_output = '{"timeout":true}', node_error = 'timed out', node_finished_at = now() WHERE id = $1`, f.wait)
+		require.NoError(t, err)
+		var version int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT version FROM execution_wait_states WHERE id = $1`, f.wait).Scan(&version))
+		_, err = q.WaitStateReopen(ctx, tx, dbsqlc.WaitStateReopenParams{ID: f.wait, Version: version,
+			ExpectedEvents: []byte(`[]`), ExpiresAt: time.Now().Add(time.Hour), NextDeadlineAt: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		var held bool
+		require.NoError(t, tx.QueryRow(ctx, `SELECT node_status IS NOT NULL OR node_output IS NOT NULL OR node_error IS NOT NULL
+			OR node_finished_at IS NOT NULL FROM execution_wait_states WHERE id = $1`, f.wait).Scan(&held))
+		require.False(t, held, "the reopened wait holds no outcome")
+		var view string
+		require.NoError(t, tx.QueryRow(ctx, `SELECT concat_ws('|', status, coalesce(output::text, '<null>'), coalesce(error, '<null>'),
+			(finished_at IS NOT NULL)::text) FROM node_executions WHERE execution_id = $1 AND node_id = 'wait'`, f.exec).Scan(&view))
+		require.Equal(t, waiting, view)
+	})
+
+	t.Run("the previous release", func(t *testing.T) {
+		f := newNodeFixture(t, pool, false)
+		f.decide(t, "timeout", "failed", `{"timeout":true}`, "timed out")
+		view, _ := f.node(t, "wait")
+		require.Equal(t, `failed|{"timeout":true}|timed out|true`, view)
+		// Its reopen, as it sends it: the outcome columns untouched.
+		_, err := pool.Exec(ctx, `UPDATE execution_wait_states SET status = 'waiting', error = NULL, version = version + 1 WHERE id = $1`, f.wait)
+		require.NoError(t, err)
+		view, _ = f.node(t, "wait")
+		require.Equal(t, waiting, view)
+	})
 }
 
 // TestNodeStatementsSeeAConcurrentFinish races two writers of one node for real: one has

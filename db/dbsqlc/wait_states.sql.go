@@ -961,6 +961,11 @@ const waitStateReopen = `-- name: WaitStateReopen :one
 UPDATE execution_wait_states
 SET status = 'waiting',
     error = NULL,
+    node_status = NULL,
+    node_output = NULL,
+    node_error = NULL,
+    node_warning = NULL,
+    node_finished_at = NULL,
     expected_events = $1::json,
     timed_out_events = '[]',
     expires_at = $2::timestamptz,
@@ -982,10 +987,10 @@ type WaitStateReopenParams struct {
 }
 
 // A redrive opens a finished event wait again: waiting, with fresh deadlines, its
-// recorded events and payloads kept, nothing timed out, not resumed, and (a trigger,
-// whoever reopens it) without the node's outcome it held. The version moves,
-// so an event or a sweeper that decided against the finished row misses its fence and
-// decides again against the open one.
+// recorded events and payloads kept, nothing timed out, not resumed, and without the
+// node's outcome it held (left behind, it would show through once the wait ends again).
+// The version moves, so an event or a sweeper that decided against the finished row
+// misses its fence and decides again against the open one.
 func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReopenParams) (ExecutionWaitState, error) {
 	row := db.QueryRow(ctx, waitStateReopen,
 		arg.ExpectedEvents,
