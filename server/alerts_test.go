@@ -58,7 +58,7 @@ var promqlWords = []string{"sum", "max", "min", "avg", "count", "rate", "increas
 // real replica exports at /metrics — so the alerts cannot silently watch nothing.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../deploy/prometheus/alerts.yaml")
+	raw, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
 	require.NoError(t, err)
 	var file struct {
 		Groups []struct {

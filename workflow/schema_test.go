@@ -107,7 +107,7 @@ func readWant(t *testing.T, path string) (all, fromSchema []string) {
 // and pass the published schema.
 func TestValidDefinitionsMatchSchema(t *testing.T) {
 	t.Parallel()
-	examples, err := filepath.Glob("../../examples/*.json")
+	examples, err := filepath.Glob("../examples/*.json")
 	require.NoError(t, err)
 	require.NotEmpty(t, examples)
 	valid, err := filepath.Glob("testdata/valid/*.json")
