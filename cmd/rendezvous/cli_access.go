@@ -13,7 +13,8 @@ import (
 
 func tokensGroup() *cliGroup {
 	return &cliGroup{
-		name: "tokens",
+		name:    "tokens",
+		summary: "create, list and revoke API tokens (admin only)",
 		about: `Create, list and revoke API tokens (admin only). A token is shown once, when it
 is created; the service keeps only its SHA-256. A revoked token stops working on every
 replica within a few seconds.`,
@@ -124,7 +125,8 @@ func tokensRevoke() *cliCommand {
 
 func auditGroup() *cliGroup {
 	return &cliGroup{
-		name: "audit",
+		name:    "audit",
+		summary: "read the audit log: who changed what through the API (admin only)",
 		about: `Read the audit log (admin only): every change made through the API, who made it,
 from where, on what, and how it ended.`,
 		commands: []*cliCommand{auditList()},

@@ -109,7 +109,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	o.help = io.Discard
 	err := o.parse(args[1:])
 	if errors.Is(err, flag.ErrHelp) {
-		g.printHelp(stderr, o)
+		g.printHelp(stdout, o)
 		return exitOK
 	}
 	if err != nil {
@@ -147,7 +147,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	run := cmd.setup(fs)
 	pos, err := parseInterspersed(fs, o.fs.Args()[1:])
 	if errors.Is(err, flag.ErrHelp) {
-		cmd.printHelp(stderr, name, fs)
+		cmd.printHelp(stdout, name, fs)
 		return exitOK
 	}
 	if err != nil {

@@ -587,27 +587,31 @@ func TestCLIUsage(t *testing.T) {
 	r := runArgs("", "waits", "get", "--server", closed)
 	require.Contains(t, r.stderr, "error: rendezvous waits get: want EXECUTION [NODE] | WAIT-ID, got 0 arguments\n")
 
-	// Help: exit 0, on stderr, with examples and the exit statuses.
+	// Help: exit 0, on stdout (it was asked for: `| less` pages it) and nothing on stderr,
+	// with examples and the exit statuses.
 	for _, g := range cliGroups() {
 		r := runArgs("", g.name, "-h")
 		require.Equal(t, exitOK, r.code)
-		require.Contains(t, r.stderr, "Usage: rendezvous "+g.name+" <command>")
-		require.Contains(t, r.stderr, exitStatusHelp)
+		require.Empty(t, r.stderr)
+		require.Contains(t, r.stdout, "Usage: rendezvous "+g.name+" <command>")
+		require.Contains(t, r.stdout, exitStatusHelp)
 		for _, c := range g.commands {
-			require.Contains(t, r.stderr, "  "+c.name)
+			require.Contains(t, r.stdout, "  "+c.name)
 			r := runArgs("", g.name, c.name, "--help")
 			require.Equal(t, exitOK, r.code, r.stderr)
-			require.Contains(t, r.stderr, "Usage: rendezvous "+g.name+" "+c.name)
-			require.Contains(t, r.stderr, "Examples:\n  rendezvous "+g.name+" "+c.name)
-			require.Contains(t, r.stderr, exitStatusHelp)
-			require.Contains(t, r.stderr, "-server")
+			require.Empty(t, r.stderr)
+			require.Contains(t, r.stdout, "Usage: rendezvous "+g.name+" "+c.name)
+			require.Contains(t, r.stdout, "Examples:\n  rendezvous "+g.name+" "+c.name)
+			require.Contains(t, r.stdout, exitStatusHelp)
+			require.Contains(t, r.stdout, "-server")
 		}
 	}
 
 	// Through the top-level dispatch, as the binary runs it.
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, exitOK, run([]string{"waits", "list", "-h"}, &stdout, &stderr))
-	require.Contains(t, stderr.String(), "Usage: rendezvous waits list")
+	require.Contains(t, stdout.String(), "Usage: rendezvous waits list")
+	require.Empty(t, stderr.String())
 	stderr.Reset()
 	require.Equal(t, exitUsage, run([]string{"executions", "get"}, &stdout, &stderr))
 	stdout.Reset()

@@ -145,7 +145,8 @@ func TestCommandLineAsTyped(t *testing.T) {
 	// package's raw dump.
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, serveHelp(&stdout, &stderr))
-	help := stderr.String()
+	help := stdout.String()
+	require.Empty(t, stderr.String())
 	for _, section := range []string{"\nDatabase and logging:\n", "\nHTTP API and callbacks:\n", "\nExecutor:\n", "\nDeadlines and events:\n", "\nKafka:\n", "\nExamples:\n  rendezvous serve "} {
 		require.Contains(t, help, section)
 	}
@@ -164,8 +165,8 @@ func TestCommandLineAsTyped(t *testing.T) {
 		require.Regexp(t, `(?m)^  rendezvous `+g.name+` `+regexp.QuoteMeta(g.commandList())+` +`+regexp.QuoteMeta(g.summary)+`$`, top.stdout)
 	}
 	r = runTop("waits", "get", "--help")
-	require.Contains(t, r.stderr, "\n  -o, --output FORMAT\n")
-	require.Contains(t, r.stderr, "\n  --server URL\n")
+	require.Contains(t, r.stdout, "\n  -o, --output FORMAT\n")
+	require.Contains(t, r.stdout, "\n  --server URL\n")
 }
 
 // TestDevHelpSaysDevDefaults: dev shares serve's options but not all their defaults,
@@ -175,7 +176,7 @@ func TestDevHelpSaysDevDefaults(t *testing.T) {
 	defaults := func(cmd string) string {
 		r := runTop(cmd, "--help")
 		require.Equal(t, 0, r.code, r.stderr)
-		return r.stderr
+		return r.stdout
 	}
 	dev, serve := defaults("dev"), defaults("serve")
 	for flag, want := range map[string]string{"log-level": "debug", "log-format": "text", "http-addr": devHTTPAddr, "database-url": localDatabaseURL} {

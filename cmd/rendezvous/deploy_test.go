@@ -121,13 +121,13 @@ func commandHelp(t *testing.T, bin, command string) []helpOption {
 	t.Helper()
 	cmd := exec.Command(bin, command, "-h")
 	cmd.Env = []string{}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), "rendezvous %s -h must exit 0:\n%s", command, stderr.String())
 	var out []helpOption
 	var cur *helpOption
 	section := ""
-	for line := range strings.SplitSeq(stderr.String(), "\n") {
+	for line := range strings.SplitSeq(stdout.String(), "\n") {
 		switch {
 		case strings.HasPrefix(line, "  --"):
 			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  --"), " ")

@@ -19,7 +19,7 @@ func dlq(ctx context.Context, args []string, stdout io.Writer) error {
 	} else if len(args) == 0 || (args[0] != "-h" && args[0] != "--help") {
 		return errors.New(`usage: rendezvous dlq replay --topic TOPIC.dlq [--since 2h|RFC3339] [--dry-run] [--kafka-brokers …]`)
 	}
-	cfg, err := dlqReplayOptions(args)
+	cfg, err := dlqReplayOptions(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -43,10 +43,14 @@ func dlq(ctx context.Context, args []string, stdout io.Writer) error {
 
 // dlqReplayOptions reads the flags of dlq replay: what to replay, and how to reach the
 // brokers (the serve command's Kafka connection options).
-func dlqReplayOptions(args []string) (consumer.ReplayConfig, error) {
+func dlqReplayOptions(args []string, help io.Writer) (consumer.ReplayConfig, error) {
 	var cfg consumer.ReplayConfig
 	var since string
 	o := newOptions("dlq replay")
+	o.help = help
+	o.summary = `Re-produces the records of a dead-letter topic to the topic each came from, once the
+cause is fixed, and reports how many it replayed and skipped.`
+	o.examples = []string{"rendezvous dlq replay --topic shipments.events.dlq --since 2h --kafka-brokers 127.0.0.1:9092 --dry-run"}
 	o.String(&cfg.Topic, "topic", "", "", "the dead-letter topic to drain, e.g. shipments.events.dlq (required)")
 	o.String(&since, "since", "", "", "only records dead-lettered since: a duration back from now (2h) or an RFC 3339 time")
 	o.Bool(&cfg.DryRun, "dry-run", "", false, "print what would be replayed; produce nothing")

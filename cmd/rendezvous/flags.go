@@ -40,7 +40,9 @@ type options struct {
 	// summary and examples head and close -h.
 	summary  string
 	examples []string
-	// help receives -h; os.Stderr unless a command gives its own writer.
+	// help receives -h: os.Stdout unless a command gives its own writer. Help asked for
+	// is output, so that `rendezvous serve --help | less` pages it; only help shown
+	// because of a mistake goes to stderr.
 	help io.Writer
 	// positional lets arguments follow the flags (the operator commands' subcommands);
 	// otherwise one is a mistake.
@@ -55,7 +57,7 @@ func newOptions(name string) *options {
 	// the whole help after its own message.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &options{name: name, fs: fs, help: os.Stderr}
+	return &options{name: name, fs: fs, help: os.Stdout}
 }
 
 // setDefault changes the default of the option already bound to flagName: a command

@@ -39,7 +39,9 @@ func healthcheckOptions(rawURL, httpAddr *string, timeout *time.Duration) *optio
 func healthcheck(ctx context.Context, args []string, stdout io.Writer) error {
 	var rawURL, httpAddr string
 	var timeout time.Duration
-	if err := healthcheckOptions(&rawURL, &httpAddr, &timeout).parse(args); err != nil {
+	o := healthcheckOptions(&rawURL, &httpAddr, &timeout)
+	o.help = stdout
+	if err := o.parse(args); err != nil {
 		return err
 	}
 	target, err := healthcheckURL(rawURL, httpAddr)

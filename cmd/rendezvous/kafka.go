@@ -67,6 +67,7 @@ func startBroker(port int) (*kfake.Cluster, error) {
 // devKafka runs the embedded broker alone, for setups with several serve processes.
 func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 	o := newOptions("dev-kafka")
+	o.help = stdout
 	o.summary = "Runs the embedded Kafka broker alone, for several serve processes on one machine."
 	o.examples = []string{"rendezvous dev-kafka --port 9092"}
 	var port int
@@ -98,9 +99,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 migrations, the example definitions and a replica, against a local PostgreSQL.`
 	o.examples = []string{
 		"rendezvous dev",
-		"rendezvous dev --database-url postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable --http-addr :9080",
+		"rendezvous dev --database-url 'postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable' --http-addr 127.0.0.1:9080 --kafka-port 9093 --example-service-addr 127.0.0.1:9091",
 	}
-	o.help = stderr
+	o.help = stdout
 	o.inSection("Development")
 	var port int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")

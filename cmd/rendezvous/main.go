@@ -46,7 +46,7 @@ const serviceCommands = `Run the service:
 `
 
 const usageExamples = `Examples:
-  rendezvous dev --database-url postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+  rendezvous dev --database-url 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
   rendezvous workflows apply -f 'examples/*.json'
   rendezvous --server http://127.0.0.1:8080 waits list
   rendezvous serve --help
@@ -81,8 +81,8 @@ type serviceCommand func(ctx context.Context, args []string, stdout, stderr io.W
 
 func serviceCommandTable() map[string]serviceCommand {
 	return map[string]serviceCommand{
-		"serve":   func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) },
-		"migrate": func(ctx context.Context, args []string, _, stderr io.Writer) error { return migrate(ctx, args, stderr) },
+		"serve":   serve,
+		"migrate": migrate,
 		"dev":     dev,
 		"dev-kafka": func(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return devKafka(ctx, args, stdout)
@@ -248,8 +248,8 @@ func serveOptions(cfg *server.Config, c *common, noMigrate *bool) *options {
 	o.summary = `Runs one replica: the HTTP API and callbacks, the Kafka consumer (with --kafka-brokers),
 the executor and the deadline sweeper. Run as many as you like against one database.`
 	o.examples = []string{
-		"rendezvous serve --database-url postgres://rendezvous@db:5432/rendezvous --kafka-brokers kafka:9092",
-		"DATABASE_URL=postgres://… RENDEZVOUS_HTTP_ADDR=:8081 rendezvous serve --log-format text",
+		"rendezvous serve --database-url 'postgres://rendezvous@db:5432/rendezvous' --kafka-brokers kafka:9092",
+		"DATABASE_URL='postgres://…' RENDEZVOUS_HTTP_ADDR=:8081 rendezvous serve --log-format text",
 	}
 	o.inSection("Database and logging")
 	c.bind(o)
@@ -295,12 +295,12 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 	return o
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg server.Config
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
-	o.help = stderr
+	o.help = stdout
 	if err := o.parse(args); err != nil {
 		return err
 	}
@@ -320,12 +320,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return s.Run(ctx)
 }
 
-func migrate(ctx context.Context, args []string, stderr io.Writer) error {
+func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	o := newOptions("migrate")
 	o.summary = "Applies the database migrations and exits; serve applies them at start unless --no-migrate."
-	o.examples = []string{"rendezvous migrate --database-url postgres://rendezvous@db:5432/rendezvous"}
-	o.help = stderr
+	o.examples = []string{"rendezvous migrate --database-url 'postgres://rendezvous@db:5432/rendezvous'"}
+	o.help = stdout
 	c.bind(o)
 	if err := o.parse(args); err != nil {
 		return err
