@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/client"
+	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
 func executionsGroup() *cliGroup {
@@ -124,22 +125,59 @@ func executionsGet() *cliCommand {
 		name: "get", args: "ID", nargs: 1,
 		summary: "show an execution with its nodes and waits",
 		help: `Shows an execution, the status of each of its nodes, and its waits: what each
-still waits for and its next deadline.`,
+still waits for and its next deadline.
+
+--wait-for STATUS waits, up to --timeout, until the execution has that status before
+showing it: an event applied, a wait cancelled or a timer fired moves it on a moment
+later, not within the command that caused it. It exits with status 1 when the execution
+ends with another status (shown), or --timeout passes.`,
 		examples: []string{
 			"rendezvous executions get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
 			"rendezvous executions get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f -o json | jq '.nodes[] | {id, output}'",
+			"rendezvous executions get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f --wait-for completed --timeout 1m",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var waitFor string
+			fs.StringVar(&waitFor, "wait-for", "", "wait, up to --timeout, until the execution has this `STATUS`: "+statusList(executionStatuses))
 			return func(ctx context.Context, cl *cli, args []string) error {
+				if err := checkStatus(waitFor, executionStatuses); err != nil {
+					return err
+				}
 				id, err := parseID("execution id", args[0])
 				if err != nil {
 					return err
 				}
-				e, err := cl.api.Execution(ctx, id)
-				if err != nil {
-					return err
+				if waitFor == "" {
+					e, err := cl.api.Execution(ctx, id)
+					if err != nil {
+						return err
+					}
+					return cl.showExecution(e)
 				}
-				return cl.showExecution(e)
+				var e *client.Execution
+				ended := false
+				err = cl.poll(ctx, func(ctx context.Context) error {
+					got, err := cl.api.Execution(ctx, id)
+					if err != nil {
+						return err
+					}
+					e = got
+					switch {
+					case e.Status == waitFor:
+						return nil
+					case vocab.ExecFinished(vocab.ExecutionStatus(e.Status)):
+						ended = true
+						return fmt.Errorf("execution %s ended %s, not %s", id, e.Status, waitFor)
+					}
+					return errStillWaiting{fmt.Sprintf("execution %s is %s, not %s", id, e.Status, waitFor)}
+				})
+				if err == nil || ended {
+					// An execution that ended otherwise is shown too: its error says why.
+					if serr := cl.showExecution(e); serr != nil {
+						return serr
+					}
+				}
+				return err
 			}
 		},
 	}

@@ -84,6 +84,8 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	output         string
+	// timeout bounds each request, and the whole of a --wait-for.
+	timeout time.Duration
 }
 
 func cliGroups() []*cliGroup {
@@ -164,6 +166,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if err == nil {
 		cl.api, err = client.New(server, &http.Client{Timeout: timeout})
+		cl.timeout = timeout
 	}
 	if err == nil {
 		cl.api = cl.api.WithToken(token)

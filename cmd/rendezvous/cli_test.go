@@ -724,3 +724,58 @@ func TestCLINodeWarning(t *testing.T) {
 	require.Len(t, view.Nodes, 1)
 	require.Equal(t, "timed out; continued with partial data, without api_response", view.Nodes[0].Warning)
 }
+
+// TestCLIWaitFor: --wait-for waits through a wait that does not exist yet (a timer
+// scheduled only after the one before it fired) and through an execution still moving,
+// fails at once when the status can no longer come, and gives up after --timeout with
+// where things stood.
+func TestCLIWaitFor(t *testing.T) {
+	t.Parallel()
+	f := setupCLI(t)
+	raw, err := examples.Definitions.ReadFile("follow-up.json")
+	require.NoError(t, err)
+	var def map[string]any
+	require.NoError(t, json.Unmarshal(raw, &def))
+	def["vars"] = map[string]any{"serviceUrl": f.external.URL}
+	raw, err = json.Marshal(def)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f.file("follow-up.json"), raw, 0o600))
+	f.ok(t, "workflows", "apply", "-f", f.file("follow-up.json"))
+
+	start := func(delay string) string {
+		var e struct{ ID string }
+		f.jsonOut(t, &e, "executions", "start", "follow-up", "--input", `{"delay": "`+delay+`", "timezone": "Europe/Berlin", "contact": "ann@example.com"}`)
+		return e.ID
+	}
+	id := start("1s")
+	// The timer at next_business_morning exists only once cool_off's second has passed.
+	out := f.ok(t, "waits", "get", id, "next_business_morning", "--wait-for", "scheduled")
+	require.Regexp(t, `(?m)^Node:\s+next_business_morning$`, out)
+	require.Regexp(t, `(?m)^Status:\s+scheduled$`, out)
+
+	// Next business morning is hours away: --timeout passes, saying where it stands.
+	r := f.rendezvous(t, "", "executions", "get", id, "--wait-for", "completed", "--timeout", "1s")
+	require.Equal(t, exitRefused, r.code, r.stderr)
+	require.Empty(t, r.stdout)
+	require.Equal(t, "error: rendezvous executions get: gave up after 1s (--timeout): execution "+id+" is waiting, not completed\n", r.stderr)
+
+	f.ok(t, "waits", "cancel", id, "next_business_morning", "--then", "continue", "--reason", "send it now")
+	out = f.ok(t, "executions", "get", id, "--wait-for", "completed")
+	require.Regexp(t, `(?m)^Status:\s+completed$`, out)
+	// The cancelled timer will never be scheduled again: no waiting for --timeout.
+	r = f.rendezvous(t, "", "waits", "get", id, "next_business_morning", "--wait-for", "scheduled")
+	require.Equal(t, exitRefused, r.code, r.stderr)
+	require.Equal(t, "error: rendezvous waits get: the wait at node next_business_morning ended cancelled, not scheduled\n", r.stderr)
+
+	// An execution that ended otherwise is shown, and the command fails.
+	other := start("1h")
+	f.ok(t, "executions", "cancel", other, "--reason", "not needed")
+	r = f.rendezvous(t, "", "executions", "get", other, "--wait-for", "completed")
+	require.Equal(t, exitRefused, r.code, r.stderr)
+	require.Regexp(t, `(?m)^Status:\s+cancelled$`, r.stdout)
+	require.Equal(t, "error: rendezvous executions get: execution "+other+" ended cancelled, not completed\n", r.stderr)
+
+	r = f.rendezvous(t, "", "waits", "get", other, "--wait-for", "sleeping")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `--wait-for: want one of waiting, scheduled, completed, timeout, failed, cancelled, resumed, error, not "sleeping"`)
+}

@@ -152,13 +152,24 @@ func waitsGet() *cliCommand {
 		help: `Shows the wait of an execution — of NODE when it has waited at several nodes, else
 its open wait or its only one — or a wait by its own id (the ID column of "waits list
 -o wide"): its events, enabled, required, arrived (with time and source), missing and
-timed out, its deadlines and, once it ended, how.`,
+timed out, its deadlines and, once it ended, how.
+
+--wait-for STATUS waits, up to --timeout, until the wait exists and has that status
+before showing it: a wait is registered by the executor a moment after the execution
+starts (or its node is reached), and a timer is scheduled only once the nodes before it
+ran. It exits with status 1 when the wait ends with another status, or --timeout passes.`,
 		examples: []string{
 			"rendezvous waits get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f",
 			"rendezvous waits get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f request_approval -o json | jq .received_events",
+			"rendezvous waits get 0b6f3c2e-5d1a-4c8e-9f7a-2e4b6d8c0a1f next_business_morning --wait-for scheduled",
 		},
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var waitFor string
+			fs.StringVar(&waitFor, "wait-for", "", "wait, up to --timeout, until the wait exists and has this `STATUS`: "+statusList(waitStatuses))
 			return func(ctx context.Context, cl *cli, args []string) error {
+				if err := checkStatus(waitFor, waitStatuses); err != nil {
+					return err
+				}
 				id, err := parseID("execution or wait id", args[0])
 				if err != nil {
 					return err
@@ -167,7 +178,12 @@ timed out, its deadlines and, once it ended, how.`,
 				if len(args) == 2 {
 					node = args[1]
 				}
-				w, err := cl.findWait(ctx, id, node)
+				var w *client.WaitState
+				if waitFor == "" {
+					w, err = cl.findWait(ctx, id, node)
+				} else {
+					w, err = cl.waitForWait(ctx, id, node, waitFor)
+				}
 				if err != nil {
 					return err
 				}
@@ -212,7 +228,7 @@ func (cl *cli) findWait(ctx context.Context, id uuid.UUID, node string) (*client
 		if _, err := cl.api.Execution(ctx, id); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("execution %s has no wait at node %q", id, node)
+		return nil, noWaitYet{fmt.Errorf("execution %s has no wait at node %q", id, node)}
 	}
 	w, err := cl.api.WaitState(ctx, id)
 	var aerr *client.Error
@@ -220,9 +236,36 @@ func (cl *cli) findWait(ctx context.Context, id uuid.UUID, node string) (*client
 		// Not a wait: an execution that has not waited yet says so, anything else is
 		// the server's 404.
 		if _, eerr := cl.api.Execution(ctx, id); eerr == nil {
-			return nil, fmt.Errorf("execution %s has no wait (yet)", id)
+			return nil, noWaitYet{fmt.Errorf("execution %s has no wait (yet)", id)}
 		}
 	}
+	return w, err
+}
+
+// noWaitYet is findWait's answer for an execution that has not waited (at the node)
+// yet, which --wait-for waits through.
+type noWaitYet struct{ error }
+
+// waitForWait finds the wait as findWait does, again and again until it has status want.
+// A wait that ends with another status is an error at once: it will not change again.
+func (cl *cli) waitForWait(ctx context.Context, id uuid.UUID, node, want string) (*client.WaitState, error) {
+	var w *client.WaitState
+	err := cl.poll(ctx, func(ctx context.Context) error {
+		var err error
+		w, err = cl.findWait(ctx, id, node)
+		var none noWaitYet
+		switch {
+		case errors.As(err, &none):
+			return errStillWaiting{none.Error()}
+		case err != nil:
+			return err
+		case w.Status == want:
+			return nil
+		case !w.Open():
+			return fmt.Errorf("the wait at node %s ended %s, not %s", w.NodeID, w.Status, want)
+		}
+		return errStillWaiting{fmt.Sprintf("the wait at node %s is %s, not %s", w.NodeID, w.Status, want)}
+	})
 	return w, err
 }
 
