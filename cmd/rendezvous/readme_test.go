@@ -154,59 +154,45 @@ func TestHelpMatchesOptions(t *testing.T) {
 }
 
 // The README's walkthrough is run as written: every sh block between these markers, in
-// order, against a dev process, so that a change of the CLI, the examples or dev that
-// breaks it fails here rather than for a newcomer.
+// order, each in a shell of its own as a reader pastes it into a terminal, against a dev
+// process, so that a change of the CLI, the examples or dev that breaks it fails here
+// rather than for a newcomer. Nothing is retried: where a command must wait for the
+// service, the README says how (--wait-for), or the reader would not know to.
 const (
 	walkthroughBegin = "<!-- walkthrough:begin"
 	walkthroughEnd   = "<!-- walkthrough:end -->"
 )
 
-// readOnlyCommand matches the walkthrough's commands that only read: one of them that
-// fails is run again for a while, as a person would who ran it a moment too early (the
-// wait of an execution just started is registered by the executor, not by the start).
-// Commands that change something run once.
-var readOnlyCommand = regexp.MustCompile(`^(\w+=\$\()?bin/rendezvous (workflows|executions|waits|events) (get|list|unmatched)\b`)
-
-// walkthroughCommands returns the commands of the README's walkthrough: the lines of
-// its sh blocks, continuation lines joined, blank lines left out.
-func walkthroughCommands(t *testing.T, readme string) []string {
+// walkthroughBlocks returns the sh blocks of the README's walkthrough, as written.
+func walkthroughBlocks(t *testing.T, readme string) []string {
 	t.Helper()
 	begin, end := strings.Index(readme, walkthroughBegin), strings.Index(readme, walkthroughEnd)
 	require.True(t, begin >= 0 && end > begin, "README.md: %s … %s markers", walkthroughBegin, walkthroughEnd)
-	var cmds []string
+	var blocks []string
 	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(readme[begin:end], -1) {
-		cur := ""
-		for line := range strings.SplitSeq(m[1], "\n") {
-			if cont, ok := strings.CutSuffix(line, `\`); ok {
-				cur += cont
-				continue
-			}
-			if cur += line; strings.TrimSpace(cur) != "" {
-				cmds = append(cmds, cur)
-			}
-			cur = ""
-		}
+		blocks = append(blocks, m[1])
 	}
-	return cmds
+	return blocks
 }
 
 func TestREADMEWalkthrough(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
-	cmds := walkthroughCommands(t, string(raw))
-	require.GreaterOrEqual(t, len(cmds), 10, "the walkthrough's commands")
+	blocks := walkthroughBlocks(t, string(raw))
+	require.Len(t, blocks, 5, "the walkthrough's blocks")
 	// What the README asks a reader to install; missing, the test fails rather than
 	// passing without having run the walkthrough.
-	for _, tool := range []string{"bash", "jq", "kcat"} {
+	for _, tool := range []string{"bash", "jq", "kcat", "curl"} {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "the README's walkthrough uses %s: install it with `make deps` (Debian)", tool)
 	}
 	d := startDev(t)
 
-	// The commands run in one bash, as typed, from a folder holding what a checkout
-	// holds after make build: bin/rendezvous and the examples. Only the addresses differ:
-	// this dev listens on ports of its own.
+	// The blocks run from a folder holding what a checkout holds after make build:
+	// bin/rendezvous and the examples. This dev listens on ports of its own, so the
+	// addresses differ, as the README tells a reader whose ports are taken: the CLI
+	// reads RENDEZVOUS_SERVER, and curl and kcat are given the ports.
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
 	require.NoError(t, os.Symlink(d.bin, filepath.Join(dir, "bin", "rendezvous")))
@@ -216,45 +202,36 @@ func TestREADMEWalkthrough(t *testing.T) {
 	host := strings.TrimPrefix(d.server, "http://")
 	addrs := strings.NewReplacer("127.0.0.1:9092", d.broker, "localhost:8080", host, "127.0.0.1:8080", host)
 
-	var script strings.Builder
-	script.WriteString("set -o pipefail\n")
-	script.WriteString(`retry() { for _ in $(seq 300); do "$1" 2>/dev/null && return 0; sleep 0.1; done; "$1"; }` + "\n")
+	var outputs []string
 	starts := 0
-	for i, c := range cmds {
-		c = addrs.Replace(c)
-		fmt.Fprintf(&script, "step%d() {\n%s\n}\necho '$ %s'\n", i, c, strings.ReplaceAll(c, "'", `'\''`))
-		if readOnlyCommand.MatchString(c) {
-			fmt.Fprintf(&script, "retry step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
-		} else {
-			fmt.Fprintf(&script, "step%d || { echo 'FAILED: step %d' >&2; exit 1; }\n", i, i)
-		}
-		starts += strings.Count(c, "bin/rendezvous executions start ")
+	for i, block := range blocks {
+		block = addrs.Replace(block)
+		// -e: a command that fails fails the block, as its error would stop a reader;
+		// -v: the log shows each line before its output.
+		cmd := exec.Command("bash", "-v", "-e", "-o", "pipefail", "-c", block)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "RENDEZVOUS_SERVER="+d.server)
+		out, err := cmd.CombinedOutput()
+		t.Logf("block %d:\n%s", i+1, out)
+		require.NoError(t, err, "block %d of the walkthrough failed:\n%s\ndev:\n%s", i+1, out, d.logs.String())
+		outputs = append(outputs, string(out))
+		starts += strings.Count(block, "bin/rendezvous executions start ")
 	}
-	cmd := exec.Command("bash", "-c", script.String())
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "RENDEZVOUS_SERVER="+d.server)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "the walkthrough failed:\n%s\ndev:\n%s", out, d.logs.String())
 
-	// What the walkthrough says happens: each execution it started ran to its end —
-	// completed, or cancelled by its last step.
+	// What the walkthrough says happens, read once: each execution it started has run to
+	// its end — completed, or cancelled by the last block — by the time its block ended.
 	var execs []struct{ ID, Workflow, Status string }
-	require.Eventually(t, func() bool {
-		d.cliJSON(t, &execs, "executions", "list")
-		for _, e := range execs {
-			if e.Status != "completed" && e.Status != "cancelled" {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 100*time.Millisecond, "executions after the walkthrough: %+v\n%s", &execs, out)
-	require.Len(t, execs, starts, "%s", out)
-	cancelled := 0
+	d.cliJSON(t, &execs, "executions", "list")
+	require.Len(t, execs, starts)
+	byStatus := map[string]int{}
 	for _, e := range execs {
-		if e.Status == "cancelled" {
-			cancelled++
-		}
+		byStatus[e.Status]++
 	}
-	require.Equal(t, 1, cancelled, "%+v", execs)
-	require.Regexp(t, `(?m)^Status:\s+completed$`, string(out), "the output the walkthrough shows")
+	require.Equal(t, map[string]int{"completed": starts - 1, "cancelled": 1}, byStatus, "%+v", execs)
+	for i, out := range outputs[:4] {
+		require.Regexp(t, `(?m)^Status:\s+completed$`, out, "block %d ends with its execution completed", i+1)
+	}
+	// The callback's answer ends its line (a problem body has no newline of its own; curl
+	// -w adds one), so the next command's output starts on a line of its own.
+	require.Regexp(t, `(?m)^\{.*\}\n\n?bin/rendezvous executions get `, outputs[1], "curl -w '\\n'")
 }
