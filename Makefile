@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # BIN is where build puts the binaries.
 BIN ?= bin
 
-.PHONY: all build deps generate ui verify vet test dev run bench chaos fuzz clean image compose-up compose-down
+.PHONY: all build deps doctor generate ui verify vet test dev run bench chaos fuzz clean image compose-up compose-down
 
 all: build
 
@@ -55,6 +55,14 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+## doctor: what this machine lacks for make dev, the README and make test — Go, gcc,
+## Node.js and npm, PostgreSQL at DATABASE_URL, jq, kcat, Chromium, and whether the PORTS
+## make dev listens on are free — with the command that installs each; fails when
+## something is missing.
+PORTS ?= 8080 9092 9090
+doctor:
+	@DATABASE_URL='$(DATABASE_URL)' PORTS='$(PORTS)' bash scripts/doctor.sh
+
 ## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector.
 ## One package at a time (-p 1): every package's tests start services on the one local
 ## PostgreSQL, and two heavy packages side by side came within a few connections of its
@@ -71,9 +79,15 @@ dev:
 	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous ./cmd/rendezvous
 	exec $(BIN)/rendezvous dev --database-url '$(DATABASE_URL)' $(DEV_FLAGS)
 
-## run: one replica (no Kafka) against the local PostgreSQL, listening on :8080
+## run: one replica (no Kafka) against the local PostgreSQL, on 127.0.0.1:8080. serve
+## refuses to start without credentials: with RENDEZVOUS_BOOTSTRAP_TOKEN in the
+## environment every API call needs that token, without it the replica runs with no
+## authentication (--insecure-no-auth, a WARN at start), which is why it listens on
+## loopback. RUN_FLAGS passes more flags (rendezvous serve --help lists them).
+RUN_FLAGS ?=
 run:
-	go run ./cmd/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text
+	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous ./cmd/rendezvous
+	exec $(BIN)/rendezvous serve --database-url '$(DATABASE_URL)' --log-format text --http-addr 127.0.0.1:8080 $(if $(RENDEZVOUS_BOOTSTRAP_TOKEN),,--insecure-no-auth) $(RUN_FLAGS)
 
 ## bench: the performance figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
 ## (c) callbacks/s, (d) latency at half of each path's maximum, (e) 100 000 deadlines at
