@@ -71,9 +71,13 @@ test: deps vet verify
 	go test -race -count=1 -p 1 -timeout 12m ./...
 
 ## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples.
-## The binary is built, then run by exec: Ctrl-C reaches it alone through the shell, it
-## exits 0, and make reports no error (go run would exit 1 on the signal). DEV_FLAGS
-## passes more flags (rendezvous dev --help lists them).
+## The binary is built, then run by exec (go run would exit 1 on the signal). Ctrl-C in
+## the terminal reaches it alone — it makes itself the terminal's foreground — so it
+## exits 0 and make reports no error. A script without a terminal sends SIGINT to dev's
+## pid, which its banner prints, or to the group of a make started with SIGINT ignored
+## (trap '' INT): GNU make that receives a SIGINT itself kills itself with it once the
+## recipe ends (exit 130), whatever the recipe did. DEV_FLAGS passes more flags, other
+## ports among them (rendezvous dev --help lists them).
 DEV_FLAGS ?=
 dev:
 	@go build -ldflags '$(LDFLAGS)' -o $(BIN)/rendezvous ./cmd/rendezvous

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,13 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/creack/pty"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/examples"
-	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 )
 
 // runTop runs the binary's top-level dispatch in process, as main does.
@@ -201,35 +196,6 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "v0.0.0-make-test\n", string(out))
 	}
-}
-
-// TestMakeDevCtrlC: `make dev` in a terminal, stopped with Ctrl-C as a person does —
-// the ^C typed into a pseudo-terminal, which the terminal turns into SIGINT for its
-// foreground process group. dev shuts down cleanly and exits 0, and so does make: no
-// "make: *** Error", no 130.
-func TestMakeDevCtrlC(t *testing.T) {
-	t.Parallel()
-	schema := dbtest.NewSchema(t)
-	bin := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "make", "-C", repoRoot, "--no-print-directory", "dev",
-		"BIN="+bin, "DATABASE_URL="+schema.URL, "DEV_FLAGS=--http-addr 127.0.0.1:0 --kafka-port 0")
-	term, err := pty.Start(cmd) // make leads a session whose controlling terminal is term
-	require.NoError(t, err)
-	defer term.Close()
-	var logs lockedBuffer
-	copied := make(chan struct{})
-	go func() { _, _ = io.Copy(&logs, term); close(copied) }()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "definitions loaded") }, 2*time.Minute, 100*time.Millisecond, "dev did not start:\n%s", logs.String())
-	_, err = term.Write([]byte{3}) // Ctrl-C
-	require.NoError(t, err)
-	err = cmd.Wait()
-	<-copied // the terminal's output to its end: every process holding it has exited
-	out := logs.String()
-	require.NoError(t, err, "make dev after Ctrl-C:\n%s", out)
-	require.NotRegexp(t, `make: \*\*\* .*Error`, out)
-	require.Contains(t, out, "stopped", "the binary shut down cleanly")
 }
 
 func TestCommandNames(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -184,11 +185,12 @@ rendezvous dev
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
   example service          %[7]s
+  stop                     Ctrl-C, or kill -INT %[8]d (exits 0)
 
 Try it (the README's walkthrough has more):
   %[6]sbin/rendezvous executions start shipment-kafka --input '{"shipment":"S-1"}' --server http://%[1]s
   %[6]sbin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL))
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL), os.Getpid())
 	return s.Run(ctx)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -10,11 +11,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rendezvous-run/rendezvous/harness/dbtest"
@@ -170,4 +174,122 @@ func TestMakeRun(t *testing.T) {
 			require.NotContains(t, logs.String(), token, "the token is not printed")
 		})
 	}
+}
+
+// TestMakeDevStops: `make dev` stopped as a person or a script stops it — dev shuts
+// down cleanly and exits 0, and so does make: no "make: *** … Interrupt", no 130.
+//
+//   - Ctrl-C typed into its terminal: the terminal sends SIGINT to its foreground
+//     process group, which dev made its own (takeTerminal), so make does not get it —
+//     with make's stdin the terminal, and with stdin elsewhere.
+//   - No terminal, SIGINT to make's process group, make started with SIGINT ignored
+//     (`trap ” INT; make dev`, or `make dev &` in a script): make ignores it, dev
+//     takes it (Go installs its handler although the signal was ignored at start).
+//   - No terminal, SIGINT to dev's pid, which its banner prints.
+//
+// What no Makefile can change, and so is not here: GNU make that itself receives a
+// SIGINT it did not ignore at start waits for its child, then kills itself with the
+// signal (exit 130) whatever the child did.
+func TestMakeDevStops(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.NewSchema(t)
+	bin := t.TempDir()
+	makeDev := func(shell string) *exec.Cmd {
+		args := []string{"make", "-C", repoRoot, "--no-print-directory", "dev", "BIN=" + bin,
+			"DATABASE_URL=" + schema.URL, "DEV_FLAGS=--http-addr 127.0.0.1:0 --kafka-port 0 --example-service-addr 127.0.0.1:0"}
+		if shell == "" {
+			return exec.Command(args[0], args[1:]...)
+		}
+		quoted := make([]string, len(args))
+		for i, a := range args {
+			quoted[i] = "'" + a + "'"
+		}
+		return exec.Command("sh", "-c", shell+" "+strings.Join(quoted, " "))
+	}
+	// A terminal ends its lines with \r\n.
+	pidLine := regexp.MustCompile(`(?m)^  stop +Ctrl-C, or kill -INT (\d+) \(exits 0\)\r?$`)
+	// stopped waits for dev's banner, stops it with stop, and requires make's exit 0.
+	stopped := func(t *testing.T, cmd *exec.Cmd, logs *lockedBuffer, output <-chan struct{}, stop func(devPid int)) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		exited := false
+		defer func() {
+			if !exited {
+				// dev may lead a group of its own (takeTerminal): kill both.
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				if m := pidLine.FindStringSubmatch(logs.String()); m != nil {
+					pid, _ := strconv.Atoi(m[1])
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+				<-done
+			}
+		}()
+		if !assert.Eventually(t, func() bool { return pidLine.MatchString(logs.String()) }, 2*time.Minute, 100*time.Millisecond) {
+			t.Fatalf("dev did not start:\n%s", logs.String())
+		}
+		devPid, err := strconv.Atoi(pidLine.FindStringSubmatch(logs.String())[1])
+		require.NoError(t, err)
+		stop(devPid)
+		select {
+		case err = <-done:
+			exited = true
+		case <-time.After(time.Minute):
+			t.Fatalf("make dev did not stop a minute after SIGINT:\n%s", logs.String())
+		}
+		if output != nil {
+			<-output // the terminal's output to its end: every process holding it has exited
+		}
+		out := logs.String()
+		require.NoError(t, err, "make dev's exit status:\n%s", out)
+		require.NotRegexp(t, `make: \*\*\* `, out)
+		require.Contains(t, out, "stopped", "the binary shut down cleanly")
+	}
+
+	// In a terminal, make leading a session whose controlling terminal it is.
+	inTerminal := func(t *testing.T, stdinElsewhere bool) {
+		ptmx, tty, err := pty.Open()
+		require.NoError(t, err)
+		defer ptmx.Close()
+		cmd := makeDev("")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if stdinElsewhere {
+			devNull, err := os.Open(os.DevNull)
+			require.NoError(t, err)
+			defer devNull.Close()
+			cmd.Stdin = devNull
+			cmd.SysProcAttr.Ctty = 1 // the terminal is stdout's
+		}
+		require.NoError(t, cmd.Start())
+		tty.Close()
+		var logs lockedBuffer
+		copied := make(chan struct{})
+		go func() { _, _ = io.Copy(&logs, ptmx); close(copied) }()
+		stopped(t, cmd, &logs, copied, func(int) {
+			_, err := ptmx.Write([]byte{3}) // Ctrl-C
+			require.NoError(t, err)
+		})
+	}
+	// Without a terminal, in a process group of its own, as a script or a harness runs it.
+	noTerminal := func(t *testing.T, cmd *exec.Cmd, stop func(group, devPid int)) {
+		var logs lockedBuffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, cmd.Start())
+		stopped(t, cmd, &logs, nil, func(devPid int) { stop(cmd.Process.Pid, devPid) })
+	}
+
+	t.Run("Ctrl-C in its terminal", func(t *testing.T) { inTerminal(t, false) })
+	t.Run("Ctrl-C in its terminal, stdin elsewhere", func(t *testing.T) { inTerminal(t, true) })
+	t.Run("SIGINT to the process group, no terminal", func(t *testing.T) {
+		noTerminal(t, makeDev("trap '' INT; exec"), func(group, _ int) {
+			require.NoError(t, syscall.Kill(-group, syscall.SIGINT))
+		})
+	})
+	t.Run("SIGINT to dev's pid, no terminal", func(t *testing.T) {
+		noTerminal(t, makeDev(""), func(_, devPid int) {
+			require.NoError(t, syscall.Kill(devPid, syscall.SIGINT))
+		})
+	})
 }
