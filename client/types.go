@@ -19,6 +19,8 @@ type StoredWorkflow struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Unchanged is true when the definition equalled the latest version, which was kept.
 	Unchanged bool `json:"unchanged"`
+	// Warnings lists what the definition holds to no effect, each at its JSON path.
+	Warnings []FieldError `json:"warnings"`
 	// Created is true when this was the first version of the name (201 Created).
 	Created bool            `json:"-"`
 	Raw     json.RawMessage `json:"-"`
@@ -32,9 +34,11 @@ func (s *StoredWorkflow) UnmarshalJSON(b []byte) error {
 
 // Validation is the answer to validating a definition that is valid.
 type Validation struct {
-	Valid bool            `json:"valid"`
-	Nodes int             `json:"nodes"`
-	Raw   json.RawMessage `json:"-"`
+	Valid bool `json:"valid"`
+	Nodes int  `json:"nodes"`
+	// Warnings lists what the definition holds to no effect, each at its JSON path.
+	Warnings []FieldError    `json:"warnings"`
+	Raw      json.RawMessage `json:"-"`
 }
 
 // UnmarshalJSON decodes the object and keeps it in Raw.

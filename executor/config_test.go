@@ -53,7 +53,7 @@ func TestPutWorkflowAndStart(t *testing.T) {
 
 	s, err := h.ex.PutWorkflow(ctx, "wf", def("http://a.example/x"))
 	require.NoError(t, err)
-	require.Equal(t, executor.StoredWorkflow{Name: "wf", Version: 1, CreatedAt: s.CreatedAt, Created: true}, s)
+	require.Equal(t, executor.StoredWorkflow{Name: "wf", Version: 1, CreatedAt: s.CreatedAt, Created: true, Warnings: []workflow.FieldError{}}, s)
 
 	// Equal up to formatting: the latest version is kept.
 	s, err = h.ex.PutWorkflow(ctx, "wf", []byte(`{"nodes":[{"data":{"url":"http://a.example/x"},"type":"http","id":"n"}],  "name":"wf"}`))

@@ -30,6 +30,8 @@ type StoredWorkflow struct {
 	Created bool `json:"-"`
 	// Unchanged is true when the definition equals the latest version, which is kept.
 	Unchanged bool `json:"unchanged"`
+	// Warnings lists what the definition holds to no effect, at JSON paths; never null.
+	Warnings []workflow.FieldError `json:"warnings"`
 }
 
 // PutWorkflow validates raw and stores it as the next version of name. A definition
@@ -43,7 +45,7 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 	}
 	if err == nil {
 		if errs := e.checkLimits(wf); len(errs) > 0 {
-			verr = &workflow.ValidationError{Errors: errs}
+			verr = &workflow.ValidationError{Errors: errs, Warnings: wf.Warnings()}
 		}
 	}
 	// The name is checked even when the definition has other errors, so that one answer
@@ -68,7 +70,7 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		switch {
 		case err == nil:
 			if sameJSON(latest.Definition, raw) {
-				return StoredWorkflow{Name: name, Version: latest.Version, CreatedAt: latest.CreatedAt, Unchanged: true}, nil
+				return StoredWorkflow{Name: name, Version: latest.Version, CreatedAt: latest.CreatedAt, Unchanged: true, Warnings: wf.Warnings()}, nil
 			}
 		case !errors.Is(db.Interpret(err), db.ErrNotFound):
 			return StoredWorkflow{}, fmt.Errorf("load workflow: %w", err)
@@ -92,7 +94,7 @@ func (e *Executor) PutWorkflow(ctx context.Context, name string, raw []byte) (St
 		e.defs[defKey{name, row.Version}] = wf
 		e.defsMu.Unlock()
 		poke(e.stored)
-		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1}, nil
+		return StoredWorkflow{Name: name, Version: row.Version, CreatedAt: row.CreatedAt, Created: row.Version == 1, Warnings: wf.Warnings()}, nil
 	}
 }
 
@@ -159,6 +161,8 @@ type Validated struct {
 	Valid bool `json:"valid"`
 	// Nodes counts the definition's nodes.
 	Nodes int `json:"nodes"`
+	// Warnings lists what the definition holds to no effect, at JSON paths; never null.
+	Warnings []workflow.FieldError `json:"warnings"`
 }
 
 // ValidateWorkflow checks raw exactly as PutWorkflow does, storing nothing. There is no
@@ -170,7 +174,7 @@ func (e *Executor) ValidateWorkflow(raw []byte) (Validated, error) {
 		return Validated{}, err
 	}
 	if errs := e.checkLimits(wf); len(errs) > 0 {
-		return Validated{}, &workflow.ValidationError{Errors: errs}
+		return Validated{}, &workflow.ValidationError{Errors: errs, Warnings: wf.Warnings()}
 	}
-	return Validated{Valid: true, Nodes: len(wf.Nodes())}, nil
+	return Validated{Valid: true, Nodes: len(wf.Nodes()), Warnings: wf.Warnings()}, nil
 }

@@ -40,16 +40,19 @@ func Compile(raw []byte, reg Registry) (wf *Workflow, err error) {
 	}()
 	c := compiler{reg: reg}
 	wf = c.compile(raw)
+	sortByDocument(raw, c.warns)
 	if len(c.errs) > 0 {
 		sortByDocument(raw, c.errs)
-		return nil, &ValidationError{Errors: c.errs}
+		return nil, &ValidationError{Errors: c.errs, Warnings: c.warns}
 	}
+	wf.warns = c.warns
 	return wf, nil
 }
 
 type compiler struct {
 	reg      Registry
 	errs     errList
+	warns    []FieldError    // from node configs that are Warners
 	rejected map[string]bool // paths with a schema error, not checked again
 }
 
@@ -171,6 +174,9 @@ func (c *compiler) nodes(raws []json.RawMessage) ([]Node, []any) {
 			cfg, errs := runParser(parser, data, path+".data")
 			c.errs = append(c.errs, errs...)
 			configs[i] = cfg
+			if w, ok := cfg.(Warner); ok {
+				c.warns = append(c.warns, w.Warnings()...)
+			}
 		}
 	}
 	return nodes, configs

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -71,7 +72,13 @@ type WaitEvents struct {
 	Timeout             time.Duration     // overall, default 300s
 	OnTimeout           vocab.OnTimeout   // vocab.OnTimeoutFail (default), vocab.OnTimeoutContinue or vocab.OnTimeoutContinueWithPartial
 	OutputMapping       map[string]string // output key -> "<event>" or "<event>.<dot path>"
+
+	warnings []FieldError // fields held to no effect; see Warnings
 }
+
+// Warnings lists the fields this node holds to no effect: requiredEvents under a
+// strategy other than custom. It makes *WaitEvents a Warner.
+func (w *WaitEvents) Warnings() []FieldError { return w.warnings }
 
 // APICall is the outbound request whose answer arrives later as an
 // api_response callback correlated by CorrelationIDField/Header.
@@ -206,11 +213,22 @@ func ParseWaitEventsNode(data json.RawMessage, path string) (any, []FieldError) 
 		OnTimeout:           enum(o, "onTimeout", vocab.OnTimeoutFail),
 	}
 
-	// The schema requires requiredEvents for "custom" only and knows the
-	// event names; whether a named event is enabled depends on the rest of
-	// the node.
+	// The schema requires requiredEvents for "custom" and knows the event names;
+	// whether a named event is enabled depends on the rest of the node. Under another
+	// strategy the list decides nothing, so it is not checked: a definition written
+	// with it (the list of what "all" waits for, spelled out) is stored and runs as
+	// if it were absent, and its author is told so.
 	reqPath := o.p("requiredEvents")
-	if arr, ok := o.m["requiredEvents"].([]any); ok {
+	arr, listed := o.m["requiredEvents"].([]any)
+	if w.AggregationStrategy != vocab.StrategyCustom {
+		if len(arr) > 0 {
+			w.warnings = append(w.warnings, FieldError{Path: reqPath,
+				Message: fmt.Sprintf("ignored: only used with aggregationStrategy %q; this node's strategy %q decides what it waits for", vocab.StrategyCustom, w.AggregationStrategy)})
+		}
+		w.RequiredEvents = nil
+		listed = false
+	}
+	if listed {
 		for i, e := range arr {
 			name, ok := e.(string)
 			p := indexPath(reqPath, i)

@@ -71,6 +71,18 @@ func (e FieldError) String() string {
 // the first, so that authors can fix a definition in one round trip.
 type ValidationError struct {
 	Errors []FieldError
+	// Warnings are what the definition holds to no effect (see Workflow.Warnings),
+	// reported beside the errors so that one answer says everything.
+	Warnings []FieldError
+}
+
+// Warner is implemented by a node config that holds fields to no effect: a
+// field its settings make unused. Such a definition is valid — it runs as if
+// the field were absent — and Compile reports each as a warning at its JSON
+// path, so that a definition written for another strategy is stored as it is
+// and its author still learns what is ignored.
+type Warner interface {
+	Warnings() []FieldError
 }
 
 // Error joins all problems: "invalid definition: a: x; b: y".
@@ -132,6 +144,13 @@ type Workflow struct {
 	in    map[string][]*CompiledEdge
 	out   map[string][]*CompiledEdge
 	roots []string
+	warns []FieldError
+}
+
+// Warnings lists what the definition holds to no effect, each at its JSON path, in
+// document order; empty (not nil) when there is nothing to say.
+func (w *Workflow) Warnings() []FieldError {
+	return append([]FieldError{}, w.warns...)
 }
 
 // Definition returns a copy of the definition the workflow was compiled

@@ -99,6 +99,14 @@ func definitionName(def []byte) string {
 	return head.Name
 }
 
+// warn prints a definition's warnings to stderr, one a line, so that -o json output
+// stays the server's answers alone.
+func (cl *cli) warn(label string, warnings []client.FieldError) {
+	for _, w := range warnings {
+		fmt.Fprintf(cl.stderr, "%s: warning: %s: %s\n", label, w.Path, w.Message)
+	}
+}
+
 func (cl *cli) applyWorkflows(ctx context.Context, files []string, dryRun bool) error {
 	header := []string{"NAME", "VERSION", "RESULT"}
 	if dryRun {
@@ -142,6 +150,7 @@ func (cl *cli) applyWorkflows(ctx context.Context, files []string, dryRun bool) 
 				return finish(usagef("%s: the definition has no \"name\"", label))
 			}
 			answers = append(answers, v.Raw)
+			cl.warn(label, v.Warnings)
 			t.row(name, "valid", strconv.Itoa(v.Nodes))
 			continue
 		}
@@ -150,6 +159,7 @@ func (cl *cli) applyWorkflows(ctx context.Context, files []string, dryRun bool) 
 			return finish(inFile{label, err})
 		}
 		answers = append(answers, stored.Raw)
+		cl.warn(label, stored.Warnings)
 		result := "updated"
 		switch {
 		case stored.Created:

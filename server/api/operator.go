@@ -40,7 +40,11 @@ func queryProblem(err error) error {
 // invalidDefinition is the answer to a definition that fails validation, the same for
 // storing and for validating only.
 func invalidDefinition(verr *workflow.ValidationError) *problem.Problem {
-	return problem.New(http.StatusUnprocessableEntity, verr.Error()).WithType("invalid-definition").With("errors", verr.Errors)
+	p := problem.New(http.StatusUnprocessableEntity, verr.Error()).WithType("invalid-definition").With("errors", verr.Errors)
+	if len(verr.Warnings) > 0 {
+		p = p.With("warnings", verr.Warnings)
+	}
+	return p
 }
 
 // queryParams returns the request's query parameters by name. A name not in allowed, or

@@ -511,7 +511,7 @@ func TestValidateWorkflow(t *testing.T) {
 		r := e.do(t, http.MethodPost, "/api/v1/workflows/validate", mustJSON(t, waitDef("orders", "t")))
 		require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 		require.Contains(t, r.Header.Get("Content-Type"), "application/json")
-		require.JSONEq(t, `{"valid": true, "nodes": 2}`, string(r.Raw))
+		require.JSONEq(t, `{"valid": true, "nodes": 2, "warnings": []}`, string(r.Raw))
 	})
 
 	// Each invalid body gets exactly the errors PUT reports for it, under its own name.
@@ -556,6 +556,38 @@ func TestValidateWorkflow(t *testing.T) {
 		r := e.do(t, http.MethodPost, "/api/v1/workflows/validate?store=true", mustJSON(t, waitDef("orders", "t")))
 		requireProblem(t, r, http.StatusBadRequest, "invalid-query", "store: unknown parameter", "/api/v1/workflows/validate")
 	})
+}
+
+// TestWarnings: a field the node's strategy leaves unused is stored, and the validation,
+// the store and a refusal for another reason each list it as a warning at its path,
+// apart from the errors.
+func TestWarnings(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := waitDef("spelled-out", "t")
+	data := def["nodes"].([]any)[0].(map[string]any)["data"].(map[string]any)
+	data["aggregationStrategy"] = "all"
+	data["requiredEvents"] = []string{"kafka_event"}
+	want := []any{map[string]any{"path": "nodes[0].data.requiredEvents",
+		"message": `ignored: only used with aggregationStrategy "custom"; this node's strategy "all" decides what it waits for`}}
+
+	r := e.do(t, http.MethodPost, "/api/v1/workflows/validate", mustJSON(t, def))
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, want, r.JSON["warnings"])
+
+	put := e.do(t, http.MethodPut, "/api/v1/workflows/spelled-out", mustJSON(t, def))
+	require.Equal(t, http.StatusCreated, put.Status, string(put.Raw))
+	require.Equal(t, want, put.JSON["warnings"])
+	again := e.do(t, http.MethodPut, "/api/v1/workflows/spelled-out", mustJSON(t, def))
+	require.Equal(t, http.StatusOK, again.Status, string(again.Raw))
+	require.Equal(t, true, again.JSON["unchanged"])
+	require.Equal(t, want, again.JSON["warnings"])
+
+	data["timeout"] = "0s"
+	bad := e.do(t, http.MethodPost, "/api/v1/workflows/validate", mustJSON(t, def))
+	requireProblem(t, bad, http.StatusUnprocessableEntity, "invalid-definition", "invalid definition: ", "/api/v1/workflows/validate")
+	require.Len(t, bad.JSON["errors"], 1)
+	require.Equal(t, want, bad.JSON["warnings"])
 }
 
 // TestValidateStoresNothing: validations, valid or not, leave no row behind.

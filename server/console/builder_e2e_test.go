@@ -57,18 +57,22 @@ func fieldErrorJS(id string) string {
 
 // builderState is what the tests read of the builder.
 type builderState struct {
-	Nodes   map[string]int `json:"nodes"` // node id → errors marked on it
-	Edges   []string       `json:"edges"` // conditions shown on the edges
-	Check   string         `json:"check"` // valid, invalid, checking
-	Errors  int            `json:"errors"`
-	Version int            `json:"version"`
-	Panel   string         `json:"panel"`
+	Nodes map[string]int `json:"nodes"` // node id → errors marked on it
+	// NodeWarnings: node id → warnings marked on it; Warnings: the bar's count.
+	NodeWarnings map[string]int `json:"nodeWarnings"`
+	Warnings     int            `json:"warnings"`
+	Edges        []string       `json:"edges"` // conditions shown on the edges
+	Check        string         `json:"check"` // valid, invalid, checking
+	Errors       int            `json:"errors"`
+	Version      int            `json:"version"`
+	Panel        string         `json:"panel"`
 }
 
 const builderJS = `(() => {
   const $ = (s) => document.querySelector(s), $$ = (s) => [...document.querySelectorAll(s)];
-  const out = { nodes: {}, edges: $$('.edge-cond').map((e) => e.dataset.condition), check: '', errors: 0, version: 0, panel: '' };
-  for (const n of $$('.rdv-node')) out.nodes[n.dataset.nodeId] = Number(n.dataset.errors);
+  const out = { nodes: {}, nodeWarnings: {}, edges: $$('.edge-cond').map((e) => e.dataset.condition), check: '', errors: 0, warnings: 0, version: 0, panel: '' };
+  for (const n of $$('.rdv-node')) { out.nodes[n.dataset.nodeId] = Number(n.dataset.errors); out.nodeWarnings[n.dataset.nodeId] = Number(n.dataset.warnings); }
+  const w = $('#builder-warnings'); if (w) out.warnings = Number(w.dataset.warnings);
   const c = $('#builder-check'); if (c) { out.check = c.dataset.state; out.errors = Number(c.dataset.errors); }
   const v = $('#builder-version'); if (v) out.version = Number(v.dataset.version);
   const pnl = $('.builder-side [data-panel]'); if (pnl) out.panel = pnl.dataset.panel;
@@ -171,6 +175,7 @@ func TestBuilder(t *testing.T) {
 		{"ChangesAStoredExample", changeAStoredExample},
 		{"StartsAnExecution", startAnExecution},
 		{"AuthorsTheConfigurationExamples", authorTheConfigurationExamples},
+		{"AuthorsThePatternsNodeConfiguration", authorThePatternsNodeConfiguration},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, base) }) {
 			return // the page is in an unknown state
@@ -417,4 +422,52 @@ func (p *page) fillForm(t *testing.T, prefix string, v map[string]any) {
 			t.Fatalf("fillForm: %s has a value the form test does not type: %v", id, val)
 		}
 	}
+}
+
+// authorThePatternsNodeConfiguration pastes the pattern document's node configuration,
+// as the document writes it (testkit.PatternExamples), into the JSON tab of a new
+// workflow: it is valid, and its requiredEvents — unused under strategy all — is a
+// warning, apart from the errors: on the bar, on the node, in the node's panel and in the
+// save dialog. It is stored as written.
+func authorThePatternsNodeConfiguration(t *testing.T, p *page, base string) {
+	ex := testkit.PatternExamples(t)[0]
+	var node map[string]any
+	require.NoError(t, json.Unmarshal(ex.Node, &node))
+	node["id"] = "wait"
+	def := map[string]any{"name": "pattern-node", "vars": map[string]any{"token": "t"}, "nodes": []any{node}}
+	raw, err := json.MarshalIndent(def, "", "  ")
+	require.NoError(t, err)
+
+	p.navigate(t, base+"/ui/#/builder")
+	p.reload(t)
+	awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" && len(s.Nodes) == 0 })
+	p.click(t, "#tab-json")
+	p.set(t, "#builder-json", string(raw))
+	s := awaitBuilder(t, p, "valid, with one warning", func(s builderState) bool { return s.Check == "valid" && s.Warnings == 1 })
+	require.Equal(t, map[string]int{"wait": 0}, s.Nodes, "no error is marked")
+	require.Equal(t, map[string]int{"wait": 1}, s.NodeWarnings)
+	jsonTab := await(t, p, "the warning under the JSON", `[...document.querySelectorAll('[data-panel=json] .builder-warnings li')].map((l) => l.dataset.path)`,
+		func(v []string) bool { return len(v) == 1 })
+	require.Equal(t, []string{"nodes[0].data.requiredEvents"}, jsonTab)
+	require.Equal(t, 0, await(t, p, "no error list", `document.querySelectorAll('.builder-errors').length`, func(int) bool { return true }))
+
+	p.click(t, "#tab-properties")
+	p.selectNode(t, "wait")
+	msg := await(t, p, "the warning in the node's panel", `(() => { const l = document.querySelector('[data-panel=node] .builder-warnings li[data-path="nodes[0].data.requiredEvents"]'); return l ? l.textContent : ''; })()`,
+		func(v string) bool { return v != "" })
+	require.Contains(t, msg, `ignored: only used with aggregationStrategy "custom"`)
+	p.screenshot(t, "builder-warning", "the pattern document's node configuration pasted as written: valid, one warning on the bar and on the node (amber, not red), and the node's panel saying requiredEvents is ignored under strategy all")
+
+	p.save(t)
+	p.click(t, "#builder-save-dialog [data-dialog=confirm]")
+	await(t, p, "the save dialog's warning", `[...document.querySelectorAll('#builder-save-dialog .builder-warnings li')].map((l) => l.dataset.path)`,
+		func(v []string) bool { return len(v) == 1 && v[0] == "nodes[0].data.requiredEvents" })
+	await(t, p, "stored as version 1", `(document.getElementById('builder-saved') || {dataset: {}}).dataset.version || ''`,
+		func(s string) bool { return s == "1" })
+	p.click(t, "#builder-save-dialog [data-dialog=close]")
+	_, got := storedDefinition(t, base, "pattern-node")
+	var want any
+	require.NoError(t, json.Unmarshal(raw, &want))
+	require.Equal(t, want, got)
+	p.noProblems(t)
 }

@@ -141,12 +141,13 @@ function edgeIndexOf(path) {
 
 function RdvNode({ data, selected }) {
   return (
-    <div className={['rdv-node', selected ? 'selected' : '', data.errors ? 'has-errors' : ''].join(' ')}
-      data-node-id={data.id} data-node-type={data.type} data-errors={data.errors || 0}>
+    <div className={['rdv-node', selected ? 'selected' : '', data.errors ? 'has-errors' : data.warnings ? 'has-warnings' : ''].join(' ')}
+      data-node-id={data.id} data-node-type={data.type} data-errors={data.errors || 0} data-warnings={data.warnings || 0}>
       <Handle type="target" position={Position.Left} />
       <div className="rdv-node-id">{data.id}</div>
       <div className="rdv-node-type">{data.type}</div>
       {data.errors ? <span className="rdv-node-errors" title={`${data.errors} error(s)`}>{data.errors}</span> : null}
+      {!data.errors && data.warnings ? <span className="rdv-node-warnings" title={`${data.warnings} warning(s)`}>!</span> : null}
       <Handle type="source" position={Position.Right} />
     </div>
   );
@@ -173,10 +174,21 @@ function CondEdge(props) {
   );
 }
 
+// countByNode counts problems (errors or warnings) by the index of the node their path
+// is in.
+function countByNode(problems) {
+  const m = new Map();
+  for (const e of problems) {
+    const i = nodeIndexOf(e.path);
+    if (i >= 0) m.set(i, (m.get(i) || 0) + 1);
+  }
+  return m;
+}
+
 const nodeTypes = { rdv: RdvNode };
 const edgeTypes = { cond: CondEdge };
 
-function Canvas({ doc, errors, editable, selected, onSelect, onChange, positions, setPositions, fitKey }) {
+function Canvas({ doc, errors, warnings, editable, selected, onSelect, onChange, positions, setPositions, fitKey }) {
   const flow = useReactFlow();
   const [flowNodes, setFlowNodes] = useState([]);
 
@@ -186,14 +198,8 @@ function Canvas({ doc, errors, editable, selected, onSelect, onChange, positions
     return () => clearTimeout(t);
   }, [fitKey, flow]);
 
-  const errorsByNode = useMemo(() => {
-    const m = new Map();
-    for (const e of errors) {
-      const i = nodeIndexOf(e.path);
-      if (i >= 0) m.set(i, (m.get(i) || 0) + 1);
-    }
-    return m;
-  }, [errors]);
+  const errorsByNode = useMemo(() => countByNode(errors), [errors]);
+  const warningsByNode = useMemo(() => countByNode(warnings), [warnings]);
 
   // The canvas's nodes follow the definition; a node keeps where it was dragged to.
   useEffect(() => {
@@ -207,12 +213,12 @@ function Canvas({ doc, errors, editable, selected, onSelect, onChange, positions
           id,
           type: 'rdv',
           position: positions[id] || (o && o.position) || { x: 0, y: 0 },
-          data: { id, type: n.type, errors: errorsByNode.get(i) || 0 },
+          data: { id, type: n.type, errors: errorsByNode.get(i) || 0, warnings: warningsByNode.get(i) || 0 },
           selected: selected && selected.kind === 'node' && selected.id === id,
         };
       });
     });
-  }, [doc, positions, errorsByNode, selected]);
+  }, [doc, positions, errorsByNode, warningsByNode, selected]);
 
   const edges = edgesOf(doc).map((e, i) => ({
     id: `e${i}`, source: String(e.source), target: String(e.target), type: 'cond',
@@ -304,7 +310,18 @@ function Problems({ errors }) {
   );
 }
 
-function NodePanel({ schemas, doc, index, errors, editable, onChange, startInput }) {
+// Warnings lists what the service says the definition holds to no effect: apart from the
+// errors, in their own colour, and never a reason the definition is refused.
+function Warnings({ warnings }) {
+  if (!warnings.length) return null;
+  return (
+    <ul className="builder-warnings" role="status" aria-label="Warnings">
+      {warnings.map((w, i) => <li key={i} data-path={w.path}><span className="warning-label">warning</span> <code>{w.path || '(definition)'}</code> {w.message}</li>)}
+    </ul>
+  );
+}
+
+function NodePanel({ schemas, doc, index, errors, warnings, editable, onChange, startInput }) {
   const node = nodesOf(doc)[index];
   const known = NODE_TYPES.find((t) => t.type === node.type);
   const formSchema = useMemo(() => {
@@ -345,6 +362,7 @@ function NodePanel({ schemas, doc, index, errors, editable, onChange, startInput
       <input id="node-id" className="form-control" value={node.id ?? ''} disabled={!editable} spellCheck={false}
         onChange={(ev) => rename(ev.target.value)} />
       <Problems errors={own} />
+      <Warnings warnings={warnings.filter((w) => nodeIndexOf(w.path) === index)} />
       <div className="node-data-form">
         <Form schema={formSchema} uiSchema={uiSchema} formData={node.data ?? undefined} validator={formValidator} widgets={widgets}
           idPrefix="data" idSeparator="_" readonly={!editable} extraErrors={extraErrors} showErrorList={false} noHtml5Validate
@@ -380,7 +398,7 @@ function EdgePanel({ doc, index, errors, editable, onChange }) {
   );
 }
 
-function DefinitionPanel({ schemas, doc, errors, editable, onChange }) {
+function DefinitionPanel({ schemas, doc, errors, warnings, editable, onChange }) {
   const formSchema = useMemo(() => schemas.definitionForm(), [schemas]);
   const uiSchema = useMemo(() => ({ ...uiFor(formSchema), 'ui:submitButtonOptions': { norender: true } }), [formSchema]);
   const fields = Object.keys(formSchema.properties);
@@ -395,6 +413,7 @@ function DefinitionPanel({ schemas, doc, errors, editable, onChange }) {
       <h3>Workflow</h3>
       <p className="hint">Select a node or an edge to edit it; drag from a node's right handle to another node's left handle (or click one, then the other) to connect them.</p>
       <Problems errors={rest} />
+      <Warnings warnings={warnings} />
       <Form schema={formSchema} uiSchema={uiSchema} formData={formData} validator={formValidator} widgets={widgets}
         idPrefix="wf" idSeparator="_" readonly={!editable} extraErrors={extraErrors} showErrorList={false} noHtml5Validate
         formContext={{ templateNames: [] }}
@@ -408,7 +427,7 @@ function DefinitionPanel({ schemas, doc, errors, editable, onChange }) {
   );
 }
 
-function JsonTab({ doc, editable, onChange, errors }) {
+function JsonTab({ doc, editable, onChange, errors, warnings }) {
   const [text, setText] = useState(pretty(doc));
   const [parseError, setParseError] = useState('');
   const own = useRef(false);
@@ -435,6 +454,7 @@ function JsonTab({ doc, editable, onChange, errors }) {
         }} />
       {parseError ? <p className="problem json-parse-error" role="alert">Not JSON yet: {parseError}</p> : null}
       <Problems errors={errors} />
+      <Warnings warnings={warnings} />
     </section>
   );
 }
@@ -496,7 +516,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   const [positions, setPositions] = useState({});
   const [selected, setSelected] = useState(null);
   const [tab, setTab] = useState('properties');
-  const [serverErrors, setServerErrors] = useState({ doc: null, errors: [] });
+  const [serverErrors, setServerErrors] = useState({ doc: null, errors: [], warnings: [] });
   const [dialog, setDialog] = useState(null); // 'save' | 'start'
   const [saveState, setSaveState] = useState(null);
   const [startText, setStartText] = useState('{}');
@@ -555,9 +575,10 @@ function BuilderApp({ name, canEdit, canStart }) {
     if (!doc) return undefined;
     const t = setTimeout(async () => {
       const a = await request('POST', 'workflows/validate', { body: doc });
-      if (a.ok) setServerErrors({ doc, errors: [] });
+      const warned = (a.body && Array.isArray(a.body.warnings) ? a.body.warnings : []).map((w) => ({ path: w.path || '', message: w.message }));
+      if (a.ok) setServerErrors({ doc, errors: [], warnings: warned });
       else if (a.status === 422 && a.body && Array.isArray(a.body.errors)) {
-        setServerErrors({ doc, errors: a.body.errors.map((e) => ({ path: e.path || '', message: e.message, source: 'service' })) });
+        setServerErrors({ doc, errors: a.body.errors.map((e) => ({ path: e.path || '', message: e.message, source: 'service' })), warnings: warned });
       }
     }, VALIDATE_DELAY_MS);
     return () => clearTimeout(t);
@@ -572,6 +593,9 @@ function BuilderApp({ name, canEdit, canStart }) {
     return [...server, ...clientErrors.filter((e) => !covered.has(e.path))];
   }, [serverErrors, doc, clientErrors]);
   const checked = serverErrors.doc === doc;
+  // Only the service knows what is held to no effect; its warnings are shown for the
+  // document it was asked about.
+  const warnings = checked ? serverErrors.warnings : [];
 
   if (loadProblem) return <div className="builder"><ProblemBox problem={loadProblem} /></div>;
   if (!schemas || !doc) return <div className="builder"><p className="empty">Loading the definition format…</p></div>;
@@ -590,12 +614,12 @@ function BuilderApp({ name, canEdit, canStart }) {
   const save = async () => {
     setSaveState({ busy: true });
     const a = await request('PUT', `workflows/${encodeURIComponent(doc.name)}`, { body: doc });
-    if (!a.ok) { setSaveState({ problem: a.problem, errors: a.body && a.body.errors }); return; }
+    if (!a.ok) { setSaveState({ problem: a.problem, errors: a.body && a.body.errors, warnings: a.body && a.body.warnings }); return; }
     const r = await get(`workflows/${encodeURIComponent(doc.name)}`);
     if (r.ok) setStored({ name: doc.name, version: r.body.version, definition: r.body.definition });
     const l = await get('workflows', { limit: 200 });
     if (l.ok && l.body) setWorkflows(l.body.items || []);
-    setSaveState({ done: a.body });
+    setSaveState({ done: a.body, warnings: a.body.warnings });
     if (doc.name !== name) {
       history.replaceState(null, '', `#/builder/${encodeURIComponent(doc.name)}`);
     }
@@ -624,6 +648,7 @@ function BuilderApp({ name, canEdit, canStart }) {
         <span id="builder-check" data-state={errors.length ? 'invalid' : checked ? 'valid' : 'checking'} data-errors={errors.length}>
           {errors.length ? `${errors.length} error(s)` : checked ? 'valid' : 'checking…'}
         </span>
+        {warnings.length ? <span id="builder-warnings" data-warnings={warnings.length}>{`${warnings.length} warning(s)`}</span> : null}
         <span className="spacer" />
         <button type="button" id="builder-layout" onClick={() => { setPositions(layoutPositions(doc)); setFitKey((k) => k + 1); }}>Lay out</button>
         {canEdit ? <button type="button" id="builder-save" disabled={!dirty} onClick={() => { setSaveState(null); setDialog('save'); }}>Save…</button> : null}
@@ -644,7 +669,7 @@ function BuilderApp({ name, canEdit, canStart }) {
           </aside>
         ) : null}
         <ReactFlowProvider>
-          <Canvas doc={doc} errors={errors} editable={canEdit} selected={selected} onSelect={setSelected} onChange={edit}
+          <Canvas doc={doc} errors={errors} warnings={warnings} editable={canEdit} selected={selected} onSelect={setSelected} onChange={edit}
             positions={positions} setPositions={setPositions} fitKey={fitKey} />
         </ReactFlowProvider>
         <div className="builder-side">
@@ -653,12 +678,12 @@ function BuilderApp({ name, canEdit, canStart }) {
             <button type="button" role="tab" id="tab-json" aria-selected={tab === 'json'} onClick={() => setTab('json')}>JSON</button>
           </div>
           {tab === 'json'
-            ? <JsonTab doc={doc} editable={canEdit} onChange={edit} errors={errors} />
+            ? <JsonTab doc={doc} editable={canEdit} onChange={edit} errors={errors} warnings={warnings} />
             : nodeIndex >= 0
-              ? <NodePanel key={`n${nodeIndex}`} schemas={schemas} doc={doc} index={nodeIndex} errors={errors} editable={canEdit} onChange={edit} startInput={startInput} />
+              ? <NodePanel key={`n${nodeIndex}`} schemas={schemas} doc={doc} index={nodeIndex} errors={errors} warnings={warnings} editable={canEdit} onChange={edit} startInput={startInput} />
               : edgeIndex >= 0
                 ? <EdgePanel doc={doc} index={edgeIndex} errors={errors} editable={canEdit} onChange={edit} />
-                : <DefinitionPanel schemas={schemas} doc={doc} errors={errors} editable={canEdit} onChange={edit} />}
+                : <DefinitionPanel schemas={schemas} doc={doc} errors={errors} warnings={warnings} editable={canEdit} onChange={edit} />}
         </div>
       </div>
       {dialog === 'save' ? (
@@ -667,6 +692,7 @@ function BuilderApp({ name, canEdit, canStart }) {
           <DiffView before={before} after={after} />
           <ProblemBox problem={saveState && saveState.problem} />
           {saveState && saveState.errors ? <Problems errors={saveState.errors} /> : null}
+          {saveState && saveState.warnings ? <Warnings warnings={saveState.warnings} /> : null}
           {saveState && saveState.done ? <p id="builder-saved" className="ok" data-version={saveState.done.version}>Stored as version {saveState.done.version}{saveState.done.unchanged ? ' (unchanged)' : ''}.</p> : null}
           <div className="dialog-buttons">
             <button type="button" data-dialog="close" onClick={() => setDialog(null)}>{saveState && saveState.done ? 'Close' : 'Cancel'}</button>
