@@ -15,6 +15,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/workflow/template"
+	"github.com/rendezvous-run/rendezvous/workflow/waittime"
 )
 
 // Helpers on raw JSON (the definition envelope keeps node data raw so that
@@ -213,9 +214,10 @@ func (o *object) stringSlice(key string) []string {
 }
 
 // duration reads a positive duration given as a JSON number of seconds
-// (fractions allowed) or a Go duration string such as "90s" or "5m". The
-// schema checks the shape; parsing finds what a pattern cannot: zero
-// ("0s"), and values too large or too small for a time.Duration.
+// (fractions allowed) or a string waittime.ParseDuration reads: "90s", "PT90M",
+// "90 minutes". The schema checks the shape; parsing finds what a pattern cannot:
+// zero ("0s"), years and months, and values too large or too small for a
+// time.Duration.
 func (o *object) duration(key string, def time.Duration) time.Duration {
 	v, ok := o.checkable(key)
 	if !ok {
@@ -257,10 +259,11 @@ func parseDuration(v any) (time.Duration, error) {
 			return 0, fmt.Errorf("duration %s seconds is too small", x)
 		}
 	case string:
+		// The one parser of durations written as text, so that a timeout, a lookback
+		// and a wait's "for" accept the same forms and refuse with the same list.
 		var err error
-		d, err = time.ParseDuration(strings.TrimSpace(x))
-		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q: use seconds as a number or a duration like \"90s\" or \"5m\"", x)
+		if d, err = waittime.ParseDuration(x); err != nil {
+			return 0, fmt.Errorf("%w; or a JSON number of seconds", err)
 		}
 	default:
 		return 0, fmt.Errorf("must be a number of seconds or a duration string like \"90s\"")

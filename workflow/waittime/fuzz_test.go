@@ -12,6 +12,7 @@ func FuzzParseDuration(f *testing.F) {
 		"90m", "1h30m", "1.5h", "0", "-5m", "+5m", "PT90M", "PT1H30M", "P1DT2H", "P2W",
 		"PT0.5S", "pt1,5h", "P1Y", "P90M", "P1H", "PT1.5H30M", "P106752D", "-PT0S",
 		"PT0.1234567890123456789012345M", "P15250W2D", "PT99999999999999999999999H", "",
+		"1 hour", "30 minutes", "2 days", "1.5 weeks", "106752 days", "2 months",
 	} {
 		f.Add(s)
 	}

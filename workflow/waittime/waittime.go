@@ -43,22 +43,39 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"regexp"
 	"strings"
 	"time"
 	_ "time/tzdata" // zone data for containers without zoneinfo; see the package comment
 )
 
-const durationHint = "want a Go duration such as 90m or ISO-8601 such as PT90M"
+// DurationForms names the forms ParseDuration accepts; every error about a duration ends
+// with it, so that whoever typed a bad one learns the good ones.
+const DurationForms = `want a Go duration such as 90m or 1h30m, ISO-8601 such as PT90M or P2D, or a number and a unit such as "90 minutes", "1 hour" or "2 days" (second, minute, hour, day or week, singular or plural)`
 
-// ParseDuration parses the "for" of a wait: a Go duration ("90m", "1h30m",
-// "1.5h") or an ISO-8601 duration ("PT90M", "PT1H30M", "P1DT2H", "P2W",
-// "PT0.5S"; designators in either case, ',' or '.' before a fraction, which
-// only the last component may have).
+const durationHint = DurationForms
+
+// ParseDuration parses a duration of a workflow definition — a wait's "for", a
+// wait_events timeout, a buffer's time to live — in any of three forms:
 //
-// The wait is elapsed time, so an ISO day is 24 hours and a week 7 days
-// whatever the calendar does. Years and months have no fixed length and are
-// rejected. Negative durations are rejected; zero is allowed. Errors name s.
+//   - a Go duration ("90m", "1h30m", "1.5h");
+//   - an ISO-8601 duration ("PT90M", "PT1H30M", "P1DT2H", "P2W", "PT0.5S";
+//     designators in either case, ',' or '.' before a fraction, which only the last
+//     component may have);
+//   - a number and a unit in words ("90 seconds", "30 minutes", "1 hour", "2 days",
+//     "1.5 weeks"; singular or plural, lower case, one or more spaces between), as
+//     Cloudflare Workflows writes them.
+//
+// It is elapsed time, so a day is 24 hours and a week 7 days whatever the calendar
+// does. Years and months have no fixed length and are rejected in every form. Negative
+// durations are rejected; zero is allowed. Errors name s and list the accepted forms.
 func ParseDuration(s string) (time.Duration, error) {
+	if m := wordDuration.FindStringSubmatch(s); m != nil {
+		return parseWordDuration(s, m[1], m[2])
+	}
+	if m := wordCalendar.FindStringSubmatch(s); m != nil {
+		return 0, fmt.Errorf("invalid duration %q: %ss are not a fixed length of time; use days or weeks, such as \"30 days\"", s, m[1])
+	}
 	body := s
 	negative := false
 	if body != "" && (body[0] == '-' || body[0] == '+') {
@@ -187,6 +204,39 @@ func parseISODuration(s string) (time.Duration, error) {
 }
 
 var errTooLarge = errors.New("too large (the limit is about 292 years)")
+
+// wordDuration is the third form: a decimal number, spaces, a unit in words.
+var (
+	wordDuration = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) +(second|minute|hour|day|week)s?$`)
+	wordCalendar = regexp.MustCompile(`^[0-9]+(?:\.[0-9]+)? +(month|year)s?$`)
+	wordUnits    = map[string]uint64{
+		"second": uint64(time.Second), "minute": uint64(time.Minute), "hour": uint64(time.Hour),
+		"day": uint64(24 * time.Hour), "week": uint64(7 * 24 * time.Hour),
+	}
+)
+
+// parseWordDuration computes number × unit exactly, as the ISO form does (a fraction
+// truncated to whole nanoseconds).
+func parseWordDuration(s, number, unit string) (time.Duration, error) {
+	n, frac, fracDigits, rest, ok := scanDecimal(number)
+	if !ok || rest != "" {
+		return 0, fmt.Errorf("invalid duration %q: %s", s, durationHint)
+	}
+	length := wordUnits[unit]
+	if n > math.MaxInt64/length {
+		return 0, fmt.Errorf("invalid duration %q: %s", s, errTooLarge)
+	}
+	v := n * length
+	if fracDigits > 0 {
+		hi, lo := bits.Mul64(frac, length)
+		q, _ := bits.Div64(hi, lo, pow10[fracDigits])
+		v += q
+	}
+	if v > math.MaxInt64 {
+		return 0, fmt.Errorf("invalid duration %q: %s", s, errTooLarge)
+	}
+	return time.Duration(v), nil
+}
 
 // scanDecimal reads digits, optionally followed by '.' or ',' and more
 // digits, from the start of s. It returns the integer part, up to

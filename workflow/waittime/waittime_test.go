@@ -434,6 +434,19 @@ func TestParseDuration(t *testing.T) {
 		{"PT0001M", time.Minute},
 		{"P106751D", 106751 * 24 * time.Hour},
 		{"PT2562047H", 2562047 * time.Hour},
+		// A number and a unit in words.
+		{"1 hour", time.Hour},
+		{"30 minutes", 30 * time.Minute},
+		{"2 days", 48 * time.Hour},
+		{"90 seconds", 90 * time.Second},
+		{"1 second", time.Second},
+		{"1 minutes", time.Minute},
+		{"3 weeks", 21 * 24 * time.Hour},
+		{"1.5 hours", 90 * time.Minute},
+		{"0.5 day", 12 * time.Hour},
+		{"0 seconds", 0},
+		{"10  minutes", 10 * time.Minute},
+		{"106751 days", 106751 * 24 * time.Hour},
 	}
 	for _, tt := range valid {
 		got, err := ParseDuration(tt.in)
@@ -445,13 +458,26 @@ func TestParseDuration(t *testing.T) {
 		in      string
 		wantErr string
 	}{
-		{"", "want a Go duration such as 90m or ISO-8601 such as PT90M"},
-		{"abc", "want a Go duration such as 90m or ISO-8601 such as PT90M"},
+		{"", `want a Go duration such as 90m or 1h30m, ISO-8601 such as PT90M or P2D, or a number and a unit such as "90 minutes"`},
+		{"abc", "(second, minute, hour, day or week, singular or plural)"},
 		{"90", "want a Go duration"},
 		{"1d", "want a Go duration"},
 		{" 90m", "want a Go duration"},
 		{"90m ", "want a Go duration"},
 		{"10000000h", "want a Go duration"}, // overflows time.Duration
+		{"1 fortnight", "want a Go duration"},
+		{"1 Hour", "want a Go duration"},
+		{"1hour", "want a Go duration"},
+		{"hour", "want a Go duration"},
+		{"-1 hour", "want a Go duration"},
+		{" 1 hour", "want a Go duration"},
+		{"1 hour ", "want a Go duration"},
+		{"1 hour 30 minutes", "want a Go duration"},
+		{"1. hour", "want a Go duration"},
+		{"2 months", "months are not a fixed length"},
+		{"1 year", "years are not a fixed length"},
+		{"106752 days", "too large"},
+		{"99999999999999999999 weeks", "too large"},
 		{"-5m", "must not be negative"},
 		{"-1ns", "must not be negative"},
 		{"-PT1M", "must not be negative"},
@@ -493,7 +519,7 @@ func TestParseDuration(t *testing.T) {
 		require.ErrorContains(t, err, tt.wantErr, tt.in)
 	}
 	_, err := ParseDuration("abc")
-	require.EqualError(t, err, `invalid duration "abc": want a Go duration such as 90m or ISO-8601 such as PT90M`)
+	require.EqualError(t, err, `invalid duration "abc": `+DurationForms)
 }
 
 func TestParseUntil(t *testing.T) {
