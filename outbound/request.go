@@ -29,10 +29,20 @@ type Request struct {
 // Build renders a wait's correlated call and injects the two ids into the configured
 // body fields and headers, plus Idempotency-Key: the correlation id, so the external
 // service can absorb the retries of an at-least-once outbox.
+//
+// A body written as a string gets the ids in its fields too when it renders to a JSON
+// object (a template built by hand, "{\"order\": \"@{_trigger.id}\"}"): it is then sent
+// as that object, as JSON. Any other string — a form, XML, text — is sent as it
+// rendered, and the ids travel in the headers only.
 func Build(c *workflow.APICall, scope template.Scope, executionID, correlationID uuid.UUID) (*Request, error) {
 	req, body, err := Render(c.Method, c.URL, c.Headers, c.Body, scope, "apiCall")
 	if err != nil {
 		return nil, err
+	}
+	if s, ok := body.(string); ok {
+		if obj, ok := jsonObject(s); ok {
+			body = obj
+		}
 	}
 	switch b := body.(type) {
 	case map[string]any:
@@ -102,6 +112,25 @@ func Encode(req *Request, body any) error {
 		}
 	}
 	return nil
+}
+
+// jsonObject decodes s when it is exactly one JSON object, numbers kept as written
+// (json.Number), so that re-encoding it changes no value.
+func jsonObject(s string) (map[string]any, bool) {
+	t := strings.TrimSpace(s)
+	if !strings.HasPrefix(t, "{") {
+		return nil, false
+	}
+	d := json.NewDecoder(strings.NewReader(t))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil || m == nil {
+		return nil, false
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, false
+	}
+	return m, true
 }
 
 // setField sets a possibly dotted field, creating objects on the way.
