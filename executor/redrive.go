@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -220,10 +219,7 @@ func (w *redriveWriter) enqueue(ctx context.Context, execID uuid.UUID, nodeID st
 
 // reopened shows the node waiting again, with the output a waiting node has.
 func (w *redriveWriter) reopened(ctx context.Context, execID uuid.UUID, nodeID string, r aggregator.Reopened) error {
-	raw, err := json.Marshal(map[string]any{
-		"status": string(vocab.WaitWaiting), "correlation_id": r.Wait.CorrelationID.String(),
-		"execution_id": execID.String(), "wait_state_id": r.Wait.ID.String(),
-	})
+	raw, err := waitingOutput(Outcome{Output: map[string]any{"status": string(vocab.WaitWaiting)}}, r.Wait)
 	if err != nil {
 		return err
 	}

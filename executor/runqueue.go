@@ -426,13 +426,17 @@ func (e *Executor) logWaiting(ctx context.Context, ws dbsqlc.ExecutionWaitState)
 }
 
 // waitingOutput is the output of a node waiting on ws: the node's own, with the wait's
-// ids. wait_state_id is spelled like every other key here; waitStateId and
-// enabledEvents too, the names engines with this node give these fields, so a flow
-// ported from one reads them unchanged.
+// ids. wait_state_id is spelled like every other key here; waitStateId, enabledEvents,
+// and for an event wait correlationId and executionId too, the names engines with this
+// node give these fields, so a flow ported from one reads them unchanged.
 func waitingOutput(out Outcome, ws dbsqlc.ExecutionWaitState) ([]byte, error) {
 	out.Output["wait_state_id"] = ws.ID.String()
 	out.Output["waitStateId"] = ws.ID.String()
 	if ws.WaitType != vocab.WaitTypeTimer {
+		out.Output["correlation_id"] = ws.CorrelationID.String()
+		out.Output["correlationId"] = ws.CorrelationID.String()
+		out.Output["execution_id"] = ws.ExecutionID.String()
+		out.Output["executionId"] = ws.ExecutionID.String()
 		var enabled []string
 		if err := json.Unmarshal(ws.EnabledEvents, &enabled); err != nil {
 			return nil, fmt.Errorf("decode enabled events: %w", err)

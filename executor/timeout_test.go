@@ -268,6 +268,10 @@ func TestTimeoutContinueWithPartialNothingArrived(t *testing.T) {
 	wo := output(t, nodeOf(t, waiting, "wait"))
 	require.Equal(t, ws.ID.String(), wo["waitStateId"])
 	require.Equal(t, ws.ID.String(), wo["wait_state_id"])
+	require.Equal(t, ws.CorrelationID.String(), wo["correlationId"])
+	require.Equal(t, ws.CorrelationID.String(), wo["correlation_id"])
+	require.Equal(t, id.String(), wo["executionId"])
+	require.Equal(t, id.String(), wo["execution_id"])
 	require.Equal(t, []any{"api_response", "kafka_event"}, wo["enabledEvents"])
 	require.Equal(t, "waiting", wo["status"])
 
