@@ -21,9 +21,9 @@ const TypeWait = "wait"
 // whose values are plain is checked completely when it is stored.
 type Wait struct {
 	For       string // Go ("90m") or ISO-8601 ("PT90M") duration
-	Until     string // RFC 3339 instant; one in the past completes at once
+	Until     string // RFC 3339 instant, or a date (the start of that day in Timezone); one in the past completes at once
 	UntilTime string // "HH:MM" or "HH:MM:SS", wall clock in Timezone
-	Timezone  string // IANA zone for UntilTime, default "UTC"
+	Timezone  string // IANA zone for UntilTime and a date-only Until, default "UTC"
 	// Timezones is timezone given as a list: candidates tried in order (a contact's
 	// zone, then the account's, then "UTC"), the first that renders to a valid IANA
 	// zone wins. A candidate whose template names a missing or null value, or that
@@ -38,7 +38,13 @@ type Wait struct {
 	// such as holidays: given like Days, and an element may render to an array of dates
 	// (holidays from the trigger input). nil skips nothing.
 	SkipDates any
+
+	warnings []FieldError // see Warnings
 }
+
+// Warnings lists a timezone given beside an until that is an instant: the instant's
+// own offset places it, so the zone is ignored. It makes *Wait a Warner.
+func (w *Wait) Warnings() []FieldError { return w.warnings }
 
 // Wait modes, named after the field that selects them.
 const (
@@ -98,6 +104,10 @@ func ParseWaitNode(data json.RawMessage, path string) (any, []FieldError) {
 	})
 	if len(errs) > 0 {
 		return w, errs
+	}
+	if w.Until != "" && !template.HasTemplates(w.Until) && !waittime.IsDateOnly(w.Until) && (w.Timezone != "" || w.Timezones != nil) {
+		w.warnings = append(w.warnings, FieldError{Path: o.p("timezone"),
+			Message: "ignored: until is an instant with its own offset; timezone places only an until given as a date (YYYY-MM-DD) and untilTime"})
 	}
 	// Plain values are checked now, so a typo in a zone fails when the definition is
 	// stored rather than when an execution reaches the node.
@@ -237,11 +247,24 @@ func (w *Wait) Plan(now time.Time, sc *template.Scope) (TimerPlan, error) {
 		if err != nil {
 			return TimerPlan{}, err
 		}
-		at, err := waittime.ParseUntil(s)
+		settings := map[string]any{WaitUntil: s}
+		if !waittime.IsDateOnly(s) {
+			// An instant carries its own offset; the zone has nothing to place.
+			at, err := waittime.ParseUntilIn(s, time.UTC)
+			if err != nil {
+				return TimerPlan{}, &SettingError{Field: WaitUntil, Index: -1, Err: err}
+			}
+			return TimerPlan{At: at, Settings: settings}, nil
+		}
+		loc, err := w.location(sc, settings, render)
+		if err != nil {
+			return TimerPlan{}, err
+		}
+		at, err := waittime.ParseUntilIn(s, loc)
 		if err != nil {
 			return TimerPlan{}, &SettingError{Field: WaitUntil, Index: -1, Err: err}
 		}
-		return TimerPlan{At: at, Settings: map[string]any{WaitUntil: s}}, nil
+		return TimerPlan{At: at, Settings: settings}, nil
 	}
 	s, err := render(WaitUntilTime, w.UntilTime)
 	if err != nil {
@@ -252,22 +275,9 @@ func (w *Wait) Plan(now time.Time, sc *template.Scope) (TimerPlan, error) {
 		return TimerPlan{}, &SettingError{Field: WaitUntilTime, Index: -1, Err: err}
 	}
 	settings := map[string]any{WaitUntilTime: s}
-	var loc *time.Location
-	if w.Timezones != nil {
-		if loc, err = w.resolveZone(sc, settings); err != nil {
-			return TimerPlan{}, err
-		}
-	} else {
-		zone := "UTC"
-		if w.Timezone != "" {
-			if zone, err = render("timezone", w.Timezone); err != nil {
-				return TimerPlan{}, err
-			}
-		}
-		if loc, err = waittime.LoadLocation(zone); err != nil {
-			return TimerPlan{}, &SettingError{Field: "timezone", Index: -1, Err: err}
-		}
-		settings["timezone"] = zone
+	loc, err := w.location(sc, settings, render)
+	if err != nil {
+		return TimerPlan{}, err
 	}
 	names, err := renderList("days", w.Days, sc, false)
 	if err != nil {
@@ -300,6 +310,27 @@ func (w *Wait) Plan(now time.Time, sc *template.Scope) (TimerPlan, error) {
 		settings["skipDates"] = dates
 	}
 	return TimerPlan{At: waittime.NextTimeOfDaySkipping(now, tod, loc, days, skip), Settings: settings}, nil
+}
+
+// location is the wait's zone, UTC by default, recorded in settings: the one zone, or the
+// first valid of its candidates (resolveZone).
+func (w *Wait) location(sc *template.Scope, settings map[string]any, render func(field, s string) (string, error)) (*time.Location, error) {
+	if w.Timezones != nil {
+		return w.resolveZone(sc, settings)
+	}
+	zone := "UTC"
+	if w.Timezone != "" {
+		var err error
+		if zone, err = render("timezone", w.Timezone); err != nil {
+			return nil, err
+		}
+	}
+	loc, err := waittime.LoadLocation(zone)
+	if err != nil {
+		return nil, &SettingError{Field: "timezone", Index: -1, Err: err}
+	}
+	settings["timezone"] = zone
+	return loc, nil
 }
 
 // resolveZone tries the timezone candidates in order and returns the first valid zone.

@@ -34,7 +34,7 @@ func TestWaitNodeErrors(t *testing.T) {
 		{"day not a string", `{"untilTime": "09:30", "days": ["mon", 2]}`, []string{`nodes[0].data.days[1]: must be a string`}},
 		{"days wrong type", `{"untilTime": "09:30", "days": 5}`, []string{`nodes[0].data.days: must be an array of weekday names or a string`}},
 		{"zone without untilTime", `{"for": "1m", "timezone": "UTC", "days": ["mon"]}`, []string{
-			`nodes[0].data.timezone: only used with untilTime`, `nodes[0].data.days: only used with untilTime`,
+			`nodes[0].data.timezone: only used with untilTime, or with until given as a date`, `nodes[0].data.days: only used with untilTime`,
 		}},
 		{"template syntax", `{"untilTime": "09:30", "timezone": "@{_trigger.tz"}`, []string{`nodes[0].data.timezone: `}},
 		{"bad plain zone candidate", `{"untilTime": "09:30", "timezone": ["@{_trigger.tz}", "Europe/Berln", "UTC"]}`,
@@ -70,6 +70,10 @@ func TestWaitNodeValid(t *testing.T) {
 		`{"for": "0s"}`,
 		`{"until": "2027-01-31T09:00:00+01:00"}`,
 		`{"until": "2020-01-01T00:00:00Z"}`,
+		`{"until": "2027-01-31"}`,
+		`{"until": "2027-01-31", "timezone": "Europe/Berlin"}`,
+		`{"until": "@{_trigger.day}", "timezone": ["@{_trigger.tz}", "UTC"]}`,
+		`{"for": "90 minutes"}`,
 		`{"untilTime": "09:30"}`,
 		`{"untilTime": "09:30", "timezone": "Europe/Berlin", "days": ["mon", "Tuesday", "fri"]}`,
 		`{"untilTime": "09:30", "days": "sat,sun"}`,
@@ -102,6 +106,17 @@ func TestWaitPlan(t *testing.T) {
 		{"for", Wait{For: "@{_trigger.delay}"}, now.Add(2 * time.Hour), map[string]any{"for": "PT2H"}, ""},
 		{"until", Wait{Until: "2027-03-26T12:00:00+01:00"}, time.Date(2027, 3, 26, 11, 0, 0, 0, time.UTC),
 			map[string]any{"until": "2027-03-26T12:00:00+01:00"}, ""},
+		{"until an instant ignores the zone", Wait{Until: "2027-03-26T12:00:00+01:00", Timezone: "America/New_York"},
+			time.Date(2027, 3, 26, 11, 0, 0, 0, time.UTC), map[string]any{"until": "2027-03-26T12:00:00+01:00"}, ""},
+		{"until a date, UTC by default", Wait{Until: "2027-04-01"}, time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC),
+			map[string]any{"until": "2027-04-01", "timezone": "UTC"}, ""},
+		{"until a date in a templated zone", Wait{Until: "2027-04-01", Timezone: "@{_trigger.tz}"}, time.Date(2027, 4, 1, 4, 0, 0, 0, time.UTC),
+			map[string]any{"until": "2027-04-01", "timezone": "America/New_York"}, ""},
+		{"until a date, zone candidates", Wait{Until: "2027-04-01", Timezones: []string{"@{_trigger.account}", "Europe/Berlin"}},
+			time.Date(2027, 3, 31, 22, 0, 0, 0, time.UTC), map[string]any{"until": "2027-04-01", "timezone": "Europe/Berlin", "timezone_candidate": 1,
+				"timezone_skipped": []map[string]any{{"index": 0, "candidate": "@{_trigger.account}", "reason": "is null"}}}, ""},
+		{"until no such date", Wait{Until: "2027-02-30"}, time.Time{}, nil, `until: invalid until "2027-02-30": no such date`},
+		{"for in words", Wait{For: "2 hours"}, now.Add(2 * time.Hour), map[string]any{"for": "2 hours"}, ""},
 		// Friday 06:00 in New York; 09:30 on the next Monday, after the US switched to
 		// summer time on 14 March: UTC-4.
 		{"untilTime templated zone and days", Wait{UntilTime: "09:30", Timezone: "@{_trigger.tz}", Days: "@{_trigger.days}"},
@@ -162,5 +177,18 @@ func TestWaitPlan(t *testing.T) {
 			require.True(t, tt.at.Equal(plan.At), "at %s, want %s", plan.At, tt.at)
 			require.Equal(t, tt.settings, plan.Settings)
 		})
+	}
+}
+
+// TestWaitZoneWithInstantWarns: a timezone beside an until that is an instant places
+// nothing; the definition is valid and says so in a warning. Beside a date, or a
+// templated until (a date or an instant once rendered), it is silent.
+func TestWaitZoneWithInstantWarns(t *testing.T) {
+	t.Parallel()
+	wf := requireValid(t, []byte(timerNode(`{"until": "2027-01-31T09:00:00Z", "timezone": "Europe/Berlin"}`)))
+	require.Equal(t, []FieldError{{Path: "nodes[0].data.timezone",
+		Message: "ignored: until is an instant with its own offset; timezone places only an until given as a date (YYYY-MM-DD) and untilTime"}}, wf.Warnings())
+	for _, data := range []string{`{"until": "2027-01-31", "timezone": "Europe/Berlin"}`, `{"until": "@{_trigger.at}", "timezone": "Europe/Berlin"}`} {
+		require.Empty(t, requireValid(t, []byte(timerNode(data))).Warnings(), data)
 	}
 }

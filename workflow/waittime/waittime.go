@@ -3,7 +3,8 @@
 // A wait node names its deadline in one of three ways:
 //
 //	{"for": "90m"}                                  elapsed time, see ParseDuration
-//	{"until": "2027-01-31T09:00:00+01:00"}          an instant, see ParseUntil
+//	{"until": "2027-01-31T09:00:00+01:00"}          an instant, see ParseUntil, or
+//	{"until": "2027-01-31", "timezone": "…"}        the start of a day, see ParseUntilIn
 //	{"untilTime": "09:30", "timezone": "Europe/Berlin", "days": ["mon", "fri"],
 //	 "skipDates": ["2026-12-25"]}                   a wall-clock time, see NextTimeOfDay
 //	                                                and NextTimeOfDaySkipping
@@ -302,6 +303,43 @@ func ParseUntil(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("invalid until %q: %s", s, want)
 	}
 	return t.UTC(), nil
+}
+
+// ParseUntilIn parses the "until" of a wait as ParseUntil does, and also a date alone,
+// "2027-01-31", which means the start of that day in loc: its midnight, or — in a zone
+// whose clocks jump over midnight that day — the instant they jump, as NextTimeOfDay
+// resolves a wall time that does not exist. An instant with its own offset ignores
+// loc. Errors name s and both forms.
+func ParseUntilIn(s string, loc *time.Location) (time.Time, error) {
+	if len(s) == len(time.DateOnly) && isDateShape(s) {
+		d, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("invalid until %q: no such date; want YYYY-MM-DD or an RFC 3339 instant such as 2027-01-31T09:00:00+01:00", s)
+		}
+		return firstAt(loc, d.Unix()).UTC(), nil
+	}
+	t, err := ParseUntil(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w (or a date alone, YYYY-MM-DD: the start of that day in the timezone)", err)
+	}
+	return t, nil
+}
+
+// IsDateOnly reports whether an until is a date alone (YYYY-MM-DD), which the wait's
+// timezone places; an instant carries its own offset.
+func IsDateOnly(s string) bool { return len(s) == len(time.DateOnly) && isDateShape(s) }
+
+func isDateShape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if i == 4 || i == 7 {
+			if s[i] != '-' {
+				return false
+			}
+		} else if !isDigit(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // isRFC3339 reports whether s has the shape RFC 3339 section 5.6 requires.

@@ -705,3 +705,42 @@ func TestNextTimeOfDaySkipping(t *testing.T) {
 	got := NextTimeOfDaySkipping(start, TimeOfDay{Hour: 9}, time.UTC, 0, dates(all...))
 	require.Equal(t, time.Date(2026, 11, 17, 9, 0, 0, 0, time.UTC), got)
 }
+
+// TestParseUntilIn: a date alone is the start of that day in the zone — its midnight,
+// or the instant the clocks jump over it — and an instant ignores the zone.
+func TestParseUntilIn(t *testing.T) {
+	t.Parallel()
+	berlin, err := LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	santiago, err := LoadLocation("America/Santiago")
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		in   string
+		loc  *time.Location
+		want string
+	}{
+		{"2027-01-31", time.UTC, "2027-01-31T00:00:00Z"},
+		{"2027-01-31", berlin, "2027-01-30T23:00:00Z"},
+		{"2027-07-31", berlin, "2027-07-30T22:00:00Z"},
+		// Chile moves its clocks from 00:00 to 01:00 on 2026-09-06: that day starts at 01:00.
+		{"2026-09-06", santiago, "2026-09-06T04:00:00Z"},
+		{"2027-01-31T09:00:00+01:00", berlin, "2027-01-31T08:00:00Z"},
+		{"2027-01-31T09:00:00Z", santiago, "2027-01-31T09:00:00Z"},
+	} {
+		got, err := ParseUntilIn(tt.in, tt.loc)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.want, got.Format(time.RFC3339), "%s in %s", tt.in, tt.loc)
+		require.Equal(t, time.UTC, got.Location())
+	}
+	for _, tt := range []struct{ in, wantErr string }{
+		{"2027-02-30", `invalid until "2027-02-30": no such date; want YYYY-MM-DD or an RFC 3339 instant`},
+		{"2027-1-31", `invalid until "2027-1-31": want an RFC 3339 instant such as 2027-01-31T09:00:00+01:00 (or a date alone, YYYY-MM-DD`},
+		{"2027-01-31T09:00:00", "missing offset"},
+	} {
+		_, err := ParseUntilIn(tt.in, berlin)
+		require.ErrorContains(t, err, tt.wantErr, tt.in)
+	}
+	require.True(t, IsDateOnly("2027-01-31"))
+	require.False(t, IsDateOnly("2027-01-31T00:00:00Z"))
+	require.False(t, IsDateOnly("2027/01/31"))
+}
