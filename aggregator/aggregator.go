@@ -128,6 +128,15 @@ type Config struct {
 	// this one. Default MaxLookbackDefault.
 	MaxLookback time.Duration
 
+	// HeartbeatInterval is how often this replica writes its heartbeat row (the
+	// rendezvous_replica_heartbeat_age_seconds gauge every replica exports). Default
+	// HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+	// StaleWaitAfter is the age beyond which an open event wait that has recorded no
+	// event yet counts as stale (rendezvous_wait_states_stale). Default
+	// StaleWaitAfterDefault.
+	StaleWaitAfter time.Duration
+
 	// TracerProvider and MeterProvider receive the aggregator's spans and metrics;
 	// no-ops when nil.
 	TracerProvider trace.TracerProvider
@@ -167,6 +176,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxLookback <= 0 {
 		c.MaxLookback = MaxLookbackDefault
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = HeartbeatIntervalDefault
+	}
+	if c.StaleWaitAfter <= 0 {
+		c.StaleWaitAfter = StaleWaitAfterDefault
 	}
 	c.Clock = clock.Or(c.Clock)
 	return c

@@ -116,6 +116,7 @@ func (a *Aggregator) QueueRegister(ctx context.Context, tx pgx.Tx, p *db.Pipelin
 		ExpectedEvents: arg.ExpectedEvents, ApiCallEnabled: arg.ApiCallEnabled, KafkaEventEnabled: arg.KafkaEventEnabled,
 		OnTimeout: vocab.OnTimeout(arg.OnTimeout), OutputMapping: arg.OutputMapping, Status: vocab.WaitStatus(arg.Status), ExpiresAt: arg.ExpiresAt,
 		NextDeadlineAt: arg.NextDeadlineAt, WaitType: vocab.WaitType(arg.WaitType), TraceParent: arg.TraceParent, MatchKeys: arg.MatchKeys,
+		RegisteredBy: &arg.RegisteredBy,
 	}, nil
 }
 
@@ -182,6 +183,7 @@ func (a *Aggregator) eventWait(ctx context.Context, tx pgx.Tx, r Registration) (
 		ExpiresAt:           expires,
 		NextDeadlineAt:      next,
 		WaitType:            string(vocab.WaitTypeEvents),
+		RegisteredBy:        a.cfg.InstanceID,
 		Status:              string(vocab.WaitWaiting),
 		TraceParent:         nonEmpty(r.TraceParent),
 		MatchKeys:           append(keys, typeKeys...),

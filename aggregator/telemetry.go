@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/rendezvous-run/rendezvous/db"
+	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
 	"github.com/rendezvous-run/rendezvous/vocab"
 	"github.com/rendezvous-run/rendezvous/workflow"
@@ -110,6 +111,21 @@ func (a *Aggregator) initTelemetry() error {
 	if err != nil {
 		return err
 	}
+	byReplica, err := m.Int64ObservableGauge("rendezvous.wait_states.by_replica",
+		metric.WithDescription("Open waits by status and by the replica that registered them (replica: its instance id; unknown for waits from before this was recorded), counted in the database. Any replica may decide any wait: this says where waits started."))
+	if err != nil {
+		return err
+	}
+	stale, err := m.Int64ObservableGauge("rendezvous.wait_states.stale",
+		metric.WithDescription("Open event waits older than --stale-wait-after (1 h by default) that have recorded no event yet, counted in the database."))
+	if err != nil {
+		return err
+	}
+	heartbeat, err := m.Float64ObservableGauge("rendezvous.replica.heartbeat_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of each replica's last heartbeat, by replica (instance id), as the database holds it: every live replica exports every replica's, so one that died is seen by the others until its row is pruned after an hour. A replica that stops in order removes its row."))
+	if err != nil {
+		return err
+	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		snap, err := a.gauges.Get(ctx, a.dbSnapshot)
 		if err != nil {
@@ -118,29 +134,55 @@ func (a *Aggregator) initTelemetry() error {
 		for _, status := range []vocab.WaitStatus{vocab.WaitWaiting, vocab.WaitScheduled} {
 			o.ObserveInt64(waits, snap.open[status], metric.WithAttributes(attribute.String("status", string(status))))
 		}
+		for k, n := range snap.byReplica {
+			o.ObserveInt64(byReplica, n, metric.WithAttributes(attribute.String("status", string(k.status)), attribute.String("replica", k.replica)))
+		}
+		o.ObserveInt64(stale, snap.stale)
+		for _, hb := range snap.heartbeats {
+			o.ObserveFloat64(heartbeat, max(0, snap.at.Sub(hb.BeatAt).Seconds()), metric.WithAttributes(attribute.String("replica", hb.InstanceID)))
+		}
 		o.ObserveFloat64(lag, snap.lag.Seconds())
 		return nil
-	}, waits, lag)
+	}, waits, lag, byReplica, stale, heartbeat)
 	return err
 }
 
+type replicaStatus struct {
+	status  vocab.WaitStatus
+	replica string
+}
+
 type dbSnapshot struct {
-	open map[vocab.WaitStatus]int64
-	lag  time.Duration
+	at         time.Time
+	open       map[vocab.WaitStatus]int64
+	byReplica  map[replicaStatus]int64
+	stale      int64
+	heartbeats []dbsqlc.ReplicaHeartbeatListRow
+	lag        time.Duration
 }
 
 // dbSnapshot reads the gauges' figures: open waits through the sweeper's partial index,
 // and the oldest due deadline through the same index.
 func (a *Aggregator) dbSnapshot(ctx context.Context) (dbSnapshot, error) {
-	rows, err := a.q.WaitStateCountOpen(ctx, a.pool)
+	now := a.now()
+	rows, err := a.q.WaitStateCountOpen(ctx, a.pool, now.Add(-a.cfg.StaleWaitAfter).UTC())
 	if err != nil {
 		a.DatabaseError(ctx)
 		return dbSnapshot{}, err
 	}
-	now := a.now()
-	snap := dbSnapshot{open: map[vocab.WaitStatus]int64{}}
+	snap := dbSnapshot{at: now, open: map[vocab.WaitStatus]int64{}, byReplica: map[replicaStatus]int64{}}
 	for _, r := range rows {
-		snap.open[r.Status] = r.Count
+		snap.open[r.Status] += r.Count
+		replica := r.RegisteredBy
+		if replica == "" {
+			replica = "unknown"
+		}
+		snap.byReplica[replicaStatus{r.Status, replica}] += r.Count
+		snap.stale += r.Stale
+	}
+	if snap.heartbeats, err = a.q.ReplicaHeartbeatList(ctx, a.pool); err != nil {
+		a.DatabaseError(ctx)
+		return dbSnapshot{}, err
 	}
 	next, err := a.q.WaitStateNextDeadline(ctx, a.pool)
 	switch {

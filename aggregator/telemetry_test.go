@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -201,4 +202,98 @@ func TestTelemetrySweeperLag(t *testing.T) {
 	require.NoError(t, err)
 	_, lag := o.gauges(t)
 	require.Greater(t, lag, (2*time.Hour).Seconds()-60)
+}
+
+// TestTelemetryReplicasAndStaleWaits: open waits are counted by the replica that
+// registered them; an event wait open longer than StaleWaitAfter with no event is stale
+// (one with an event, a young one and a timer are not); every replica's heartbeat age is
+// exported from the database, a replica silent for over an hour is forgotten, and one
+// that stops in order removes its own row.
+func TestTelemetryReplicasAndStaleWaits(t *testing.T) {
+	t.Parallel()
+	o := setupObserved(t)
+	ctx := t.Context()
+	other, err := aggregator.New(o.pool, aggregator.Config{InstanceID: "other", Logger: slog.New(o.logs)})
+	require.NoError(t, err)
+
+	events := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
+	old := o.newWait(t, events)
+	oldWithEvent := o.newWait(t, events)
+	o.newWait(t, events) // young
+	timer := registration(vocab.StrategyAll, nil)
+	timer.Timer = &aggregator.Timer{At: time.Now().Add(3 * time.Hour), Settings: map[string]any{"for": "3h"}}
+	oldTimer := o.newWait(t, timer)
+	byOther := (&fixture{pool: o.pool, agg: other, q: o.q, logs: o.logs}).newWait(t, events)
+	for _, id := range []uuid.UUID{old.ID, oldWithEvent.ID, oldTimer.ID, byOther.ID} {
+		_, err := o.pool.Exec(ctx, `UPDATE execution_wait_states SET created_at = now() - interval '2 hours' WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+	_, err = o.pool.Exec(ctx, `UPDATE execution_wait_states SET received_events = '["api_response"]' WHERE id = $1`, oldWithEvent.ID)
+	require.NoError(t, err)
+	_, err = o.pool.Exec(ctx, `UPDATE execution_wait_states SET registered_by = NULL WHERE id = $1`, oldTimer.ID)
+	require.NoError(t, err)
+
+	// Heartbeats: this replica now, the other ten minutes ago, a third two hours ago.
+	require.NoError(t, other.Heartbeat(ctx, time.Now()))
+	_, err = o.pool.Exec(ctx, `UPDATE replica_heartbeats SET beat_at = now() - interval '10 minutes' WHERE instance_id = 'other'`)
+	require.NoError(t, err)
+	_, err = o.pool.Exec(ctx, `INSERT INTO replica_heartbeats (instance_id, started_at, beat_at) VALUES ('gone', now() - interval '3 hours', now() - interval '2 hours')`)
+	require.NoError(t, err)
+	require.NoError(t, o.agg.Heartbeat(ctx, time.Now()))
+
+	g := o.replicaGauges(t)
+	require.Equal(t, map[string]int64{"waiting/test": 3, "waiting/other": 1, "scheduled/unknown": 1}, g.byReplica)
+	require.EqualValues(t, 2, g.stale, "the old event waits without an event: one per replica")
+	require.Len(t, g.heartbeatAge, 2, "the replica silent for two hours is forgotten: %v", g.heartbeatAge)
+	require.InDelta(t, 0, g.heartbeatAge["test"], 30)
+	require.InDelta(t, 600, g.heartbeatAge["other"], 30)
+
+	// A replica that has started has announced itself; one that stops in order takes
+	// its row away.
+	third, err := aggregator.New(o.pool, aggregator.Config{InstanceID: "third", Logger: slog.New(o.logs)})
+	require.NoError(t, err)
+	loop := third.Services()[2]
+	require.Equal(t, "replica heartbeat", loop.Name())
+	require.NoError(t, loop.Start(ctx))
+	rows := func() (n int) {
+		require.NoError(t, o.pool.QueryRow(ctx, `SELECT count(*) FROM replica_heartbeats WHERE instance_id = 'third'`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, rows())
+	<-loop.Started()
+	loop.Stop()
+	require.Zero(t, rows())
+}
+
+type replicaGauges struct {
+	byReplica    map[string]int64 // "status/replica" → open waits
+	stale        int64
+	heartbeatAge map[string]float64
+}
+
+func (o *observed) replicaGauges(t *testing.T) replicaGauges {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, o.reader.Collect(context.Background(), &rm))
+	g := replicaGauges{byReplica: map[string]int64{}, stale: -1, heartbeatAge: map[string]float64{}}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case "rendezvous.wait_states.by_replica":
+				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					s, _ := dp.Attributes.Value("status")
+					r, _ := dp.Attributes.Value("replica")
+					g.byReplica[s.AsString()+"/"+r.AsString()] = dp.Value
+				}
+			case "rendezvous.wait_states.stale":
+				g.stale = m.Data.(metricdata.Gauge[int64]).DataPoints[0].Value
+			case "rendezvous.replica.heartbeat_age":
+				for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+					r, _ := dp.Attributes.Value("replica")
+					g.heartbeatAge[r.AsString()] = dp.Value
+				}
+			}
+		}
+	}
+	return g
 }

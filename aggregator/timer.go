@@ -57,6 +57,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		ExpiresAt:           at,
 		NextDeadlineAt:      at,
 		WaitType:            string(vocab.WaitTypeTimer),
+		RegisteredBy:        a.cfg.InstanceID,
 		Timer:               settings,
 		Status:              string(status),
 		Error:               reason,

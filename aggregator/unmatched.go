@@ -199,11 +199,12 @@ func (a *Aggregator) RunJanitor(ctx context.Context) {
 }
 
 // Services are the aggregator's background loops, for the service to start and stop:
-// the deadline sweeper and the janitor.
+// the deadline sweeper, the janitor and the replica's heartbeat.
 func (a *Aggregator) Services() []startstop.Service {
 	return []startstop.Service{
 		startstop.NewLoop("deadline sweeper", a.RunSweeper),
 		startstop.NewLoop("event janitor", a.RunJanitor),
+		a.heartbeatService(),
 	}
 }
 

@@ -121,6 +121,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The documented alerts, each present.
 	require.ElementsMatch(t, []string{"RendezvousHighTimeoutRate", "RendezvousStaleWaits",
+		"RendezvousWaitsWithoutEvents", "RendezvousReplicaSilent",
 		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors",
 		"RendezvousKafkaPartitionStalled", "RendezvousDeadLetterWriteFailures"}, alerts)
 }

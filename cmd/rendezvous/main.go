@@ -284,6 +284,8 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 	o.Duration(&cfg.Aggregator.SweepMaxSleep, "sweep-max-sleep", "RENDEZVOUS_SWEEP_MAX_SLEEP", aggregator.SweepMaxSleepDefault, "longest the deadline sweeper sleeps without looking (waits registered by other replicas)")
 	o.Int(&cfg.Aggregator.MaxWaitersPerType, "max-waiters-per-type", "RENDEZVOUS_MAX_WAITERS_PER_TYPE", aggregator.MaxWaitersPerTypeDefault, "open waits one payload-match type (Kafka topic and event type) may have; registering one more fails its node")
 	o.Duration(&cfg.Aggregator.MaxLookback, "max-lookback", "RENDEZVOUS_MAX_LOOKBACK", aggregator.MaxLookbackDefault, "longest lookback a payload match may ask for: how long a Kafka record that reached no wait is kept for one registering later")
+	o.Duration(&cfg.Aggregator.StaleWaitAfter, "stale-wait-after", "RENDEZVOUS_STALE_WAIT_AFTER", aggregator.StaleWaitAfterDefault, "age at which an open event wait with no event yet counts as stale (rendezvous_wait_states_stale)")
+	o.Duration(&cfg.Aggregator.HeartbeatInterval, "heartbeat-interval", "RENDEZVOUS_HEARTBEAT_INTERVAL", aggregator.HeartbeatIntervalDefault, "how often this replica writes its heartbeat (rendezvous_replica_heartbeat_age_seconds)")
 	o.Int(&cfg.Aggregator.UnmatchedRetention, "unmatched-retention", "RENDEZVOUS_UNMATCHED_RETENTION", aggregator.UnmatchedRetentionDefault, "unmatched events kept for GET /api/v1/events/unmatched (the newest)")
 	o.inSection("Kafka")
 	kafkaAfter := bindKafka(o, &cfg.Kafka)

@@ -136,6 +136,7 @@ type ExecutionWaitState struct {
 	NodeError           *string
 	NodeWarning         *string
 	NodeFinishedAt      *time.Time
+	RegisteredBy        *string
 }
 
 type MatchLookback struct {
@@ -188,6 +189,12 @@ type Outbox struct {
 	ClaimedBy   *string
 	LastError   *string
 	CreatedAt   time.Time
+}
+
+type ReplicaHeartbeat struct {
+	InstanceID string
+	StartedAt  time.Time
+	BeatAt     time.Time
 }
 
 type RunQueue struct {

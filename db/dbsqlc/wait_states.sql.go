@@ -84,7 +84,7 @@ func (q *Queries) WaitStateCheckWritten(ctx context.Context, db DBTX, arg WaitSt
 }
 
 const waitStateClaimDue = `-- name: WaitStateClaimDue :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled') AND next_deadline_at <= $1::timestamptz
 ORDER BY next_deadline_at
 LIMIT $2::integer
@@ -143,6 +143,7 @@ func (q *Queries) WaitStateClaimDue(ctx context.Context, db DBTX, arg WaitStateC
 			&i.NodeError,
 			&i.NodeWarning,
 			&i.NodeFinishedAt,
+			&i.RegisteredBy,
 		); err != nil {
 			return nil, err
 		}
@@ -177,20 +178,26 @@ func (q *Queries) WaitStateCountMatchWaiters(ctx context.Context, db DBTX, arg W
 }
 
 const waitStateCountOpen = `-- name: WaitStateCountOpen :many
-SELECT status, count(*)::bigint AS count
+SELECT status, coalesce(registered_by, '')::text AS registered_by, count(*)::bigint AS count,
+       (count(*) FILTER (WHERE wait_type = 'events' AND created_at < $1::timestamptz
+                          AND json_array_length(received_events) = 0))::bigint AS stale
 FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled')
-GROUP BY status
+GROUP BY status, registered_by
 `
 
 type WaitStateCountOpenRow struct {
-	Status vocab.WaitStatus
-	Count  int64
+	Status       vocab.WaitStatus
+	RegisteredBy string
+	Count        int64
+	Stale        int64
 }
 
-// Open waits by status for the metrics gauge, read through the sweeper's partial index.
-func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX) ([]WaitStateCountOpenRow, error) {
-	rows, err := db.Query(ctx, waitStateCountOpen)
+// Open waits by status and by the replica that registered them, for the metrics gauges,
+// and of those the stale ones: event waits open since before @stale_before with no event
+// recorded yet (registered_by is ” for waits from before it was recorded).
+func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX, staleBefore time.Time) ([]WaitStateCountOpenRow, error) {
+	rows, err := db.Query(ctx, waitStateCountOpen, staleBefore)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +205,12 @@ func (q *Queries) WaitStateCountOpen(ctx context.Context, db DBTX) ([]WaitStateC
 	var items []WaitStateCountOpenRow
 	for rows.Next() {
 		var i WaitStateCountOpenRow
-		if err := rows.Scan(&i.Status, &i.Count); err != nil {
+		if err := rows.Scan(
+			&i.Status,
+			&i.RegisteredBy,
+			&i.Count,
+			&i.Stale,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -296,7 +308,7 @@ func (q *Queries) WaitStateFinish(ctx context.Context, db DBTX, arg WaitStateFin
 }
 
 const waitStateGetByCorrelationID = `-- name: WaitStateGetByCorrelationID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE correlation_id = $1::uuid
 `
 
@@ -339,12 +351,13 @@ func (q *Queries) WaitStateGetByCorrelationID(ctx context.Context, db DBTX, corr
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }
 
 const waitStateGetByID = `-- name: WaitStateGetByID :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states WHERE id = $1::uuid
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states WHERE id = $1::uuid
 `
 
 func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (ExecutionWaitState, error) {
@@ -386,12 +399,13 @@ func (q *Queries) WaitStateGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }
 
 const waitStateGetByIDs = `-- name: WaitStateGetByIDs :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE execution_id = $1::uuid AND correlation_id = $2::uuid
 `
 
@@ -440,12 +454,13 @@ func (q *Queries) WaitStateGetByIDs(ctx context.Context, db DBTX, arg WaitStateG
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }
 
 const waitStateGetByNodeForUpdate = `-- name: WaitStateGetByNodeForUpdate :one
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE execution_id = $1::uuid AND node_id = $2::text
 FOR UPDATE
 `
@@ -494,6 +509,7 @@ func (q *Queries) WaitStateGetByNodeForUpdate(ctx context.Context, db DBTX, arg 
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }
@@ -523,16 +539,16 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error, trace_parent, match_keys
+    wait_type, timer, status, error, trace_parent, match_keys, registered_by
 ) VALUES (
     $1::uuid, $2::uuid, $3::text, $4::uuid, $5::text,
     $6::json, $7::json, $8::json,
     $9::boolean, $10::boolean, $11::text, $12::json,
     $13::timestamptz, $14::timestamptz,
     $15::text, $16::json, $17::text, $18::text,
-    $19::text, coalesce($20::text[], '{}')
+    $19::text, coalesce($20::text[], '{}'), $21::text
 )
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by
 `
 
 type WaitStateInsertParams struct {
@@ -556,6 +572,7 @@ type WaitStateInsertParams struct {
 	Error               *string
 	TraceParent         *string
 	MatchKeys           []string
+	RegisteredBy        string
 }
 
 func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateInsertParams) (ExecutionWaitState, error) {
@@ -580,6 +597,7 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		arg.Error,
 		arg.TraceParent,
 		arg.MatchKeys,
+		arg.RegisteredBy,
 	)
 	var i ExecutionWaitState
 	err := row.Scan(
@@ -618,12 +636,13 @@ func (q *Queries) WaitStateInsert(ctx context.Context, db DBTX, arg WaitStateIns
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }
 
 const waitStateListByCorrelationIDs = `-- name: WaitStateListByCorrelationIDs :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE correlation_id = ANY($1::uuid[])
 `
 
@@ -672,6 +691,7 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 			&i.NodeError,
 			&i.NodeWarning,
 			&i.NodeFinishedAt,
+			&i.RegisteredBy,
 		); err != nil {
 			return nil, err
 		}
@@ -684,10 +704,10 @@ func (q *Queries) WaitStateListByCorrelationIDs(ctx context.Context, db DBTX, co
 }
 
 const waitStateListByMatchKeys = `-- name: WaitStateListByMatchKeys :many
-SELECT DISTINCT ON (w.id) w.id, w.execution_id, w.node_id, w.correlation_id, w.aggregation_strategy, w.required_events, w.enabled_events, w.expected_events, w.api_call_enabled, w.kafka_event_enabled, w.api_response_data, w.kafka_event_data, w.received_events, w.on_timeout, w.output_mapping, w.status, w.error, w.resumed_at, w.resumed_by, w.version, w.created_at, w.updated_at, w.expires_at, w.next_deadline_at, w.timed_out_events, w.wait_type, w.timer, w.trace_parent, w.event_data, w.match_keys, w.node_status, w.node_output, w.node_error, w.node_warning, w.node_finished_at
+SELECT DISTINCT ON (w.id) w.id, w.execution_id, w.node_id, w.correlation_id, w.aggregation_strategy, w.required_events, w.enabled_events, w.expected_events, w.api_call_enabled, w.kafka_event_enabled, w.api_response_data, w.kafka_event_data, w.received_events, w.on_timeout, w.output_mapping, w.status, w.error, w.resumed_at, w.resumed_by, w.version, w.created_at, w.updated_at, w.expires_at, w.next_deadline_at, w.timed_out_events, w.wait_type, w.timer, w.trace_parent, w.event_data, w.match_keys, w.node_status, w.node_output, w.node_error, w.node_warning, w.node_finished_at, w.registered_by
 FROM unnest($1::text[]) AS k(key)
 CROSS JOIN LATERAL (
-    SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states AS e
+    SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states AS e
     WHERE e.match_keys @> ARRAY[k.key] AND e.status = 'waiting' AND e.match_keys <> '{}'
 ) AS w
 ORDER BY w.id
@@ -743,6 +763,7 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 			&i.NodeError,
 			&i.NodeWarning,
 			&i.NodeFinishedAt,
+			&i.RegisteredBy,
 		); err != nil {
 			return nil, err
 		}
@@ -755,7 +776,7 @@ func (q *Queries) WaitStateListByMatchKeys(ctx context.Context, db DBTX, keys []
 }
 
 const waitStateListOpenByExecutions = `-- name: WaitStateListOpenByExecutions :many
-SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at FROM execution_wait_states
+SELECT id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by FROM execution_wait_states
 WHERE execution_id = ANY($1::uuid[]) AND (status = 'waiting') IS TRUE
 ORDER BY execution_id, created_at, id
 `
@@ -808,6 +829,7 @@ func (q *Queries) WaitStateListOpenByExecutions(ctx context.Context, db DBTX, ex
 			&i.NodeError,
 			&i.NodeWarning,
 			&i.NodeFinishedAt,
+			&i.RegisteredBy,
 		); err != nil {
 			return nil, err
 		}
@@ -975,7 +997,7 @@ SET status = 'waiting',
     version = version + 1,
     updated_at = clock_timestamp()
 WHERE id = $4::uuid AND version = $5::bigint AND status IN ('timeout', 'failed', 'cancelled')
-RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at
+RETURNING id, execution_id, node_id, correlation_id, aggregation_strategy, required_events, enabled_events, expected_events, api_call_enabled, kafka_event_enabled, api_response_data, kafka_event_data, received_events, on_timeout, output_mapping, status, error, resumed_at, resumed_by, version, created_at, updated_at, expires_at, next_deadline_at, timed_out_events, wait_type, timer, trace_parent, event_data, match_keys, node_status, node_output, node_error, node_warning, node_finished_at, registered_by
 `
 
 type WaitStateReopenParams struct {
@@ -1036,6 +1058,7 @@ func (q *Queries) WaitStateReopen(ctx context.Context, db DBTX, arg WaitStateReo
 		&i.NodeError,
 		&i.NodeWarning,
 		&i.NodeFinishedAt,
+		&i.RegisteredBy,
 	)
 	return i, err
 }

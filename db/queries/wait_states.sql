@@ -3,14 +3,14 @@ INSERT INTO execution_wait_states (
     id, execution_id, node_id, correlation_id, aggregation_strategy,
     required_events, enabled_events, expected_events,
     api_call_enabled, kafka_event_enabled, on_timeout, output_mapping, expires_at, next_deadline_at,
-    wait_type, timer, status, error, trace_parent, match_keys
+    wait_type, timer, status, error, trace_parent, match_keys, registered_by
 ) VALUES (
     @id::uuid, @execution_id::uuid, @node_id::text, @correlation_id::uuid, @aggregation_strategy::text,
     @required_events::json, @enabled_events::json, @expected_events::json,
     @api_call_enabled::boolean, @kafka_event_enabled::boolean, @on_timeout::text, @output_mapping::json,
     @expires_at::timestamptz, @next_deadline_at::timestamptz,
     @wait_type::text, sqlc.narg(timer)::json, @status::text, sqlc.narg(error)::text,
-    sqlc.narg(trace_parent)::text, coalesce(@match_keys::text[], '{}')
+    sqlc.narg(trace_parent)::text, coalesce(@match_keys::text[], '{}'), @registered_by::text
 )
 RETURNING *;
 
@@ -227,11 +227,15 @@ WHERE id IN (
 );
 
 -- name: WaitStateCountOpen :many
--- Open waits by status for the metrics gauge, read through the sweeper's partial index.
-SELECT status, count(*)::bigint AS count
+-- Open waits by status and by the replica that registered them, for the metrics gauges,
+-- and of those the stale ones: event waits open since before @stale_before with no event
+-- recorded yet (registered_by is '' for waits from before it was recorded).
+SELECT status, coalesce(registered_by, '')::text AS registered_by, count(*)::bigint AS count,
+       (count(*) FILTER (WHERE wait_type = 'events' AND created_at < @stale_before::timestamptz
+                          AND json_array_length(received_events) = 0))::bigint AS stale
 FROM execution_wait_states
 WHERE status IN ('waiting', 'scheduled')
-GROUP BY status;
+GROUP BY status, registered_by;
 
 -- name: WaitStateListOpenByExecutions :many
 -- The waiting event waits of the executions of sent events decided together, found
