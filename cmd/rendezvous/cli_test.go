@@ -779,3 +779,18 @@ func TestCLIWaitFor(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, `--wait-for: want one of waiting, scheduled, completed, timeout, failed, cancelled, resumed, error, not "sleeping"`)
 }
+
+// TestCLIApplyWarnings: apply and apply --dry-run print a definition's warnings on
+// stderr, one a line with its path, and keep stdout (and -o json) the server's answers.
+func TestCLIApplyWarnings(t *testing.T) {
+	t.Parallel()
+	f := setupCLI(t)
+	def := `{"name": "spelled-out", "nodes": [{"id": "wait", "type": "wait_events", "data": {
+	  "kafkaEvent": {"topic": "t"}, "aggregationStrategy": "all", "requiredEvents": ["kafka_event"]}}]}`
+	for _, args := range [][]string{{"workflows", "apply", "--dry-run", "-f", "-"}, {"workflows", "apply", "-f", "-"}} {
+		r := f.rendezvous(t, def, args...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Equal(t, `stdin: warning: nodes[0].data.requiredEvents: ignored: only used with aggregationStrategy "custom"; this node's strategy "all" decides what it waits for`+"\n", r.stderr)
+		require.NotContains(t, r.stdout, "warning")
+	}
+}
