@@ -319,13 +319,13 @@ func pointInTime(flagName, v string) (*time.Time, error) {
 	if v == "" {
 		return nil, nil
 	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+	if d, err := parseDuration(v); err == nil && d > 0 {
 		t := time.Now().UTC().Add(-d)
 		return &t, nil
 	}
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return nil, usagef("%s: %q is neither a duration (2h) nor an RFC 3339 time", flagName, v)
+		return nil, usagef("%s: %q is neither a duration (2h, PT2H, \"2 hours\") nor an RFC 3339 time", flagName, v)
 	}
 	return &t, nil
 }

@@ -71,12 +71,12 @@ cause is fixed, and reports how many it replayed and skipped.`
 		return cfg, errors.New("--kafka-brokers: required")
 	}
 	if since != "" {
-		if d, err := time.ParseDuration(since); err == nil && d > 0 {
+		if d, err := parseDuration(since); err == nil && d > 0 {
 			cfg.Since = time.Now().Add(-d)
 		} else if t, err := time.Parse(time.RFC3339, since); err == nil {
 			cfg.Since = t
 		} else {
-			return cfg, fmt.Errorf("--since: %q is neither a duration (2h) nor an RFC 3339 time", since)
+			return cfg, fmt.Errorf("--since: %q is neither a duration (2h, PT2H, \"2 hours\") nor an RFC 3339 time", since)
 		}
 	}
 	return cfg, nil

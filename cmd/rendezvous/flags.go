@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rendezvous-run/rendezvous/internal/suggest"
+	"github.com/rendezvous-run/rendezvous/workflow/waittime"
 )
 
 // option is one setting with its flag, its environment variable and its default. The
@@ -126,13 +127,29 @@ func (o *options) Int(dst *int, flagName, env string, def int, usage string) {
 func (o *options) Duration(dst *time.Duration, flagName, env string, def time.Duration, usage string) {
 	*dst = def
 	o.add(&option{Flag: flagName, Env: env, Default: def.String(), Usage: usage, Value: "DURATION", set: func(s string) error {
-		v, err := time.ParseDuration(s)
+		v, err := parseDuration(s)
 		if err != nil {
-			return fmt.Errorf("not a duration: %q", s)
+			return err
 		}
 		*dst = v
 		return nil
 	}})
+}
+
+// parseDuration reads a duration as definitions do (waittime.ParseDuration: "90s",
+// "PT90M", "90 minutes"), so that one spelling works everywhere. A negative value, which
+// some settings take to mean "off" (--retention), is read in the Go form.
+func parseDuration(s string) (time.Duration, error) {
+	if strings.HasPrefix(s, "-") {
+		if d, err := time.ParseDuration(s); err == nil {
+			return d, nil
+		}
+	}
+	d, err := waittime.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("not a duration: %w", err)
+	}
+	return d, nil
 }
 
 func (o *options) Bool(dst *bool, flagName, env string, def bool, usage string) {

@@ -158,3 +158,27 @@ func TestMain(m *testing.M) {
 		}
 	})
 }
+
+// TestDurationsAsDefinitionsWriteThem: flags, environment variables and the CLI's points
+// in time read durations as definitions do — Go, ISO-8601 or words — and a bad one is
+// refused with the forms; a negative Go duration still means "off" where a flag says so.
+func TestDurationsAsDefinitionsWriteThem(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "PT90M": 90 * time.Minute, "30 minutes": 30 * time.Minute, "1 hour": time.Hour, "2 days": 48 * time.Hour, "-1s": -time.Second} {
+		got, err := parseDuration(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := parseDuration("soon")
+	require.ErrorContains(t, err, `not a duration: invalid duration "soon": want a Go duration such as 90m or 1h30m, ISO-8601 such as PT90M or P2D, or a number and a unit such as "90 minutes"`)
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, run([]string{"serve", "--lease", "3 fortnights"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), `invalid duration "3 fortnights"`)
+
+	at, err := pointInTime("--created-from", "2 days")
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(-48*time.Hour), *at, time.Minute)
+	_, err = pointInTime("--created-from", "yesterday")
+	require.ErrorContains(t, err, `neither a duration (2h, PT2H, "2 hours") nor an RFC 3339 time`)
+}
