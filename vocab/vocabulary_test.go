@@ -25,11 +25,13 @@ var vocabulary = map[string][]string{
 		"timeout", "scheduled", "resumed", "error", "events", "timer", "all", "any", "required_only", "custom", "fail", "continue", "continue_with_partial"},
 	// Event sources, buffer modes.
 	"workflow/waitevents.go": {"callback", "kafka", "send", "fifo", "last_write_wins"},
+	// How a consumed topic's record values are written.
+	"wireformat/wireformat.go": {"auto", "json", "avro", "protobuf", "jsonschema"},
 }
 
 // vocabularyTypes are the named types of the vocabulary: a constant of one of them
 // declared outside its declaration is a second declaration, like an untyped one.
-var vocabularyTypes = []string{"ExecutionStatus", "NodeStatus", "RunKind", "WaitStatus", "WaitType", "Strategy", "OnTimeout", "Source", "BufferMode"}
+var vocabularyTypes = []string{"ExecutionStatus", "NodeStatus", "RunKind", "WaitStatus", "WaitType", "Strategy", "OnTimeout", "Source", "BufferMode", "Format"}
 
 // roles are the names (struct fields, parameters, variables) whose values are of the
 // vocabulary: a literal assigned to one, compared with one, or switched on, is a use.
@@ -45,9 +47,11 @@ var skipDirs = []string{"harness", "cmd/rendezvous-bench",
 // otherMeanings are constants whose value is a word of the vocabulary that means
 // something else there, by file and value.
 var otherMeanings = map[string][]string{
-	"executor/cancel.go":    {"fail", "continue"}, // what follows a cancelled wait (ThenFail, ThenContinue)
-	"executor/telemetry.go": {"failed"},           // the result of an outbound call attempt
-	"consumer/telemetry.go": {"timeout"},          // why a dead-letter write failed
+	"executor/cancel.go":              {"fail", "continue"}, // what follows a cancelled wait (ThenFail, ThenContinue)
+	"executor/telemetry.go":           {"failed"},           // the result of an outbound call attempt
+	"consumer/telemetry.go":           {"timeout"},          // why a dead-letter write failed
+	"cmd/rendezvous/cli_run.go":       {"json"},             // the log format
+	"internal/telemetry/telemetry.go": {"json"},             // the log format
 }
 
 // TestNoBareVocabulary fails when product code uses a bare string of the vocabulary as a

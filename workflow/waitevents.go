@@ -9,6 +9,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/vocab"
+	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // Event names a wait_events node can wait for.
@@ -97,12 +98,13 @@ type APICall struct {
 
 // KafkaEvent describes the Kafka record a wait_events node waits for.
 type KafkaEvent struct {
-	Topic              string         // required when enabled
-	CorrelationIDField string         // dot path, default "correlation_id"
-	ExecutionIDField   string         // dot path, default "execution_id"
-	Filter             map[string]any // dot path -> scalar that must be equal
-	Timeout            time.Duration  // default: the node's overall timeout
-	Required           bool           // default true
+	Topic              string            // required when enabled
+	Format             wireformat.Format // how the topic's values are written, default auto
+	CorrelationIDField string            // dot path, default "correlation_id"
+	ExecutionIDField   string            // dot path, default "execution_id"
+	Filter             map[string]any    // dot path -> scalar that must be equal
+	Timeout            time.Duration     // default: the node's overall timeout
+	Required           bool              // default true
 }
 
 // NamedEvent is one entry of a wait_events node's events list.
@@ -110,6 +112,8 @@ type NamedEvent struct {
 	Name   string
 	Source Source // SourceCallback | SourceKafka | SourceSend
 	Topic  string // Kafka topic, source kafka only
+	// Format is how the topic's values are written: source kafka only, default auto.
+	Format wireformat.Format
 	// Type is the type a send event is sent with, or the top-level "type" field
 	// a Kafka record must carry; empty for none.
 	Type     string
@@ -294,6 +298,7 @@ func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
 	}
 	k := &KafkaEvent{
 		Topic:              c.str("topic", ""),
+		Format:             enum(c, "format", wireformat.FormatAuto),
 		CorrelationIDField: c.dotPathField("correlationIdField", DefaultCorrelationIDField),
 		ExecutionIDField:   c.dotPathField("executionIdField", DefaultExecutionIDField),
 		Timeout:            c.duration("timeout", overall),
@@ -352,6 +357,9 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 		}
 		if e.Source == SourceSend {
 			e.Buffer = enum(c, "buffer", BufferFIFO)
+		}
+		if e.Source == SourceKafka {
+			e.Format = enum(c, "format", wireformat.FormatAuto)
 		}
 		if _, ok := c.checkable("name"); ok {
 			switch {
