@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // Defaults for Config.
@@ -111,6 +113,10 @@ type Config struct {
 	TLS         bool
 	TLSCAFile   string
 	TLSInsecure bool
+	// SchemaRegistry is where the schemas of records in the schema registry wire format
+	// (Avro, Protobuf, JSON Schema) are read. Without URLs, such a record is
+	// dead-lettered as schema_unknown. Its MeterProvider is the consumer's.
+	SchemaRegistry wireformat.Config
 	// AllowAutoTopicCreation lets the client create missing topics (the embedded dev
 	// broker); production clusters should create topics deliberately.
 	AllowAutoTopicCreation bool

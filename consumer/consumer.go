@@ -38,6 +38,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
+	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // DeadLetterReason is why a record was not applied but dead-lettered.
@@ -58,6 +59,8 @@ type Consumer struct {
 	q      *dbsqlc.Queries
 	logger *slog.Logger
 	cl     *kgo.Client
+	// registry reads values in the schema registry wire format.
+	registry *wireformat.Registry
 
 	// loadMu serialises loadTopics, so that a slower read of the definitions never
 	// replaces a newer one.
@@ -67,7 +70,9 @@ type Consumer struct {
 	matches map[string][]aggregator.MatchSpec // topic -> payload-match specs
 	// triggers are the triggers of the latest version of each workflow, by topic.
 	triggers map[string][]triggerSpec
-	topics   map[string]bool
+	// formats are the formats the definitions name for each topic's values (none: auto).
+	formats map[string][]wireformat.Format
+	topics  map[string]bool
 	// loaded is how many definitions were stored when fields and matches were read.
 	loaded int64
 
@@ -109,8 +114,16 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	if err := c.initTelemetry(); err != nil {
 		return nil, fmt.Errorf("consumer telemetry: %w", err)
 	}
+	regCfg := cfg.SchemaRegistry
+	regCfg.MeterProvider = cfg.MeterProvider
+	registry, err := wireformat.New(regCfg)
+	if err != nil {
+		return nil, err
+	}
+	c.registry = registry
 	opts, err := cfg.clientOpts()
 	if err != nil {
+		c.registry.Close()
 		return nil, err
 	}
 	opts = append(opts,
@@ -156,6 +169,7 @@ func New(pool *pgxpool.Pool, agg *aggregator.Aggregator, cfg Config) (*Consumer,
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		c.registry.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.cl = cl
@@ -217,6 +231,7 @@ func (c *Consumer) Service() startstop.Service {
 // Run consumes until ctx ends, then leaves the group and closes the client.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cl.Close()
+	defer c.registry.Close()
 	defer func() {
 		// A stopped member reports no lag or stall: its partitions are someone else's.
 		_ = c.ins.partitionsReg.Unregister()

@@ -20,6 +20,9 @@ const (
 	HeaderPartition = "rendezvous-dlq-partition"
 	HeaderOffset    = "rendezvous-dlq-offset"
 	HeaderFirstSeen = "rendezvous-dlq-first-seen"
+	// HeaderSchemaID is the schema id a record in the schema registry wire format named,
+	// on a dead letter that has one.
+	HeaderSchemaID = "rendezvous-dlq-schema-id"
 )
 
 // deadLetter produces the batch's poison records to their dead-letter topics and
@@ -57,6 +60,9 @@ func (c *Consumer) deadLetter(ctx context.Context, items []item) map[*kgo.Record
 			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 			kgo.RecordHeader{Key: HeaderFirstSeen, Value: []byte(seen.(time.Time).Format(time.RFC3339Nano))},
 		)
+		if it.schemaID != 0 {
+			headers = append(headers, kgo.RecordHeader{Key: HeaderSchemaID, Value: []byte(strconv.Itoa(it.schemaID))})
+		}
 		// Produced under the source record's span: the publish span (and the traceparent
 		// kotel writes over the copied one) continue the record's trace. The record's
 		// context carries the write's deadline, which also ends the client's own wait for

@@ -11,11 +11,11 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
-	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 )
 
 // decode validates a record and extracts its ids and match keys, or, on the events
-// topic, the event it sends. It is pure.
+// topic, the event it sends. Besides the schema registry, asked for a schema it has not
+// cached, it is pure.
 func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 	if r.Topic == c.cfg.EventsTopic {
 		return c.decodeSent(r)
@@ -26,31 +26,38 @@ func (c *Consumer) decode(ctx context.Context, r *kgo.Record) item {
 		it.poison, it.poisonCategory = reason, category
 		// Best effort, for the log line: the ids in the payload when it could be read,
 		// else in the headers.
-		it.events, _ = extract(payload, r, fields)
+		it.events, _ = extract(payload, nil, r, fields)
 		return it
 	}
 	if len(r.Value) > c.cfg.MaxRecordBytes {
 		return poison(poisonTooLarge, fmt.Sprintf("record value of %d bytes exceeds %d", len(r.Value), c.cfg.MaxRecordBytes), nil)
 	}
-	// Numbers stay exact (jsonnum): 1e400 is JSON, and an id beyond 2^53 is not rounded
-	// into its neighbour's.
-	payload, err := jsonnum.Decode(r.Value)
-	if err != nil {
-		return poison(poisonNotJSON, "value is not JSON: "+err.Error(), nil)
+	val, fail := c.readValue(ctx, r)
+	if fail == nil {
+		it.key, fail = c.readKey(ctx, r)
 	}
-	if err := aggregator.CheckStorable(r.Value); err != nil {
+	if fail != nil {
+		it.schemaID = fail.schemaID
+		if fail.unavailable != nil {
+			it.unavailable = fail.unavailable
+			return it
+		}
+		return poison(fail.category, fail.reason, val.v)
+	}
+	payload, raw := val.v, val.raw
+	if err := aggregator.CheckStorable(raw); err != nil {
 		return poison(poisonUnstorable, unstorableReason(err), payload)
 	}
-	events, reason := extract(payload, r, fields)
+	events, reason := extract(payload, raw, r, fields)
 	specs := c.matchSpecsFor(r.Topic)
 	if keys := aggregator.MatchKeys(r.Topic, payload, specs); len(keys) > 0 {
 		// Besides its ids, if any: a record may answer waits of both kinds. Keep: the keys
 		// it is kept under for a wait registering later, should it reach none now.
 		events = append(events, aggregator.Event{MatchKeys: keys, Keep: aggregator.KeepFor(r.Topic, payload, specs),
-			Payload: r.Value, Source: sourceOf(r)})
+			Payload: raw, Source: sourceOf(r)})
 	}
 	// A record may also start executions, whether or not it answers waits.
-	starts, err := c.starts(r, payload)
+	starts, err := c.starts(r, it.key, payload)
 	if err != nil {
 		return poison(poisonUnstorable, "the trigger's input cannot be built: "+err.Error(), payload)
 	}
@@ -90,8 +97,8 @@ func sourceOf(r *kgo.Record) aggregator.Source {
 
 // extract finds the ids of a record: each configured field pair in the payload, else
 // the record header of the same name. Several configurations of one topic may yield
-// several candidates; each distinct one is tried.
-func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event, DeadLetterReason) {
+// several candidates; each distinct one is tried. raw is the payload's JSON text.
+func extract(payload any, raw []byte, r *kgo.Record, fields []idFields) ([]aggregator.Event, DeadLetterReason) {
 	field := func(path string) string {
 		if v, ok := dotpath.Get(payload, path); ok {
 			if s, ok := v.(string); ok {
@@ -119,7 +126,7 @@ func extract(payload any, r *kgo.Record, fields []idFields) ([]aggregator.Event,
 		// No name: the aggregator decides which of the wait's Kafka events (kafka_event or
 		// a named one) the record is, by its topic, type and filter.
 		events = append(events, aggregator.Event{
-			ExecutionID: execID, CorrelationID: corrID, Payload: r.Value, Source: sourceOf(r),
+			ExecutionID: execID, CorrelationID: corrID, Payload: raw, Source: sourceOf(r),
 		})
 	}
 	if len(events) == 0 {

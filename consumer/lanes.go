@@ -31,6 +31,13 @@ type item struct {
 	sent *aggregator.Sent
 	// starts are the executions the record's triggers start.
 	starts []start
+	// key is the record's key as its triggers read it: text, or decoded under its schema.
+	key any
+	// schemaID is the schema id the value (or key) named, for a dead letter's header.
+	schemaID int
+	// unavailable: the schema registry could not be asked for the record's schema. The
+	// record is not poison: its partition stalls here and retries.
+	unavailable error
 }
 
 // process applies a poll's records in batches and commits what was handled. It returns,
@@ -167,7 +174,14 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 			if held(r) {
 				continue // keep per-partition order: nothing after a failure
 			}
-			items = append(items, c.decode(ctx, r))
+			it := c.decode(ctx, r)
+			if it.unavailable != nil {
+				// Not the record's fault: nothing of its partition from here on is
+				// handled; it is rewound to it and retried after a backoff.
+				stop(r, StallSchemaRegistry, it.unavailable)
+				continue
+			}
+			items = append(items, it)
 		}
 		for r, err := range c.deadLetter(ctx, items) {
 			stop(r, StallDeadLetter, err)

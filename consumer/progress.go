@@ -23,10 +23,14 @@ const (
 	// StallDatabase: applying the partition's records fails in PostgreSQL (unreachable,
 	// refusing every statement).
 	StallDatabase StallReason = "database_error"
+	// StallSchemaRegistry: the schema registry cannot be asked for a record's schema
+	// (unreachable, answering 5xx, refusing the credentials). The record is not poison;
+	// the partition resumes from it once the registry answers.
+	StallSchemaRegistry StallReason = "schema_registry_unavailable"
 )
 
 // stallReasons lists every StallReason, in the order the gauge reports them.
-var stallReasons = []StallReason{StallDeadLetter, StallDatabase}
+var stallReasons = []StallReason{StallDeadLetter, StallDatabase, StallSchemaRegistry}
 
 // Stall describes a partition this member owns that cannot advance.
 type Stall struct {

@@ -28,6 +28,13 @@ const (
 	poisonUnstorable = "unstorable"
 	// poisonInvalidEvent: a record of the events topic that is JSON but no sent event.
 	poisonInvalidEvent = "invalid_event"
+	// poisonSchemaUnknown: a value in the schema registry wire format whose schema id the
+	// registry does not know (or no registry is configured).
+	poisonSchemaUnknown = "schema_unknown"
+	// poisonDecodeFailed: a value that does not decode under its schema.
+	poisonDecodeFailed = "decode_failed"
+	// poisonFormatMismatch: a value not in the format its topic's definitions name.
+	poisonFormatMismatch = "format_mismatch"
 )
 
 // instruments are the consumer's own metrics; the Kafka client's (bytes, records,
@@ -60,7 +67,7 @@ func (c *Consumer) initTelemetry() error {
 	in := &c.ins
 	var err error
 	if in.deadLetters, err = m.Int64Counter("rendezvous.dead_letter.records",
-		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable, invalid_event: an events-topic record that is no sent event).")); err != nil {
+		metric.WithDescription("Kafka records written to a dead-letter topic, by source topic and reason (too_large, not_json, unstorable, invalid_event: an events-topic record that is no sent event; schema_unknown, decode_failed, format_mismatch: a record under a schema registry).")); err != nil {
 		return err
 	}
 	if in.deadLetterFailures, err = m.Int64Counter("rendezvous.dead_letter.write_failures",
@@ -80,7 +87,7 @@ func (c *Consumer) initTelemetry() error {
 		return err
 	}
 	stalled, err := m.Int64ObservableGauge("rendezvous.kafka.partition.stalled",
-		metric.WithDescription("1 while a partition this member owns cannot advance, by reason (dead_letter_write_failed, database_error); 0 otherwise. /readyz lists stalled partitions with the reason and since when."))
+		metric.WithDescription("1 while a partition this member owns cannot advance, by reason (dead_letter_write_failed, database_error, schema_registry_unavailable); 0 otherwise. /readyz lists stalled partitions with the reason and since when."))
 	if err != nil {
 		return err
 	}

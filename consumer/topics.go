@@ -12,6 +12,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
+	"github.com/rendezvous-run/rendezvous/wireformat"
 	"github.com/rendezvous-run/rendezvous/workflow"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -53,6 +54,12 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		return fmt.Errorf("load kafka topics: %w", err)
 	}
 	fields := map[string][]idFields{}
+	formats := map[string][]wireformat.Format{}
+	addFormat := func(topic string, f wireformat.Format) {
+		if f != "" && !slices.Contains(formats[topic], f) {
+			formats[topic] = append(formats[topic], f)
+		}
+	}
 	addFields := func(topic string, f idFields) {
 		if !slices.Contains(fields[topic], f) {
 			fields[topic] = append(fields[topic], f)
@@ -66,6 +73,7 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 			continue
 		}
 		addFields(ke.Topic, idFields{exec: ke.ExecutionIDField, corr: ke.CorrelationIDField})
+		addFormat(ke.Topic, ke.Format)
 	}
 	matches := map[string][]aggregator.MatchSpec{}
 	for _, raw := range named {
@@ -73,6 +81,7 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		if err != nil || e.Source != workflow.SourceKafka {
 			continue
 		}
+		addFormat(e.Topic, e.Format)
 		if e.Match == nil {
 			// Named Kafka events are correlated by the default id fields.
 			addFields(e.Topic, defaults)
@@ -97,8 +106,9 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 			continue // stored definitions were validated; a trigger this build cannot read is skipped
 		}
 		triggers[t.Topic] = append(triggers[t.Topic], triggerSpec{workflow: row.Name, trigger: t})
+		addFormat(t.Topic, t.Format)
 	}
-	c.fields, c.matches, c.triggers, c.loaded = fields, matches, triggers, count
+	c.fields, c.matches, c.triggers, c.formats, c.loaded = fields, matches, triggers, formats, count
 	var added []string
 	for _, t := range slices.Concat(slices.Collect(maps.Keys(fields)), slices.Collect(maps.Keys(matches)), slices.Collect(maps.Keys(triggers))) {
 		if !c.topics[t] {

@@ -69,8 +69,9 @@ func (c *Consumer) triggersFor(topic string) []triggerSpec {
 }
 
 // starts lists the executions r asks for: one per trigger of its topic whose type and
-// filter the record's value (payload, decoded) holds. It is pure.
-func (c *Consumer) starts(r *kgo.Record, payload any) ([]start, error) {
+// filter the record's value (payload, decoded) holds; key is its key as read (readKey).
+// It is pure.
+func (c *Consumer) starts(r *kgo.Record, key, payload any) ([]start, error) {
 	var out []start
 	for _, spec := range c.triggersFor(r.Topic) {
 		t := spec.trigger
@@ -80,11 +81,11 @@ func (c *Consumer) starts(r *kgo.Record, payload any) ([]start, error) {
 		dedupe := fmt.Sprintf("p:%s/%d/%d", r.Topic, r.Partition, r.Offset)
 		if t.DedupeKey != nil {
 			// A record that lacks its dedupe key is still started, once: by position.
-			if v, ok := recordPart(r, payload, *t.DedupeKey); ok && v != nil {
+			if v, ok := recordPart(r, key, payload, *t.DedupeKey); ok && v != nil {
 				dedupe = "k:" + keyText(v)
 			}
 		}
-		input, err := triggerInput(r, payload, t, dedupe)
+		input, err := triggerInput(r, key, payload, t, dedupe)
 		if err != nil {
 			return nil, err
 		}
@@ -95,12 +96,12 @@ func (c *Consumer) starts(r *kgo.Record, payload any) ([]start, error) {
 
 // triggerInput is the execution input a trigger builds from r: its mapping, else the
 // value (an object) or {"value": value}, and always _record, naming the record.
-func triggerInput(r *kgo.Record, payload any, t workflow.Trigger, dedupe string) (json.RawMessage, error) {
+func triggerInput(r *kgo.Record, key, payload any, t workflow.Trigger, dedupe string) (json.RawMessage, error) {
 	in := map[string]any{}
 	switch {
 	case t.Input != nil:
 		for k, ref := range t.Input {
-			v, _ := recordPart(r, payload, ref)
+			v, _ := recordPart(r, key, payload, ref)
 			in[k] = v
 		}
 	default:
@@ -116,15 +117,16 @@ func triggerInput(r *kgo.Record, payload any, t workflow.Trigger, dedupe string)
 		"topic": r.Topic, "partition": r.Partition, "offset": r.Offset,
 		"timestamp": r.Timestamp.UTC().Format(time.RFC3339Nano), "dedupe_key": dedupe,
 	}
-	if r.Key != nil {
-		rec["key"] = string(r.Key)
+	if key != nil {
+		rec["key"] = key
 	}
 	in[workflow.RecordInputKey] = rec
 	return json.Marshal(in)
 }
 
-// recordPart reads the part of r a reference names; ok is false when it is absent.
-func recordPart(r *kgo.Record, payload any, ref workflow.RecordRef) (any, bool) {
+// recordPart reads the part of r a reference names (key: its key as read); ok is false
+// when it is absent.
+func recordPart(r *kgo.Record, key, payload any, ref workflow.RecordRef) (any, bool) {
 	switch ref.Part {
 	case workflow.RecordValue:
 		if ref.Path == "" {
@@ -132,10 +134,10 @@ func recordPart(r *kgo.Record, payload any, ref workflow.RecordRef) (any, bool) 
 		}
 		return dotpath.Get(payload, ref.Path)
 	case workflow.RecordKey:
-		if r.Key == nil {
+		if key == nil {
 			return nil, false
 		}
-		return string(r.Key), true
+		return key, true
 	case workflow.RecordHeader:
 		for _, h := range r.Headers {
 			if h.Key == ref.Path {

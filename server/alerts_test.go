@@ -123,7 +123,7 @@ func TestAlertRules(t *testing.T) {
 	require.ElementsMatch(t, []string{"RendezvousHighTimeoutRate", "RendezvousStaleWaits",
 		"RendezvousWaitsWithoutEvents", "RendezvousReplicaSilent",
 		"RendezvousResumeConflictRate", "RendezvousDatabaseErrors",
-		"RendezvousKafkaPartitionStalled", "RendezvousDeadLetterWriteFailures"}, alerts)
+		"RendezvousKafkaPartitionStalled", "RendezvousDeadLetterWriteFailures", "RendezvousSchemaRegistryUnavailable"}, alerts)
 }
 
 // scrapeStalledConsumer runs a replica whose one partition is stalled by a failing

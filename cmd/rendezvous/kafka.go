@@ -18,6 +18,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/examples"
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
 	"github.com/rendezvous-run/rendezvous/server"
+	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // bindKafka binds the Kafka options onto cfg; the function it returns finishes the
@@ -39,6 +40,15 @@ func bindKafka(o *options, cfg *consumer.Config) (after func()) {
 	o.String(&cfg.SASLPassword, "kafka-sasl-password", "RENDEZVOUS_KAFKA_SASL_PASSWORD", "", "SASL password")
 	o.Bool(&cfg.TLS, "kafka-tls", "RENDEZVOUS_KAFKA_TLS", false, "connect to the brokers with TLS")
 	o.String(&cfg.TLSCAFile, "kafka-tls-ca-file", "RENDEZVOUS_KAFKA_TLS_CA_FILE", "", "PEM CA bundle for the brokers' certificates")
+	o.inSection("Schema registry")
+	sr := &cfg.SchemaRegistry
+	o.Strings(&sr.URLs, "schema-registry-url", "RENDEZVOUS_SCHEMA_REGISTRY_URL", "schema registry base URLs (Confluent's REST API: Confluent, Redpanda, Apicurio, Karapace), tried in order; records in its wire format (Avro, Protobuf, JSON Schema) are decoded under their schemas. Empty: such records are dead-lettered as schema_unknown")
+	o.String(&sr.BasicUser, "schema-registry-user", "RENDEZVOUS_SCHEMA_REGISTRY_USER", "", "schema registry basic-auth user")
+	o.String(&sr.BasicPassword, "schema-registry-password", "RENDEZVOUS_SCHEMA_REGISTRY_PASSWORD", "", "schema registry basic-auth password")
+	o.String(&sr.BearerToken, "schema-registry-token", "RENDEZVOUS_SCHEMA_REGISTRY_TOKEN", "", "schema registry bearer token (instead of basic auth)")
+	o.String(&sr.TLSCAFile, "schema-registry-tls-ca-file", "RENDEZVOUS_SCHEMA_REGISTRY_TLS_CA_FILE", "", "PEM CA bundle for the schema registry's certificate")
+	o.Int(&sr.CacheSize, "schema-registry-cache-size", "RENDEZVOUS_SCHEMA_REGISTRY_CACHE_SIZE", wireformat.CacheSizeDefault, "schemas kept compiled, by id; each is fetched once while it stays")
+	o.Duration(&sr.Timeout, "schema-registry-timeout", "RENDEZVOUS_SCHEMA_REGISTRY_TIMEOUT", wireformat.TimeoutDefault, "bound of one request to the schema registry")
 	return func() { cfg.SkipDLQTopicCreation = !createDLQ }
 }
 
