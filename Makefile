@@ -45,15 +45,22 @@ vet:
 ## deps: system packages the tests need that Go cannot fetch: Chromium, which drives the
 ## web view's end-to-end test, and jq and kcat, which the README's walkthrough and the
 ## multi-replica recipe use (their tests run them as written; kcat is a Kafka client that
-## is not franz-go). Installed from Debian once; a no-op when present.
+## is not franz-go). The schema registry tests produce their records with clients nobody
+## here wrote: Confluent's Python client (with protoc for its generated classes) from
+## Debian, and kafkajs with @kafkajs/confluent-schema-registry from npm, at the versions
+## locked in consumer/testdata/schemaclient. Installed once; a no-op when present.
 DEPS := chromium jq kcat
+DEBS := python3-confluent-kafka python3-protobuf python3-requests protobuf-compiler
+SCHEMA_CLIENT := consumer/testdata/schemaclient
 deps:
-	@missing=$$(for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || echo $$p; done; \
+	  for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "installing" $$missing "(browser test, README walkthrough test)"; \
+	  echo "installing" $$missing "(browser test, README walkthrough test, schema registry tests)"; \
 	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@[ -d $(SCHEMA_CLIENT)/node_modules ] || (cd $(SCHEMA_CLIENT) && npm ci --no-audit --no-fund --prefer-offline >/dev/null)
 
 ## doctor: what this machine lacks for make dev, the README and make test — Go, gcc,
 ## Node.js and npm, PostgreSQL at DATABASE_URL, jq, kcat, Chromium, and whether the PORTS

@@ -81,9 +81,10 @@ func (c *Consumer) readFramed(ctx context.Context, b []byte, formats []wireforma
 	case errors.Is(err, wireformat.ErrRegistryUnavailable):
 		return value{}, &readFailure{unavailable: err, schemaID: id}
 	case errors.Is(err, wireformat.ErrSchemaUnknown):
-		return value{}, &readFailure{category: poisonSchemaUnknown, schemaID: id, reason: poisonSchemaUnknown + ": " + err.Error()}
+		// The error's text begins with its category (wireformat's errors say so).
+		return value{}, &readFailure{category: poisonSchemaUnknown, schemaID: id, reason: err.Error()}
 	case err != nil:
-		return value{}, &readFailure{category: poisonDecodeFailed, schemaID: id, reason: poisonDecodeFailed + ": " + err.Error()}
+		return value{}, &readFailure{category: poisonDecodeFailed, schemaID: id, reason: err.Error()}
 	}
 	if !accepts(formats, rec.Format) {
 		return value{}, &readFailure{category: poisonFormatMismatch, schemaID: id,

@@ -73,7 +73,52 @@ func descriptorOf(text string) *descriptorpb.FileDescriptorProto {
 	if err := proto.Unmarshal(raw, fdp); err != nil {
 		return nil
 	}
+	// protocompile's linker takes a field without json_name for one with the custom
+	// JSON name "" (which all such fields would share), where protoc fills in the default
+	// when it hands descriptors on; serialized descriptors (the Python client's) have
+	// none. The default is filled in here, as protoc does.
+	for _, f := range fdp.GetExtension() {
+		defaultJSONName(f)
+	}
+	for _, m := range fdp.GetMessageType() {
+		defaultJSONNames(m)
+	}
 	return fdp
+}
+
+func defaultJSONNames(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.GetField() {
+		defaultJSONName(f)
+	}
+	for _, f := range m.GetExtension() {
+		defaultJSONName(f)
+	}
+	for _, n := range m.GetNestedType() {
+		defaultJSONNames(n)
+	}
+}
+
+// defaultJSONName sets f's JSON name, when it has none, to protoc's default: the name
+// in lowerCamelCase (each underscore dropped, the letter after it in upper case).
+func defaultJSONName(f *descriptorpb.FieldDescriptorProto) {
+	if f.JsonName != nil {
+		return
+	}
+	var b strings.Builder
+	upper := false
+	for _, r := range f.GetName() {
+		switch {
+		case r == '_':
+			upper = true
+		case upper && 'a' <= r && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+			upper = false
+		default:
+			b.WriteRune(r)
+			upper = false
+		}
+	}
+	f.JsonName = proto.String(b.String())
 }
 
 func (p protoSchema) decode(b []byte) (any, error) {

@@ -53,14 +53,15 @@ const (
 // Formats lists every Format, in the order the definition's schema lists them.
 var Formats = []Format{FormatAuto, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema}
 
-// Errors that decide what becomes of a record. Each error Decode returns wraps one.
+// Errors that decide what becomes of a record. Each error Decode returns wraps one, and
+// begins with its text: the record's two are the words a dead letter's reason starts with.
 var (
 	// ErrSchemaUnknown: the registry does not know the record's schema id (or no
 	// registry is configured). The record's fault: it cannot be read, now or later.
-	ErrSchemaUnknown = errors.New("schema unknown")
+	ErrSchemaUnknown = errors.New("schema_unknown")
 	// ErrDecodeFailed: the bytes do not decode under their schema, or the schema itself
 	// cannot be compiled. The record's fault.
-	ErrDecodeFailed = errors.New("decode failed")
+	ErrDecodeFailed = errors.New("decode_failed")
 	// ErrRegistryUnavailable: the registry could not be asked (unreachable, 5xx, refused
 	// credentials, timed out). Not the record's fault: ask again later.
 	ErrRegistryUnavailable = errors.New("schema registry unavailable")

@@ -242,6 +242,11 @@ func TestProtobufDescriptorSchema(t *testing.T) {
 	files, err := c.Compile(context.Background(), "p.proto")
 	require.NoError(t, err)
 	fdp := protodesc.ToFileDescriptorProto(files[0])
+	for _, m := range fdp.MessageType {
+		for _, f := range m.Field {
+			f.JsonName = nil // as the Python client's descriptors come: without JSON names
+		}
+	}
 	raw, err := proto.Marshal(fdp)
 	require.NoError(t, err)
 	id, _, err := b.reg.RegisterSchema("parcels-value", sr.Schema{Schema: base64.StdEncoding.EncodeToString(raw), Type: sr.TypeProtobuf})
