@@ -292,3 +292,34 @@ func TestRegistryOutage(t *testing.T) {
 	require.Empty(t, s.Consumer.Stalled(), "no longer stalled")
 	require.Zero(t, s.Consumer.Counts()[string(consumer.ReasonPoison)], "nothing dead-lettered")
 }
+
+// TestFramedKey: a trigger that reads the key gets a key written by a key serializer
+// decoded under its own schema (Avro here, beside a JSON value), in its input, its
+// dedupe key and _record; a record produced again with the same key starts nothing.
+func TestFramedKey(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	e := setupRegistry(t)
+	s := e.startReplica(t, "r1")
+	const topic = "orders.keyed"
+	e.put(t, s, triggered("keyed", obj{"topic": topic, "input": obj{"k": "key", "order": "value.order_id"}, "dedupeKey": "key"}))
+	keySchema := `{"type":"record","name":"OrderKey","fields":[{"name":"region","type":"string"},{"name":"n","type":"long"}]}`
+	e.nodeClient(t, obj{
+		"schemas": []obj{{"subject": topic + "-key", "type": "AVRO", "schema": keySchema}},
+		"records": []obj{
+			{"topic": topic, "key_subject": topic + "-key", "key": obj{"region": "eu", "n": 7}, "value": obj{"order_id": "O-1"}},
+			{"topic": topic, "key_subject": topic + "-key", "key": obj{"region": "eu", "n": 7}, "value": obj{"order_id": "O-1-again"}},
+			{"topic": topic, "key_subject": topic + "-key", "key": obj{"region": "us", "n": 7}, "value": obj{"order_id": "O-2"}},
+		},
+	})
+	e.waitCommitted(t, s, topic, 0, 3)
+	require.Equal(t, 2, e.count(t, `SELECT count(*) FROM executions WHERE workflow_name = 'keyed'`), "one execution per key")
+	var raw []byte
+	require.NoError(t, e.direct.QueryRow(t.Context(), `SELECT input FROM executions WHERE input->>'order' = 'O-1'`).Scan(&raw))
+	var in map[string]any
+	require.NoError(t, json.Unmarshal(raw, &in))
+	require.Equal(t, map[string]any{"region": "eu", "n": float64(7)}, in["k"])
+	rec := in["_record"].(map[string]any)
+	require.Equal(t, in["k"], rec["key"])
+	require.Equal(t, `k:{"n":7,"region":"eu"}`, rec["dedupe_key"])
+}

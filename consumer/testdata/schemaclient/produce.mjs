@@ -3,11 +3,12 @@
 // The plan comes on standard input as JSON:
 //   {"brokers": [...], "registry": "http://…",
 //    "schemas": [{"subject", "type": "AVRO"|"JSON", "schema": "<text>"}],
-//    "records": [{"topic", "partition", "subject"?, "value", "key"?, "corrupt"?, "schema_id"?}]}
+//    "records": [{"topic", "partition", "subject"?, "value", "key"?, "key_subject"?, "corrupt"?, "schema_id"?}]}
 // A record with a subject is encoded by the registry client under that subject's schema;
 // "corrupt" keeps the client's header and replaces the encoded body with bytes no schema
 // reads; "schema_id" frames the JSON text of value under an id the registry does not
-// know. It prints {"ids": {subject: id}}.
+// know; "key_subject" encodes key under that subject's schema, as a key serializer does.
+// It prints {"ids": {subject: id}}.
 import { Kafka, logLevel } from 'kafkajs';
 import { SchemaRegistry, SchemaType } from '@kafkajs/confluent-schema-registry';
 
@@ -37,7 +38,8 @@ for (const r of plan.records ?? []) {
   } else {
     value = JSON.stringify(r.value);
   }
-  await producer.send({ topic: r.topic, messages: [{ partition: r.partition ?? 0, key: r.key ?? null, value }] });
+  const key = r.key_subject ? await registry.encode(ids[r.key_subject], r.key) : (r.key ?? null);
+  await producer.send({ topic: r.topic, messages: [{ partition: r.partition ?? 0, key, value }] });
 }
 await producer.disconnect();
 console.log(JSON.stringify({ ids }));
