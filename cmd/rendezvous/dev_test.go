@@ -22,14 +22,15 @@ import (
 
 // devProcess is `rendezvous dev` running as a user runs it, on ports of its own.
 type devProcess struct {
-	server  string // http://127.0.0.1:port
-	broker  string // 127.0.0.1:port
-	example string // the stand-in external service, http://127.0.0.1:port
-	logs    *lockedBuffer
-	bin     string
+	server   string // http://127.0.0.1:port
+	broker   string // 127.0.0.1:port
+	example  string // the stand-in external service, http://127.0.0.1:port
+	registry string // the embedded schema registry, http://127.0.0.1:port
+	logs     *lockedBuffer
+	bin      string
 }
 
-var bannerLine = regexp.MustCompile(`(?m)^  (HTTP API and callbacks|Kafka broker \(embedded\)|example service) +(\S+)`)
+var bannerLine = regexp.MustCompile(`(?m)^  (HTTP API and callbacks|Kafka broker \(embedded\)|example service|schema registry) +(\S+)`)
 
 // startDev runs the built binary's dev command against a schema of its own and waits
 // for its banner. The example service listens on a free port: dev points the examples
@@ -39,7 +40,7 @@ func startDev(t *testing.T) *devProcess {
 	bin := buildBinary(t)
 	schema := dbtest.NewSchema(t)
 	cmd := exec.Command(bin, "dev", "--database-url", schema.URL, "--http-addr", "127.0.0.1:0",
-		"--kafka-port", "0", "--example-service-addr", "127.0.0.1:0")
+		"--kafka-port", "0", "--schema-registry-port", "0", "--example-service-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "RENDEZVOUS_LOG_LEVEL=info")
 	d := &devProcess{logs: &lockedBuffer{}, bin: bin}
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
@@ -58,7 +59,7 @@ func startDev(t *testing.T) *devProcess {
 			t.Errorf("dev did not stop 30 s after SIGINT:\n%s", d.logs.String())
 		}
 	})
-	require.Eventually(t, func() bool { return len(bannerLine.FindAllString(d.logs.String(), -1)) == 3 },
+	require.Eventually(t, func() bool { return len(bannerLine.FindAllString(d.logs.String(), -1)) == 4 },
 		2*time.Minute, 50*time.Millisecond, "dev did not print its banner:\n%s", d.logs.String())
 	for _, m := range bannerLine.FindAllStringSubmatch(d.logs.String(), -1) {
 		switch m[1] {
@@ -66,6 +67,8 @@ func startDev(t *testing.T) *devProcess {
 			d.server = m[2]
 		case "example service":
 			d.example = m[2]
+		case "schema registry":
+			d.registry = m[2]
 		default:
 			d.broker = m[2]
 		}
@@ -229,4 +232,41 @@ func TestDemoUsesItsOwnWorkflow(t *testing.T) {
 	list := d.cli(t, "workflows", "list")
 	require.Regexp(t, `(?m)^order-approval +v1 +1 `, list)
 	require.Regexp(t, `(?m)^order-approval-demo +v1 +1 `, list)
+}
+
+// TestAvroRecordUnderDev: dev serves a schema registry beside its broker, and its replica
+// reads from it: an Avro record written by kafkajs with @kafkajs/confluent-schema-registry
+// (the consumer tests' client), registered in dev's registry, resumes a waiting execution.
+func TestAvroRecordUnderDev(t *testing.T) {
+	t.Parallel()
+	d := startDev(t)
+	require.NotEmpty(t, d.registry)
+	def := filepath.Join(t.TempDir(), "avro-dev.json")
+	require.NoError(t, os.WriteFile(def, []byte(`{"name": "avro-dev", "nodes": [{"id": "wait", "type": "wait_events",
+		"data": {"kafkaEvent": {"topic": "dev.payments", "format": "avro", "filter": {"status": "SETTLED"}}}}]}`), 0o600))
+	d.cli(t, "workflows", "apply", "-f", def)
+	exec1 := d.start(t, "avro-dev", `{}`)
+	w := d.openWait(t, exec1, "wait")
+
+	client := filepath.Join(repoRoot, "consumer", "testdata", "schemaclient")
+	if _, err := os.Stat(filepath.Join(client, "node_modules")); err != nil {
+		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		npm.Dir = client
+		out, err := npm.CombinedOutput()
+		require.NoError(t, err, "npm ci: %s", out)
+	}
+	plan, err := json.Marshal(map[string]any{
+		"brokers": []string{d.broker}, "registry": d.registry,
+		"schemas": []map[string]any{{"subject": "dev.payments-value", "type": "AVRO", "schema": `{"type": "record", "name": "Payment",
+			"fields": [{"name": "execution_id", "type": "string"}, {"name": "correlation_id", "type": "string"},
+			{"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["PENDING", "SETTLED"]}}]}`}},
+		"records": []map[string]any{{"topic": "dev.payments", "subject": "dev.payments-value",
+			"value": map[string]any{"execution_id": exec1, "correlation_id": w.CorrelationID, "status": "SETTLED"}}},
+	})
+	require.NoError(t, err)
+	node := exec.Command("node", "produce.mjs")
+	node.Dir, node.Stdin = client, bytes.NewReader(plan)
+	out, err := node.CombinedOutput()
+	require.NoError(t, err, "produce.mjs: %s", out)
+	require.Equal(t, "completed", d.completed(t, exec1)["wait"])
 }

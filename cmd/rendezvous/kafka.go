@@ -7,12 +7,15 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
 	"github.com/rendezvous-run/rendezvous/examples"
@@ -75,6 +78,19 @@ func startBroker(port int) (*kfake.Cluster, error) {
 	return c, nil
 }
 
+// startRegistry serves an embedded schema registry (franz-go's srfake, in memory) on
+// 127.0.0.1:port, for trying records in the schema registry wire format with dev's
+// broker. It returns its URL and what stops it.
+func startRegistry(port int) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return "", nil, fmt.Errorf("start embedded schema registry on 127.0.0.1:%d: %w", port, err)
+	}
+	srv := &http.Server{Handler: srfake.NewRegistry().Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
 // devKafka runs the embedded broker alone, for setups with several serve processes.
 func devKafka(ctx context.Context, args []string, stdout io.Writer) error {
 	o := newOptions("dev-kafka")
@@ -114,8 +130,9 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 	}
 	o.help = stdout
 	o.inSection("Development")
-	var port int
+	var port, registryPort int
 	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	o.Int(&registryPort, "schema-registry-port", "RENDEZVOUS_DEV_SCHEMA_REGISTRY_PORT", 8081, "port of the embedded schema registry on 127.0.0.1, used unless --schema-registry-url names another")
 	var exampleAddr string
 	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
 	// dev logs for a person watching one replica try the examples: as text, and at
@@ -154,6 +171,14 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 		return err
 	}
 	defer broker.Close()
+	registryURL, stopRegistry, err := startRegistry(registryPort)
+	if err != nil {
+		return err
+	}
+	defer stopRegistry()
+	if len(cfg.Kafka.SchemaRegistry.URLs) == 0 {
+		cfg.Kafka.SchemaRegistry.URLs = []string{registryURL}
+	}
 
 	// With authentication on, the banner's commands carry the bootstrap token by name,
 	// never by value (the terminal may be shared or recorded).
@@ -192,6 +217,7 @@ rendezvous dev
   authentication           %[5]s
   web console              http://%[1]s/ui/
   Kafka broker (embedded)  %[2]s
+  schema registry          %[9]s
   PostgreSQL               %[3]s
   definitions loaded       %[4]s
   example service          %[7]s
@@ -200,7 +226,8 @@ rendezvous dev
 Try it (the README's walkthrough has more):
   %[6]sbin/rendezvous executions start shipment-kafka --input '{"shipment":"S-1"}' --server http://%[1]s
   %[6]sbin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL), os.Getpid())
+`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL), os.Getpid(),
+		strings.Join(cfg.Kafka.SchemaRegistry.URLs, ","))
 	return s.Run(ctx)
 }
 
