@@ -39,6 +39,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
 	"github.com/rendezvous-run/rendezvous/internal/startstop"
 	"github.com/rendezvous-run/rendezvous/wireformat"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // DeadLetterReason is why a record was not applied but dead-lettered.
@@ -71,7 +72,7 @@ type Consumer struct {
 	// triggers are the triggers of the latest version of each workflow, by topic.
 	triggers map[string][]triggerSpec
 	// formats are the formats the definitions name for each topic's values (none: auto).
-	formats map[string][]wireformat.Format
+	formats map[string][]workflow.RecordFormat
 	topics  map[string]bool
 	// loaded is how many definitions were stored when fields and matches were read.
 	loaded int64

@@ -32,14 +32,14 @@ type readFailure struct {
 
 // accepts reports whether a topic declared with formats (none: auto) takes a value
 // found to be in format f.
-func accepts(formats []wireformat.Format, f wireformat.Format) bool {
-	return len(formats) == 0 || slices.Contains(formats, wireformat.FormatAuto) || slices.Contains(formats, f)
+func accepts(formats []workflow.RecordFormat, f workflow.RecordFormat) bool {
+	return len(formats) == 0 || slices.Contains(formats, workflow.FormatAuto) || slices.Contains(formats, f)
 }
 
 // formatsFor returns the formats the definitions declare for topic's values; none
 // means auto. A topic may be declared by several definitions: a record is taken when
 // it is in any of their formats.
-func (c *Consumer) formatsFor(topic string) []wireformat.Format {
+func (c *Consumer) formatsFor(topic string) []workflow.RecordFormat {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.formats[topic]
@@ -51,7 +51,7 @@ func (c *Consumer) formatsFor(topic string) []wireformat.Format {
 func (c *Consumer) readValue(ctx context.Context, r *kgo.Record) (value, *readFailure) {
 	formats := c.formatsFor(r.Topic)
 	if !wireformat.Framed(r.Value) {
-		if !accepts(formats, wireformat.FormatJSON) {
+		if !accepts(formats, workflow.FormatJSON) {
 			return value{}, &readFailure{category: poisonFormatMismatch,
 				reason: fmt.Sprintf("%s: the value is not in the schema registry wire format (no magic byte and schema id); the topic's definitions say %s", poisonFormatMismatch, formatList(formats))}
 		}
@@ -64,8 +64,8 @@ func (c *Consumer) readValue(ctx context.Context, r *kgo.Record) (value, *readFa
 		return value{v: v, raw: r.Value}, nil
 	}
 	id := wireformat.SchemaID(r.Value)
-	if !slices.ContainsFunc([]wireformat.Format{wireformat.FormatAvro, wireformat.FormatProtobuf, wireformat.FormatJSONSchema},
-		func(f wireformat.Format) bool { return accepts(formats, f) }) {
+	if !slices.ContainsFunc([]workflow.RecordFormat{workflow.FormatAvro, workflow.FormatProtobuf, workflow.FormatJSONSchema},
+		func(f workflow.RecordFormat) bool { return accepts(formats, f) }) {
 		// Declared json only: no schema could make it acceptable, so none is fetched.
 		return value{}, &readFailure{category: poisonFormatMismatch, schemaID: id,
 			reason: fmt.Sprintf("%s: the value is in the schema registry wire format (schema id %d); the topic's definitions say %s", poisonFormatMismatch, id, formatList(formats))}
@@ -74,7 +74,7 @@ func (c *Consumer) readValue(ctx context.Context, r *kgo.Record) (value, *readFa
 }
 
 // readFramed decodes a framed value or key under its schema.
-func (c *Consumer) readFramed(ctx context.Context, b []byte, formats []wireformat.Format) (value, *readFailure) {
+func (c *Consumer) readFramed(ctx context.Context, b []byte, formats []workflow.RecordFormat) (value, *readFailure) {
 	id := wireformat.SchemaID(b)
 	rec, err := c.registry.Decode(ctx, b)
 	switch {
@@ -128,7 +128,7 @@ func (c *Consumer) triggersReadKey(topic string) bool {
 	return false
 }
 
-func formatList(formats []wireformat.Format) string {
+func formatList(formats []workflow.RecordFormat) string {
 	words := make([]string, len(formats))
 	for i, f := range formats {
 		words[i] = string(f)

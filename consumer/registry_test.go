@@ -25,6 +25,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/server"
 	"github.com/rendezvous-run/rendezvous/vocab"
 	"github.com/rendezvous-run/rendezvous/wireformat"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // The records of these tests are written by clients nobody here wrote: kafkajs with
@@ -110,7 +111,7 @@ func runClient(t *testing.T, cmd *exec.Cmd, plan obj) map[string]int {
 
 // formatCase is one format's schema and client.
 type formatCase struct {
-	format wireformat.Format
+	format workflow.RecordFormat
 	// produce writes the records with the format's client; it returns the schema id.
 	produce func(t *testing.T, e *registryEnv, topic string, records []obj) int
 }
@@ -153,9 +154,9 @@ func pythonProduce(t *testing.T, e *registryEnv, topic string, records []obj) in
 }
 
 var formatCases = map[string]formatCase{
-	"avro":       {format: wireformat.FormatAvro, produce: nodeProduce("AVRO", avroOrderEvent)},
-	"jsonschema": {format: wireformat.FormatJSONSchema, produce: nodeProduce("JSON", jsonSchemaOrderEvent)},
-	"protobuf":   {format: wireformat.FormatProtobuf, produce: pythonProduce},
+	"avro":       {format: workflow.FormatAvro, produce: nodeProduce("AVRO", avroOrderEvent)},
+	"jsonschema": {format: workflow.FormatJSONSchema, produce: nodeProduce("JSON", jsonSchemaOrderEvent)},
+	"protobuf":   {format: workflow.FormatProtobuf, produce: pythonProduce},
 }
 
 func TestAvroRecords(t *testing.T)       { testFormat(t, "avro") }

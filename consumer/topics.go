@@ -12,7 +12,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/aggregator"
 	"github.com/rendezvous-run/rendezvous/db/dbsqlc"
-	"github.com/rendezvous-run/rendezvous/wireformat"
 	"github.com/rendezvous-run/rendezvous/workflow"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -54,8 +53,8 @@ func (c *Consumer) loadTopics(ctx context.Context) error {
 		return fmt.Errorf("load kafka topics: %w", err)
 	}
 	fields := map[string][]idFields{}
-	formats := map[string][]wireformat.Format{}
-	addFormat := func(topic string, f wireformat.Format) {
+	formats := map[string][]workflow.RecordFormat{}
+	addFormat := func(topic string, f workflow.RecordFormat) {
 		if f != "" && !slices.Contains(formats[topic], f) {
 			formats[topic] = append(formats[topic], f)
 		}

@@ -23,15 +23,13 @@ var vocabulary = map[string][]string{
 	// strategies and onTimeout modes a wait's row stores.
 	"vocab/vocab.go": {"running", "waiting", "completed", "failed", "cancelled", "pending", "waiting_for_events", "skipped", "run", "resume",
 		"timeout", "scheduled", "resumed", "error", "events", "timer", "all", "any", "required_only", "custom", "fail", "continue", "continue_with_partial"},
-	// Event sources, buffer modes.
-	"workflow/waitevents.go": {"callback", "kafka", "send", "fifo", "last_write_wins"},
-	// How a consumed topic's record values are written.
-	"wireformat/wireformat.go": {"auto", "json", "avro", "protobuf", "jsonschema"},
+	// Event sources, buffer modes, record formats.
+	"workflow/waitevents.go": {"callback", "kafka", "send", "fifo", "last_write_wins", "auto", "json", "avro", "protobuf", "jsonschema"},
 }
 
 // vocabularyTypes are the named types of the vocabulary: a constant of one of them
 // declared outside its declaration is a second declaration, like an untyped one.
-var vocabularyTypes = []string{"ExecutionStatus", "NodeStatus", "RunKind", "WaitStatus", "WaitType", "Strategy", "OnTimeout", "Source", "BufferMode", "Format"}
+var vocabularyTypes = []string{"ExecutionStatus", "NodeStatus", "RunKind", "WaitStatus", "WaitType", "Strategy", "OnTimeout", "Source", "BufferMode", "RecordFormat"}
 
 // roles are the names (struct fields, parameters, variables) whose values are of the
 // vocabulary: a literal assigned to one, compared with one, or switched on, is a use.

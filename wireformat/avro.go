@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // avroAPI decodes with bounds on what one value may allocate: a record is at most the
@@ -22,7 +24,7 @@ var avroAPI = avro.Config{MaxByteSliceSize: 1 << 20, MaxSliceAllocSize: 1 << 20}
 
 type avroSchema struct{ s avro.Schema }
 
-func (avroSchema) format() Format { return FormatAvro }
+func (avroSchema) format() workflow.RecordFormat { return workflow.FormatAvro }
 
 // compileAvro parses text, the references' named types first (each into the same
 // cache, as the registry's Avro serializers resolve them).

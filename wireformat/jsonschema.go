@@ -11,6 +11,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // registryBase is where a JSON Schema and its references are placed for compiling: a
@@ -23,7 +24,7 @@ var printer = message.NewPrinter(language.English)
 
 type jsonSchema struct{ s *jsonschema.Schema }
 
-func (jsonSchema) format() Format { return FormatJSONSchema }
+func (jsonSchema) format() workflow.RecordFormat { return workflow.FormatJSONSchema }
 
 // noLoader refuses every URL a schema names but was not given: a schema from the
 // registry must not make this process read its files or the network.

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 // messageIndexMax bounds the message indexes a record may carry: nesting deeper than
@@ -27,7 +28,7 @@ const messageIndexMax = 64
 
 type protoSchema struct{ file protoreflect.FileDescriptor }
 
-func (protoSchema) format() Format { return FormatProtobuf }
+func (protoSchema) format() workflow.RecordFormat { return workflow.FormatProtobuf }
 
 // compileProtobuf compiles the registry's schema, the references served under the
 // names it imports them by and the well-known types from protocompile's own copies (a

@@ -31,27 +31,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
-
-// Format is how a topic's record values are written, as a definition names it.
-type Format string
-
-// The formats a definition may name for a consumed topic.
-const (
-	// FormatAuto: a value in the wire format (magic byte 0) is decoded under its schema,
-	// whatever its kind; any other value is JSON. The default.
-	FormatAuto Format = "auto"
-	// FormatJSON: plain JSON; a value in the wire format is a mismatch.
-	FormatJSON Format = "json"
-	// FormatAvro, FormatProtobuf, FormatJSONSchema: the wire format with a schema of that
-	// kind; anything else is a mismatch.
-	FormatAvro       Format = "avro"
-	FormatProtobuf   Format = "protobuf"
-	FormatJSONSchema Format = "jsonschema"
-)
-
-// Formats lists every Format, in the order the definition's schema lists them.
-var Formats = []Format{FormatAuto, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema}
 
 // Errors that decide what becomes of a record. Each error Decode returns wraps one, and
 // begins with its text: the record's two are the words a dead letter's reason starts with.
@@ -228,9 +210,9 @@ type Record struct {
 	Value any
 	// JSON is Value's JSON text.
 	JSON []byte
-	// Format is the kind of the record's schema: FormatAvro, FormatProtobuf or
-	// FormatJSONSchema.
-	Format Format
+	// Format is the kind of the record's schema: workflow.FormatAvro, FormatProtobuf
+	// or FormatJSONSchema.
+	Format workflow.RecordFormat
 	// SchemaID is the id the record named.
 	SchemaID int
 }
@@ -290,7 +272,7 @@ func safeDecode(s compiled, b []byte) (v any, err error) {
 
 // compiled is a schema ready to decode values.
 type compiled interface {
-	format() Format
+	format() workflow.RecordFormat
 	decode(b []byte) (any, error)
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/jsonnum"
 	"github.com/rendezvous-run/rendezvous/wireformat"
+	"github.com/rendezvous-run/rendezvous/workflow"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -187,7 +188,7 @@ func TestAvroValueModel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, wireformat.Config{})
 	rec, got := decodeJSON(t, b.r, avroOrderBytes(t, b.ids["orders-value"]))
-	require.Equal(t, wireformat.FormatAvro, rec.Format)
+	require.Equal(t, workflow.FormatAvro, rec.Format)
 	require.Equal(t, b.ids["orders-value"], rec.SchemaID)
 	want, err := jsonnum.Decode([]byte(`{
 		"order_id": 9007199254740993,
@@ -215,7 +216,7 @@ func TestProtobufValueModel(t *testing.T) {
 	value := shipmentBytes(t, b.ids["shipments-value"], `{"orderId":"9223372036854775807","executionId":"e1","status":"SHIPPED",
 		"blob":"AAE=","shippedAt":"2026-12-07T10:00:00.5Z","pickupPoint":"P-7","parcels":["18446744073709551615"],"weights":{"a":1.5}}`)
 	rec, got := decodeJSON(t, b.r, value)
-	require.Equal(t, wireformat.FormatProtobuf, rec.Format)
+	require.Equal(t, workflow.FormatProtobuf, rec.Format)
 	want, err := jsonnum.Decode([]byte(`{
 		"order_id": 9223372036854775807, "execution_id": "e1", "status": "SHIPPED", "blob": "AAE=",
 		"shipped_at": "2026-12-07T10:00:00.5Z", "pickup_point": "P-7", "note": null,
@@ -264,7 +265,7 @@ func TestJSONSchema(t *testing.T) {
 	b := setup(t, wireformat.Config{})
 	id := b.ids["json-value"]
 	rec, got := decodeJSON(t, b.r, frame(t, id, nil, []byte(`{"order_id": 18014398509481985, "customer": {"name": "Ada"}}`)))
-	require.Equal(t, wireformat.FormatJSONSchema, rec.Format)
+	require.Equal(t, workflow.FormatJSONSchema, rec.Format)
 	require.Equal(t, json.Number("18014398509481985"), got["order_id"])
 
 	// The reference is checked too: a customer without a name does not hold the schema.
@@ -405,6 +406,34 @@ func FuzzDecode(f *testing.F) {
 		}
 		if strings.TrimSpace(string(rec.JSON)) == "" {
 			t.Fatal("empty JSON")
+		}
+	})
+}
+
+// BenchmarkDecode reads one Order record per iteration: Avro through a warm cache, and,
+// for comparison, the JSON it becomes read as the consumer reads a JSON record.
+func BenchmarkDecode(b *testing.B) {
+	t := &testing.T{}
+	bn := setup(t, wireformat.Config{})
+	defer bn.reg.Close()
+	defer bn.r.Close()
+	value := avroOrderBytes(b, bn.ids["orders-value"])
+	rec, err := bn.r.Decode(context.Background(), value)
+	require.NoError(b, err)
+	b.Run("avro", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := bn.r.Decode(context.Background(), value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := jsonnum.Decode(rec.JSON); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

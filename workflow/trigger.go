@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
-	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // Trigger is one entry of a definition's triggers: Kafka records of Topic that start an
@@ -15,9 +14,9 @@ import (
 // execution, recognised again by its dedupe key.
 type Trigger struct {
 	Topic  string
-	Format wireformat.Format // how the topic's values are written, default auto
-	Type   string            // "": any record
-	Filter map[string]any    // dot path -> scalar the value must hold
+	Format RecordFormat   // how the topic's values are written, default auto
+	Type   string         // "": any record
+	Filter map[string]any // dot path -> scalar the value must hold
 	// Input maps each member of the execution input to the part of the record it is
 	// read from; nil: the record's value.
 	Input map[string]RecordRef
@@ -121,7 +120,7 @@ func parseTriggers(top *object) []Trigger {
 
 // parseTrigger checks what the schema cannot: record references and filter paths.
 func parseTrigger(o *object) Trigger {
-	t := Trigger{Topic: o.str("topic", ""), Format: enum(o, "format", wireformat.FormatAuto), Type: o.str("type", ""), Filter: parseFilter(o)}
+	t := Trigger{Topic: o.str("topic", ""), Format: enum(o, "format", FormatAuto), Type: o.str("type", ""), Filter: parseFilter(o)}
 	if in := o.child("input"); in != nil {
 		t.Input = map[string]RecordRef{}
 		for _, k := range sortedKeys(in.m) {

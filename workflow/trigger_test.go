@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // TestTriggers: a definition's triggers compile into what the consumer reads, and
@@ -21,19 +19,19 @@ func TestTriggers(t *testing.T) {
 	  ]}`), nil)
 	require.NoError(t, err)
 	want := []Trigger{
-		{Topic: "orders.created", Format: wireformat.FormatAuto, Type: "order.created", Filter: map[string]any{"region": "eu"},
+		{Topic: "orders.created", Format: FormatAuto, Type: "order.created", Filter: map[string]any{"region": "eu"},
 			Input: map[string]RecordRef{
 				"orderId": {Part: RecordValue, Path: "order.id"}, "whole": {Part: RecordValue},
 				"k": {Part: RecordKey}, "src": {Part: RecordHeader, Path: "x-source"}, "at": {Part: RecordOffset},
 			},
 			DedupeKey: &RecordRef{Part: RecordValue, Path: "order.id"}},
-		{Topic: "plain", Format: wireformat.FormatAuto, Filter: nil},
+		{Topic: "plain", Format: FormatAuto, Filter: nil},
 	}
 	require.Equal(t, want, wf.Definition().Triggers)
 
 	got, errs := ParseTrigger([]byte(`{"topic": "orders.created", "dedupeKey": "headers.id", "input": {"x": "timestamp"}}`), "t")
 	require.Empty(t, errs)
-	require.Equal(t, Trigger{Topic: "orders.created", Format: wireformat.FormatAuto, Input: map[string]RecordRef{"x": {Part: RecordTimestamp}},
+	require.Equal(t, Trigger{Topic: "orders.created", Format: FormatAuto, Input: map[string]RecordRef{"x": {Part: RecordTimestamp}},
 		DedupeKey: &RecordRef{Part: RecordHeader, Path: "id"}}, got)
 	require.Equal(t, "value.order.id", want[0].DedupeKey.String())
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/rendezvous-run/rendezvous/internal/dotpath"
 	"github.com/rendezvous-run/rendezvous/vocab"
-	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // Event names a wait_events node can wait for.
@@ -42,6 +41,25 @@ type BufferMode string
 const (
 	BufferFIFO          BufferMode = "fifo"
 	BufferLastWriteWins BufferMode = "last_write_wins"
+)
+
+// RecordFormat is how a consumed topic's record values are written, as a definition
+// names it (kafkaEvent, a Kafka event, a trigger).
+type RecordFormat string
+
+// Record formats.
+const (
+	// FormatAuto: a value in the schema registry wire format (magic byte 0 and a schema
+	// id) is decoded under its schema, whatever its kind; any other value is JSON. The
+	// default.
+	FormatAuto RecordFormat = "auto"
+	// FormatJSON: plain JSON; a value in the wire format is a mismatch.
+	FormatJSON RecordFormat = "json"
+	// FormatAvro, FormatProtobuf, FormatJSONSchema: the wire format with a schema of that
+	// kind; anything else is a mismatch.
+	FormatAvro       RecordFormat = "avro"
+	FormatProtobuf   RecordFormat = "protobuf"
+	FormatJSONSchema RecordFormat = "jsonschema"
 )
 
 // MatchOpEq is the only payload-match comparison.
@@ -98,13 +116,13 @@ type APICall struct {
 
 // KafkaEvent describes the Kafka record a wait_events node waits for.
 type KafkaEvent struct {
-	Topic              string            // required when enabled
-	Format             wireformat.Format // how the topic's values are written, default auto
-	CorrelationIDField string            // dot path, default "correlation_id"
-	ExecutionIDField   string            // dot path, default "execution_id"
-	Filter             map[string]any    // dot path -> scalar that must be equal
-	Timeout            time.Duration     // default: the node's overall timeout
-	Required           bool              // default true
+	Topic              string         // required when enabled
+	Format             RecordFormat   // how the topic's values are written, default auto
+	CorrelationIDField string         // dot path, default "correlation_id"
+	ExecutionIDField   string         // dot path, default "execution_id"
+	Filter             map[string]any // dot path -> scalar that must be equal
+	Timeout            time.Duration  // default: the node's overall timeout
+	Required           bool           // default true
 }
 
 // NamedEvent is one entry of a wait_events node's events list.
@@ -113,7 +131,7 @@ type NamedEvent struct {
 	Source Source // SourceCallback | SourceKafka | SourceSend
 	Topic  string // Kafka topic, source kafka only
 	// Format is how the topic's values are written: source kafka only, default auto.
-	Format wireformat.Format
+	Format RecordFormat
 	// Type is the type a send event is sent with, or the top-level "type" field
 	// a Kafka record must carry; empty for none.
 	Type     string
@@ -298,7 +316,7 @@ func parseKafkaEvent(o *object, overall time.Duration) *KafkaEvent {
 	}
 	k := &KafkaEvent{
 		Topic:              c.str("topic", ""),
-		Format:             enum(c, "format", wireformat.FormatAuto),
+		Format:             enum(c, "format", FormatAuto),
 		CorrelationIDField: c.dotPathField("correlationIdField", DefaultCorrelationIDField),
 		ExecutionIDField:   c.dotPathField("executionIdField", DefaultExecutionIDField),
 		Timeout:            c.duration("timeout", overall),
@@ -359,7 +377,7 @@ func parseEvents(o *object, overall time.Duration) []NamedEvent {
 			e.Buffer = enum(c, "buffer", BufferFIFO)
 		}
 		if e.Source == SourceKafka {
-			e.Format = enum(c, "format", wireformat.FormatAuto)
+			e.Format = enum(c, "format", FormatAuto)
 		}
 		if _, ok := c.checkable("name"); ok {
 			switch {

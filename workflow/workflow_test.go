@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rendezvous-run/rendezvous/wireformat"
 )
 
 // orderFlow is a realistic definition: fetch an order, ask a payment
@@ -78,7 +76,7 @@ func TestCompileOrderFlow(t *testing.T) {
 			Timeout:             600 * time.Second, // the node's overall timeout: the event has none of its own
 			Required:            true,
 		},
-		KafkaEvent: &KafkaEvent{Format: wireformat.FormatAuto,
+		KafkaEvent: &KafkaEvent{Format: FormatAuto,
 			Topic:              "payments.completed",
 			CorrelationIDField: "data.correlation_id",
 			ExecutionIDField:   "execution_id",
@@ -156,7 +154,7 @@ func TestWaitEventsDefaults(t *testing.T) {
 			        "aggregationStrategy": "custom", "requiredEvents": ["kafka_event"], "timeout": 60.5,
 			        "outputMapping": {"result": "kafka_event.data.result", "raw": "kafka_event"}}`,
 			want: &WaitEvents{
-				KafkaEvent: &KafkaEvent{Format: wireformat.FormatAuto,
+				KafkaEvent: &KafkaEvent{Format: FormatAuto,
 					Topic: "t1", CorrelationIDField: "correlation_id", ExecutionIDField: "execution_id",
 					Filter:  map[string]any{"type": "done", "n": json.Number("1"), "ok": true, "x": nil},
 					Timeout: 30 * time.Second,
@@ -198,11 +196,11 @@ func TestWaitEventsDefaults(t *testing.T) {
 			        ], "aggregationStrategy": "any"}`,
 			want: &WaitEvents{
 				Events: []NamedEvent{
-					{Name: "paid", Source: SourceKafka, Topic: "payments", Format: wireformat.FormatAuto, Type: "payment.settled", Required: true, Timeout: 300 * time.Second,
+					{Name: "paid", Source: SourceKafka, Topic: "payments", Format: FormatAuto, Type: "payment.settled", Required: true, Timeout: 300 * time.Second,
 						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}, Lookback: 10 * time.Minute, Buffer: BufferFIFO},
-					{Name: "latest", Source: SourceKafka, Topic: "payments", Format: wireformat.FormatAuto, Required: true, Timeout: 300 * time.Second,
+					{Name: "latest", Source: SourceKafka, Topic: "payments", Format: FormatAuto, Required: true, Timeout: 300 * time.Second,
 						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}, Lookback: 90 * time.Second, Buffer: BufferLastWriteWins},
-					{Name: "live", Source: SourceKafka, Topic: "payments", Format: wireformat.FormatAuto, Required: true, Timeout: 300 * time.Second,
+					{Name: "live", Source: SourceKafka, Topic: "payments", Format: FormatAuto, Required: true, Timeout: 300 * time.Second,
 						Match: &Match{Left: "order.id", Op: "eq", Right: "input.order_id"}},
 				},
 				AggregationStrategy: "any",
