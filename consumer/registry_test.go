@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,4 +324,31 @@ func TestFramedKey(t *testing.T) {
 	rec := in["_record"].(map[string]any)
 	require.Equal(t, in["k"], rec["key"])
 	require.Equal(t, `k:{"n":7,"region":"eu"}`, rec["dedupe_key"])
+}
+
+// TestOneRegistryCallPerSchema: a thousand records of one schema, written by the Node
+// client, cost the replica one request for their schema, counted at the registry.
+func TestOneRegistryCallPerSchema(t *testing.T) {
+	t.Parallel()
+	limit(t)
+	const n = 1000
+	e := setupRegistry(t)
+	var fetches atomic.Int64
+	e.reg.Intercept(func(_ http.ResponseWriter, req *http.Request) bool {
+		if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/schemas/ids/") && req.UserAgent() == "rendezvous" {
+			fetches.Add(1)
+		}
+		return false
+	})
+	s := e.startReplica(t, "r1")
+	const topic = "orders.many"
+	e.put(t, s, triggered("many", obj{"topic": topic, "format": "avro", "filter": obj{"kind": "start"}}))
+	records := make([]obj, n)
+	for i := range records {
+		records[i] = obj{"value": orderValue("", "", fmt.Sprintf("O-%d", i), "pay")}
+	}
+	formatCases["avro"].produce(t, e, topic, records)
+	e.waitCommitted(t, s, topic, 0, n)
+	require.Equal(t, int64(n), s.Consumer.Counts()[string(consumer.ReasonMissingID)], "every record decoded and read")
+	require.Equal(t, int64(1), fetches.Load(), "one request for the schema")
 }

@@ -3,7 +3,9 @@ package wireformat
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"reflect"
@@ -43,9 +45,19 @@ func compileAvro(text string, refs []reference) (compiled, error) {
 }
 
 func (a avroSchema) decode(b []byte) (any, error) {
+	// Read with a Reader rather than Unmarshal, which takes running out of bytes for the
+	// end of the value: a value cut short must fail, not decode into zeros.
+	r := avro.NewReader(nil, 0, avro.WithReaderConfig(avroAPI)).Reset(b)
 	var out any
-	if err := avroAPI.Unmarshal(a.s, b, &out); err != nil {
-		return nil, err
+	r.ReadVal(a.s, &out)
+	if r.Error != nil {
+		if errors.Is(r.Error, io.EOF) || errors.Is(r.Error, io.ErrUnexpectedEOF) {
+			return nil, errors.New("avro: the value ends early")
+		}
+		return nil, r.Error
+	}
+	if r.Peek(); r.Error == nil {
+		return nil, errors.New("avro: bytes left after the value")
 	}
 	return avroValue(a.s, out)
 }

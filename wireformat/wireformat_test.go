@@ -286,8 +286,12 @@ func TestFailures(t *testing.T) {
 
 	// Avro bytes cut short, a Protobuf index naming no message.
 	full := avroOrderBytes(t, b.ids["orders-value"])
-	_, err = b.r.Decode(ctx, full[:len(full)-9])
-	require.ErrorIs(t, err, wireformat.ErrDecodeFailed)
+	for _, cut := range []int{1, 9} {
+		_, err = b.r.Decode(ctx, full[:len(full)-cut])
+		require.ErrorIs(t, err, wireformat.ErrDecodeFailed, "cut by %d", cut)
+	}
+	_, err = b.r.Decode(ctx, append(full[:len(full):len(full)], 2))
+	require.ErrorIs(t, err, wireformat.ErrDecodeFailed, "a byte after the value")
 	_, err = b.r.Decode(ctx, frame(t, b.ids["shipments-value"], []int{7}, nil))
 	require.ErrorIs(t, err, wireformat.ErrDecodeFailed)
 

@@ -26,6 +26,8 @@ for (const s of plan.schemas ?? []) {
 const kafka = new Kafka({ brokers: plan.brokers, logLevel: logLevel.ERROR, clientId: 'schema-client-test' });
 const producer = kafka.producer({ allowAutoTopicCreation: true });
 await producer.connect();
+// One send per topic, records in order: a thousand records are one request, not a thousand.
+const byTopic = new Map();
 for (const r of plan.records ?? []) {
   let value;
   if (r.subject) {
@@ -39,7 +41,11 @@ for (const r of plan.records ?? []) {
     value = JSON.stringify(r.value);
   }
   const key = r.key_subject ? await registry.encode(ids[r.key_subject], r.key) : (r.key ?? null);
-  await producer.send({ topic: r.topic, messages: [{ partition: r.partition ?? 0, key, value }] });
+  if (!byTopic.has(r.topic)) byTopic.set(r.topic, []);
+  byTopic.get(r.topic).push({ partition: r.partition ?? 0, key, value });
+}
+for (const [topic, messages] of byTopic) {
+  await producer.send({ topic, messages });
 }
 await producer.disconnect();
 console.log(JSON.stringify({ ids }));
