@@ -53,6 +53,9 @@ var (
 const (
 	CacheSizeDefault = 1000
 	TimeoutDefault   = 5 * time.Second
+	// NotFoundTTL is how long the registry's answer that it does not know a schema id
+	// is believed before it is asked again.
+	NotFoundTTL = 10 * time.Second
 	// MaxReferenceDepthMax bounds how deep references may nest (a schema that
 	// references one that references …).
 	MaxReferenceDepthMax = 16
@@ -282,25 +285,29 @@ func (r *Registry) schema(ctx context.Context, id int) (compiled, error) {
 	if r.cl == nil {
 		return nil, fmt.Errorf("%w: schema id %d: no schema registry is configured (--schema-registry-url)", ErrSchemaUnknown, id)
 	}
-	if s, err, ok := r.cache.get(id); ok {
+	if s, err, ok := r.cache.get(id, time.Now()); ok {
 		return s, err
 	}
 	v, err, _ := r.flight.Do(fmt.Sprint(id), func() (any, error) {
-		if s, err, ok := r.cache.get(id); ok {
+		if s, err, ok := r.cache.get(id, time.Now()); ok {
 			return s, err
 		}
 		s, err := r.fetch(ctx, id)
-		if err != nil && !errors.Is(err, ErrRegistryUnavailable) && !errors.Is(err, ErrSchemaUnknown) {
-			// A schema that does not compile stays so: remembered, not fetched again.
-			r.cache.put(id, nil, err)
-			return nil, err
-		}
-		if err != nil {
-			// An unknown id is asked again for the next record: it may be registered
+		switch {
+		case errors.Is(err, ErrRegistryUnavailable):
+			return nil, err // asked again by the retry
+		case errors.Is(err, ErrSchemaUnknown):
+			// Remembered for a while, so that a run of records naming an unknown id
+			// costs one request, and then asked again: the id may have been registered
 			// meanwhile (a record produced before its schema reached this registry).
+			r.cache.put(id, nil, err, time.Now().Add(NotFoundTTL))
+			return nil, err
+		case err != nil:
+			// A schema that does not compile stays so: remembered, not fetched again.
+			r.cache.put(id, nil, err, time.Time{})
 			return nil, err
 		}
-		r.cache.put(id, s, nil)
+		r.cache.put(id, s, nil, time.Time{})
 		return s, nil
 	})
 	if err != nil {

@@ -281,8 +281,13 @@ func TestFailures(t *testing.T) {
 	b := setup(t, wireformat.Config{})
 	ctx := context.Background()
 
-	_, err := b.r.Decode(ctx, frame(t, 4242, nil, []byte{1, 2}))
-	require.ErrorIs(t, err, wireformat.ErrSchemaUnknown)
+	before := b.requests.Load()
+	for range 50 {
+		_, err := b.r.Decode(ctx, frame(t, 4242, nil, []byte{1, 2}))
+		require.ErrorIs(t, err, wireformat.ErrSchemaUnknown)
+	}
+	require.Equal(t, before+1, b.requests.Load(), "a run of records naming an unknown id costs one request")
+	var err error
 
 	// Avro bytes cut short, a Protobuf index naming no message.
 	full := avroOrderBytes(t, b.ids["orders-value"])
