@@ -93,14 +93,19 @@ func (c *Consumer) readFramed(ctx context.Context, b []byte, formats []workflow.
 	return value{v: rec.Value, raw: rec.JSON}, nil
 }
 
-// readKey reads r's key for the triggers that name it: a key in the schema registry
-// wire format decoded under its schema (whatever the value's format), any other key
-// as text. A record without a key has none (nil).
+// readKey reads r's key for its topic's triggers: a key in the schema registry wire
+// format, when a trigger names the key, decoded under its schema (whatever the value's
+// format); any other key as text. A record without a key, or of a topic without
+// triggers (nothing reads its key), has none (nil).
 func (c *Consumer) readKey(ctx context.Context, r *kgo.Record) (any, *readFailure) {
 	if r.Key == nil {
 		return nil, nil
 	}
-	if !wireformat.Framed(r.Key) || !c.triggersReadKey(r.Topic) {
+	specs := c.triggersFor(r.Topic)
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	if !wireformat.Framed(r.Key) || !readsKey(specs) {
 		return string(r.Key), nil
 	}
 	k, fail := c.readFramed(ctx, r.Key, nil)
@@ -111,10 +116,10 @@ func (c *Consumer) readKey(ctx context.Context, r *kgo.Record) (any, *readFailur
 	return k.v, nil
 }
 
-// triggersReadKey reports whether a trigger of topic reads the record's key (in its
-// input or as its dedupe key).
-func (c *Consumer) triggersReadKey(topic string) bool {
-	for _, spec := range c.triggersFor(topic) {
+// readsKey reports whether one of specs reads the record's key (in its input or as its
+// dedupe key).
+func readsKey(specs []triggerSpec) bool {
+	for _, spec := range specs {
 		t := spec.trigger
 		if t.DedupeKey != nil && t.DedupeKey.Part == workflow.RecordKey {
 			return true
