@@ -63,10 +63,10 @@ deps:
 	@[ -d $(SCHEMA_CLIENT)/node_modules ] || (cd $(SCHEMA_CLIENT) && npm ci --no-audit --no-fund --prefer-offline >/dev/null)
 
 ## doctor: what this machine lacks for make dev, the README and make test — Go, gcc,
-## Node.js and npm, PostgreSQL at DATABASE_URL, jq, kcat, Chromium, and whether the PORTS
-## make dev listens on are free — with the command that installs each; fails when
-## something is missing.
-PORTS ?= 8080 9092 9090
+## Node.js and npm, PostgreSQL at DATABASE_URL, jq, kcat, Chromium, the schema registry
+## tests' clients, and whether the PORTS make dev listens on are free — with the command
+## that installs each; fails when something is missing.
+PORTS ?= 8080 9092 9090 8081
 doctor:
 	@DATABASE_URL='$(DATABASE_URL)' PORTS='$(PORTS)' bash scripts/doctor.sh
 

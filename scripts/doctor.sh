@@ -103,6 +103,25 @@ else
 	line missing chromium "for the web console's browser test: make deps (or $APT chromium)"
 fi
 
+# The schema registry tests' producers, clients nobody here wrote: Confluent's Python
+# client with protoc for its generated classes (Debian), and kafkajs with
+# @kafkajs/confluent-schema-registry (npm, locked in consumer/testdata/schemaclient).
+if command -v protoc >/dev/null 2>&1; then
+	line ok protoc "$(command -v protoc)"
+else
+	line missing protoc "for the schema registry tests: make deps (or $APT protobuf-compiler)"
+fi
+if /usr/bin/python3 -c 'import confluent_kafka, google.protobuf, requests' >/dev/null 2>&1; then
+	line ok pyconfluent "/usr/bin/python3 has confluent_kafka, protobuf and requests"
+else
+	line missing pyconfluent "for the schema registry tests: make deps (or $APT python3-confluent-kafka python3-protobuf python3-requests)"
+fi
+if [ -d consumer/testdata/schemaclient/node_modules ]; then
+	line ok schemaclient "consumer/testdata/schemaclient/node_modules"
+else
+	line missing schemaclient "for the schema registry tests: make deps (or npm ci in consumer/testdata/schemaclient)"
+fi
+
 # make dev's ports on 127.0.0.1: taken, dev cannot start as shipped.
 for port in $PORTS; do
 	if timeout 3 bash -c ": >/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
