@@ -52,7 +52,7 @@ var layers = [][]string{
 	{"vocab"},     // 1: the stored vocabulary
 	{"workflow"},  // 2: the definition format
 	{"db"},        // 3: storage, the audit trail
-	{"outbound", "aggregator", "executor", "consumer", "callbacks"}, // 4: the engine
+	{"outbound", "aggregator", "executor", "consumer", "callbacks", "wireformat"}, // 4: the engine
 	{"server", "client"},             // 5: the operator surface, the process, the API client
 	{"cmd/", "harness/", "examples"}, // 6: binaries, harness, examples
 }
