@@ -25,7 +25,7 @@ func TestAdmissionLocksInOneOrder(t *testing.T) {
 	ctx := t.Context()
 	expect := func(types ...string) aggregator.Registration {
 		value, _ := aggregator.MatchValue("o-1")
-		reg := aggregator.Registration{Strategy: vocab.StrategyAll, Timeout: time.Hour, OnTimeout: aggregator.OnTimeoutFail}
+		reg := aggregator.Registration{Strategy: vocab.StrategyAll, Timeout: time.Hour, OnTimeout: vocab.OnTimeoutFail}
 		for _, typ := range types {
 			reg.Expected = append(reg.Expected, aggregator.Expected{Name: "e_" + typ, Source: "kafka", Topic: "orders", Type: typ,
 				Required: true, Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}})

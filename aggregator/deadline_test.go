@@ -159,9 +159,9 @@ func TestDeadlineMatrix(t *testing.T) {
 	sw, expired := f.sweeper(t, "sweeper")
 
 	const (
-		fail    = aggregator.OnTimeoutFail
-		cont    = aggregator.OnTimeoutContinue
-		partial = aggregator.OnTimeoutContinueWithPartial
+		fail    = vocab.OnTimeoutFail
+		cont    = vocab.OnTimeoutContinue
+		partial = vocab.OnTimeoutContinueWithPartial
 
 		waiting   = vocab.WaitWaiting
 		completed = vocab.WaitCompleted
@@ -463,8 +463,8 @@ func TestDeadlinePerEvent(t *testing.T) {
 			version   int64
 		}{
 			// kafka_event is required:false, so continue goes on without it.
-			{"api arrived, continue", aggregator.OnTimeoutContinue, []string{api}, "completed", 3},
-			{"nothing arrived, fail", aggregator.OnTimeoutFail, nil, "failed", 2},
+			{"api arrived, continue", vocab.OnTimeoutContinue, []string{api}, "completed", 3},
+			{"nothing arrived, fail", vocab.OnTimeoutFail, nil, "failed", 2},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -522,7 +522,7 @@ func TestDeadlinePerEvent(t *testing.T) {
 			{Name: api, Source: "callback", Required: true, TimeoutMS: 60_000},
 			{Name: kafka, Source: "kafka", Topic: "orders", TimeoutMS: 120_000},
 		})
-		reg.OnTimeout = aggregator.OnTimeoutContinueWithPartial
+		reg.OnTimeout = vocab.OnTimeoutContinueWithPartial
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
 		apiAt, kafkaAt := deadlineOf(t, ws, api), deadlineOf(t, ws, kafka)
@@ -791,7 +791,7 @@ func TestDeadlinePassedBeforeSweep(t *testing.T) {
 			{Name: api, Source: "callback"},
 			{Name: kafka, Source: "kafka", Topic: "orders", Required: true, TimeoutMS: 100},
 		})
-		reg.OnTimeout = aggregator.OnTimeoutContinueWithPartial
+		reg.OnTimeout = vocab.OnTimeoutContinueWithPartial
 		w := f.newWait(t, reg)
 		ws := f.waitState(t, w.ID)
 		stub.Set(deadlineOf(t, ws, kafka).Add(20 * time.Millisecond))

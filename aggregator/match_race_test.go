@@ -38,7 +38,7 @@ func TestMatchRacesDeadlineAndRedelivery(t *testing.T) {
 	for p := range pairs {
 		value, _ := aggregator.MatchValue(fmt.Sprintf("o-%d", p))
 		reg := aggregator.Registration{
-			Strategy: vocab.StrategyAll, Timeout: 1500 * time.Millisecond, OnTimeout: aggregator.OnTimeoutFail,
+			Strategy: vocab.StrategyAll, Timeout: 1500 * time.Millisecond, OnTimeout: vocab.OnTimeoutFail,
 			Expected: []aggregator.Expected{{Name: event, Source: "kafka", Topic: "payments", Required: true,
 				Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}}},
 		}

@@ -77,15 +77,21 @@ func (a *Aggregator) initTelemetry() error {
 			return err
 		}
 	}
-	// Series that alert rules divide by or compare exist from the start, at zero: a rate
-	// over a series that appears only with its first event is no rate at all.
+	in.zeroSeries()
+	return a.registerGauges(m)
+}
+
+// zeroSeries makes the series that alert rules divide by or compare exist from the
+// start, at zero: a rate over a series that appears only with its first event is no rate
+// at all.
+func (in *instruments) zeroSeries() {
 	ctx := context.Background()
 	for _, source := range []workflow.Source{SourceCallback, SourceKafka} {
 		for _, outcome := range []Outcome{Recorded, Completed} {
 			in.applied.Add(ctx, 0, metric.WithAttributes(attribute.String("source", string(source)), attribute.String("outcome", string(outcome))))
 		}
 	}
-	for _, onTimeout := range []vocab.OnTimeout{OnTimeoutFail, OnTimeoutContinue, OnTimeoutContinueWithPartial} {
+	for _, onTimeout := range []vocab.OnTimeout{vocab.OnTimeoutFail, vocab.OnTimeoutContinue, vocab.OnTimeoutContinueWithPartial} {
 		for _, outcome := range []string{"fail", "continue", "partial"} {
 			in.timeouts.Add(ctx, 0, metric.WithAttributes(attribute.String("on_timeout", string(onTimeout)), attribute.String("outcome", outcome)))
 		}
@@ -100,7 +106,11 @@ func (a *Aggregator) initTelemetry() error {
 	in.conflicts.Add(ctx, 0)
 	in.timersFired.Add(ctx, 0)
 	in.dbErrors.Add(ctx, 0, metric.WithAttributes(attribute.String("component", "aggregator")))
+}
 
+// registerGauges registers the gauges read from the database, all in one callback that
+// reads one cached snapshot.
+func (a *Aggregator) registerGauges(m metric.Meter) error {
 	waits, err := m.Int64ObservableGauge("rendezvous.wait_states",
 		metric.WithDescription("Open waits by status (waiting, scheduled), counted in the database."))
 	if err != nil {

@@ -162,11 +162,11 @@ func TestTelemetryDeadlines(t *testing.T) {
 	reg.End()
 
 	r := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
-	r.OnTimeout, r.TraceParent = aggregator.OnTimeoutContinueWithPartial, tp
+	r.OnTimeout, r.TraceParent = vocab.OnTimeoutContinueWithPartial, tp
 	o.newWait(t, r)
 	o.newWait(t, r)
 	failing := registration(vocab.StrategyAll, []aggregator.Expected{{Name: api, Source: "callback", Required: true}})
-	failing.OnTimeout = aggregator.OnTimeoutFail
+	failing.OnTimeout = vocab.OnTimeoutFail
 	o.newWait(t, failing)
 	timer := registration(vocab.StrategyAll, nil)
 	timer.Timer = &aggregator.Timer{At: time.Now().Add(time.Minute), Settings: map[string]any{"for": "1m"}}
@@ -181,9 +181,9 @@ func TestTelemetryDeadlines(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	require.EqualValues(t, 2, o.counter(t, "rendezvous.timeouts",
-		attribute.String("on_timeout", string(aggregator.OnTimeoutContinueWithPartial)), attribute.String("outcome", "partial")))
+		attribute.String("on_timeout", string(vocab.OnTimeoutContinueWithPartial)), attribute.String("outcome", "partial")))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timeouts",
-		attribute.String("on_timeout", string(aggregator.OnTimeoutFail)), attribute.String("outcome", "fail")))
+		attribute.String("on_timeout", string(vocab.OnTimeoutFail)), attribute.String("outcome", "fail")))
 	require.EqualValues(t, 2, o.counter(t, "rendezvous.nodes.warnings", attribute.String("reason", aggregator.WarningPartialData)))
 	require.EqualValues(t, 1, o.counter(t, "rendezvous.timers.fired"))
 	for _, name := range []string{"rendezvous.wait.timeout", "rendezvous.wait.timer"} {

@@ -9,14 +9,6 @@ import (
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
 
-// On-timeout policies: what a wait ended by a deadline does next (docs/definitions.md);
-// declared by the definition format.
-const (
-	OnTimeoutFail                = vocab.OnTimeoutFail
-	OnTimeoutContinue            = vocab.OnTimeoutContinue
-	OnTimeoutContinueWithPartial = vocab.OnTimeoutContinueWithPartial
-)
-
 // WarningPartialData is the reason the rendezvous.nodes.warnings metric counts a wait
 // that continued after events timed out (onTimeout continue_with_partial): its node
 // completed, and its record carries the warning.
@@ -105,13 +97,13 @@ func decideTimeout(strategy vocab.Strategy, onTimeout vocab.OnTimeout, expected 
 	missing := missingRequired(strategy, expected, required, received)
 	d.Missing = missing
 	switch onTimeout {
-	case OnTimeoutContinueWithPartial:
+	case vocab.OnTimeoutContinueWithPartial:
 		d.Continue = true
 		d.Partial = len(d.TimedOut) > 0
 		if d.Partial {
 			d.Warning = "timed out; continued with partial data, without " + strings.Join(d.TimedOut, ", ")
 		}
-	case OnTimeoutContinue:
+	case vocab.OnTimeoutContinue:
 		d.Continue = len(missing) == 0 || strategy == vocab.StrategyRequiredOnly
 	}
 	if !d.Continue {
@@ -122,7 +114,7 @@ func decideTimeout(strategy vocab.Strategy, onTimeout vocab.OnTimeout, expected 
 			}
 		}
 		what := "timed out waiting for " + strings.Join(absent, ", ")
-		if onTimeout == OnTimeoutContinue {
+		if onTimeout == vocab.OnTimeoutContinue {
 			d.Reason = fmt.Sprintf("%s (onTimeout continue needs %s, which did not arrive)", what, strings.Join(missing, ", "))
 		} else {
 			d.Reason = what

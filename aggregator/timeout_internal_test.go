@@ -40,24 +40,24 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 	// strategy -> arrival -> onTimeout -> outcome
 	want := map[vocab.Strategy]map[string]map[vocab.OnTimeout]string{
 		vocab.StrategyAll: {
-			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"required only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
+			"none":          {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: fail, vocab.OnTimeoutContinueWithPartial: cont},
+			"optional only": {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: fail, vocab.OnTimeoutContinueWithPartial: cont},
+			"required only": {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: cont, vocab.OnTimeoutContinueWithPartial: cont},
 		},
 		vocab.StrategyAny: {
-			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"optional only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
-			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+			"none":          {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: fail, vocab.OnTimeoutContinueWithPartial: cont},
+			"optional only": {vocab.OnTimeoutFail: done, vocab.OnTimeoutContinue: done, vocab.OnTimeoutContinueWithPartial: done},
+			"required only": {vocab.OnTimeoutFail: done, vocab.OnTimeoutContinue: done, vocab.OnTimeoutContinueWithPartial: done},
 		},
 		vocab.StrategyRequiredOnly: { // continue goes on with the required events that arrived
-			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
-			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: cont, OnTimeoutContinueWithPartial: cont},
-			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+			"none":          {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: cont, vocab.OnTimeoutContinueWithPartial: cont},
+			"optional only": {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: cont, vocab.OnTimeoutContinueWithPartial: cont},
+			"required only": {vocab.OnTimeoutFail: done, vocab.OnTimeoutContinue: done, vocab.OnTimeoutContinueWithPartial: done},
 		},
 		vocab.StrategyCustom: { // requiredEvents: [api_response]
-			"none":          {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"optional only": {OnTimeoutFail: fail, OnTimeoutContinue: fail, OnTimeoutContinueWithPartial: cont},
-			"required only": {OnTimeoutFail: done, OnTimeoutContinue: done, OnTimeoutContinueWithPartial: done},
+			"none":          {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: fail, vocab.OnTimeoutContinueWithPartial: cont},
+			"optional only": {vocab.OnTimeoutFail: fail, vocab.OnTimeoutContinue: fail, vocab.OnTimeoutContinueWithPartial: cont},
+			"required only": {vocab.OnTimeoutFail: done, vocab.OnTimeoutContinue: done, vocab.OnTimeoutContinueWithPartial: done},
 		},
 	}
 	for strategy, byArrival := range want {
@@ -89,7 +89,7 @@ func TestDecideTimeoutMatrix(t *testing.T) {
 					} else {
 						require.Empty(t, d.Reason)
 					}
-					require.Equal(t, policy == OnTimeoutContinueWithPartial, d.Partial)
+					require.Equal(t, policy == vocab.OnTimeoutContinueWithPartial, d.Partial)
 					if d.Partial {
 						require.Equal(t, "timed out; continued with partial data, without "+strings.Join(missing, ", "), d.Warning)
 					} else {
@@ -141,7 +141,7 @@ func TestDecideTimeoutEventDeadlines(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			required, err := RequiredSet(c.strategy, expected, custom)
 			require.NoError(t, err)
-			d := decideTimeout(c.strategy, OnTimeoutFail, expected, required, c.received, nil, overall, c.now)
+			d := decideTimeout(c.strategy, vocab.OnTimeoutFail, expected, required, c.received, nil, overall, c.now)
 			require.Equal(t, c.fire, d.Fire)
 			require.ElementsMatch(t, c.timedOut, d.TimedOut)
 			require.Equal(t, c.next, d.Next)
@@ -150,7 +150,7 @@ func TestDecideTimeoutEventDeadlines(t *testing.T) {
 
 	// Already timed-out events stay timed out and are not counted twice.
 	required, _ := RequiredSet(vocab.StrategyRequiredOnly, expected, nil)
-	d := decideTimeout(vocab.StrategyRequiredOnly, OnTimeoutContinueWithPartial, expected, required, nil, []string{EventKafka}, overall, apiAt)
+	d := decideTimeout(vocab.StrategyRequiredOnly, vocab.OnTimeoutContinueWithPartial, expected, required, nil, []string{EventKafka}, overall, apiAt)
 	require.True(t, d.Fire)
 	require.Equal(t, []string{EventKafka, EventAPIResponse}, d.TimedOut)
 	require.True(t, d.Continue)

@@ -52,7 +52,7 @@ func (a *Aggregator) registerTimer(ctx context.Context, tx pgx.Tx, r Registratio
 		RequiredEvents:      []byte("[]"),
 		EnabledEvents:       []byte("[]"),
 		ExpectedEvents:      []byte("[]"),
-		OnTimeout:           string(OnTimeoutFail),
+		OnTimeout:           string(vocab.OnTimeoutFail),
 		OutputMapping:       []byte("{}"),
 		ExpiresAt:           at,
 		NextDeadlineAt:      at,

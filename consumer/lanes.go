@@ -236,22 +236,27 @@ func (c *Consumer) processLane(ctx context.Context, recs []*kgo.Record) (failed 
 				continue
 			}
 			if it.skip != "" {
-				c.count(string(it.skip))
-				c.agg.RecordRejected(ctx, sourceKind, string(it.skip))
-				level := slog.LevelWarn
-				if len(c.triggersFor(it.rec.Topic)) > 0 {
-					level = slog.LevelDebug // a trigger's topic carries records of other types too
-				}
-				if c.logger.Enabled(ctx, level) { // the record's trace is read from its headers only for a line
-					c.logger.Log(c.recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
-						"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
-				}
+				c.skipped(ctx, it)
 			}
 			done[tp{it.rec.Topic, it.rec.Partition}] = it.rec
 		}
 	}
 	c.forgetLettered(done)
 	return failed, done, unavailable
+}
+
+// skipped counts and logs a record ignored for want of usable ids.
+func (c *Consumer) skipped(ctx context.Context, it item) {
+	c.count(string(it.skip))
+	c.agg.RecordRejected(ctx, sourceKind, string(it.skip))
+	level := slog.LevelWarn
+	if len(c.triggersFor(it.rec.Topic)) > 0 {
+		level = slog.LevelDebug // a trigger's topic carries records of other types too
+	}
+	if c.logger.Enabled(ctx, level) { // the record's trace is read from its headers only for a line
+		c.logger.Log(c.recordCtx(ctx, it.rec), level, "kafka record without usable ids ignored", "reason", it.skip, "topic", it.rec.Topic,
+			"partition", it.rec.Partition, "offset", it.rec.Offset, "instance_id", c.cfg.ClientID)
+	}
 }
 
 // isolate runs fn on each of items alone, after the database refused the data of the

@@ -82,20 +82,8 @@ func avroValue(s avro.Schema, v any) (any, error) {
 			return validText(x), nil
 		}
 	case avro.Int, avro.Long:
-		switch x := v.(type) {
-		case int:
-			return json.Number(strconv.Itoa(x)), nil
-		case int64:
-			return json.Number(strconv.FormatInt(x, 10)), nil
-		case int32:
-			return json.Number(strconv.FormatInt(int64(x), 10)), nil
-		case time.Time:
-			if logical == avro.Date {
-				return x.UTC().Format(time.DateOnly), nil
-			}
-			return x.UTC().Format(time.RFC3339Nano), nil
-		case time.Duration:
-			return timeOfDay(x), nil
+		if out, ok := avroIntegral(v, logical); ok {
+			return out, nil
 		}
 	case avro.Float:
 		if x, ok := v.(float32); ok {
@@ -106,26 +94,8 @@ func avroValue(s avro.Schema, v any) (any, error) {
 			return floatValue(x, 64), nil
 		}
 	case avro.Bytes, avro.Fixed:
-		switch x := v.(type) {
-		case *big.Rat:
-			scale := 0
-			if d, ok := s.(avro.LogicalTypeSchema).Logical().(*avro.DecimalLogicalSchema); ok {
-				scale = d.Scale()
-			}
-			return json.Number(x.FloatString(scale)), nil
-		case []byte:
-			return base64.StdEncoding.EncodeToString(x), nil
-		case avro.LogicalDuration:
-			return map[string]any{"months": json.Number(strconv.FormatUint(uint64(x.Months), 10)),
-				"days": json.Number(strconv.FormatUint(uint64(x.Days), 10)), "milliseconds": json.Number(strconv.FormatUint(uint64(x.Milliseconds), 10))}, nil
-		default:
-			// A fixed arrives as a byte array of its size.
-			rv := reflect.ValueOf(v)
-			if rv.Kind() == reflect.Array && rv.Type().Elem().Kind() == reflect.Uint8 {
-				b := make([]byte, rv.Len())
-				reflect.Copy(reflect.ValueOf(b), rv)
-				return base64.StdEncoding.EncodeToString(b), nil
-			}
+		if out, ok := avroBytes(s, v); ok {
+			return out, nil
 		}
 	case avro.Record:
 		m, _ := v.(map[string]any)
@@ -162,32 +132,85 @@ func avroValue(s avro.Schema, v any) (any, error) {
 		}
 		return out, nil
 	case avro.Union:
-		if v == nil {
-			return nil, nil
+		return avroUnion(s.(*avro.UnionSchema), v)
+	}
+	return nil, fmt.Errorf("unexpected %T for an Avro %s", v, s.Type())
+}
+
+// avroIntegral is an int or long as an exact JSON number, or its logical type's text (a
+// date, a timestamp, a time of day).
+func avroIntegral(v any, logical avro.LogicalType) (any, bool) {
+	switch x := v.(type) {
+	case int:
+		return json.Number(strconv.Itoa(x)), true
+	case int64:
+		return json.Number(strconv.FormatInt(x, 10)), true
+	case int32:
+		return json.Number(strconv.FormatInt(int64(x), 10)), true
+	case time.Time:
+		if logical == avro.Date {
+			return x.UTC().Format(time.DateOnly), true
 		}
-		branches := s.(*avro.UnionSchema).Types()
-		// hamba hands a branch it resolves to a Go type over as its value, and one it
-		// does not (a named type) as {branch name: value}.
-		if m, ok := v.(map[string]any); ok && len(m) == 1 {
-			for name, bv := range m {
-				for _, branch := range branches {
-					if avroBranchName(branch) == name {
-						return avroValue(branch, bv)
-					}
+		return x.UTC().Format(time.RFC3339Nano), true
+	case time.Duration:
+		return timeOfDay(x), true
+	}
+	return nil, false
+}
+
+// avroBytes is bytes or a fixed as base64, or its logical type's value (an exact
+// decimal, a duration).
+func avroBytes(s avro.Schema, v any) (any, bool) {
+	switch x := v.(type) {
+	case *big.Rat:
+		scale := 0
+		if d, ok := s.(avro.LogicalTypeSchema).Logical().(*avro.DecimalLogicalSchema); ok {
+			scale = d.Scale()
+		}
+		return json.Number(x.FloatString(scale)), true
+	case []byte:
+		return base64.StdEncoding.EncodeToString(x), true
+	case avro.LogicalDuration:
+		return map[string]any{"months": json.Number(strconv.FormatUint(uint64(x.Months), 10)),
+			"days": json.Number(strconv.FormatUint(uint64(x.Days), 10)), "milliseconds": json.Number(strconv.FormatUint(uint64(x.Milliseconds), 10))}, true
+	default:
+		// A fixed arrives as a byte array of its size.
+		rv := reflect.ValueOf(v)
+		if rv.Kind() == reflect.Array && rv.Type().Elem().Kind() == reflect.Uint8 {
+			b := make([]byte, rv.Len())
+			reflect.Copy(reflect.ValueOf(b), rv)
+			return base64.StdEncoding.EncodeToString(b), true
+		}
+	}
+	return nil, false
+}
+
+// avroUnion is a union's value: its branch's, unwrapped.
+func avroUnion(s *avro.UnionSchema, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	branches := s.Types()
+	// hamba hands a branch it resolves to a Go type over as its value, and one it
+	// does not (a named type) as {branch name: value}.
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		for name, bv := range m {
+			for _, branch := range branches {
+				if avroBranchName(branch) == name {
+					return avroValue(branch, bv)
 				}
 			}
 		}
-		for _, branch := range branches {
-			if branch.Type() == avro.Null {
-				continue
-			}
-			if out, err := avroValue(branch, v); err == nil {
-				return out, nil
-			}
-		}
-		return nil, fmt.Errorf("a %T fits no branch of the union", v)
 	}
-	return nil, fmt.Errorf("unexpected %T for an Avro %s", v, s.Type())
+	for _, branch := range branches {
+		if branch.Type() == avro.Null {
+			continue
+		}
+		if out, err := avroValue(branch, v); err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("a %T fits no branch of the union", v)
 }
 
 // avroBranchName is the name hamba keys a union's value by: a named type's full name,

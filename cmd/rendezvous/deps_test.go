@@ -1,7 +1,12 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -92,4 +97,63 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Limits of the product's pieces: a function longer than this is split into functions
+// named after what they do, a file longer than that into files named after what they hold.
+const (
+	maxFuncLines = 100
+	maxFileLines = 600
+)
+
+// TestNoLongPieces fails on a product function over maxFuncLines or a product file over
+// maxFileLines. Tests, generated code, the harness and its binaries, and the examples
+// are not product code.
+func TestNoLongPieces(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	notProduct := []string{"harness", "cmd/rendezvous-bench", "cmd/rendezvous-chaos", "examples", "db/dbsqlc", "server/console/web"}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "testdata" || slices.Contains(notProduct, rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		if n := fset.File(f.Pos()).LineCount(); n > maxFileLines {
+			t.Errorf("%s: %d lines (at most %d)", rel, n, maxFileLines)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var body *ast.BlockStmt
+			name := "a function literal"
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				body, name = n.Body, n.Name.Name
+			case *ast.FuncLit:
+				body = n.Body
+			}
+			if body != nil {
+				if lines := fset.Position(body.End()).Line - fset.Position(n.Pos()).Line + 1; lines > maxFuncLines {
+					t.Errorf("%s:%d: %s is %d lines (at most %d)", rel, fset.Position(n.Pos()).Line, name, lines, maxFuncLines)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
 }

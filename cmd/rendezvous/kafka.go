@@ -121,28 +121,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var noMigrate bool
 	o := serveOptions(&cfg, &c, &noMigrate)
-	o.name = "dev"
-	o.summary = `Runs everything in one process for trying rendezvous out: an embedded Kafka broker,
-migrations, the example definitions and a replica, against a local PostgreSQL.`
-	o.examples = []string{
-		"rendezvous dev",
-		"rendezvous dev --database-url 'postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable' --http-addr 127.0.0.1:9080 --kafka-port 9093 --example-service-addr 127.0.0.1:9091",
-	}
-	o.help = stdout
-	o.inSection("Development")
-	var port, registryPort int
-	o.Int(&port, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
-	o.Int(&registryPort, "schema-registry-port", "RENDEZVOUS_DEV_SCHEMA_REGISTRY_PORT", 8081, "port of the embedded schema registry on 127.0.0.1, used unless --schema-registry-url names another")
-	var exampleAddr string
-	o.String(&exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
-	// dev logs for a person watching one replica try the examples: as text, and at
-	// debug, every step of every execution.
-	o.setDefault("log-format", "text")
-	o.setDefault("log-level", "debug")
-	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
-	// without authentication, and only this machine can reach it.
-	o.setDefault("http-addr", devHTTPAddr)
-	o.setDefault("database-url", localDatabaseURL)
+	d := devOptions(o, stdout)
 	if err := o.parse(args); err != nil {
 		return err
 	}
@@ -154,37 +133,22 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 		return err
 	}
 	logger.Debug("garbage collector", gctune.Apply().LogAttrs()...)
-	auth := "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)"
-	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
-		cfg.Auth.Insecure = true
+	auth, err := devAuth(&cfg)
+	if err != nil {
+		return err
 	}
-	if cfg.Auth.Insecure {
-		for _, addr := range []string{cfg.HTTPAddr, cfg.AdminAddr} {
-			if addr != "" && !loopback(addr) {
-				return fmt.Errorf("--http-addr/--admin-addr %s: dev runs without authentication, so it listens on loopback only (127.0.0.1:PORT); set RENDEZVOUS_BOOTSTRAP_TOKEN to listen elsewhere", addr)
-			}
-		}
-		auth = "OFF: no token needed, loopback only (set RENDEZVOUS_BOOTSTRAP_TOKEN to turn it on)"
-	}
-	broker, err := startBroker(port)
+	broker, err := startBroker(d.kafkaPort)
 	if err != nil {
 		return err
 	}
 	defer broker.Close()
-	registryURL, stopRegistry, err := startRegistry(registryPort)
+	registryURL, stopRegistry, err := startRegistry(d.registryPort)
 	if err != nil {
 		return err
 	}
 	defer stopRegistry()
 	if len(cfg.Kafka.SchemaRegistry.URLs) == 0 {
 		cfg.Kafka.SchemaRegistry.URLs = []string{registryURL}
-	}
-
-	// With authentication on, the banner's commands carry the bootstrap token by name,
-	// never by value (the terminal may be shared or recorded).
-	cliAuth := ""
-	if !cfg.Auth.Insecure && cfg.Auth.BootstrapToken != "" {
-		cliAuth = "RENDEZVOUS_TOKEN=$RENDEZVOUS_BOOTSTRAP_TOKEN "
 	}
 	cfg.DatabaseURL = c.databaseURL
 	cfg.AutoMigrate = true
@@ -197,8 +161,8 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 		return err
 	}
 	serviceURL := ""
-	if exampleAddr != "" {
-		example, err := startExampleService(exampleAddr, "http://"+displayAddr(s.Addr()), logger)
+	if d.exampleAddr != "" {
+		example, err := startExampleService(d.exampleAddr, "http://"+displayAddr(s.Addr()), logger)
 		if err != nil {
 			s.Close()
 			return err
@@ -211,7 +175,78 @@ migrations, the example definitions and a replica, against a local PostgreSQL.`
 		s.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, `
+	printDevBanner(stdout, devBanner{addr: displayAddr(s.Addr()), brokers: broker.ListenAddrs(), databaseURL: c.databaseURL,
+		loaded: loaded, auth: auth, cliAuth: devCLIAuth(cfg), serviceURL: serviceURL, registries: cfg.Kafka.SchemaRegistry.URLs})
+	return s.Run(ctx)
+}
+
+// devFlags are the flags dev has beside serve's.
+type devFlags struct {
+	kafkaPort, registryPort int
+	exampleAddr             string
+}
+
+// devOptions turns serve's options into dev's: its own flags, and defaults for a person
+// trying the examples on this machine.
+func devOptions(o *options, stdout io.Writer) *devFlags {
+	o.name = "dev"
+	o.summary = `Runs everything in one process for trying rendezvous out: an embedded Kafka broker,
+migrations, the example definitions and a replica, against a local PostgreSQL.`
+	o.examples = []string{
+		"rendezvous dev",
+		"rendezvous dev --database-url 'postgres://postgres@127.0.0.1:5432/mydb?sslmode=disable' --http-addr 127.0.0.1:9080 --kafka-port 9093 --example-service-addr 127.0.0.1:9091",
+	}
+	o.help = stdout
+	o.inSection("Development")
+	d := &devFlags{}
+	o.Int(&d.kafkaPort, "kafka-port", "RENDEZVOUS_DEV_KAFKA_PORT", 9092, "port of the embedded broker on 127.0.0.1")
+	o.Int(&d.registryPort, "schema-registry-port", "RENDEZVOUS_DEV_SCHEMA_REGISTRY_PORT", 8081, "port of the embedded schema registry on 127.0.0.1, used unless --schema-registry-url names another")
+	o.String(&d.exampleAddr, "example-service-addr", "RENDEZVOUS_DEV_EXAMPLE_SERVICE_ADDR", exampleServiceAddrDefault, "listen address of the stand-in for the external service the examples call (empty: none)")
+	// dev logs for a person watching one replica try the examples: as text, and at
+	// debug, every step of every execution.
+	o.setDefault("log-format", "text")
+	o.setDefault("log-level", "debug")
+	// dev listens on loopback only: without a bootstrap token or an OIDC issuer it runs
+	// without authentication, and only this machine can reach it.
+	o.setDefault("http-addr", devHTTPAddr)
+	o.setDefault("database-url", localDatabaseURL)
+	return d
+}
+
+// devAuth turns authentication off when no token or issuer is set — refusing then to
+// listen beyond loopback — and says which it is, for the banner.
+func devAuth(cfg *server.Config) (string, error) {
+	if cfg.Auth.BootstrapToken == "" && cfg.Auth.OIDC.Issuer == "" {
+		cfg.Auth.Insecure = true
+	}
+	if !cfg.Auth.Insecure {
+		return "bearer tokens (RENDEZVOUS_BOOTSTRAP_TOKEN or OIDC)", nil
+	}
+	for _, addr := range []string{cfg.HTTPAddr, cfg.AdminAddr} {
+		if addr != "" && !loopback(addr) {
+			return "", fmt.Errorf("--http-addr/--admin-addr %s: dev runs without authentication, so it listens on loopback only (127.0.0.1:PORT); set RENDEZVOUS_BOOTSTRAP_TOKEN to listen elsewhere", addr)
+		}
+	}
+	return "OFF: no token needed, loopback only (set RENDEZVOUS_BOOTSTRAP_TOKEN to turn it on)", nil
+}
+
+// devCLIAuth is what the banner's commands carry to authenticate: the bootstrap token by
+// name, never by value (the terminal may be shared or recorded).
+func devCLIAuth(cfg server.Config) string {
+	if !cfg.Auth.Insecure && cfg.Auth.BootstrapToken != "" {
+		return "RENDEZVOUS_TOKEN=$RENDEZVOUS_BOOTSTRAP_TOKEN "
+	}
+	return ""
+}
+
+// devBanner is what dev prints once it is ready.
+type devBanner struct {
+	addr, databaseURL, auth, cliAuth, serviceURL string
+	brokers, loaded, registries                  []string
+}
+
+func printDevBanner(w io.Writer, b devBanner) {
+	fmt.Fprintf(w, `
 rendezvous dev
   HTTP API and callbacks   http://%[1]s   (OpenAPI: /openapi.json)
   authentication           %[5]s
@@ -226,9 +261,8 @@ rendezvous dev
 Try it (the README's walkthrough has more):
   %[6]sbin/rendezvous executions start shipment-kafka --input '{"shipment":"S-1"}' --server http://%[1]s
   %[6]sbin/rendezvous waits list --server http://%[1]s
-`, displayAddr(s.Addr()), strings.Join(broker.ListenAddrs(), ","), redact(c.databaseURL), strings.Join(loaded, ", "), auth, cliAuth, orNone(serviceURL), os.Getpid(),
-		strings.Join(cfg.Kafka.SchemaRegistry.URLs, ","))
-	return s.Run(ctx)
+`, b.addr, strings.Join(b.brokers, ","), redact(b.databaseURL), strings.Join(b.loaded, ", "), b.auth, b.cliAuth, orNone(b.serviceURL), os.Getpid(),
+		strings.Join(b.registries, ","))
 }
 
 const localDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

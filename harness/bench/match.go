@@ -331,7 +331,7 @@ func matchEarly(ctx context.Context, pool *pgxpool.Pool, agg *aggregator.Aggrega
 				return err
 			}
 			ws, err := agg.Register(ctx, tx, aggregator.Registration{ExecutionID: execID, NodeID: "wait", CorrelationID: db.NewID(),
-				Strategy: vocab.StrategyAll, Timeout: 7 * 24 * time.Hour, OnTimeout: aggregator.OnTimeoutFail,
+				Strategy: vocab.StrategyAll, Timeout: 7 * 24 * time.Hour, OnTimeout: vocab.OnTimeoutFail,
 				OutputMapping: map[string]string{"paid": "paid"},
 				Expected: []aggregator.Expected{{Name: "paid", Source: aggregator.SourceKafka, Topic: matchTopic, Required: true,
 					Match: &aggregator.ExpectedMatch{Left: "order.id", Value: value}, LookbackMS: lookback.Milliseconds()}}})
