@@ -70,12 +70,17 @@ PORTS ?= 8080 9092 9090 8081
 doctor:
 	@DATABASE_URL='$(DATABASE_URL)' PORTS='$(PORTS)' bash scripts/doctor.sh
 
-## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector.
-## One package at a time (-p 1): every package's tests start services on the one local
-## PostgreSQL, and two heavy packages side by side came within a few connections of its
-## max_connections (100); each package's own tests still run in parallel.
+## test: what CI runs — system deps, vet, generated-code freshness, the whole suite with the race detector,
+## then the ten slowest tests. Two packages at a time (-p 2): every package's tests open
+## connections to the one local PostgreSQL, so each takes a share of it first (a slot; all of
+## them for the few that run several replicas, harness/testkit's NeedsWholeServer). gotestsum
+## runs go test and keeps its events for the slowest-tests list (bin/test-events.json).
+GOTESTSUM := go run gotest.tools/gotestsum@v1.13.0
+TEST_EVENTS := $(BIN)/test-events.json
 test: deps vet verify
-	go test -race -count=1 -p 1 -timeout 12m ./...
+	@mkdir -p $(BIN)
+	@$(GOTESTSUM) --format standard-quiet --jsonfile $(TEST_EVENTS) -- -race -count=1 -p 2 -timeout 12m ./...; rc=$$?; \
+	echo; echo "The ten slowest tests:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_EVENTS) --num 10; exit $$rc
 
 ## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples.
 ## The binary is built, then run by exec (go run would exit 1 on the signal). Ctrl-C in

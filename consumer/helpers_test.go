@@ -31,6 +31,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Up to three tests at once run replicas with their pools: the server is theirs.
+	testkit.NeedsWholeServer()
 	testkit.VerifyTestMain(m)
 }
 

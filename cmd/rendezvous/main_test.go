@@ -152,6 +152,8 @@ func TestCommandLine(t *testing.T) {
 
 // TestMain removes the binary the deployment tests build once for the whole run.
 func TestMain(m *testing.M) {
+	// The README's recipes run several replicas as processes: the server is theirs.
+	testkit.NeedsWholeServer()
 	testkit.VerifyTestMain(m, func() {
 		if release.dir != "" {
 			_ = os.RemoveAll(release.dir)

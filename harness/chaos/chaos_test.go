@@ -18,6 +18,8 @@ import (
 // TestMain fails the package when a test leaves a goroutine behind: the harness's
 // clients, servers and timers must all be gone when Run returns.
 func TestMain(m *testing.M) {
+	// Three real replicas per run, and the kill tests beside them: the server is theirs.
+	testkit.NeedsWholeServer()
 	testkit.VerifyTestMain(m)
 }
 
