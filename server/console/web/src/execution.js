@@ -113,7 +113,7 @@ export function executionView(id, params) {
         exec.redrive_count ? [h('dt', {}, 'Redriven'), h('dd', { id: 'execution-redriven' }, `${exec.redrive_count} time${exec.redrive_count === 1 ? '' : 's'}, last `, when(exec.redriven_at))] : null,
         exec.restarted_from ? [h('dt', {}, 'Restart of'), h('dd', {}, idText(exec.restarted_from, `#/executions/${encodeURIComponent(exec.restarted_from)}`))] : null,
         exec.restarted_as ? [h('dt', {}, 'Restarted as'), h('dd', { id: 'execution-restarted-as' }, idText(exec.restarted_as, `#/executions/${encodeURIComponent(exec.restarted_as)}`))] : null,
-        h('dt', {}, 'Input'), h('dd', {}, h('pre', { class: 'json' }, pretty(exec.input)))));
+        h('dt', {}, 'Input'), h('dd', {}, h('pre', { class: 'json', tabindex: '0' }, pretty(exec.input)))));
   }
 
   function renderGraph() {
@@ -140,7 +140,7 @@ export function executionView(id, params) {
           h('dt', {}, 'Finished'), h('dd', {}, when(n.finished_at)),
           n.error ? [h('dt', {}, 'Error'), h('dd', { id: 'node-error', class: 'detail-error' }, n.error)] : null,
           n.warning ? [h('dt', {}, 'Warning'), h('dd', { id: 'node-warning', class: 'detail-warning', role: 'note' }, n.warning)] : null,
-          n.output !== undefined ? [h('dt', {}, 'Output'), h('dd', {}, h('pre', { id: 'node-output', class: 'json' }, pretty(n.output)))] : null)
+          n.output !== undefined ? [h('dt', {}, 'Output'), h('dd', {}, h('pre', { id: 'node-output', class: 'json', tabindex: '0' }, pretty(n.output)))] : null)
           : h('p', { class: 'muted' }, 'This node has not run in this execution.'),
         w ? waitSection(w) : null);
     }

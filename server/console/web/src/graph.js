@@ -61,7 +61,7 @@ export class GraphView {
       const warningTitle = s('title', {});
       const warning = s('g', { class: 'node-warning', transform: `translate(${left + w - PAD - 8} ${top + 18})`, role: 'note' },
         s('path', { d: 'M 0 -9 L 9 7 L -9 7 Z' }), s('text', { x: 0, y: 5, 'text-anchor': 'middle' }, '!'), warningTitle);
-      const group = s('g', { class: 'node', 'data-node-id': id, 'data-node-type': node.type || '', 'data-node-state': 'not_reached', tabindex: '0', role: 'button', 'aria-label': `node ${id}` },
+      const group = s('g', { class: 'node', 'data-node-id': id, 'data-node-type': node.type || '', 'data-node-state': 'not_reached', tabindex: '0', role: 'button', 'aria-pressed': 'false' },
         s('rect', { x: left, y: top, width: w, height: hgt, rx: 8 }),
         s('text', { x: left + PAD, y: top + 20, class: 'node-id' }, id),
         s('text', { x: left + PAD, y: top + 32, class: 'node-type' }, node.type || ''),
@@ -73,7 +73,7 @@ export class GraphView {
       this.nodes.set(id, { group, status, warningTitle });
       nodeLayer.appendChild(group);
     }
-    this.el = s('svg', { class: 'graph', id: 'graph', viewBox: `0 0 ${Math.ceil(width)} ${Math.ceil(height)}`, width: Math.ceil(width), height: Math.ceil(height), role: 'img', 'aria-label': 'The workflow graph' },
+    this.el = s('svg', { class: 'graph', id: 'graph', viewBox: `0 0 ${Math.ceil(width)} ${Math.ceil(height)}`, width: Math.ceil(width), height: Math.ceil(height), role: 'group', 'aria-label': 'The workflow graph' },
       defs, edgeLayer, nodeLayer);
   }
 
@@ -87,6 +87,7 @@ export class GraphView {
       group.dataset.nodeState = st;
       group.dataset.spinning = spinning.has(id) ? 'true' : 'false';
       group.classList.toggle('selected', id === selected);
+      group.setAttribute('aria-pressed', String(id === selected));
       if (warn) group.dataset.warning = warn;
       else delete group.dataset.warning;
       warningTitle.textContent = warn ? `warning: ${warn}` : '';

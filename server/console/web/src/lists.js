@@ -252,6 +252,7 @@ export function rowActions(scope, out, refresh) {
   const actions = ACTIONS.filter((a) => a.scope === scope);
   return {
     title: 'Actions',
+    class: 'actions',
     cell: (item) => {
       const ctx = { item };
       const shown = actions.filter((a) => canAct(a) && a.applies(ctx));
@@ -347,7 +348,7 @@ export function deadLettersView(params) {
     { title: 'Execution', cell: (d) => idText(d.execution_id, execLink(d.execution_id)) },
     { title: 'Source', cell: (d) => sourceText(d.source) },
     { title: 'Buffered', cell: (d) => when(d.buffered_at) },
-    { title: 'Payload', cell: (d) => h('pre', { class: 'json' }, pretty(d.payload)) },
+    { title: 'Payload', cell: (d) => h('pre', { class: 'json', tabindex: '0' }, pretty(d.payload)) },
     resolutionColumn, rowActions('dead-letter', answerOut, () => refresh()),
   ];
   const begin = latest();

@@ -4,11 +4,18 @@
 import { h, replace } from './dom.js';
 import { countdown, fmtTime, ago } from './format.js';
 
-// idText shows a full id in monospace with a copy button: ids of executions started in
-// the same minute share their first digits (UUIDv7 begins with the time), so only the
-// whole id tells them apart. link, when given, is where the id leads.
+// idText shows an id in monospace with a copy button. A long id (a UUID) is shortened to
+// its first and last eight digits: ids of executions started in the same minute share
+// their first digits (UUIDv7 begins with the time), so the end is what tells them apart.
+// The whole id stays in the element (hidden from the eye, not from search in the page or
+// a screen reader), in its tooltip, and is what the copy button copies. link, when given,
+// is where the id leads.
 export function idText(id, link) {
-  const text = link ? h('a', { class: 'id', href: link, 'data-id': id }, id) : h('code', { class: 'id', 'data-id': id }, id);
+  const parts = id.length > 20
+    ? [h('span', { class: 'id-head' }, id.slice(0, 8)), h('span', { class: 'id-mid' }, id.slice(8, -8)), h('span', { class: 'id-tail' }, id.slice(-8))]
+    : [id];
+  const attrs = { class: 'id', 'data-id': id, title: id };
+  const text = link ? h('a', { ...attrs, href: link }, parts) : h('code', attrs, parts);
   const btn = h('button', { type: 'button', class: 'copy', title: 'Copy the id', 'aria-label': `Copy ${id}` }, 'copy');
   btn.addEventListener('click', async (ev) => {
     ev.preventDefault();
@@ -68,7 +75,7 @@ export function since(iso) {
 export function table(id, columns, items, row) {
   return h('div', { class: 'table-wrap' },
     h('table', { id, class: 'list' },
-      h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c.title)))),
+      h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col', class: c.class }, c.title)))),
       h('tbody', {}, items.map((it) => h('tr', row ? row(it) : {}, columns.map((c) => h('td', { class: c.class }, c.cell(it))))))));
 }
 

@@ -1,0 +1,234 @@
+package console_test
+
+// The console as a new operator meets it, in headless Chromium against a real service:
+// every page at 1400 and 1024 px with nothing an operator acts on out of reach, a missing
+// execution, the builder's forms, its JSON tab, its save flow, its drafts, and what the
+// Send event form offers. Each part is one story; they share one service and one browser
+// because a browser per story would cost more than the stories.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/rendezvous-run/rendezvous/harness/testkit"
+)
+
+// widths are the viewport widths every page must fit: a laptop and a small one.
+var widths = []int64{1400, 1024}
+
+// journey is what the stories share: the service, its fake external service and the
+// executions set up before the browser opens.
+type journey struct {
+	base      string
+	fake      *testkit.FakeService
+	nextCall  func(t *testing.T) map[string]any
+	waiting   string // a shipment waiting for its callback and record
+	corrID    string // the waiting shipment's correlation id
+	failed    string // an approval whose wait was cancelled with fail
+	deadOwner string // a cool-off execution cancelled with a buffered event: one dead letter
+}
+
+func (j *journey) put(t *testing.T, def map[string]any) {
+	t.Helper()
+	status, body := testkit.DoJSON(t, http.MethodPut, j.base+"/api/v1/workflows/"+def["name"].(string), def, nil)
+	require.Equal(t, http.StatusCreated, status, body)
+}
+
+func (j *journey) start(t *testing.T, name string, input map[string]any) string {
+	t.Helper()
+	status, body := testkit.DoJSON(t, http.MethodPost, j.base+"/api/v1/workflows/"+name+"/executions", map[string]any{"input": input}, nil)
+	require.Equal(t, http.StatusCreated, status, body)
+	return body["id"].(string)
+}
+
+// setUpJourney stores the workflows and makes one of each thing a page lists: a waiting
+// execution, an unmatched (late) callback, a failed execution and a dead letter.
+func setUpJourney(t *testing.T) *journey {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	j := &journey{}
+	j.fake, j.nextCall = newFakeService(t)
+	j.base = "http://" + startService(t, cluster).Addr()
+
+	j.put(t, map[string]any{
+		"name": "shipment", "vars": map[string]any{"svc": j.fake.URL},
+		"nodes": []any{
+			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
+				"apiCall":    map[string]any{"url": "@{_vars.svc}/process"},
+				"kafkaEvent": map[string]any{"topic": "journey.shipments"},
+				"timeout":    600,
+			}},
+			map[string]any{"id": "notify", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+		},
+		"edges": []any{map[string]any{"source": "wait", "target": "notify"}},
+	})
+	j.put(t, map[string]any{
+		"name": "approval", "vars": map[string]any{"svc": j.fake.URL},
+		"nodes": []any{
+			map[string]any{"id": "approval", "type": "wait_events", "data": map[string]any{
+				"events": []any{map[string]any{"name": "approval", "source": "send", "type": "approved"}}, "timeout": 600,
+			}},
+			map[string]any{"id": "approved", "type": "http", "data": map[string]any{"url": "@{_vars.svc}/done", "method": "POST"}},
+		},
+		"edges": []any{map[string]any{"source": "approval", "target": "approved"}},
+	})
+	j.put(t, map[string]any{"name": "cool-off", "nodes": []any{map[string]any{"id": "cool_off", "type": "wait", "data": map[string]any{"for": "1h"}}}})
+
+	// A shipment waiting for its record, with its callback arrived twice.
+	done := j.start(t, "shipment", map[string]any{"order": "A-1001", "amount": 120})
+	call := j.nextCall(t)
+	status, body := testkit.DoJSON(t, http.MethodPost, j.base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": done, "correlation_id": call["correlation_id"], "decision": "ok"}, nil)
+	require.Equal(t, http.StatusAccepted, status, body)
+	// The wait still needs the Kafka record: a second callback is an api_response
+	// already recorded, listed as unmatched.
+	testkit.DoJSON(t, http.MethodPost, j.base+"/api/internal/callbacks/acme",
+		map[string]any{"execution_id": done, "correlation_id": call["correlation_id"], "decision": "again"}, nil)
+	j.waiting, j.corrID = done, call["correlation_id"].(string)
+
+	j.failed = j.start(t, "approval", map[string]any{"order": "A-1002", "amount": 80})
+	status, body = testkit.DoJSON(t, http.MethodPost, j.base+"/api/v1/executions/"+j.failed+"/waits/approval/cancel", map[string]any{"then": "fail", "reason": "wrong approver"}, nil)
+	require.Equal(t, http.StatusOK, status, body)
+
+	j.deadOwner = j.start(t, "cool-off", map[string]any{"order": "A-1003"})
+	status, body = testkit.DoJSON(t, http.MethodPost, j.base+"/api/v1/executions/"+j.deadOwner+"/events", map[string]any{"type": "reminder", "payload": map[string]any{"n": 1}}, nil)
+	require.Equal(t, http.StatusAccepted, status, body)
+	status, body = testkit.DoJSON(t, http.MethodPost, j.base+"/api/v1/executions/"+j.deadOwner+"/cancel", map[string]any{"reason": "journey"}, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	return j
+}
+
+// TestConsoleJourney runs the stories in order on one page; a story that fails leaves
+// the page in an unknown state, so the rest are not run.
+func TestConsoleJourney(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	j := setUpJourney(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	p := openBrowser(t, ctx, chromium, j.base)
+	for _, part := range []struct {
+		name string
+		run  func(*testing.T, *page, *journey)
+	}{
+		{"EveryPageFits", everyPageFits},
+	} {
+		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
+			return
+		}
+	}
+	p.noProblems(t)
+}
+
+// viewport sets the page's viewport width (900 px high).
+func (p *page) viewport(t *testing.T, width int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(width, 900)))
+}
+
+// reachJS lists what an operator cannot reach on the page: the document wider than the
+// viewport, and each visible action button (an action, a row's action, the builder's
+// bar, a pager, a filter's Apply) whose middle is not on screen or is covered (cut off
+// by a table scrolled sideways, say). The page is scrolled vertically to each in turn.
+const reachJS = `(() => {
+  const out = { width: innerWidth, scrollWidth: document.documentElement.scrollWidth, unreachable: [], checked: 0 };
+  const sel = 'button[data-action], .row-actions button, .builder-bar button, .pager button, form[role=search] button';
+  const buttons = [...document.querySelectorAll(sel)].filter((b) => b.getClientRects().length > 0 && getComputedStyle(b).visibility !== 'hidden');
+  for (const b of buttons) {
+    let r = b.getBoundingClientRect();
+    window.scrollBy(0, r.top - innerHeight / 2);
+    r = b.getBoundingClientRect();
+    const x = r.left + r.width / 2, y = r.top + r.height / 2;
+    const at = document.elementFromPoint(x, y);
+    out.checked++;
+    if (r.left < 0 || r.right > innerWidth || !at || !(at === b || b.contains(at))) {
+      out.unreachable.push((b.dataset.action || b.id || b.textContent.trim()) + ' at x=' + Math.round(r.left) + '..' + Math.round(r.right));
+    }
+  }
+  window.scrollTo(0, 0);
+  return out;
+})()`
+
+type reach struct {
+	Width       int      `json:"width"`
+	ScrollWidth int      `json:"scrollWidth"`
+	Unreachable []string `json:"unreachable"`
+	Checked     int      `json:"checked"`
+}
+
+// requireReachable fails when the page is wider than its viewport or an action button
+// lies outside it.
+func (p *page) requireReachable(t *testing.T, what string, width int64) {
+	t.Helper()
+	r, err := eval[reach](p, reachJS)
+	require.NoError(t, err)
+	require.LessOrEqual(t, r.ScrollWidth, int(width), "%s at %d px: the page is wider than the window", what, width)
+	require.Empty(t, r.Unreachable, "%s at %d px: action buttons out of reach (%d checked)", what, width, r.Checked)
+}
+
+// axeFindings runs axe-core (from the console's npm dependencies, injected into the page)
+// and returns its serious and critical violations, each as rule: target.
+func (p *page) axeFindings(t *testing.T) []string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("web", "node_modules", "axe-core", "axe.min.js"))
+	require.NoError(t, err, "axe-core is installed with the console's npm dependencies: run `make ui` (npm ci in server/console/web)")
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](string(src)+";true"))
+	require.NoError(t, err)
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`axe.run(document, { resultTypes: ['violations'] }).then((r) => r.violations
+  .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+  .flatMap((v) => v.nodes.map((n) => v.id + ': ' + n.target.join(' ') + ' — ' + (n.failureSummary || '').replace(/\s+/g, ' '))))`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	return found
+}
+
+// consolePage is a page of the console, how to open it and what shows it has loaded.
+type consolePage struct {
+	name, path, loaded string
+}
+
+// everyPageFits opens every page at each width: the page is no wider than the window,
+// every action button is on screen, a screenshot is kept, and axe-core finds nothing
+// serious on it.
+func everyPageFits(t *testing.T, p *page, j *journey) {
+	pages := []consolePage{
+		{"executions", "#/executions", `document.querySelectorAll('#executions tbody tr').length >= 3 && document.querySelectorAll('#finished tbody tr').length >= 1`},
+		{"execution", "#/executions/" + j.waiting, `document.querySelectorAll('#execution-unmatched tbody tr').length >= 1 && !!document.querySelector('.graph .node')`},
+		{"execution-failed", "#/executions/" + j.failed, `!!document.querySelector('.action-block[data-action-block=redrive]:not([hidden])') && !!document.querySelector('.graph .node')`},
+		{"waits", "#/waits", `document.querySelectorAll('#waiting tbody tr').length >= 1`},
+		{"unmatched", "#/unmatched", `document.querySelectorAll('#unmatched tbody tr').length >= 1`},
+		{"dead-letters", "#/dead-letters", `document.querySelectorAll('#dead-letters tbody tr').length >= 1`},
+		{"builder", "#/builder/shipment", `document.querySelectorAll('.rdv-node').length === 2 && document.getElementById('builder-check').dataset.state === 'valid'`},
+	}
+	var axe []string
+	for _, w := range widths {
+		p.viewport(t, w)
+		for _, pg := range pages {
+			p.navigate(t, j.base+"/ui/"+pg.path)
+			await(t, p, pg.name+" loaded", pg.loaded, func(b bool) bool { return b })
+			p.requireReachable(t, pg.name, w)
+			p.screenshot(t, fmt.Sprintf("%s-%d", pg.name, w), fmt.Sprintf("the %s page at %d px", pg.name, w))
+			if w == widths[0] {
+				for _, f := range p.axeFindings(t) {
+					axe = append(axe, pg.name+": "+f)
+				}
+			}
+		}
+	}
+	require.Empty(t, axe, "axe-core: serious or critical accessibility violations\n%s", strings.Join(axe, "\n"))
+}
