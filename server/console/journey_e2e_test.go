@@ -124,6 +124,7 @@ func TestConsoleJourney(t *testing.T) {
 		run  func(*testing.T, *page, *journey)
 	}{
 		{"EveryPageFits", everyPageFits},
+		{"MissingExecution", missingExecution},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -231,4 +232,37 @@ func everyPageFits(t *testing.T, p *page, j *journey) {
 		}
 	}
 	require.Empty(t, axe, "axe-core: serious or critical accessibility violations\n%s", strings.Join(axe, "\n"))
+}
+
+// missingExecution opens an execution that does not exist: the page shows the 404 and a
+// search box, and nothing that belongs to an execution (no actions, no graph loading for
+// ever); the search box finds executions.
+func missingExecution(t *testing.T, p *page, j *journey) {
+	const unknown = "01a25000-0000-7000-8000-000000000000"
+	type missing struct {
+		Problem string   `json:"problem"`
+		Visible []string `json:"visible"`
+		Search  bool     `json:"search"`
+	}
+	for _, w := range widths {
+		p.viewport(t, w)
+		p.navigate(t, j.base+"/ui/#/executions/"+unknown)
+		m := await(t, p, "the 404 shown", `(() => {
+  const shown = (el) => el && el.getClientRects().length > 0;
+  const pr = document.querySelector('#execution-problem .problem');
+  return { problem: pr ? pr.textContent : '',
+    visible: [...document.querySelectorAll('.action-block, #graph-wrap, #node-panel, #timeline, #execution-unmatched, #execution-head')].filter(shown).map((e) => e.dataset.actionBlock || e.id),
+    search: shown(document.querySelector('.execution form[role=search] input[type=search]')) };
+})()`, func(m missing) bool { return m.Problem != "" })
+		require.Contains(t, m.Problem, "404")
+		require.Empty(t, m.Visible, "a missing execution shows nothing of an execution")
+		require.True(t, m.Search, "a search box is offered")
+		p.requireReachable(t, "missing execution", w)
+		p.screenshot(t, fmt.Sprintf("missing-execution-%d", w), fmt.Sprintf("an execution that does not exist at %d px: the 404 and a search box, nothing else", w))
+	}
+	require.Empty(t, p.axeFindings(t), "axe-core on the missing execution's page")
+	p.fill(t, ".execution form[role=search] input[type=search]", j.corrID)
+	p.do(t, "search", `(() => { document.querySelector('.execution form[role=search]').requestSubmit(); return true; })()`)
+	await(t, p, "the search's answer", `[...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId)`,
+		func(ids []string) bool { return len(ids) == 1 && ids[0] == j.waiting })
 }

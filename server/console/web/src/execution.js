@@ -48,6 +48,19 @@ function timelineText(e) {
   }
 }
 
+// searchBox finds an execution by id or correlation id on the executions page.
+function searchBox() {
+  const q = h('input', { id: 'missing-q', name: 'q', type: 'search', placeholder: 'execution id or correlation id', spellcheck: 'false', autocomplete: 'off', class: 'mono wide' });
+  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Find an execution' },
+    h('label', { class: 'field', for: 'missing-q' }, h('span', {}, 'Find an execution'), q), h('button', { type: 'submit' }, 'Search'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const v = q.value.trim();
+    location.hash = v ? `#/executions?q=${encodeURIComponent(v)}` : '#/executions';
+  });
+  return form;
+}
+
 export function executionView(id, params) {
   let selected = params.get('node') || '';
   let exec = null;        // the last execution read
@@ -86,7 +99,8 @@ export function executionView(id, params) {
   function actionBlock(action) {
     const input = action.input ? action.input() : null;
     const btn = h('button', { type: 'button', class: 'action', 'data-action': action.id }, action.label);
-    const block = h('div', { class: 'action-block', 'data-action-block': action.id }, input ? input.el : null, btn);
+    // Hidden until the execution is read: what applies depends on it.
+    const block = h('div', { class: 'action-block', 'data-action-block': action.id, hidden: true }, input ? input.el : null, btn);
     btn.addEventListener('click', async () => {
       btn.disabled = true;
       try {
@@ -208,10 +222,19 @@ export function executionView(id, params) {
     ]);
     if (!newest()) return true;
     if (!a.ok) {
-      replace(problem, renderProblem(a.problem));
+      if (a.status === 404) {
+        // No such execution: only the answer and a way to find the one meant.
+        exec = null;
+        body.hidden = true;
+        replace(problem, renderProblem(a.problem), searchBox());
+      } else {
+        // Unreachable or refused: the last answer stays, dimmed by the page's frame.
+        replace(problem, renderProblem(a.problem));
+      }
       return a.status !== 0;
     }
     replace(problem);
+    body.hidden = false;
     exec = a.body;
     const key = `${exec.workflow}@${exec.workflow_version}`;
     if (key !== graphKey) {
@@ -242,13 +265,16 @@ export function executionView(id, params) {
     return a.status !== 0;
   }
 
-  const root = h('div', { class: 'execution' },
-    h('p', {}, h('a', { href: '#/executions' }, '← Executions')),
-    problem, head, actionBar, result,
+  // body is everything that belongs to an execution: hidden until one is read.
+  const body = h('div', { class: 'execution-main', hidden: true }, head, actionBar, result,
     h('div', { class: 'execution-body' },
       h('section', { class: 'graph-section', 'aria-label': 'Graph' }, h('h3', {}, 'Graph'), graphWrap), panel),
     h('div', { class: 'execution-lower' },
       h('section', { 'aria-labelledby': 'timeline-title' }, h('h3', { id: 'timeline-title' }, 'Timeline'), timeline),
       h('section', { 'aria-labelledby': 'unmatched-title' }, h('h3', { id: 'unmatched-title' }, 'Unmatched events that named this execution'), unmatched)));
+  replace(problem, empty('Loading the execution…'));
+  const root = h('div', { class: 'execution' },
+    h('p', {}, h('a', { href: '#/executions' }, '← Executions')),
+    problem, body);
   return { title: `Execution ${id}`, root, refresh };
 }
