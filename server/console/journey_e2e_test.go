@@ -125,6 +125,7 @@ func TestConsoleJourney(t *testing.T) {
 	}{
 		{"EveryPageFits", everyPageFits},
 		{"MissingExecution", missingExecution},
+		{"AddButtonsShow", addButtonsShow},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -265,4 +266,40 @@ func missingExecution(t *testing.T, p *page, j *journey) {
 	p.do(t, "search", `(() => { document.querySelector('.execution form[role=search]').requestSubmit(); return true; })()`)
 	await(t, p, "the search's answer", `[...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId)`,
 		func(ids []string) bool { return len(ids) == 1 && ids[0] == j.waiting })
+}
+
+// unlabelledJS lists the buttons of the builder's properties panel that show no words
+// (an empty text or a box too small to hold any), each as its id or class.
+const unlabelledJS = `[...document.querySelectorAll('.builder-panel button')]
+  .filter((b) => b.getClientRects().length > 0)
+  .filter((b) => { const r = b.getBoundingClientRect(); return b.innerText.trim() === '' || r.width < 24 || r.height < 16; })
+  .map((b) => (b.id || b.className) + ' ' + Math.round(b.getBoundingClientRect().width) + 'x' + Math.round(b.getBoundingClientRect().height))`
+
+// addButtonsShow opens the forms that have Add buttons (a wait's events, an HTTP node's
+// headers, the workflow's triggers): each button says what it does and adds an item.
+func addButtonsShow(t *testing.T, p *page, j *journey) {
+	p.viewport(t, widths[0])
+	p.navigate(t, j.base+"/ui/#/builder")
+	awaitBuilder(t, p, "a new workflow", func(s builderState) bool { return s.Panel == "definition" })
+	const fieldsJS = `document.querySelectorAll('.builder-panel input, .builder-panel select, .builder-panel textarea').length`
+	for _, form := range []struct{ what, open, add string }{
+		{"the workflow's triggers", "", "#wf_triggers__add"},
+		{"a wait's events", "wait_events", "#data_events__add"},
+		{"an HTTP node's headers", "http", "#data_headers__add"},
+	} {
+		if form.open != "" {
+			p.addNode(t, form.open)
+			awaitBuilder(t, p, "the new node's panel", func(s builderState) bool { return s.Panel == "node" })
+		}
+		bad := await(t, p, form.what+": the form drawn", unlabelledJS, func(v []string) bool { return v != nil })
+		require.Empty(t, bad, "%s: buttons that show no words", form.what)
+		label, err := eval[string](p, fmt.Sprintf(`(document.querySelector(%s) || {}).innerText || ''`, q(form.add)))
+		require.NoError(t, err)
+		require.Equal(t, "+ Add", label, "%s: the Add button", form.what)
+		before, err := eval[int](p, fieldsJS)
+		require.NoError(t, err)
+		p.click(t, form.add)
+		await(t, p, form.what+": an item added", fieldsJS, func(n int) bool { return n > before })
+	}
+	p.screenshot(t, "builder-add-buttons", "the builder's HTTP node with a header added through its '+ Add' button")
 }

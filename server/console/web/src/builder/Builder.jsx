@@ -23,7 +23,9 @@ import { diffLines } from 'diff';
 
 import { request, get } from '../api.js';
 import { NODE_TYPES, Schemas, splitPath } from './schema.js';
-import { widgets, uiFor } from './widgets.jsx';
+import { widgets, uiFor, buttonTemplates } from './widgets.jsx';
+
+const formTemplates = { ButtonTemplates: buttonTemplates };
 import { formValidator, errorSchemaAt } from './validator.js';
 
 const NODE_W = 190;
@@ -364,7 +366,7 @@ function NodePanel({ schemas, doc, index, errors, warnings, editable, onChange, 
       <Problems errors={own} />
       <Warnings warnings={warnings.filter((w) => nodeIndexOf(w.path) === index)} />
       <div className="node-data-form">
-        <Form schema={formSchema} uiSchema={uiSchema} formData={node.data ?? undefined} validator={formValidator} widgets={widgets}
+        <Form schema={formSchema} uiSchema={uiSchema} formData={node.data ?? undefined} validator={formValidator} widgets={widgets} templates={formTemplates}
           idPrefix="data" idSeparator="_" readonly={!editable} extraErrors={extraErrors} showErrorList={false} noHtml5Validate
           formContext={{ templateNames: names }}
           experimental_defaultFormStateBehavior={{ emptyObjectFields: 'skipDefaults', arrayMinItems: { populate: 'never' } }}
@@ -414,7 +416,7 @@ function DefinitionPanel({ schemas, doc, errors, warnings, editable, onChange })
       <p className="hint">Select a node or an edge to edit it; drag from a node's right handle to another node's left handle (or click one, then the other) to connect them.</p>
       <Problems errors={rest} />
       <Warnings warnings={warnings} />
-      <Form schema={formSchema} uiSchema={uiSchema} formData={formData} validator={formValidator} widgets={widgets}
+      <Form schema={formSchema} uiSchema={uiSchema} formData={formData} validator={formValidator} widgets={widgets} templates={formTemplates}
         idPrefix="wf" idSeparator="_" readonly={!editable} extraErrors={extraErrors} showErrorList={false} noHtml5Validate
         formContext={{ templateNames: [] }}
         experimental_defaultFormStateBehavior={{ emptyObjectFields: 'skipDefaults', arrayMinItems: { populate: 'never' } }}

@@ -159,3 +159,26 @@ export const widgets = {
   scalar: ScalarWidget,
   json: JsonWidget,
 };
+
+// textButton is a form button labelled in words. The form library's own buttons draw
+// an icon from an icon font the console does not ship (it loads nothing from outside the
+// service), so they rendered as empty pills.
+function textButton(label, kind) {
+  function TextButton({ id, className, onClick, disabled, title, style }) {
+    return (
+      <button type="button" id={id} className={['form-button', `form-button-${kind}`, className].filter(Boolean).join(' ')}
+        data-form-button={kind} onClick={onClick} disabled={disabled} title={title} style={style}>{label}</button>
+    );
+  }
+  return TextButton;
+}
+
+// buttonTemplates are the form's array and map buttons (add, remove, move, copy).
+export const buttonTemplates = {
+  AddButton: textButton('+ Add', 'add'),
+  RemoveButton: textButton('Remove', 'remove'),
+  MoveUpButton: textButton('Up', 'up'),
+  MoveDownButton: textButton('Down', 'down'),
+  CopyButton: textButton('Copy', 'copy'),
+  ClearButton: textButton('Clear', 'clear'),
+};
