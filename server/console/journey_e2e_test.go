@@ -126,6 +126,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"EveryPageFits", everyPageFits},
 		{"MissingExecution", missingExecution},
 		{"AddButtonsShow", addButtonsShow},
+		{"InvalidJSON", invalidJSON},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -302,4 +303,50 @@ func addButtonsShow(t *testing.T, p *page, j *journey) {
 		await(t, p, form.what+": an item added", fieldsJS, func(n int) bool { return n > before })
 	}
 	p.screenshot(t, "builder-add-buttons", "the builder's HTTP node with a header added through its '+ Add' button")
+}
+
+// saveEnabledJS is whether the builder's Save button may be pressed.
+const saveEnabledJS = `(() => { const b = document.getElementById('builder-save'); return !!b && !b.disabled; })()`
+
+// invalidJSON types in the JSON tab: a change that is JSON is the document (Save
+// enabled); text that is not JSON makes the header say so and disables Save, and it is
+// still there after a look at the properties; made JSON again, it is the document.
+func invalidJSON(t *testing.T, p *page, j *journey) {
+	p.navigate(t, j.base+"/ui/#/builder/cool-off")
+	awaitBuilder(t, p, "cool-off opened", func(s builderState) bool { return s.Version == 1 && s.Check == "valid" })
+	p.click(t, "#tab-json")
+	const changed = `{"name": "cool-off", "nodes": [{"id": "cool_off", "type": "wait", "data": {"for": "2h"}}]}`
+	p.set(t, "#builder-json", changed)
+	awaitBuilder(t, p, "the change checked", func(s builderState) bool { return s.Check == "valid" })
+	await(t, p, "Save enabled for a valid change", saveEnabledJS, func(b bool) bool { return b })
+
+	const broken = `{"name": "cool-off", "nodes": [{"id": "cool_off", "type": "wait", "data": {"for": "3h"`
+	p.set(t, "#builder-json", broken)
+	type header struct {
+		State string `json:"state"`
+		Text  string `json:"text"`
+		Save  bool   `json:"save"`
+	}
+	const headerJS = `(() => { const c = document.getElementById('builder-check'), b = document.getElementById('builder-save');
+  return { state: c.dataset.state, text: c.textContent, save: !!b && !b.disabled }; })()`
+	hd := await(t, p, "the header says the JSON is invalid", headerJS, func(h header) bool { return h.State == "invalid" })
+	require.Equal(t, "invalid JSON", hd.Text)
+	require.False(t, hd.Save, "Save is disabled while the JSON tab's text is not JSON")
+	p.screenshot(t, "builder-invalid-json", "the builder's JSON tab with text that is not JSON: the header says 'invalid JSON', Save disabled, the parse error under the text")
+
+	p.click(t, "#tab-properties")
+	awaitBuilder(t, p, "the properties shown", func(s builderState) bool { return s.Panel == "definition" })
+	hd, err := eval[header](p, headerJS)
+	require.NoError(t, err)
+	require.Equal(t, header{State: "invalid", Text: "invalid JSON"}, hd, "the header keeps saying so on another tab")
+	p.click(t, "#tab-json")
+	text := await(t, p, "the JSON tab again", `(document.getElementById('builder-json') || {}).value || ''`, func(s string) bool { return s != "" })
+	require.Equal(t, broken, text, "what was typed is kept")
+
+	p.set(t, "#builder-json", broken+`}}]}`)
+	awaitBuilder(t, p, "the JSON valid again", func(s builderState) bool { return s.Check == "valid" })
+	await(t, p, "Save enabled again", saveEnabledJS, func(b bool) bool { return b })
+	doc, err := eval[string](p, `document.getElementById('builder-json').value`)
+	require.NoError(t, err)
+	require.Contains(t, doc, `"3h"`)
 }

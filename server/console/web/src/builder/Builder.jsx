@@ -429,32 +429,28 @@ function DefinitionPanel({ schemas, doc, errors, warnings, editable, onChange })
   );
 }
 
-function JsonTab({ doc, editable, onChange, errors, warnings }) {
-  const [text, setText] = useState(pretty(doc));
-  const [parseError, setParseError] = useState('');
-  const own = useRef(false);
-  useEffect(() => {
-    // Show the document as the canvas and forms leave it, unless this tab just wrote it.
-    if (own.current) { own.current = false; return; }
-    setText(pretty(doc));
-    setParseError('');
-  }, [doc]);
+// JsonTab edits the definition as text. Text that is not a JSON object yet is kept by
+// the builder (draft, with why it does not parse), not here: it outlives a switch of
+// tabs, the header says the document is invalid and Save stays disabled, so nothing
+// typed is dropped without a word. The canvas keeps the last document meanwhile.
+function JsonTab({ doc, editable, onChange, errors, warnings, draft, setDraft }) {
+  const text = draft ? draft.text : pretty(doc);
   return (
     <section className="builder-json" data-panel="json">
       <textarea id="builder-json" spellCheck={false} readOnly={!editable} value={text} aria-label="Definition as JSON"
         onChange={(ev) => {
-          setText(ev.target.value);
+          const t = ev.target.value;
           try {
-            const v = JSON.parse(ev.target.value);
+            const v = JSON.parse(t);
             if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('a definition is a JSON object');
-            setParseError('');
-            own.current = true;
+            // Kept as typed while it is the document: reformatting would move the cursor.
+            setDraft({ text: t, error: '' });
             onChange(() => v, { fromJSON: true });
           } catch (err) {
-            setParseError(err.message);
+            setDraft({ text: t, error: err.message });
           }
         }} />
-      {parseError ? <p className="problem json-parse-error" role="alert">Not JSON yet: {parseError}</p> : null}
+      {draft && draft.error ? <p className="problem json-parse-error" role="alert">Not JSON yet: {draft.error}</p> : null}
       <Problems errors={errors} />
       <Warnings warnings={warnings} />
     </section>
@@ -524,6 +520,9 @@ function BuilderApp({ name, canEdit, canStart }) {
   const [startText, setStartText] = useState('{}');
   const [workflows, setWorkflows] = useState([]);
   const [fitKey, setFitKey] = useState(0);
+  // jsonDraft is the JSON tab's text while it differs from the document's: {text, error},
+  // error empty when the text is the document as typed.
+  const [jsonDraft, setJsonDraft] = useState(null);
 
   useEffect(() => {
     loadSchemas(setSchemas, setLoadProblem);
@@ -534,6 +533,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   useEffect(() => {
     let dropped = false;
     setSelected(null);
+    setJsonDraft(null);
     if (!name) {
       const d = { name: 'new-workflow', nodes: [] };
       setDoc(d);
@@ -563,6 +563,7 @@ function BuilderApp({ name, canEdit, canStart }) {
       return;
     }
     setDoc(fn);
+    setJsonDraft(null);
     if (how && how.renamed) {
       const [from, to] = how.renamed;
       setPositions((p) => ({ ...p, [to]: p[from] }));
@@ -598,6 +599,7 @@ function BuilderApp({ name, canEdit, canStart }) {
   // Only the service knows what is held to no effect; its warnings are shown for the
   // document it was asked about.
   const warnings = checked ? serverErrors.warnings : [];
+  const jsonInvalid = Boolean(jsonDraft && jsonDraft.error);
 
   if (loadProblem) return <div className="builder"><ProblemBox problem={loadProblem} /></div>;
   if (!schemas || !doc) return <div className="builder"><p className="empty">Loading the definition format…</p></div>;
@@ -647,13 +649,14 @@ function BuilderApp({ name, canEdit, canStart }) {
         <span id="builder-version" className="muted" data-version={stored ? stored.version : 0}>
           {stored ? `version ${stored.version} stored` : 'not stored yet'}{dirty ? ' · changed' : ''}
         </span>
-        <span id="builder-check" data-state={errors.length ? 'invalid' : checked ? 'valid' : 'checking'} data-errors={errors.length}>
-          {errors.length ? `${errors.length} error(s)` : checked ? 'valid' : 'checking…'}
+        <span id="builder-check" data-state={jsonInvalid || errors.length ? 'invalid' : checked ? 'valid' : 'checking'} data-errors={errors.length}
+          data-json={jsonInvalid ? 'invalid' : 'valid'} title={jsonInvalid ? jsonDraft.error : undefined}>
+          {jsonInvalid ? 'invalid JSON' : errors.length ? `${errors.length} error(s)` : checked ? 'valid' : 'checking…'}
         </span>
         {warnings.length ? <span id="builder-warnings" data-warnings={warnings.length}>{`${warnings.length} warning(s)`}</span> : null}
         <span className="spacer" />
         <button type="button" id="builder-layout" onClick={() => { setPositions(layoutPositions(doc)); setFitKey((k) => k + 1); }}>Lay out</button>
-        {canEdit ? <button type="button" id="builder-save" disabled={!dirty} onClick={() => { setSaveState(null); setDialog('save'); }}>Save…</button> : null}
+        {canEdit ? <button type="button" id="builder-save" disabled={!dirty || jsonInvalid} onClick={() => { setSaveState(null); setDialog('save'); }}>Save…</button> : null}
         {canStart && stored ? <button type="button" id="builder-start" onClick={() => { setSaveState(null); setDialog('start'); }}>Start execution…</button> : null}
       </div>
       <div className="builder-main">
@@ -680,7 +683,7 @@ function BuilderApp({ name, canEdit, canStart }) {
             <button type="button" role="tab" id="tab-json" aria-selected={tab === 'json'} onClick={() => setTab('json')}>JSON</button>
           </div>
           {tab === 'json'
-            ? <JsonTab doc={doc} editable={canEdit} onChange={edit} errors={errors} warnings={warnings} />
+            ? <JsonTab doc={doc} editable={canEdit} onChange={edit} errors={errors} warnings={warnings} draft={jsonDraft} setDraft={setJsonDraft} />
             : nodeIndex >= 0
               ? <NodePanel key={`n${nodeIndex}`} schemas={schemas} doc={doc} index={nodeIndex} errors={errors} warnings={warnings} editable={canEdit} onChange={edit} startInput={startInput} />
               : edgeIndex >= 0
