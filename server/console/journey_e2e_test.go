@@ -127,6 +127,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"MissingExecution", missingExecution},
 		{"AddButtonsShow", addButtonsShow},
 		{"InvalidJSON", invalidJSON},
+		{"SaveFlow", saveFlow},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -349,4 +350,60 @@ func invalidJSON(t *testing.T, p *page, j *journey) {
 	doc, err := eval[string](p, `document.getElementById('builder-json').value`)
 	require.NoError(t, err)
 	require.Contains(t, doc, `"3h"`)
+}
+
+// saveDialogJS reads the open save dialog: its title and its text.
+const saveDialogJS = `(() => { const d = document.querySelector('#builder-save-dialog[open]'); if (!d) return null;
+  return { title: d.querySelector('h3').textContent, text: d.textContent }; })()`
+
+type saveDialog struct {
+	Title string `json:"title"`
+	Text  string `json:"text"`
+}
+
+// saveFlow stores a new workflow and then a second version of it: Save is disabled while
+// errors remain, saying why; the dialog says what it will do and then what it did,
+// without contradicting itself; the picker names the workflow just stored.
+func saveFlow(t *testing.T, p *page, j *journey) {
+	p.navigate(t, j.base+"/ui/#/builder")
+	awaitBuilder(t, p, "a new workflow", func(s builderState) bool { return s.Panel == "definition" && s.Version == 0 })
+	p.click(t, "#tab-json")
+	p.set(t, "#builder-json", `{"name": "journey-new", "nodes": [{"id": "pause", "type": "wait", "data": {}}]}`)
+	awaitBuilder(t, p, "the error found", func(s builderState) bool { return s.Check == "invalid" && s.Errors > 0 })
+	why, err := eval[string](p, `(() => { const b = document.getElementById('builder-save'); return b.disabled ? b.title : 'enabled'; })()`)
+	require.NoError(t, err)
+	require.Contains(t, why, "error(s) first", "Save is disabled while errors remain, and says why")
+
+	p.set(t, "#builder-json", `{"name": "journey-new", "nodes": [{"id": "pause", "type": "wait", "data": {"for": "1h"}}]}`)
+	awaitBuilder(t, p, "the document valid", func(s builderState) bool { return s.Check == "valid" })
+	await(t, p, "Save enabled", saveEnabledJS, func(b bool) bool { return b })
+	p.save(t)
+	d := await(t, p, "the save dialog", saveDialogJS, func(d *saveDialog) bool { return d != nil })
+	require.Equal(t, "Save journey-new as version 1", d.Title)
+	p.click(t, "#builder-save-dialog [data-dialog=confirm]")
+	d = await(t, p, "the dialog says it was stored", saveDialogJS, func(d *saveDialog) bool { return d != nil && strings.HasPrefix(d.Title, "Saved") })
+	require.Equal(t, "Saved journey-new: version 1", d.Title)
+	require.Contains(t, d.Text, "Stored journey-new as version 1, its first version.")
+	require.NotContains(t, d.Text, "version 2", "the dialog does not speak of a version it did not store")
+	p.screenshot(t, "builder-saved-new", "a new workflow stored: the dialog says 'Saved journey-new: version 1' and what that means")
+	p.click(t, "#builder-save-dialog [data-dialog=close]")
+	picker := await(t, p, "the picker on the stored workflow", `document.getElementById('builder-open').value`, func(s string) bool { return s != "" })
+	require.Equal(t, "journey-new", picker)
+	require.Contains(t, p.location(t), "#/builder/journey-new")
+
+	p.set(t, "#builder-json", `{"name": "journey-new", "nodes": [{"id": "pause", "type": "wait", "data": {"for": "2h"}}]}`)
+	awaitBuilder(t, p, "the change checked", func(s builderState) bool { return s.Check == "valid" && s.Version == 1 })
+	await(t, p, "Save enabled", saveEnabledJS, func(b bool) bool { return b })
+	p.save(t)
+	d = await(t, p, "the save dialog", saveDialogJS, func(d *saveDialog) bool { return d != nil })
+	require.Equal(t, "Save journey-new as version 2", d.Title)
+	p.click(t, "#builder-save-dialog [data-dialog=confirm]")
+	d = await(t, p, "the dialog says it was stored", saveDialogJS, func(d *saveDialog) bool { return d != nil && strings.HasPrefix(d.Title, "Saved") })
+	require.Equal(t, "Saved journey-new: version 2", d.Title)
+	require.Contains(t, d.Text, "Stored journey-new as version 2, after version 1.")
+	require.NotContains(t, d.Text, "version 3")
+	p.click(t, "#builder-save-dialog [data-dialog=close]")
+	awaitBuilder(t, p, "the builder on version 2", func(s builderState) bool { return s.Version == 2 })
+	version, _ := storedDefinition(t, j.base, "journey-new")
+	require.Equal(t, 2, version)
 }

@@ -523,6 +523,9 @@ function BuilderApp({ name, canEdit, canStart }) {
   // jsonDraft is the JSON tab's text while it differs from the document's: {text, error},
   // error empty when the text is the document as typed.
   const [jsonDraft, setJsonDraft] = useState(null);
+  // saving is what the save dialog was opened for: its words stay those of that moment
+  // while the stored version moves under it.
+  const [saving, setSaving] = useState(null);
 
   useEffect(() => {
     loadSchemas(setSchemas, setLoadProblem);
@@ -614,6 +617,11 @@ function BuilderApp({ name, canEdit, canStart }) {
   const before = base ? pretty(canonical(base.definition)) : '';
   const after = pretty(canonical(doc));
   const dirty = before !== after;
+  // The workflow shown: the one opened, or the one a new workflow was just stored as.
+  const shownName = (stored && stored.name) || name || '';
+  // Save stores a document the service accepts: not while the JSON tab's text is not
+  // JSON or errors remain (the header counts them), nor when nothing changed.
+  const saveBlocked = jsonInvalid ? 'The JSON tab\'s text is not JSON.' : errors.length ? `Fix the ${errors.length} error(s) first.` : !dirty ? 'Nothing changed since the stored version.' : '';
 
   const save = async () => {
     setSaveState({ busy: true });
@@ -641,10 +649,10 @@ function BuilderApp({ name, canEdit, canStart }) {
     <div className={`builder ${canEdit ? 'editable' : 'read-only'}`} data-editable={canEdit ? 'true' : 'false'}>
       <div className="builder-bar">
         <label htmlFor="builder-open">Workflow</label>
-        <select id="builder-open" value={name || ''} onChange={(ev) => { location.hash = ev.target.value ? `#/builder/${encodeURIComponent(ev.target.value)}` : '#/builder'; }}>
+        <select id="builder-open" value={shownName} onChange={(ev) => { location.hash = ev.target.value ? `#/builder/${encodeURIComponent(ev.target.value)}` : '#/builder'; }}>
           <option value="">{canEdit ? '(new workflow)' : '(choose)'}</option>
           {workflows.map((w) => <option key={w.name} value={w.name}>{w.name}</option>)}
-          {name && !workflows.some((w) => w.name === name) ? <option value={name}>{name}</option> : null}
+          {shownName && !workflows.some((w) => w.name === shownName) ? <option value={shownName}>{shownName}</option> : null}
         </select>
         <span id="builder-version" className="muted" data-version={stored ? stored.version : 0}>
           {stored ? `version ${stored.version} stored` : 'not stored yet'}{dirty ? ' · changed' : ''}
@@ -656,7 +664,8 @@ function BuilderApp({ name, canEdit, canStart }) {
         {warnings.length ? <span id="builder-warnings" data-warnings={warnings.length}>{`${warnings.length} warning(s)`}</span> : null}
         <span className="spacer" />
         <button type="button" id="builder-layout" onClick={() => { setPositions(layoutPositions(doc)); setFitKey((k) => k + 1); }}>Lay out</button>
-        {canEdit ? <button type="button" id="builder-save" disabled={!dirty || jsonInvalid} onClick={() => { setSaveState(null); setDialog('save'); }}>Save…</button> : null}
+        {canEdit ? <button type="button" id="builder-save" disabled={Boolean(saveBlocked)} title={saveBlocked || undefined}
+          onClick={() => { setSaveState(null); setDialog('save'); setSaving({ name: doc.name, version: base ? base.version + 1 : 1, base: base ? base.version : 0 }); }}>Save…</button> : null}
         {canStart && stored ? <button type="button" id="builder-start" onClick={() => { setSaveState(null); setDialog('start'); }}>Start execution…</button> : null}
       </div>
       <div className="builder-main">
@@ -691,14 +700,25 @@ function BuilderApp({ name, canEdit, canStart }) {
                 : <DefinitionPanel schemas={schemas} doc={doc} errors={errors} warnings={warnings} editable={canEdit} onChange={edit} />}
         </div>
       </div>
-      {dialog === 'save' ? (
-        <Modal id="builder-save-dialog" title={base ? `Save ${doc.name} as version ${base.version + 1}` : `Save ${doc.name} as version 1`} onClose={() => setDialog(null)}>
-          <p className="hint">{base ? `Changes against version ${base.version} as stored (keys sorted, so only what changed differs):` : 'A new workflow:'}</p>
-          <DiffView before={before} after={after} />
+      {dialog === 'save' && saving ? (
+        <Modal id="builder-save-dialog" title={saveState && saveState.done
+          ? `Saved ${saving.name}: version ${saveState.done.version}${saveState.done.unchanged ? ' (unchanged)' : ''}`
+          : `Save ${saving.name} as version ${saving.version}`} onClose={() => setDialog(null)}>
+          {saveState && saveState.done ? (
+            <p id="builder-saved" className="ok" role="status" data-version={saveState.done.version}>
+              {saveState.done.unchanged
+                ? `Nothing changed: ${saving.name} stays at version ${saveState.done.version}.`
+                : `Stored ${saving.name} as version ${saveState.done.version}${saving.base ? `, after version ${saving.base}` : ', its first version'}. New executions run it; running ones keep the version they started with.`}
+            </p>
+          ) : (
+            <>
+              <p className="hint">{saving.base ? `Changes against version ${saving.base} as stored (keys sorted, so only what changed differs):` : 'A new workflow:'}</p>
+              <DiffView before={before} after={after} />
+            </>
+          )}
           <ProblemBox problem={saveState && saveState.problem} />
           {saveState && saveState.errors ? <Problems errors={saveState.errors} /> : null}
           {saveState && saveState.warnings ? <Warnings warnings={saveState.warnings} /> : null}
-          {saveState && saveState.done ? <p id="builder-saved" className="ok" data-version={saveState.done.version}>Stored as version {saveState.done.version}{saveState.done.unchanged ? ' (unchanged)' : ''}.</p> : null}
           <div className="dialog-buttons">
             <button type="button" data-dialog="close" onClick={() => setDialog(null)}>{saveState && saveState.done ? 'Close' : 'Cancel'}</button>
             {!(saveState && saveState.done) ? <button type="button" data-dialog="confirm" disabled={saveState && saveState.busy} onClick={save}>Save</button> : null}
