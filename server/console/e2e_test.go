@@ -173,6 +173,11 @@ func (p *page) observe(ev any) {
 		if e.Source == cdplog.EntrySourceNetwork && (strings.Contains(e.URL, "/api/") || strings.HasSuffix(e.URL, "/favicon.ico")) {
 			return
 		}
+		// The builder asks before a page with unsaved changes is left; a headless page
+		// that no person touched gets no prompt, and the browser says so.
+		if e.Source == cdplog.EntrySourceIntervention && strings.Contains(e.Text, "'beforeunload' confirmation panel") {
+			return
+		}
 		p.problems = append(p.problems, fmt.Sprintf("log %s: %s %s", e.Source, e.Text, e.URL))
 	case *network.EventRequestWillBeSent:
 		// data: URLs are the browser's own (the calendar icon of a date input draws one);

@@ -128,6 +128,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"AddButtonsShow", addButtonsShow},
 		{"InvalidJSON", invalidJSON},
 		{"SaveFlow", saveFlow},
+		{"DraftsSurvive", draftsSurvive},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -406,4 +407,75 @@ func saveFlow(t *testing.T, p *page, j *journey) {
 	awaitBuilder(t, p, "the builder on version 2", func(s builderState) bool { return s.Version == 2 })
 	version, _ := storedDefinition(t, j.base, "journey-new")
 	require.Equal(t, 2, version)
+}
+
+// leaveAskedJS is whether leaving the page now would be questioned: a beforeunload
+// event the page cancels. (A headless page without a user's gesture shows no prompt, so
+// the test asks the page's handler directly.)
+const leaveAskedJS = `(() => { const e = new Event('beforeunload', { cancelable: true }); window.dispatchEvent(e); return e.defaultPrevented; })()`
+
+// jsonTextJS is the builder's document as its JSON tab shows it.
+const jsonTextJS = `(() => { const t = document.getElementById('tab-json'); if (t && t.getAttribute('aria-selected') !== 'true') t.click();
+  return (document.getElementById('builder-json') || {}).value || ''; })()`
+
+// draftsSurvive edits a stored workflow and a new one: leaving would be questioned, a
+// reload restores each edit with a notice, Back then Forward keeps it, and Discard goes
+// back to the stored version.
+func draftsSurvive(t *testing.T, p *page, j *journey) {
+	p.navigate(t, j.base+"/ui/#/builder/approval")
+	awaitBuilder(t, p, "approval opened", func(s builderState) bool { return s.Version == 1 && s.Check == "valid" })
+	asked, err := eval[bool](p, leaveAskedJS)
+	require.NoError(t, err)
+	require.False(t, asked, "nothing to lose yet")
+	p.click(t, "#tab-json")
+	text, err := eval[string](p, jsonTextJS)
+	require.NoError(t, err)
+	require.Contains(t, text, `"timeout": 600`)
+	p.set(t, "#builder-json", strings.Replace(text, `"timeout": 600`, `"timeout": 900`, 1))
+	awaitBuilder(t, p, "the edit checked", func(s builderState) bool { return s.Check == "valid" })
+	asked, err = eval[bool](p, leaveAskedJS)
+	require.NoError(t, err)
+	require.True(t, asked, "leaving with unsaved changes is questioned")
+
+	p.reload(t)
+	notice := await(t, p, "the draft restored after a reload", `(document.getElementById('builder-draft') || {}).textContent || ''`, func(s string) bool { return s != "" })
+	require.Contains(t, notice, "Restored the unsaved changes")
+	require.Contains(t, notice, "on version 1")
+	await(t, p, "the edit shown", jsonTextJS, func(s string) bool { return strings.Contains(s, `"timeout": 900`) })
+	p.screenshot(t, "builder-draft-restored", "approval reloaded mid-edit: the notice says the unsaved changes were restored, the JSON tab shows timeout 900")
+
+	// Back to another page, then Forward again: the edit is still there.
+	p.do(t, "go to the waits", `(() => { location.hash = '#/waits'; return true; })()`)
+	await(t, p, "the waits page", `!!document.getElementById('waiting-result')`, func(b bool) bool { return b })
+	p.do(t, "back", `(() => { history.back(); return true; })()`)
+	await(t, p, "the builder again, with the edit", jsonTextJS, func(s string) bool { return strings.Contains(s, `"timeout": 900`) })
+	p.do(t, "forward", `(() => { history.forward(); return true; })()`)
+	await(t, p, "the waits page", `!!document.getElementById('waiting-result')`, func(b bool) bool { return b })
+	p.do(t, "back", `(() => { history.back(); return true; })()`)
+	await(t, p, "the builder again, with the edit", jsonTextJS, func(s string) bool { return strings.Contains(s, `"timeout": 900`) })
+
+	p.click(t, "#builder-discard")
+	await(t, p, "the stored version back", jsonTextJS, func(s string) bool { return strings.Contains(s, `"timeout": 600`) })
+	asked, err = eval[bool](p, leaveAskedJS)
+	require.NoError(t, err)
+	require.False(t, asked, "nothing to lose once discarded")
+	p.reload(t)
+	awaitBuilder(t, p, "approval opened", func(s builderState) bool { return s.Version == 1 && s.Check == "valid" })
+	gone, err := eval[bool](p, `!document.getElementById('builder-draft')`)
+	require.NoError(t, err)
+	require.True(t, gone, "a discarded draft is not restored")
+
+	// A new workflow, never stored, survives a reload too.
+	p.navigate(t, j.base+"/ui/#/builder")
+	awaitBuilder(t, p, "a new workflow", func(s builderState) bool { return s.Version == 0 && s.Panel == "definition" })
+	p.click(t, "#tab-json")
+	p.set(t, "#builder-json", `{"name": "journey-draft", "nodes": [{"id": "pause", "type": "wait", "data": {"for": "5m"}}]}`)
+	awaitBuilder(t, p, "the new workflow checked", func(s builderState) bool { return s.Check == "valid" && s.Nodes["pause"] == 0 })
+	p.reload(t)
+	await(t, p, "the new workflow restored", jsonTextJS, func(s string) bool { return strings.Contains(s, `"journey-draft"`) })
+	notice, err = eval[string](p, `(document.getElementById('builder-draft') || {}).textContent || ''`)
+	require.NoError(t, err)
+	require.Contains(t, notice, "Restored the unsaved changes")
+	p.click(t, "#builder-discard")
+	await(t, p, "the new workflow discarded", jsonTextJS, func(s string) bool { return strings.Contains(s, `"new-workflow"`) })
 }

@@ -27,6 +27,7 @@ import { widgets, uiFor, buttonTemplates } from './widgets.jsx';
 
 const formTemplates = { ButtonTemplates: buttonTemplates };
 import { formValidator, errorSchemaAt } from './validator.js';
+import { readDraft, writeDraft, dropDraft } from './drafts.js';
 
 const NODE_W = 190;
 const NODE_H = 64;
@@ -506,6 +507,9 @@ function ProblemBox({ problem }) {
 
 // ---- the builder ----
 
+// NEW_DOC is what a new workflow starts as.
+const NEW_DOC = { name: 'new-workflow', nodes: [] };
+
 function BuilderApp({ name, canEdit, canStart }) {
   const [schemas, setSchemas] = useState(null);
   const [loadProblem, setLoadProblem] = useState(null);
@@ -526,6 +530,8 @@ function BuilderApp({ name, canEdit, canStart }) {
   // saving is what the save dialog was opened for: its words stay those of that moment
   // while the stored version moves under it.
   const [saving, setSaving] = useState(null);
+  // restored says a draft kept in the browser replaced the document when it opened.
+  const [restored, setRestored] = useState(null);
 
   useEffect(() => {
     loadSchemas(setSchemas, setLoadProblem);
@@ -537,20 +543,31 @@ function BuilderApp({ name, canEdit, canStart }) {
     let dropped = false;
     setSelected(null);
     setJsonDraft(null);
-    if (!name) {
-      const d = { name: 'new-workflow', nodes: [] };
+    // open shows the document, or the draft kept for it when there is one that differs.
+    const open = (definition, version) => {
+      const draft = readDraft(name);
+      const base = pretty(canonical(definition));
+      const use = draft && pretty(canonical(draft.doc)) !== base ? draft : null;
+      const d = use ? use.doc : definition;
       setDoc(d);
+      let jsonError = '';
+      if (use && use.json) { try { JSON.parse(use.json); } catch (err) { jsonError = err.message; } }
+      setJsonDraft(jsonError ? { text: use.json, error: jsonError } : null);
+      setRestored(use ? { at: use.at, version: use.version, current: version } : null);
+      if (!use) dropDraft(name);
+      setPositions(layoutPositions(d));
+      setFitKey((k) => k + 1);
+    };
+    if (!name) {
       setStored(null);
-      setPositions({});
+      open(NEW_DOC, 0);
       return undefined;
     }
     get(`workflows/${encodeURIComponent(name)}`).then((a) => {
       if (dropped) return;
       if (!a.ok) { setLoadProblem(a.problem); return; }
-      setDoc(a.body.definition);
       setStored({ name, version: a.body.version, definition: a.body.definition });
-      setPositions(layoutPositions(a.body.definition));
-      setFitKey((k) => k + 1);
+      open(a.body.definition, a.body.version);
     });
     return () => { dropped = true; };
   }, [name]);
@@ -604,6 +621,29 @@ function BuilderApp({ name, canEdit, canStart }) {
   const warnings = checked ? serverErrors.warnings : [];
   const jsonInvalid = Boolean(jsonDraft && jsonDraft.error);
 
+  // The draft: kept while the document (or the JSON tab's text) differs from what it was
+  // opened as; the browser asks before a page with such changes is left.
+  const draftName = (stored && stored.name) || name || '';
+  const unsaved = Boolean(doc) && canEdit && (jsonInvalid ||
+    pretty(canonical(doc)) !== pretty(canonical(stored && stored.name === draftName ? stored.definition : NEW_DOC)));
+  useEffect(() => {
+    if (!doc || !canEdit) return;
+    if (unsaved) {
+      // A draft written again unchanged (as restored) keeps the time it was made.
+      const prev = readDraft(draftName);
+      const json = jsonInvalid ? jsonDraft.text : undefined;
+      const same = prev && prev.json === json && JSON.stringify(prev.doc) === JSON.stringify(doc);
+      writeDraft(draftName, { doc, json, at: same ? prev.at : Date.now(), version: stored ? stored.version : 0 });
+    }
+    else dropDraft(draftName);
+  }, [doc, jsonDraft, unsaved, draftName, canEdit, stored, jsonInvalid]);
+  useEffect(() => {
+    if (!unsaved) return undefined;
+    const ask = (ev) => { ev.preventDefault(); ev.returnValue = ''; };
+    window.addEventListener('beforeunload', ask);
+    return () => window.removeEventListener('beforeunload', ask);
+  }, [unsaved]);
+
   if (loadProblem) return <div className="builder"><ProblemBox problem={loadProblem} /></div>;
   if (!schemas || !doc) return <div className="builder"><p className="empty">Loading the definition format…</p></div>;
 
@@ -632,6 +672,8 @@ function BuilderApp({ name, canEdit, canStart }) {
     const l = await get('workflows', { limit: 200 });
     if (l.ok && l.body) setWorkflows(l.body.items || []);
     setSaveState({ done: a.body, warnings: a.body.warnings });
+    if (!name) dropDraft('');
+    setRestored(null);
     if (doc.name !== name) {
       history.replaceState(null, '', `#/builder/${encodeURIComponent(doc.name)}`);
     }
@@ -668,6 +710,21 @@ function BuilderApp({ name, canEdit, canStart }) {
           onClick={() => { setSaveState(null); setDialog('save'); setSaving({ name: doc.name, version: base ? base.version + 1 : 1, base: base ? base.version : 0 }); }}>Save…</button> : null}
         {canStart && stored ? <button type="button" id="builder-start" onClick={() => { setSaveState(null); setDialog('start'); }}>Start execution…</button> : null}
       </div>
+      {restored ? (
+        <p id="builder-draft" className="builder-draft" role="status">
+          Restored the unsaved changes made {new Date(restored.at).toLocaleString()}{restored.version ? ` on version ${restored.version}` : ''}
+          {restored.version && restored.current && restored.version !== restored.current ? ` (version ${restored.current} is stored now)` : ''}; they are kept in this browser until saved.{' '}
+          <button type="button" id="builder-discard" onClick={() => {
+            dropDraft(draftName);
+            setRestored(null);
+            const d = stored && stored.name === draftName ? stored.definition : NEW_DOC;
+            setDoc(d);
+            setJsonDraft(null);
+            setPositions(layoutPositions(d));
+            setFitKey((k) => k + 1);
+          }}>Discard them</button>
+        </p>
+      ) : null}
       <div className="builder-main">
         {canEdit ? (
           <aside className="builder-palette" aria-label="Node types">
