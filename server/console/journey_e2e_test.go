@@ -129,6 +129,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"InvalidJSON", invalidJSON},
 		{"SaveFlow", saveFlow},
 		{"DraftsSurvive", draftsSurvive},
+		{"SendEventSaysWhoTakesIt", sendEventSaysWhoTakesIt},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -478,4 +479,64 @@ func draftsSurvive(t *testing.T, p *page, j *journey) {
 	require.Contains(t, notice, "Restored the unsaved changes")
 	p.click(t, "#builder-discard")
 	await(t, p, "the new workflow discarded", jsonTextJS, func(s string) bool { return strings.Contains(s, `"new-workflow"`) })
+}
+
+// sendEventSaysWhoTakesIt: on an approval, the type field offers the type its wait
+// expects and says who takes it, or that nothing waits for another type and it will be
+// buffered, which the answer then says too (not as done). On a shipment waiting for a
+// callback and a Kafka record, the page shows the curl and kcat commands with the ids
+// filled in; the callback sent as the page says is taken.
+func sendEventSaysWhoTakesIt(t *testing.T, p *page, j *journey) {
+	approval := j.start(t, "approval", map[string]any{"order": "A-2001"})
+	p.navigate(t, j.base+"/ui/#/executions/"+approval)
+	offered := await(t, p, "the types offered", `[...document.querySelectorAll('#send-types option')].map((o) => o.value)`,
+		func(v []string) bool { return len(v) > 0 })
+	require.Equal(t, []string{"approved"}, offered)
+	const takersJS = `(() => { const n = document.getElementById('send-takers'); return n ? n.dataset.state + ' ' + n.textContent : ''; })()`
+	p.fill(t, "#send-type", "approved")
+	require.Equal(t, "taken Taken by approval as approval.", await(t, p, "who takes approved", takersJS, func(s string) bool { return strings.HasPrefix(s, "taken") }))
+	p.fill(t, "#send-type", "api_response")
+	said := await(t, p, "nothing takes api_response", takersJS, func(s string) bool { return strings.HasPrefix(s, "buffered") })
+	require.Contains(t, said, "Nothing waits for this type — it will be buffered for 24h")
+	p.click(t, `button[data-action="send-event"]`)
+	require.Contains(t, p.confirm(t), "waits for api_response now: it will be buffered for 24h")
+	v := awaitExec(t, p, "the answer", func(v execPage) bool { return v.Answer != nil })
+	require.Equal(t, "buffered", v.Answer.Outcome, "a buffered event is not shown as done")
+	require.Contains(t, v.Answer.Text, "Send event: buffered, not taken (202)")
+	require.Contains(t, v.Answer.Text, "nothing waits for this type")
+	p.screenshot(t, "send-event-buffered", "an event no wait takes: the field said so before, and the answer says buffered, not taken")
+
+	shipment := j.start(t, "shipment", map[string]any{"order": "A-2002", "amount": 15})
+	call := j.nextCall(t)
+	corr := call["correlation_id"].(string)
+	p.navigate(t, j.base+"/ui/#/executions/"+shipment)
+	type command struct {
+		Source string `json:"source"`
+		Event  string `json:"event"`
+		URL    string `json:"url"`
+		Body   string `json:"body"`
+		Topic  string `json:"topic"`
+		Text   string `json:"text"`
+	}
+	cmds := await(t, p, "the delivery commands", `[...document.querySelectorAll('#send-commands .send-command')].map((c) => ({ source: c.dataset.source, event: c.dataset.event,
+  url: c.dataset.url, body: c.dataset.body, topic: c.dataset.topic, text: c.querySelector('pre').textContent }))`, func(c []command) bool { return len(c) == 2 })
+	require.Equal(t, "callback", cmds[0].Source)
+	require.Equal(t, j.base+"/api/internal/callbacks/console", cmds[0].URL)
+	require.Contains(t, cmds[0].Text, "curl -X POST '"+j.base+"/api/internal/callbacks/console'")
+	require.Contains(t, cmds[0].Text, `"execution_id":"`+shipment+`"`)
+	require.Contains(t, cmds[0].Text, `"correlation_id":"`+corr+`"`)
+	require.Equal(t, "kafka", cmds[1].Source)
+	require.Equal(t, `echo '{"execution_id":"`+shipment+`","correlation_id":"`+corr+`"}' | kcat -P -b "$KAFKA_BROKERS" -t 'journey.shipments'`, cmds[1].Text)
+	p.screenshot(t, "send-event-commands", "a shipment waiting for its callback and Kafka record: the Send event form shows the curl and kcat commands with the ids filled in")
+
+	// The callback as the page gives it is taken by the wait.
+	req, err := http.NewRequest(http.MethodPost, cmds[0].URL, strings.NewReader(cmds[0].Body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	await(t, p, "the callback arrived; only the record's command is left", `[...document.querySelectorAll('#send-commands .send-command')].map((c) => c.dataset.event)`,
+		func(v []string) bool { return len(v) == 1 && v[0] == "kafka_event" })
 }

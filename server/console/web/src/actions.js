@@ -63,18 +63,25 @@ export const ACTIONS = [
     id: 'send-event', scope: 'execution', access: Access.SEND, label: 'Send event',
     applies: (ctx) => !FINISHED.has(ctx.execution.status),
     input: sendInput,
-    confirm: (ctx, body) => ({
-      title: `Send a ${body.type} event?`,
-      lines: [`Every node of execution ${ctx.execution.id} waiting for ${body.type} takes it; if none does yet, it is buffered for the first that will.`],
-      button: 'Send',
-    }),
+    confirm: (ctx, body) => {
+      const by = expectedEvents(ctx).filter((e) => e.source === 'send' && e.type === body.type);
+      return {
+        title: `Send a ${body.type} event?`,
+        lines: [by.length
+          ? `Taken by ${by.map((e) => `${e.node} as ${e.name}`).join(', ')} of execution ${ctx.execution.id}.`
+          : `Nothing of execution ${ctx.execution.id} waits for ${body.type} now: it will be buffered for ${bufferTTL(ctx.definition)} for the first node that will, then dead-lettered.`],
+        button: 'Send',
+      };
+    },
     request: (ctx, body) => post(execPath(ctx, '/events'), body),
+    // An event buffered was accepted but taken by nothing: not shown as done.
+    outcome: (a) => (a.body.outcome === 'buffered' ? 'buffered' : 'ok'),
     done: (a) => {
       const b = a.body;
       if (b.outcome === 'duplicate') return 'Already sent with this id: not applied again.';
       const lines = [`Outcome: ${b.outcome}.`];
       for (const d of b.deliveries || []) lines.push(`${d.node_id}: taken as ${d.event}, ${d.outcome} (wait ${d.wait_status}).`);
-      if (b.outcome === 'buffered') lines.push(`Buffered until ${b.expires_at} for the first node that waits for it.`);
+      if (b.outcome === 'buffered') lines.push(`Not taken: nothing waits for this type. Buffered until ${b.expires_at} for the first node that will; then it is dead-lettered.`);
       return lines;
     },
   },
@@ -165,13 +172,70 @@ function reasonInput(id, required) {
   };
 }
 
-// sendInput is the event editor: a type, an optional id, and a JSON payload checked as
-// it is typed.
+// expectedEvents is what the execution's open waits still expect, read from the
+// definition of the version it runs: each {node, name, source ('send', 'callback' or
+// 'kafka'), type (send, and kafka when set), topic (kafka), match (kafka by payload),
+// correlationId}. Events already arrived or timed out are left out.
+export function expectedEvents(ctx) {
+  const out = [];
+  const def = ctx.definition;
+  if (!def || !ctx.execution) return out;
+  const nodes = new Map((Array.isArray(def.nodes) ? def.nodes : []).map((n) => [n.id, n]));
+  for (const w of ctx.execution.wait_states || []) {
+    if (w.status !== 'waiting') continue;
+    const data = (nodes.get(w.node_id) || {}).data || {};
+    const missing = new Set(w.missing_events || []);
+    const add = (e) => { if (missing.has(e.name)) out.push({ node: w.node_id, correlationId: w.correlation_id, ...e }); };
+    const on = (o) => o && typeof o === 'object' && o.enabled !== false;
+    if (on(data.apiCall)) add({ name: 'api_response', source: 'callback' });
+    if (on(data.kafkaEvent)) add({ name: 'kafka_event', source: 'kafka', topic: data.kafkaEvent.topic });
+    for (const e of Array.isArray(data.events) ? data.events : []) {
+      if (e && e.name) add({ name: e.name, source: e.source, type: e.type, topic: e.topic, match: Boolean(e.match) });
+    }
+  }
+  return out;
+}
+
+// bufferTTL is how long an event no wait takes is kept for one that will.
+function bufferTTL(def) {
+  const v = def && def.eventBufferTtl;
+  if (typeof v === 'number') return `${v} s`;
+  return typeof v === 'string' && v ? v : '24h';
+}
+
+// deliveryCommands are the ready-to-run commands that deliver what a callback or Kafka
+// wait expects, with its ids filled in: curl to the callback endpoint, kcat to the topic
+// (the broker is the operator's to name). A Kafka event matched by payload has no ids
+// to fill in and gets no command.
+export function deliveryCommands(ctx) {
+  const cmds = [];
+  for (const e of expectedEvents(ctx)) {
+    const ids = { execution_id: ctx.execution.id, correlation_id: e.correlationId };
+    if (e.source === 'callback') {
+      const url = `${location.origin}/api/internal/callbacks/console${e.name === 'api_response' ? '' : `?event=${encodeURIComponent(e.name)}`}`;
+      const body = JSON.stringify(ids);
+      cmds.push({ ...e, url, body, text: `curl -X POST '${url}' -H 'Content-Type: application/json' -d '${body}'` });
+    } else if (e.source === 'kafka' && !e.match && e.topic) {
+      const body = JSON.stringify(e.type ? { type: e.type, ...ids } : ids);
+      cmds.push({ ...e, body, text: `echo '${body}' | kcat -P -b "$KAFKA_BROKERS" -t '${e.topic}'` });
+    }
+  }
+  return cmds;
+}
+
+// sendInput is the event editor: a type (offered among those the open waits expect), an
+// optional id, and a JSON payload checked as it is typed. It says who takes the type
+// typed, or that nothing waits for it and it will be buffered; for the events that are
+// not sent but called back or produced to Kafka, it shows the command that delivers them.
 function sendInput() {
-  const type = h('input', { id: 'send-type', type: 'text', placeholder: 'event type', required: true, maxlength: '200', spellcheck: 'false' });
-  const id = h('input', { id: 'send-id', type: 'text', placeholder: 'id (optional, for deduplication)', maxlength: '200', spellcheck: 'false' });
+  const types = h('datalist', { id: 'send-types' });
+  const type = h('input', { id: 'send-type', type: 'text', placeholder: 'event type', required: true, maxlength: '200', spellcheck: 'false', list: 'send-types', 'aria-label': 'event type', autocomplete: 'off' });
+  const id = h('input', { id: 'send-id', type: 'text', placeholder: 'id (optional, for deduplication)', maxlength: '200', spellcheck: 'false', 'aria-label': 'event id (optional)' });
   const payload = h('textarea', { id: 'send-payload', rows: '5', spellcheck: 'false', class: 'mono', 'aria-label': 'payload (JSON)' }, '{}');
   const note = h('p', { class: 'payload-note muted', 'aria-live': 'polite' }, 'JSON payload');
+  const takers = h('p', { id: 'send-takers', class: 'payload-note', 'aria-live': 'polite' });
+  const commands = h('div', { id: 'send-commands', class: 'send-commands' });
+  let current = { expected: [], ttl: '24h', shown: '' };
   const check = () => {
     try {
       JSON.parse(payload.value || 'null');
@@ -184,9 +248,38 @@ function sendInput() {
       return false;
     }
   };
+  const sent = () => current.expected.filter((e) => e.source === 'send' && e.type);
+  const who = () => {
+    const t = type.value.trim();
+    const by = sent().filter((e) => e.type === t);
+    takers.dataset.state = !t ? '' : by.length ? 'taken' : 'buffered';
+    takers.classList.toggle('warn', Boolean(t) && !by.length);
+    if (!t) {
+      takers.textContent = sent().length ? `Waiting for: ${[...new Set(sent().map((e) => e.type))].join(', ')}.` : 'No open wait of this execution takes an event sent by type.';
+    } else if (by.length) {
+      takers.textContent = `Taken by ${by.map((e) => `${e.node} as ${e.name}`).join(', ')}.`;
+    } else {
+      const other = current.expected.find((e) => e.name === t);
+      takers.textContent = `Nothing waits for this type — it will be buffered for ${current.ttl} for a node that will.`
+        + (other ? ` ${t} is ${other.source === 'callback' ? 'called back' : 'a Kafka record'}, not sent: see the command below.` : '');
+    }
+  };
   payload.addEventListener('input', check);
+  type.addEventListener('input', who);
   return {
-    el: h('div', { class: 'send-editor' }, h('div', { class: 'send-line' }, type, id), payload, note),
+    el: h('div', { class: 'send-editor' }, h('div', { class: 'send-line' }, type, types, id), payload, note, takers, commands),
+    update: (ctx) => {
+      const expected = expectedEvents(ctx);
+      const cmds = deliveryCommands(ctx);
+      const key = JSON.stringify([expected, cmds.map((c) => c.text)]);
+      if (key === current.shown) return; // unchanged: leave what is being read or selected
+      current = { expected, ttl: bufferTTL(ctx.definition), shown: key };
+      types.replaceChildren(...[...new Set(sent().map((e) => e.type))].map((t) => h('option', { value: t })));
+      commands.replaceChildren(...cmds.map((c) => h('div', { class: 'send-command', 'data-source': c.source, 'data-event': c.name, 'data-url': c.url || '', 'data-body': c.body, 'data-topic': c.topic || '' },
+        h('p', { class: 'hint' }, c.source === 'callback' ? `${c.name} (node ${c.node}) is called back:` : `${c.name} (node ${c.node}) is a record on ${c.topic}:`),
+        h('pre', { class: 'command', tabindex: '0' }, c.text))));
+      who();
+    },
     read: () => {
       if (!type.value.trim()) throw new Error('An event needs a type.');
       if (!check()) throw new Error('The payload is not JSON.');
@@ -194,6 +287,8 @@ function sendInput() {
       if (id.value.trim()) body.id = id.value.trim();
       return body;
     },
+    waited: (t) => sent().some((e) => e.type === t),
+    ttl: () => current.ttl,
   };
 }
 
@@ -204,8 +299,9 @@ export function renderAnswer(action, answer, ctx) {
       h('p', { class: 'answer-head' }, `${action.label}: refused`), renderProblem(answer.problem));
   }
   const said = action.done(answer, ctx);
-  return h('div', { class: 'action-answer', 'data-action': action.id, 'data-outcome': 'ok', role: 'status' },
-    h('p', { class: 'answer-head' }, `${action.label}: done (${answer.status})`),
+  const outcome = action.outcome ? action.outcome(answer) : 'ok';
+  return h('div', { class: 'action-answer', 'data-action': action.id, 'data-outcome': outcome, role: 'status' },
+    h('p', { class: 'answer-head' }, `${action.label}: ${outcome === 'ok' ? 'done' : `${outcome}, not taken`} (${answer.status})`),
     (Array.isArray(said) ? said : [said]).map((l) => h('p', {}, l)));
 }
 

@@ -79,7 +79,8 @@ export function executionView(id, params) {
   const unmatched = h('div', { id: 'execution-unmatched' });
   const problem = h('div', { id: 'execution-problem' });
 
-  const ctx = () => ({ execution: exec, wait: waitOf(selected) });
+  let definition = null;  // the definition of the version the execution runs, once read
+  const ctx = () => ({ execution: exec, wait: waitOf(selected), definition });
 
   function waitOf(node) {
     if (!exec || !node) return null;
@@ -109,7 +110,14 @@ export function executionView(id, params) {
         btn.disabled = false;
       }
     });
-    return { action, block, show: (c) => { block.hidden = !(canAct(action) && action.applies(c)); } };
+    return {
+      action, block,
+      show: (c) => {
+        block.hidden = !(canAct(action) && action.applies(c));
+        // An input that depends on the execution (what its waits expect) follows it.
+        if (!block.hidden && input && input.update) input.update(c);
+      },
+    };
   }
 
   const execBlocks = ACTIONS.filter((a) => a.scope === 'execution').map(actionBlock);
@@ -242,6 +250,7 @@ export function executionView(id, params) {
       if (!newest()) return true;
       if (wf.ok) {
         graphKey = key;
+        definition = wf.body.definition;
         graph = new GraphView(wf.body.definition, select);
         replace(graphWrap, graph.el);
       } else {
