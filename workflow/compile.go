@@ -92,6 +92,12 @@ func (c *compiler) compile(raw []byte) *Workflow {
 	top0 := &object{m: fields, errs: &c.errs, rejected: c.rejected}
 	def.EventBufferTTL = top0.duration("eventBufferTtl", 0)
 	def.Triggers = parseTriggers(top0)
+	if d, ok := fields["display"].(string); ok {
+		def.Display = d
+		if err := checkDisplay(d); err != nil {
+			c.errs.add("display", "%s", err)
+		}
+	}
 	nodeRaws, _ := asArray(top["nodes"])
 	nodes, configs := c.nodes(nodeRaws)
 	def.Nodes = nodes

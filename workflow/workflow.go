@@ -34,6 +34,9 @@ type Definition struct {
 	Edges          []Edge        `json:"edges,omitempty"`
 	// Triggers are the Kafka records that start executions of the workflow.
 	Triggers []Trigger `json:"-"`
+	// Display is the template of an execution's summary (its business key), read from
+	// its input alone; empty: the input's first scalar fields (see Summary).
+	Display string `json:"-"`
 }
 
 // Node is one step of a definition; Data is interpreted by the parser

@@ -15,7 +15,7 @@ import (
 )
 
 const executionList = `-- name: ExecutionList :many
-SELECT id, workflow_name, workflow_version, status, error, created_at, updated_at, finished_at
+SELECT id, workflow_name, workflow_version, status, error, created_at, updated_at, finished_at, input
 FROM executions
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR workflow_name = $2::text)
@@ -49,11 +49,12 @@ type ExecutionListRow struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      *time.Time
+	Input           json.RawMessage
 }
 
-// Executions without their input, newest first. A correlation id names exactly one wait
-// (its index is unique), so that filter is one index probe; the time window bounds
-// created_at, the order key, so it narrows the same index walk.
+// Executions newest first, with the input their summary is drawn from. A correlation id
+// names exactly one wait (its index is unique), so that filter is one index probe; the
+// time window bounds created_at, the order key, so it narrows the same index walk.
 func (q *Queries) ExecutionList(ctx context.Context, db DBTX, arg ExecutionListParams) ([]ExecutionListRow, error) {
 	rows, err := db.Query(ctx, executionList,
 		arg.Status,
@@ -81,6 +82,7 @@ func (q *Queries) ExecutionList(ctx context.Context, db DBTX, arg ExecutionListP
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.FinishedAt,
+			&i.Input,
 		); err != nil {
 			return nil, err
 		}
@@ -112,7 +114,7 @@ func (q *Queries) OperatorForceCustomPlans(ctx context.Context, db DBTX) error {
 }
 
 const waitStateList = `-- name: WaitStateList :many
-SELECT w.id, w.execution_id, e.workflow_name, e.workflow_version, w.node_id, w.correlation_id,
+SELECT w.id, w.execution_id, e.workflow_name, e.workflow_version, e.input, w.node_id, w.correlation_id,
        w.wait_type, w.timer, w.aggregation_strategy, w.status, w.version,
        w.enabled_events, w.required_events, w.received_events, w.timed_out_events,
        w.error, w.resumed_at, w.resumed_by, w.expires_at, w.next_deadline_at, w.created_at, w.updated_at
@@ -145,6 +147,7 @@ type WaitStateListRow struct {
 	ExecutionID         uuid.UUID
 	WorkflowName        string
 	WorkflowVersion     int32
+	Input               json.RawMessage
 	NodeID              string
 	CorrelationID       uuid.UUID
 	WaitType            vocab.WaitType
@@ -165,8 +168,8 @@ type WaitStateListRow struct {
 	UpdatedAt           time.Time
 }
 
-// Wait states with their execution's workflow, oldest first. Only what the views show:
-// never the event payloads, which may be large.
+// Wait states with their execution's workflow and input (its summary's source), oldest
+// first. Only what the views show: never the event payloads, which may be large.
 func (q *Queries) WaitStateList(ctx context.Context, db DBTX, arg WaitStateListParams) ([]WaitStateListRow, error) {
 	rows, err := db.Query(ctx, waitStateList,
 		arg.ID,
@@ -190,6 +193,7 @@ func (q *Queries) WaitStateList(ctx context.Context, db DBTX, arg WaitStateListP
 			&i.ExecutionID,
 			&i.WorkflowName,
 			&i.WorkflowVersion,
+			&i.Input,
 			&i.NodeID,
 			&i.CorrelationID,
 			&i.WaitType,

@@ -12,9 +12,9 @@
 SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
 
 -- name: WaitStateList :many
--- Wait states with their execution's workflow, oldest first. Only what the views show:
--- never the event payloads, which may be large.
-SELECT w.id, w.execution_id, e.workflow_name, e.workflow_version, w.node_id, w.correlation_id,
+-- Wait states with their execution's workflow and input (its summary's source), oldest
+-- first. Only what the views show: never the event payloads, which may be large.
+SELECT w.id, w.execution_id, e.workflow_name, e.workflow_version, e.input, w.node_id, w.correlation_id,
        w.wait_type, w.timer, w.aggregation_strategy, w.status, w.version,
        w.enabled_events, w.required_events, w.received_events, w.timed_out_events,
        w.error, w.resumed_at, w.resumed_by, w.expires_at, w.next_deadline_at, w.created_at, w.updated_at
@@ -31,10 +31,10 @@ ORDER BY w.created_at, w.id
 LIMIT sqlc.narg(max)::integer;
 
 -- name: ExecutionList :many
--- Executions without their input, newest first. A correlation id names exactly one wait
--- (its index is unique), so that filter is one index probe; the time window bounds
--- created_at, the order key, so it narrows the same index walk.
-SELECT id, workflow_name, workflow_version, status, error, created_at, updated_at, finished_at
+-- Executions newest first, with the input their summary is drawn from. A correlation id
+-- names exactly one wait (its index is unique), so that filter is one index probe; the
+-- time window bounds created_at, the order key, so it narrows the same index walk.
+SELECT id, workflow_name, workflow_version, status, error, created_at, updated_at, finished_at, input
 FROM executions
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(workflow)::text IS NULL OR workflow_name = sqlc.narg(workflow)::text)

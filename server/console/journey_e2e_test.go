@@ -63,7 +63,7 @@ func setUpJourney(t *testing.T) *journey {
 	j.base = "http://" + startService(t, cluster).Addr()
 
 	j.put(t, map[string]any{
-		"name": "shipment", "vars": map[string]any{"svc": j.fake.URL},
+		"name": "shipment", "vars": map[string]any{"svc": j.fake.URL}, "display": "@{_trigger.order} · @{_trigger.amount} EUR",
 		"nodes": []any{
 			map[string]any{"id": "wait", "type": "wait_events", "data": map[string]any{
 				"apiCall":    map[string]any{"url": "@{_vars.svc}/process"},
@@ -130,6 +130,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"SaveFlow", saveFlow},
 		{"DraftsSurvive", draftsSurvive},
 		{"SendEventSaysWhoTakesIt", sendEventSaysWhoTakesIt},
+		{"ExecutionsToldApart", executionsToldApart},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -539,4 +540,42 @@ func sendEventSaysWhoTakesIt(t *testing.T, p *page, j *journey) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	await(t, p, "the callback arrived; only the record's command is left", `[...document.querySelectorAll('#send-commands .send-command')].map((c) => c.dataset.event)`,
 		func(v []string) bool { return len(v) == 1 && v[0] == "kafka_event" })
+}
+
+// executionsToldApart: each execution is listed with its business key (the shipment's
+// display template; the approval's first input fields), found by it, and shown on its
+// page; an execution id and a correlation id carry tags of their own.
+func executionsToldApart(t *testing.T, p *page, j *journey) {
+	p.viewport(t, widths[0])
+	p.navigate(t, j.base+"/ui/#/executions")
+	keys := await(t, p, "the keys listed", `Object.fromEntries([...document.querySelectorAll('#executions tbody tr')].map((tr) => [tr.dataset.executionId, (tr.querySelector('.summary') || {}).textContent || '']))`,
+		func(m map[string]string) bool { return m[j.waiting] != "" })
+	require.Equal(t, "A-1001 · 120 EUR", keys[j.waiting], "by the workflow's display template")
+	require.Equal(t, "amount: 80 · order: A-1002", keys[j.failed], "by the input's first fields")
+	require.Equal(t, "order: A-1003", keys[j.deadOwner])
+
+	p.fill(t, "#filter-q", "a-1002")
+	p.do(t, "search", `(() => { document.querySelector('form[role=search]').requestSubmit(); return true; })()`)
+	found := await(t, p, "the search by key", `[...document.querySelectorAll('#executions tbody tr')].map((tr) => tr.dataset.executionId)`,
+		func(ids []string) bool { return len(ids) == 1 })
+	require.Equal(t, []string{j.failed}, found)
+	note, err := eval[string](p, `document.getElementById('search-note').textContent`)
+	require.NoError(t, err)
+	require.Contains(t, note, "whose key contains “a-1002”")
+	p.screenshot(t, "executions-by-key", "the executions found by business key a-1002: one row, its key shown beside its shortened, tagged id")
+
+	p.navigate(t, j.base+"/ui/#/waits")
+	waitKeys := await(t, p, "the waits' keys", `[...document.querySelectorAll('#waiting tbody tr')].map((tr) => tr.dataset.executionId + ' ' + ((tr.querySelector('.summary') || {}).textContent || ''))`,
+		func(v []string) bool { return len(v) > 0 })
+	require.Contains(t, waitKeys, j.waiting+" A-1001 · 120 EUR")
+
+	p.navigate(t, j.base+"/ui/#/unmatched")
+	tags := await(t, p, "the id tags", `(() => { const tr = [...document.querySelectorAll('#unmatched tbody tr')].find((r) => r.querySelector('[data-id-kind=correlation]'));
+  return tr ? [...tr.querySelectorAll('[data-id-kind]')].map((w) => w.dataset.idKind + ' ' + w.querySelector('.id-tag').textContent) : null; })()`,
+		func(v []string) bool { return v != nil })
+	require.Equal(t, []string{"execution exec", "correlation corr"}, tags)
+
+	p.navigate(t, j.base+"/ui/#/executions/"+j.waiting)
+	key := await(t, p, "the key on the execution's page", `(document.getElementById('execution-summary') || {}).textContent || ''`, func(s string) bool { return s != "" })
+	require.Equal(t, "A-1001 · 120 EUR", key)
 }

@@ -74,10 +74,14 @@ func (r *Reader) execution(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Execu
 	if err != nil {
 		return nil, fmt.Errorf("load wait states: %w", err)
 	}
+	if err := r.displays.load(ctx, r.q, tx, []wfVersion{{exec.WorkflowName, exec.WorkflowVersion}}); err != nil {
+		return nil, err
+	}
 	v := &ExecutionView{
 		ExecutionSummary: ExecutionSummary{
 			ID: exec.ID, Workflow: exec.WorkflowName, WorkflowVersion: exec.WorkflowVersion, Status: exec.Status,
 			Error: exec.Error, CreatedAt: exec.CreatedAt, UpdatedAt: exec.UpdatedAt, FinishedAt: exec.FinishedAt,
+			Summary: r.displays.summary(exec.WorkflowName, exec.WorkflowVersion, exec.Input),
 		},
 		Input: exec.Input, RedriveCount: exec.RedriveCount, RedrivenAt: exec.RedrivenAt,
 		RestartedFrom: exec.RestartedFrom, RestartedAs: exec.RestartedAs, Nodes: []NodeView{}, Waits: []WaitView{},

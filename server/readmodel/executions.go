@@ -26,6 +26,9 @@ type ExecutionSummary struct {
 	CreatedAt       time.Time             `json:"created_at"`
 	UpdatedAt       time.Time             `json:"updated_at"`
 	FinishedAt      *time.Time            `json:"finished_at,omitempty"`
+	// Summary is the execution's business key, drawn from its input by the workflow's
+	// display template or, without one, its first scalar fields (workflow.Summary).
+	Summary string `json:"summary,omitempty"`
 }
 
 // ExecutionFilter selects executions; zero fields do not filter.
@@ -63,7 +66,11 @@ func (r *Reader) Executions(ctx context.Context, f ExecutionFilter, pg Paging) (
 		p.BeforeCreatedAt, p.BeforeID = &at, &id
 	}
 	rows, err := read(ctx, r, "executions", func(tx pgx.Tx) ([]dbsqlc.ExecutionListRow, error) {
-		return r.q.ExecutionList(ctx, tx, p)
+		rows, err := r.q.ExecutionList(ctx, tx, p)
+		if err != nil {
+			return nil, err
+		}
+		return rows, r.displays.load(ctx, r.q, tx, versionsOf(rows, func(e dbsqlc.ExecutionListRow) (string, int32) { return e.WorkflowName, e.WorkflowVersion }))
 	})
 	if err != nil {
 		return Page[ExecutionSummary]{}, err
@@ -72,6 +79,7 @@ func (r *Reader) Executions(ctx context.Context, f ExecutionFilter, pg Paging) (
 		return ExecutionSummary{
 			ID: e.ID, Workflow: e.WorkflowName, WorkflowVersion: e.WorkflowVersion, Status: e.Status,
 			Error: e.Error, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, FinishedAt: e.FinishedAt,
+			Summary: r.displays.summary(e.WorkflowName, e.WorkflowVersion, e.Input),
 		}, nil
 	}, func(e dbsqlc.ExecutionListRow) string { return encodeTimeID(kindExecutions, e.CreatedAt, e.ID) })
 }

@@ -58,6 +58,8 @@ func (e *QueryError) Error() string { return e.Param + ": " + e.Reason }
 type Reader struct {
 	pool *pgxpool.Pool
 	q    *dbsqlc.Queries
+	// displays are the workflows' display templates, for the executions' summaries.
+	displays displays
 }
 
 // New returns a Reader of the lists stored in pool.

@@ -62,6 +62,8 @@ type WaitStateView struct {
 	ExecutionID     uuid.UUID `json:"execution_id"`
 	Workflow        string    `json:"workflow"`
 	WorkflowVersion int32     `json:"workflow_version"`
+	// Summary is the execution's business key (ExecutionSummary.Summary).
+	Summary string `json:"summary,omitempty"`
 }
 
 // NewWaitStateView is the one place a stored wait state becomes its view; an
@@ -138,12 +140,21 @@ func (r *Reader) WaitStates(ctx context.Context, f WaitStateFilter, pg Paging) (
 		p.AfterCreatedAt, p.AfterID = &at, &id
 	}
 	rows, err := read(ctx, r, "wait states", func(tx pgx.Tx) ([]dbsqlc.WaitStateListRow, error) {
-		return r.q.WaitStateList(ctx, tx, p)
+		rows, err := r.q.WaitStateList(ctx, tx, p)
+		if err != nil {
+			return nil, err
+		}
+		return rows, r.displays.load(ctx, r.q, tx, versionsOf(rows, func(w dbsqlc.WaitStateListRow) (string, int32) { return w.WorkflowName, w.WorkflowVersion }))
 	})
 	if err != nil {
 		return Page[WaitStateView]{}, err
 	}
-	return pageOf(rows, limit, NewWaitStateView, func(w dbsqlc.WaitStateListRow) string {
+	withSummary := func(w dbsqlc.WaitStateListRow) (WaitStateView, error) {
+		v, err := NewWaitStateView(w)
+		v.Summary = r.displays.summary(w.WorkflowName, w.WorkflowVersion, w.Input)
+		return v, err
+	}
+	return pageOf(rows, limit, withSummary, func(w dbsqlc.WaitStateListRow) string {
 		return encodeTimeID(kindWaitStates, w.CreatedAt, w.ID)
 	})
 }

@@ -6,7 +6,7 @@
 import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, pretty, fmtTime } from './format.js';
-import { idText, badge, deadline, when, table, empty, latest } from './widgets.js';
+import { idText, IdKind, badge, deadline, when, table, empty, latest } from './widgets.js';
 import { eventStates, unmatchedColumns, resolutionColumn, rowActions } from './lists.js';
 import { GraphView } from './graph.js';
 import { ACTIONS, canAct, runAction } from './actions.js';
@@ -126,15 +126,16 @@ export function executionView(id, params) {
 
   function renderHead() {
     replace(head,
-      h('h2', {}, 'Execution ', idText(exec.id), ' ', h('span', { id: 'execution-status', 'data-execution-status': exec.status }, badge(exec.status))),
+      h('h2', {}, 'Execution ', idText(exec.id, null, IdKind.EXECUTION), ' ', h('span', { id: 'execution-status', 'data-execution-status': exec.status }, badge(exec.status))),
       h('dl', { class: 'facts' },
+        exec.summary ? [h('dt', {}, 'Key'), h('dd', { id: 'execution-summary', class: 'summary' }, exec.summary)] : null,
         h('dt', {}, 'Workflow'), h('dd', {}, h('a', { href: `#/executions?workflow=${encodeURIComponent(exec.workflow)}` }, exec.workflow), ` version ${exec.workflow_version}`),
         h('dt', {}, 'Started'), h('dd', {}, when(exec.created_at)),
         h('dt', {}, 'Finished'), h('dd', {}, when(exec.finished_at)),
         exec.error ? [h('dt', {}, 'Error'), h('dd', { class: 'detail-error' }, exec.error)] : null,
         exec.redrive_count ? [h('dt', {}, 'Redriven'), h('dd', { id: 'execution-redriven' }, `${exec.redrive_count} time${exec.redrive_count === 1 ? '' : 's'}, last `, when(exec.redriven_at))] : null,
-        exec.restarted_from ? [h('dt', {}, 'Restart of'), h('dd', {}, idText(exec.restarted_from, `#/executions/${encodeURIComponent(exec.restarted_from)}`))] : null,
-        exec.restarted_as ? [h('dt', {}, 'Restarted as'), h('dd', { id: 'execution-restarted-as' }, idText(exec.restarted_as, `#/executions/${encodeURIComponent(exec.restarted_as)}`))] : null,
+        exec.restarted_from ? [h('dt', {}, 'Restart of'), h('dd', {}, idText(exec.restarted_from, `#/executions/${encodeURIComponent(exec.restarted_from)}`, IdKind.EXECUTION))] : null,
+        exec.restarted_as ? [h('dt', {}, 'Restarted as'), h('dd', { id: 'execution-restarted-as' }, idText(exec.restarted_as, `#/executions/${encodeURIComponent(exec.restarted_as)}`, IdKind.EXECUTION))] : null,
         h('dt', {}, 'Input'), h('dd', {}, h('pre', { class: 'json', tabindex: '0' }, pretty(exec.input)))));
   }
 
@@ -189,8 +190,8 @@ export function executionView(id, params) {
           h('dt', {}, w.wait_type === 'timer' ? 'Fires' : 'Next deadline'), h('dd', {}, deadline(w.next_deadline_at), ' ', h('span', { class: 'muted' }, fmtTime(w.next_deadline_at))),
           w.wait_type === 'timer' ? null : [h('dt', {}, 'Expires'), h('dd', {}, deadline(w.expires_at), ' ', h('span', { class: 'muted' }, fmtTime(w.expires_at)))],
         ] : null,
-        h('dt', {}, 'Correlation id'), h('dd', {}, idText(w.correlation_id)),
-        h('dt', {}, 'Wait id'), h('dd', {}, idText(w.id)),
+        h('dt', {}, 'Correlation id'), h('dd', {}, idText(w.correlation_id, null, IdKind.CORRELATION)),
+        h('dt', {}, 'Wait id'), h('dd', {}, idText(w.id, null, IdKind.WAIT)),
         h('dt', {}, 'Version'), h('dd', {}, String(w.version)),
         w.error ? [h('dt', {}, w.status === 'cancelled' ? 'Reason' : 'Error'), h('dd', { class: 'detail-error' }, w.error)] : null,
         w.resumed_at ? [h('dt', {}, 'Resumed'), h('dd', {}, when(w.resumed_at), w.resumed_by ? ` by ${w.resumed_by}` : '')] : null),

@@ -5,10 +5,12 @@
 import { h, replace } from './dom.js';
 import { get, renderProblem } from './api.js';
 import { sourceText, UUID_RE, pretty } from './format.js';
-import { idText, badge, deadline, when, since, table, Pager, empty, latest } from './widgets.js';
+import { idText, IdKind, badge, deadline, when, since, table, Pager, empty, latest } from './widgets.js';
 import { ACTIONS, canAct, runAction } from './actions.js';
 
 const PAGE = 25;
+// KEY_SEARCH_DEPTH is how many of the newest executions a search by business key reads.
+const KEY_SEARCH_DEPTH = 500;
 
 // pageSize is the page size a list's address asks for (?limit=, 1 to 500), else PAGE.
 function pageSize(params) {
@@ -62,7 +64,7 @@ export function executionsView(params) {
   const out = h('div', { id: 'executions-result' });
   const finished = h('div', { id: 'finished-result' });
 
-  const q = h('input', { id: 'filter-q', name: 'q', type: 'search', value: f.q, placeholder: 'execution id or correlation id', spellcheck: 'false', autocomplete: 'off', class: 'mono wide' });
+  const q = h('input', { id: 'filter-q', name: 'q', type: 'search', value: f.q, placeholder: 'execution id, correlation id or key', spellcheck: 'false', autocomplete: 'off', class: 'mono wide' });
   const wf = h('input', { id: 'filter-workflow', name: 'workflow', type: 'search', value: f.workflow, placeholder: 'exact name', spellcheck: 'false', autocomplete: 'off' });
   const st = select('status', EXECUTION_STATUSES, f.status, 'any');
   const from = h('input', { id: 'filter-from', name: 'from', type: 'datetime-local', step: '1', value: f.from });
@@ -81,7 +83,8 @@ export function executionsView(params) {
   st.addEventListener('change', apply);
 
   const columns = [
-    { title: 'Execution', cell: (e) => idText(e.id, execLink(e.id)) },
+    { title: 'Execution', cell: (e) => idText(e.id, execLink(e.id), IdKind.EXECUTION) },
+    { title: 'Key', cell: (e) => (e.summary ? h('span', { class: 'summary' }, e.summary) : '') },
     { title: 'Workflow', cell: (e) => h('span', {}, h('span', { class: 'workflow' }, e.workflow), h('span', { class: 'muted' }, ` v${e.workflow_version}`)) },
     { title: 'Status', cell: (e) => badge(e.status) },
     { title: 'Started', cell: (e) => h('span', {}, when(e.created_at), ' ', since(e.created_at)) },
@@ -91,10 +94,17 @@ export function executionsView(params) {
   const rowAttrs = (e) => ({ 'data-execution-id': e.id, 'data-status': e.status });
 
   async function search() {
-    // An id is either an execution's or a wait's correlation id: ask for both.
+    // Text that is not an id is looked for in the business keys of the newest
+    // executions the other filters select.
     if (!UUID_RE.test(f.q)) {
-      return { problem: { title: 'Not an id', detail: 'Search takes a whole execution id or correlation id (a UUID); filter by workflow, status or time for the rest.' } };
+      const a = await get('executions', {
+        workflow: f.workflow, status: f.status, created_from: toRFC3339(f.from), created_to: toRFC3339(f.to), limit: KEY_SEARCH_DEPTH,
+      });
+      if (!a.ok) return { answer: a };
+      const needle = f.q.toLowerCase();
+      return { items: a.body.items.filter((e) => (e.summary || '').toLowerCase().includes(needle)), byKey: true, more: Boolean(a.body.next_cursor) };
     }
+    // An id is either an execution's or a wait's correlation id: ask for both.
     const [byID, byCorr] = await Promise.all([
       get(`executions/${encodeURIComponent(f.q)}`),
       get('executions', { correlation_id: f.q }),
@@ -109,13 +119,14 @@ export function executionsView(params) {
   const begin = latest();
   async function refresh() {
     const newest = begin();
-    let items, next = '';
+    let items, next = '', note = '';
     if (f.q) {
       const r = await search();
       if (!newest()) return true;
       if (r.problem) { replace(out, renderProblem(r.problem)); return true; }
       if (r.answer) { replace(out, failure(r.answer)); return r.answer.status !== 0; }
       items = r.items;
+      note = r.byKey ? `Executions whose key contains “${f.q}”, among the newest ${KEY_SEARCH_DEPTH}${r.more ? ' (older ones are not searched: narrow by workflow, status or time)' : ''}.` : '';
     } else {
       const a = await get('executions', {
         workflow: f.workflow, status: f.status, created_from: toRFC3339(f.from), created_to: toRFC3339(f.to),
@@ -127,7 +138,8 @@ export function executionsView(params) {
       next = a.body.next_cursor || '';
     }
     pager.next = next;
-    replace(out, items.length ? table('executions', columns, items, rowAttrs) : empty('No execution matches.'),
+    replace(out, note ? h('p', { class: 'hint', id: 'search-note' }, note) : null,
+      items.length ? table('executions', columns, items, rowAttrs) : empty('No execution matches.'),
       f.q ? null : pager.view('executions'));
     await refreshFinished(newest);
     return true;
@@ -196,7 +208,8 @@ export function waitsView(params) {
   });
 
   const common = [
-    { title: 'Execution', cell: (w) => idText(w.execution_id, execLink(w.execution_id)) },
+    { title: 'Execution', cell: (w) => idText(w.execution_id, execLink(w.execution_id), IdKind.EXECUTION) },
+    { title: 'Key', cell: (w) => (w.summary ? h('span', { class: 'summary' }, w.summary) : '') },
     { title: 'Workflow', cell: (w) => h('span', { class: 'workflow' }, w.workflow) },
     { title: 'Node', cell: (w) => h('code', {}, w.node_id) },
   ];
@@ -305,8 +318,8 @@ export function unmatchedView(params) {
   form.addEventListener('submit', apply);
   reason.addEventListener('change', apply);
   const columns = [...unmatchedColumns.slice(0, 3),
-    { title: 'Execution', cell: (u) => (u.execution_id ? idText(u.execution_id, execLink(u.execution_id)) : '') },
-    { title: 'Correlation', cell: (u) => (u.correlation_id ? idText(u.correlation_id) : '') },
+    { title: 'Execution', cell: (u) => (u.execution_id ? idText(u.execution_id, execLink(u.execution_id), IdKind.EXECUTION) : '') },
+    { title: 'Correlation', cell: (u) => (u.correlation_id ? idText(u.correlation_id, null, IdKind.CORRELATION) : '') },
     ...unmatchedColumns.slice(3), resolutionColumn, rowActions('unmatched', answerOut, () => refresh())];
 
   const begin = latest();
@@ -345,7 +358,7 @@ export function deadLettersView(params) {
     { title: 'Reason', cell: (d) => h('span', { class: 'reason', 'data-reason': d.reason }, d.reason.replace(/_/g, ' ')) },
     { title: 'Type', cell: (d) => h('code', {}, d.event_type) },
     { title: 'Event id', cell: (d) => (d.event_id ? h('code', {}, d.event_id) : '') },
-    { title: 'Execution', cell: (d) => idText(d.execution_id, execLink(d.execution_id)) },
+    { title: 'Execution', cell: (d) => idText(d.execution_id, execLink(d.execution_id), IdKind.EXECUTION) },
     { title: 'Source', cell: (d) => sourceText(d.source) },
     { title: 'Buffered', cell: (d) => when(d.buffered_at) },
     { title: 'Payload', cell: (d) => h('pre', { class: 'json', tabindex: '0' }, pretty(d.payload)) },

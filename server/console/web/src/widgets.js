@@ -9,8 +9,12 @@ import { countdown, fmtTime, ago } from './format.js';
 // their first digits (UUIDv7 begins with the time), so the end is what tells them apart.
 // The whole id stays in the element (hidden from the eye, not from search in the page or
 // a screen reader), in its tooltip, and is what the copy button copies. link, when given,
-// is where the id leads.
-export function idText(id, link) {
+// is where the id leads. kind ('execution', 'correlation', 'wait') is shown as a tag
+// before it, in words and shape, so that an execution id is never taken for a
+// correlation id (both are UUIDv7 and start alike).
+export const IdKind = { EXECUTION: 'execution', CORRELATION: 'correlation', WAIT: 'wait' };
+const KIND_TAG = { execution: 'exec', correlation: 'corr', wait: 'wait' };
+export function idText(id, link, kind) {
   const parts = id.length > 20
     ? [h('span', { class: 'id-head' }, id.slice(0, 8)), h('span', { class: 'id-mid' }, id.slice(8, -8)), h('span', { class: 'id-tail' }, id.slice(-8))]
     : [id];
@@ -34,7 +38,8 @@ export function idText(id, link) {
     }
     setTimeout(() => { btn.textContent = 'copy'; }, 1500);
   });
-  return h('span', { class: 'id-wrap' }, text, btn);
+  return h('span', { class: ['id-wrap', kind ? `id-kind-${kind}` : ''], 'data-id-kind': kind || '' },
+    kind ? h('span', { class: 'id-tag', title: `${kind} id` }, KIND_TAG[kind]) : null, text, btn);
 }
 
 export function badge(status) {
