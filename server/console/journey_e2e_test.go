@@ -131,6 +131,7 @@ func TestConsoleJourney(t *testing.T) {
 		{"DraftsSurvive", draftsSurvive},
 		{"SendEventSaysWhoTakesIt", sendEventSaysWhoTakesIt},
 		{"ExecutionsToldApart", executionsToldApart},
+		{"SmallerThings", smallerThings},
 	} {
 		if !t.Run(part.name, func(t *testing.T) { part.run(t, p, j) }) {
 			return
@@ -578,4 +579,65 @@ func executionsToldApart(t *testing.T, p *page, j *journey) {
 	p.navigate(t, j.base+"/ui/#/executions/"+j.waiting)
 	key := await(t, p, "the key on the execution's page", `(document.getElementById('execution-summary') || {}).textContent || ''`, func(s string) bool { return s != "" })
 	require.Equal(t, "A-1001 · 120 EUR", key)
+}
+
+// smallerThings: a timer node says it waits for its time; a cancelled node is drawn
+// apart from a failed one; the workflow filter suggests the stored names; with the API
+// out of reach a list keeps what it showed (dimmed) instead of an error; an unknown
+// workflow in the builder offers a way on.
+func smallerThings(t *testing.T, p *page, j *journey) {
+	p.viewport(t, widths[1])
+	timer := j.start(t, "cool-off", map[string]any{"order": "A-3001"})
+	p.navigate(t, j.base+"/ui/#/executions/"+timer)
+	label := await(t, p, "the timer node", `(() => { const n = document.querySelector('.graph .node[data-node-id="cool_off"]'); return n && n.dataset.nodeState === 'waiting_for_events' ? n.querySelector('.node-status').textContent : ''; })()`,
+		func(s string) bool { return s != "" })
+	require.Equal(t, "waiting (timer)", label)
+	p.requireReachable(t, "a timer's execution", widths[1])
+
+	// The cancelled execution's timer node: not drawn as a failure.
+	p.navigate(t, j.base+"/ui/#/executions/"+j.deadOwner)
+	type fills struct {
+		Cancelled string `json:"cancelled"`
+		Failed    string `json:"failed"`
+	}
+	f := await(t, p, "the cancelled node drawn", `(() => { const n = document.querySelector('.graph .node[data-node-state="cancelled"] rect'); return n ? { cancelled: getComputedStyle(n).stroke } : null; })()`,
+		func(f *fills) bool { return f != nil })
+	p.navigate(t, j.base+"/ui/#/executions/"+j.failed)
+	failed := await(t, p, "the failed node drawn", `(() => { const n = document.querySelector('.graph .node[data-node-state="failed"] rect'); return n ? getComputedStyle(n).stroke : ''; })()`,
+		func(s string) bool { return s != "" })
+	require.NotEqual(t, failed, f.Cancelled, "a cancelled node is not coloured as a failed one")
+
+	// The workflow filter suggests the stored workflows.
+	p.navigate(t, j.base+"/ui/#/waits")
+	names := await(t, p, "the workflow names suggested", `[...document.querySelectorAll('#filter-workflow-names option')].map((o) => o.value)`,
+		func(v []string) bool { return len(v) >= 3 })
+	require.Subset(t, names, []string{"shipment", "approval", "cool-off"})
+
+	// The API out of reach: the waits stay listed, dimmed, without an error in their place.
+	await(t, p, "the waits listed", `document.querySelectorAll('#waiting tbody tr').length`, func(n int) bool { return n > 0 })
+	p.block(t, j.base+"/api/*")
+	await(t, p, "the page told the API is out of reach", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "error" })
+	type kept struct {
+		Rows    int    `json:"rows"`
+		Text    string `json:"text"`
+		Dimmed  bool   `json:"dimmed"`
+		Updated string `json:"updated"`
+	}
+	k, err := eval[kept](p, `({ rows: document.querySelectorAll('#waiting tbody tr').length, text: document.getElementById('view').textContent,
+  dimmed: document.body.classList.contains('stale'), updated: document.getElementById('updated').textContent })`)
+	require.NoError(t, err)
+	require.Positive(t, k.Rows, "the last answer stays")
+	require.NotContains(t, k.Text, "Failed to fetch")
+	require.True(t, k.Dimmed, "and is dimmed")
+	p.screenshot(t, "waits-api-lost", "the waits page with the API out of reach: the last answer kept and dimmed, the header saying so")
+	p.block(t)
+	await(t, p, "the API reachable again", `document.getElementById('api-status').dataset.state`, func(s string) bool { return s == "ok" })
+
+	// An unknown workflow in the builder: its 404, and a way to a new or a stored one.
+	p.navigate(t, j.base+"/ui/#/builder/no-such-workflow")
+	way := await(t, p, "a way on", `(() => { const w = document.getElementById('builder-elsewhere'); return w ? [...w.querySelectorAll('a, option')].map((e) => e.getAttribute('href') || e.value) : null; })()`,
+		func(v []string) bool { return len(v) > 3 })
+	require.Contains(t, way, "#/builder")
+	require.Contains(t, way, "shipment")
+	require.Empty(t, p.axeFindings(t), "axe-core on the unknown workflow's page")
 }

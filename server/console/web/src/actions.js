@@ -319,7 +319,9 @@ export async function runAction(action, ctx, input, out, { inDialog = false } = 
     }
   }
   const q = action.confirm(ctx, body);
-  if (!(await confirmAction(q.title, q.lines, q.button, inDialog && input ? input.el : null))) return false;
+  // An input in the dialog is checked there: what it lacks is said beside it.
+  const check = inDialog && input ? () => { try { input.read(); return ''; } catch (err) { return err.message; } } : null;
+  if (!(await confirmAction(q.title, q.lines, q.button, inDialog && input ? input.el : null, check))) return false;
   if (inDialog && input) {
     try {
       body = input.read();

@@ -91,7 +91,8 @@ export class GraphView {
       if (warn) group.dataset.warning = warn;
       else delete group.dataset.warning;
       warningTitle.textContent = warn ? `warning: ${warn}` : '';
-      status.textContent = st.replace(/_/g, ' ');
+      // A timer waits for its time, not for events.
+      status.textContent = st === 'waiting_for_events' && group.dataset.nodeType === 'wait' ? 'waiting (timer)' : st.replace(/_/g, ' ');
     }
   }
 }

@@ -31,8 +31,8 @@ function setQuery(route, params) {
   history.replaceState(null, '', `#/${route}${qs ? '?' + qs : ''}`);
 }
 
-function field(label, input) {
-  return h('label', { class: 'field' }, h('span', {}, label), input);
+function field(label, input, extra) {
+  return h('label', { class: 'field' }, h('span', {}, label), input, extra);
 }
 
 function select(name, values, current, allLabel) {
@@ -53,6 +53,32 @@ function failure(answer) {
   return renderProblem(answer.problem);
 }
 
+// show fills a list's place with what was read, and remembers that it holds data.
+function show(el, ...children) {
+  replace(el, ...children);
+  el.dataset.filled = 'true';
+}
+
+// fail shows a list's problem in its place, except when the API is out of reach and the
+// place holds what was read before: that stays, dimmed by the page's frame, which says
+// when it was read.
+function fail(el, answer) {
+  if (answer.status === 0 && el.dataset.filled === 'true') return;
+  replace(el, failure(answer));
+  delete el.dataset.filled;
+}
+
+// workflowNames suggests the stored workflows' names to a workflow filter (which takes
+// an exact name).
+function workflowNames(input) {
+  const list = h('datalist', { id: `${input.id}-names` });
+  input.setAttribute('list', list.id);
+  get('workflows', { limit: 500 }).then((a) => {
+    if (a.ok && a.body) list.replaceChildren(...(a.body.items || []).map((w) => h('option', { value: w.name })));
+  });
+  return list;
+}
+
 // ---- executions ---------------------------------------------------------------------
 
 export function executionsView(params) {
@@ -65,12 +91,12 @@ export function executionsView(params) {
   const finished = h('div', { id: 'finished-result' });
 
   const q = h('input', { id: 'filter-q', name: 'q', type: 'search', value: f.q, placeholder: 'execution id, correlation id or key', spellcheck: 'false', autocomplete: 'off', class: 'mono wide' });
-  const wf = h('input', { id: 'filter-workflow', name: 'workflow', type: 'search', value: f.workflow, placeholder: 'exact name', spellcheck: 'false', autocomplete: 'off' });
+  const wf = h('input', { id: 'filter-workflow', name: 'workflow', type: 'search', value: f.workflow, placeholder: 'exact name (suggested)', spellcheck: 'false', autocomplete: 'off' });
   const st = select('status', EXECUTION_STATUSES, f.status, 'any');
   const from = h('input', { id: 'filter-from', name: 'from', type: 'datetime-local', step: '1', value: f.from });
   const to = h('input', { id: 'filter-to', name: 'to', type: 'datetime-local', step: '1', value: f.to });
   const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Find executions' },
-    field('Search', q), field('Workflow', wf), field('Status', st), field('Created from', from), field('to', to),
+    field('Search', q), field('Workflow', wf, workflowNames(wf)), field('Status', st), field('Created from', from), field('to', to),
     h('button', { type: 'submit' }, 'Apply'));
   const apply = (ev) => {
     if (ev) ev.preventDefault();
@@ -124,7 +150,7 @@ export function executionsView(params) {
       const r = await search();
       if (!newest()) return true;
       if (r.problem) { replace(out, renderProblem(r.problem)); return true; }
-      if (r.answer) { replace(out, failure(r.answer)); return r.answer.status !== 0; }
+      if (r.answer) { fail(out, r.answer); return r.answer.status !== 0; }
       items = r.items;
       note = r.byKey ? `Executions whose key contains “${f.q}”, among the newest ${KEY_SEARCH_DEPTH}${r.more ? ' (older ones are not searched: narrow by workflow, status or time)' : ''}.` : '';
     } else {
@@ -133,12 +159,12 @@ export function executionsView(params) {
         limit: f.limit || PAGE, cursor: pager.cursor,
       });
       if (!newest()) return true;
-      if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
+      if (!a.ok) { fail(out, a); return a.status !== 0; }
       items = a.body.items;
       next = a.body.next_cursor || '';
     }
     pager.next = next;
-    replace(out, note ? h('p', { class: 'hint', id: 'search-note' }, note) : null,
+    show(out, note ? h('p', { class: 'hint', id: 'search-note' }, note) : null,
       items.length ? table('executions', columns, items, rowAttrs) : empty('No execution matches.'),
       f.q ? null : pager.view('executions'));
     await refreshFinished(newest);
@@ -151,11 +177,11 @@ export function executionsView(params) {
     const answers = await Promise.all(FINISHED.map((s) => get('executions', { status: s, workflow: f.workflow, limit: 10 })));
     if (!newest()) return;
     const bad = answers.find((a) => !a.ok);
-    if (bad) { replace(finished, failure(bad)); return; }
+    if (bad) { fail(finished, bad); return; }
     const items = answers.flatMap((a) => a.body.items)
       .sort((a, b) => Date.parse(b.finished_at || b.updated_at) - Date.parse(a.finished_at || a.updated_at))
       .slice(0, 10);
-    replace(finished, items.length ? table('finished', columns, items, rowAttrs) : empty('Nothing has finished yet.'));
+    show(finished, items.length ? table('finished', columns, items, rowAttrs) : empty('Nothing has finished yet.'));
   }
 
   const root = h('div', {},
@@ -198,7 +224,7 @@ export function waitsView(params) {
     scheduled: { pager: new Pager(() => refresh()), out: h('div', { id: 'scheduled-result' }) },
   };
   const wf = h('input', { id: 'filter-workflow', name: 'workflow', type: 'search', value: f.workflow, placeholder: 'exact name', spellcheck: 'false' });
-  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter waits' }, field('Workflow', wf), h('button', { type: 'submit' }, 'Apply'));
+  const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter waits' }, field('Workflow', wf, workflowNames(wf)), h('button', { type: 'submit' }, 'Apply'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     f.workflow = wf.value.trim();
@@ -235,9 +261,9 @@ export function waitsView(params) {
     let reached = true;
     Object.entries(sections).forEach(([status, s], i) => {
       const a = answers[i];
-      if (!a.ok) { replace(s.out, failure(a)); reached = reached && a.status !== 0; return; }
+      if (!a.ok) { fail(s.out, a); reached = reached && a.status !== 0; return; }
       s.pager.next = a.body.next_cursor || '';
-      replace(s.out, a.body.items.length ? table(status, columns[status], a.body.items, rowAttrs)
+      show(s.out, a.body.items.length ? table(status, columns[status], a.body.items, rowAttrs)
         : empty(status === 'waiting' ? 'No execution is waiting for events.' : 'No timer is scheduled.'), s.pager.view(status));
     });
     return reached;
@@ -327,9 +353,9 @@ export function unmatchedView(params) {
     const newest = begin();
     const a = await get('events/unmatched', { reason: f.reason, execution: f.execution, limit, cursor: pager.cursor });
     if (!newest()) return true;
-    if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
+    if (!a.ok) { fail(out, a); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
-    replace(out, a.body.items.length ? table('unmatched', columns, a.body.items, (u) => ({ 'data-unmatched-id': u.id, 'data-resolution': u.resolution || '' }))
+    show(out, a.body.items.length ? table('unmatched', columns, a.body.items, (u) => ({ 'data-unmatched-id': u.id, 'data-resolution': u.resolution || '' }))
       : empty('No unmatched event.'), pager.view('unmatched events'));
     return true;
   }
@@ -369,9 +395,9 @@ export function deadLettersView(params) {
     const newest = begin();
     const a = await get('events/dead-letters', { execution: f.execution, limit, cursor: pager.cursor });
     if (!newest()) return true;
-    if (!a.ok) { replace(out, failure(a)); return a.status !== 0; }
+    if (!a.ok) { fail(out, a); return a.status !== 0; }
     pager.next = a.body.next_cursor || '';
-    replace(out, a.body.items.length ? table('dead-letters', columns, a.body.items, (d) => ({ 'data-dead-letter-id': d.id, 'data-resolution': d.resolution || '' }))
+    show(out, a.body.items.length ? table('dead-letters', columns, a.body.items, (d) => ({ 'data-dead-letter-id': d.id, 'data-resolution': d.resolution || '' }))
       : empty('No dead letter.'), pager.view('dead letters'));
     return true;
   }

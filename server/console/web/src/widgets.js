@@ -116,17 +116,29 @@ export class Pager {
 // confirm asks before an action, in a modal dialog of the page (the browser's own
 // confirm() blocks the page's updates). It resolves true when the operator confirms.
 // field, when given, is an input shown in the dialog (a dismissal's reason).
-export function confirmAction(title, lines, confirmLabel, field) {
+// check, when given, is run on confirming: a message it returns is shown in the dialog,
+// which stays open (a required reason left empty), and nothing is sent.
+export function confirmAction(title, lines, confirmLabel, field, check) {
   return new Promise((resolve) => {
+    const why = h('p', { class: 'dialog-error', role: 'alert', hidden: true });
     const ok = h('button', { type: 'button', class: 'danger', 'data-confirm': 'yes' }, confirmLabel || 'Confirm');
     const no = h('button', { type: 'button', 'data-confirm': 'no' }, 'Keep it');
     const dlg = h('dialog', { class: 'confirm', 'aria-labelledby': 'confirm-title' },
       h('h2', { id: 'confirm-title' }, title),
       lines.map((l) => h('p', {}, l)),
-      field ? h('p', { class: 'dialog-field' }, field) : null,
+      field ? h('p', { class: 'dialog-field' }, field) : null, why,
       h('div', { class: 'dialog-buttons' }, no, ok));
     const done = (v) => { dlg.close(); dlg.remove(); resolve(v); };
-    ok.addEventListener('click', () => done(true));
+    ok.addEventListener('click', () => {
+      const problem = check ? check() : '';
+      if (problem) {
+        why.textContent = problem;
+        why.hidden = false;
+        if (field) field.focus();
+        return;
+      }
+      done(true);
+    });
     no.addEventListener('click', () => done(false));
     dlg.addEventListener('cancel', (ev) => { ev.preventDefault(); done(false); });
     document.body.appendChild(dlg);

@@ -644,7 +644,21 @@ function BuilderApp({ name, canEdit, canStart }) {
     return () => window.removeEventListener('beforeunload', ask);
   }, [unsaved]);
 
-  if (loadProblem) return <div className="builder"><ProblemBox problem={loadProblem} /></div>;
+  if (loadProblem) {
+    // Not a dead end: another workflow, or a new one, is one step away.
+    return (
+      <div className="builder">
+        <ProblemBox problem={loadProblem} />
+        <p id="builder-elsewhere">
+          {canEdit ? <><a href="#/builder">Start a new workflow</a> or open </> : 'Open '}
+          <select aria-label="Open a stored workflow" value="" onChange={(ev) => { if (ev.target.value) location.hash = `#/builder/${encodeURIComponent(ev.target.value)}`; }}>
+            <option value="">a stored workflow…</option>
+            {workflows.map((w) => <option key={w.name} value={w.name}>{w.name}</option>)}
+          </select>
+        </p>
+      </div>
+    );
+  }
   if (!schemas || !doc) return <div className="builder"><p className="empty">Loading the definition format…</p></div>;
 
   const nodeIndex = selected && selected.kind === 'node' ? nodesOf(doc).findIndex((n) => String(n.id) === selected.id) : -1;
