@@ -607,6 +607,13 @@ func smallerThings(t *testing.T, p *page, j *journey) {
 		func(s string) bool { return s != "" })
 	require.NotEqual(t, failed, f.Cancelled, "a cancelled node is not coloured as a failed one")
 
+	// The redrive's confirmation says what becomes of each failed node and of its call.
+	p.click(t, `button[data-action="redrive"]`)
+	said := await(t, p, "the redrive's confirmation", `(() => { const d = document.querySelector('dialog.confirm[open]'); return d ? d.textContent : ''; })()`,
+		func(s string) bool { return s != "" })
+	require.Contains(t, said, "approval: its wait reopens with fresh deadlines, keeping the events it recorded; it makes no call.")
+	p.click(t, "dialog.confirm[open] [data-confirm=no]")
+
 	// The workflow filter suggests the stored workflows.
 	p.navigate(t, j.base+"/ui/#/waits")
 	names := await(t, p, "the workflow names suggested", `[...document.querySelectorAll('#filter-workflow-names option')].map((o) => o.value)`,

@@ -91,7 +91,8 @@ export const ACTIONS = [
     confirm: (ctx) => ({
       title: 'Redrive this execution?',
       lines: [`Execution ${ctx.execution.id} (${ctx.execution.workflow}) goes on from where it failed: its failed and cancelled nodes run again (a wait is reopened), completed nodes keep their output.`,
-        `Failed nodes: ${ctx.execution.nodes.filter((n) => n.status === 'failed').map((n) => n.id).join(', ') || 'none'}.`],
+        `Failed nodes: ${ctx.execution.nodes.filter((n) => n.status === 'failed').map((n) => n.id).join(', ') || 'none'}.`,
+        ...redriveLines(ctx)],
       button: 'Redrive',
     }),
     request: (ctx) => post(execPath(ctx, '/redrive')),
@@ -145,6 +146,25 @@ export const ACTIONS = [
     ];
   }),
 ];
+
+// redriveLines says what a redrive does to each failed or cancelled node: a wait_events
+// node reopens its wait, and its correlated call is sent again only when the call is
+// what failed the wait; any other node runs again.
+function redriveLines(ctx) {
+  const defs = new Map(((ctx.definition && ctx.definition.nodes) || []).map((n) => [n.id, n]));
+  return ctx.execution.nodes.filter((n) => n.status === 'failed' || n.status === 'cancelled').map((n) => {
+    const def = defs.get(n.id) || {};
+    const waits = (ctx.execution.wait_states || []).filter((w) => w.node_id === n.id);
+    const w = waits[waits.length - 1];
+    if (def.type === 'wait_events' && w && ['timeout', 'failed', 'cancelled'].includes(w.status)) {
+      const call = def.data && def.data.apiCall && def.data.apiCall.enabled !== false;
+      return `${n.id}: its wait reopens with fresh deadlines, keeping the events it recorded; ${!call ? 'it makes no call.'
+        : w.status === 'failed' ? 'its call is sent again (the call is what failed).'
+          : 'its call is not sent again (it was accepted: the reopened wait still takes the reply).'}`;
+    }
+    return `${n.id}: runs again from the start.`;
+  });
+}
 
 // restartInput picks the version a restart runs on, and an optional reason.
 function restartInput() {
