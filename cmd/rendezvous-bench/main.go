@@ -7,8 +7,8 @@
 // callback → continuation latency at a fixed offered rate of half of each path's maximum,
 // (b) or (c); (e) a burst of
 // deadlines due at once; (f) (b) again with a million other waits in the table; (m)
-// payload-matched events; (p) the peer, DBOS Transact, parking workflows and delivering
-// one event to each side by side with rendezvous.
+// payload-matched events; (p) the peers, DBOS Transact and Temporal, parking workflows
+// and delivering one event to each side by side with rendezvous.
 package main
 
 import (
@@ -60,6 +60,8 @@ type options struct {
 	peerFlows    int
 	peerSenders  []int
 	peerRounds   int
+	peerTemporal string
+	peerConns    int
 	dueRounds    int
 	only         map[string]bool
 	out          string
@@ -91,7 +93,9 @@ func main() {
 	flag.DurationVar(&o.lookback, "match-lookback", 10*time.Minute, "(m) lookback of the small run's second pass, which also keeps and takes as many early records; 0 skips it")
 	flag.IntVar(&o.peerFlows, "peer-workflows", 2000, "(p) workflows each system parks and then delivers one event to, per round and number of senders")
 	peerSenders := flag.String("peer-senders", "8,64", "(p) concurrent starters and senders, comma-separated; each number is a run of both systems per round")
-	flag.IntVar(&o.peerRounds, "peer-rounds", 5, "(p) interleaved rounds of both systems; each figure is the median of its rounds")
+	flag.IntVar(&o.peerRounds, "peer-rounds", 5, "(p) interleaved rounds of every system; each figure is the median of its rounds")
+	flag.IntVar(&o.peerConns, "peer-conns", bench.PeerConnsDefault, "(p) each system's connections to PostgreSQL (Temporal: half of it for each of its three services' main store)")
+	flag.StringVar(&o.peerTemporal, "peer-temporal", bench.TemporalDirDefault, "(p) the Temporal runner's module, built with the go command and run as a process of its own; empty leaves Temporal out")
 	only := flag.String("only", "", "run only these parts besides the baseline, comma-separated: "+strings.Join(parts, ", "))
 	flag.StringVar(&o.out, "json", "", "also write the results to this file")
 	flag.TextVar(&o.logLevel, "log-level", telemetry.DefaultLogLevel, "level of the replicas' (and the peer's) log lines: debug, info, warn, error; the default is serve's")
@@ -257,8 +261,8 @@ type results struct {
 	CallbacksFloor          bench.FloorResult   `json:"callbacks_floor"`
 	CallbacksWideFloor      bench.FloorResult   `json:"callbacks_wide_floor"`
 	SendFloors              []bench.FloorResult `json:"send_floors"`
-	// Peer is (p): rendezvous and DBOS Transact parking workflows and delivering one
-	// event to each, side by side.
+	// Peer is (p): rendezvous, DBOS Transact and Temporal parking workflows and
+	// delivering one event to each, side by side.
 	Peer bench.PeerResult `json:"peer"`
 }
 
@@ -306,9 +310,13 @@ func run(ctx context.Context, o options) error {
 	}
 
 	if o.runs("peer") {
-		fmt.Printf("(p) peer: rendezvous and DBOS each park %d workflows and deliver one event to each, senders %v, %d interleaved rounds …\n",
-			o.peerFlows, o.peerSenders, o.peerRounds)
-		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, 0, logger); err != nil {
+		systems := "rendezvous and DBOS"
+		if o.peerTemporal != "" {
+			systems = "rendezvous, DBOS and Temporal (its runner built from " + o.peerTemporal + " first)"
+		}
+		fmt.Printf("(p) peer: %s each park %d workflows and deliver one event to each, senders %v, %d interleaved rounds …\n",
+			systems, o.peerFlows, o.peerSenders, o.peerRounds)
+		if r.Peer, err = bench.Peer(ctx, o.url, o.peerFlows, o.peerSenders, o.peerRounds, o.peerConns, o.peerTemporal, logger); err != nil {
 			return fmt.Errorf("peer: %w", err)
 		}
 		for _, c := range o.peerSenders {

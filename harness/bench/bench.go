@@ -110,6 +110,7 @@ func medianCPU[T any](runs []T, of func(T) *CPUUse) *CPUUse {
 	return &CPUUse{
 		PostgresUS:        medianOf(runs, func(r T) float64 { return of(r).PostgresUS }),
 		ProcessUS:         medianOf(runs, func(r T) float64 { return of(r).ProcessUS }),
+		SubprocessUS:      medianOf(runs, func(r T) float64 { return of(r).SubprocessUS }),
 		ProcessAllocs:     medianOf(runs, func(r T) float64 { return of(r).ProcessAllocs }),
 		ProcessAllocBytes: medianOf(runs, func(r T) float64 { return of(r).ProcessAllocBytes }),
 		WALBytes:          medianOf(runs, func(r T) float64 { return of(r).WALBytes }),

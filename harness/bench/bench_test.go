@@ -168,7 +168,7 @@ func TestFill(t *testing.T) {
 // reported its counters a window late once under make test (6.65 rows a workflow).
 func TestPeerCountsWholeRows(t *testing.T) {
 	const workflows = 20
-	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, 4, slog.New(slog.DiscardHandler))
+	res, err := Peer(t.Context(), dbtest.ServerURL(t), workflows, []int{4}, 1, 4, "", slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.Len(t, res.Rounds, 1)
 	require.Len(t, res.Medians, 1)

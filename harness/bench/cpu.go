@@ -23,6 +23,11 @@ type CPUUse struct {
 	// PostgresUS and ProcessUS are microseconds of CPU (user and system) per event.
 	PostgresUS float64 `json:"postgres_us_per_event"`
 	ProcessUS  float64 `json:"process_us_per_event"`
+	// SubprocessUS is the CPU per event of the processes the bench started for the
+	// phase's system (Temporal's server, worker, starters and senders, in a process of
+	// their own), when it has any; ProcessUS is then the bench's own, the other systems
+	// idle meanwhile.
+	SubprocessUS float64 `json:"subprocess_us_per_event,omitempty"`
 	// ProcessAllocs and ProcessAllocBytes are the heap allocations of this process per
 	// event: objects and bytes. Unlike its CPU they do not move with the load of the
 	// machine, so two builds' runs compare on them when a difference of a few
@@ -36,8 +41,8 @@ type CPUUse struct {
 	WALBytes float64 `json:"wal_bytes_per_event"`
 }
 
-// TotalUS is the CPU per event of both.
-func (c CPUUse) TotalUS() float64 { return c.PostgresUS + c.ProcessUS }
+// TotalUS is the CPU per event of all of them.
+func (c CPUUse) TotalUS() float64 { return c.PostgresUS + c.ProcessUS + c.SubprocessUS }
 
 // cpuMeter reads the CPU time of the PostgreSQL server (its postmaster, the live
 // processes it started and those it has reaped) and of this process. It only works
@@ -46,7 +51,9 @@ func (c CPUUse) TotalUS() float64 { return c.PostgresUS + c.ProcessUS }
 type cpuMeter struct {
 	pool       *pgxpool.Pool
 	postmaster int
-	tick       float64 // seconds per clock tick of /proc
+	// others are the processes of SubprocessUS.
+	others []int
+	tick   float64 // seconds per clock tick of /proc
 }
 
 // newCPUMeter finds the server behind pool from one of its backends' process ids.
@@ -66,17 +73,18 @@ func newCPUMeter(ctx context.Context, pool *pgxpool.Pool) (*cpuMeter, error) {
 	return &cpuMeter{pool: pool, postmaster: st.ppid, tick: 0.01}, nil
 }
 
-// startCPU starts reading the CPU of the server behind pool and of this process, once
-// the garbage the run's setup left is collected (collectGarbage). The function it
-// returns gives the CPU per event spent since, for events events, or nil when it cannot
-// be read here.
-func startCPU(ctx context.Context, pool *pgxpool.Pool) (since func(events int) *CPUUse) {
+// startCPU starts reading the CPU of the server behind pool, of this process and of
+// the processes others, once the garbage the run's setup left is collected
+// (collectGarbage). The function it returns gives the CPU per event spent since, for
+// events events, or nil when it cannot be read here.
+func startCPU(ctx context.Context, pool *pgxpool.Pool, others ...int) (since func(events int) *CPUUse) {
 	collectGarbage()
 	none := func(int) *CPUUse { return nil }
 	m, err := newCPUMeter(ctx, pool)
 	if err != nil {
 		return none
 	}
+	m.others = others
 	start, err := m.read()
 	if err != nil {
 		return none
@@ -91,6 +99,8 @@ func startCPU(ctx context.Context, pool *pgxpool.Pool) (since func(events int) *
 type cpuReading struct {
 	at                time.Time
 	postgres, process float64
+	// others is the CPU of the meter's other processes, threads included.
+	others float64
 	// allocs and allocBytes are this process's heap allocations so far.
 	allocs, allocBytes uint64
 	// wal is the server's write-ahead log position, in bytes.
@@ -133,9 +143,17 @@ func (m *cpuMeter) read() (cpuReading, error) {
 		return cpuReading{}, err
 	}
 	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	var others int64
+	for _, pid := range m.others {
+		st, err := readStat(pid)
+		if err != nil {
+			return cpuReading{}, err
+		}
+		others += st.utime + st.stime
+	}
 	heap := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(heap)
-	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds(),
+	return cpuReading{at: time.Now(), postgres: float64(ticks) * m.tick, process: self.Seconds(), others: float64(others) * m.tick,
 		allocs: heap[0].Value.Uint64(), allocBytes: heap[1].Value.Uint64(), wal: wal}, nil
 }
 
@@ -147,6 +165,7 @@ func (m *cpuMeter) since(start cpuReading, events int) (*CPUUse, error) {
 	}
 	per := 1e6 / float64(events)
 	return &CPUUse{PostgresUS: (end.postgres - start.postgres) * per, ProcessUS: (end.process - start.process) * per,
+		SubprocessUS:  (end.others - start.others) * per,
 		ProcessAllocs: float64(end.allocs-start.allocs) / float64(events), ProcessAllocBytes: float64(end.allocBytes-start.allocBytes) / float64(events),
 		WALBytes: float64(end.wal-start.wal) / float64(events)}, nil
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,10 +28,11 @@ import (
 // PeerSystem names the system a peer figure is of.
 type PeerSystem string
 
-// The two systems of the peer comparison.
+// The systems of the peer comparison.
 const (
 	PeerRendezvous PeerSystem = "rendezvous"
 	PeerDBOS       PeerSystem = "dbos"
+	PeerTemporal   PeerSystem = "temporal"
 )
 
 // PeerConnsDefault is both systems' connection pool size by default: the service's
@@ -73,11 +73,13 @@ type PeerSide struct {
 	EventCPU *CPUUse `json:"event_cpu,omitempty"`
 }
 
-// PeerRound is one round at one number of senders: both systems, one after the other.
+// PeerRound is one round at one number of senders: every system, one after the other.
 type PeerRound struct {
 	Senders    int      `json:"senders"`
 	Rendezvous PeerSide `json:"rendezvous"`
 	DBOS       PeerSide `json:"dbos"`
+	// Temporal is nil when the run leaves Temporal out.
+	Temporal *PeerSide `json:"temporal,omitempty"`
 }
 
 // PeerResult is the peer comparison: every round, and per number of senders the
@@ -90,18 +92,20 @@ type PeerResult struct {
 	Medians []PeerRound `json:"medians"`
 }
 
-// Peer measures rendezvous against DBOS Transact on the same server: each in a database
-// of its own, created here and dropped at the end. Each round, for each number of
-// senders, each system parks workflows workflows (a rendezvous wait_events node waiting
-// for an event sent by type; a DBOS workflow parked on Recv), then delivers one event to
+// Peer measures rendezvous against DBOS Transact and, when temporalDir names the
+// Temporal runner's module (harness/bench/temporal), against Temporal, on the same
+// server: each in a database of its own, created here and dropped at the end. Each
+// round, for each number of senders, each system parks workflows workflows (a rendezvous
+// wait_events node waiting for an event sent by type; a DBOS workflow parked on Recv; a
+// Temporal workflow blocked on a signal channel's Receive), then delivers one event to
 // each (rendezvous through POST /api/v1/executions/{id}/events over loopback HTTP, as a
-// real sender would; DBOS through Send) from that many concurrent senders. Which system
-// goes first alternates round by round, so that a neighbour's burst on a shared machine
-// hits both alike.
+// real sender would; DBOS through Send; Temporal through SignalWorkflow) from that many
+// concurrent senders. Which system goes first rotates round by round, so that a
+// neighbour's burst on a shared machine hits each alike.
 //
 // conns is each system's connection pool size (0: PeerConnsDefault); tests run it small,
 // beside the suite's other packages on one server.
-func Peer(ctx context.Context, serverURL string, workflows int, senders []int, rounds, conns int, logger *slog.Logger) (PeerResult, error) {
+func Peer(ctx context.Context, serverURL string, workflows int, senders []int, rounds, conns int, temporalDir string, logger *slog.Logger) (PeerResult, error) {
 	if conns <= 0 {
 		conns = PeerConnsDefault
 	}
@@ -126,18 +130,36 @@ func Peer(ctx context.Context, serverURL string, workflows int, senders []int, r
 		return PeerResult{}, fmt.Errorf("dbos: %w", err)
 	}
 	defer peer.close()
+	var tmp *temporalPeer
+	if temporalDir != "" {
+		tmpDB, err := newDatabase(ctx, serverURL, "rdv_bench_temporal_")
+		if err != nil {
+			return PeerResult{}, err
+		}
+		defer tmpDB.drop()
+		if tmp, err = startTemporalPeer(ctx, temporalDir, tmpDB.url, conns); err != nil {
+			return PeerResult{}, fmt.Errorf("temporal: %w", err)
+		}
+		defer tmp.close()
+	}
 
 	res := PeerResult{Workflows: workflows}
 	for round := range rounds {
 		for _, c := range senders {
 			r := PeerRound{Senders: c}
-			sides := []struct {
+			type side struct {
 				dst *PeerSide
 				sys peerRunner
-			}{{&r.Rendezvous, rdv}, {&r.DBOS, peer}}
-			if round%2 == 1 {
-				slices.Reverse(sides)
 			}
+			sides := []side{{&r.Rendezvous, rdv}, {&r.DBOS, peer}}
+			if tmp != nil {
+				r.Temporal = &PeerSide{}
+				sides = append(sides, side{r.Temporal, tmp})
+			}
+			// Rotated by one each round: with two systems, each goes first every other
+			// round; with three, every third.
+			k := round % len(sides)
+			sides = append(sides[k:], sides[:k]...)
 			for _, s := range sides {
 				if *s.dst, err = runPeerSide(ctx, s.sys, workflows, c); err != nil {
 					return PeerResult{}, err
@@ -147,29 +169,35 @@ func Peer(ctx context.Context, serverURL string, workflows int, senders []int, r
 		}
 	}
 	for _, c := range senders {
-		var rdvSides, dbosSides []PeerSide
+		var rdvSides, dbosSides, tmpSides []PeerSide
 		for _, r := range res.Rounds {
 			if r.Senders == c {
 				rdvSides, dbosSides = append(rdvSides, r.Rendezvous), append(dbosSides, r.DBOS)
+				if r.Temporal != nil {
+					tmpSides = append(tmpSides, *r.Temporal)
+				}
 			}
 		}
-		res.Medians = append(res.Medians, PeerRound{Senders: c, Rendezvous: medianSide(rdvSides), DBOS: medianSide(dbosSides)})
+		m := PeerRound{Senders: c, Rendezvous: medianSide(rdvSides), DBOS: medianSide(dbosSides)}
+		if len(tmpSides) > 0 {
+			t := medianSide(tmpSides)
+			m.Temporal = &t
+		}
+		res.Medians = append(res.Medians, m)
 	}
 	return res, nil
 }
 
-// peerRunner is what a round needs of a system.
+// peerRunner is what a round needs of a system, besides its phases (phasesOf).
 type peerRunner interface {
 	name() PeerSystem
-	// start starts one workflow and returns its id.
-	start(ctx context.Context) (string, error)
-	// send delivers the event to workflow id.
-	send(ctx context.Context, id string) error
 	// countParked counts the workflows of ids that wait for their event.
 	countParked(ctx context.Context, probe *probe, ids []string) (int, error)
 	// completions returns when each of ids completed, once all have.
 	completions(ctx context.Context, probe *probe, ids []string) ([]time.Time, error)
-	// pool is the system's own connection pool, whose idle connections settle touches.
+	// pool is a connection pool to the system's database: the system's own, whose idle
+	// connections snapshot touches, or (a system in a process of its own) one the bench
+	// opened there to read the server's CPU and log position.
 	pool() *pgxpool.Pool
 	// probe is the bench's connection to the system's database.
 	probe() *probe
@@ -186,20 +214,18 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	if _, err := p.conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		return side, fmt.Errorf("checkpoint: %w", err)
 	}
-	before, err := p.snapshot(ctx, sys.pool())
+	touch := touchIdle(sys)
+	before, err := p.snapshot(ctx, touch)
 	if err != nil {
 		return side, err
 	}
 
 	// Park.
-	ids := make([]string, workflows)
-	cpuSince := startCPU(ctx, sys.pool())
+	ph := phasesOf(sys)
+	cpuSince := startCPU(ctx, sys.pool(), ph.pids()...)
 	start := time.Now()
-	if err := fanOut(c, workflows, func(i int) error {
-		id, err := sys.start(ctx)
-		ids[i] = id
-		return err
-	}); err != nil {
+	ids, err := ph.park(ctx, workflows, c)
+	if err != nil {
 		return side, fmt.Errorf("%s: start: %w", sys.name(), err)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
@@ -220,22 +246,17 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	}
 	side.ParkedPerSecond = float64(workflows) / time.Since(start).Seconds()
 	side.ParkCPU = cpuSince(workflows)
-	parked, err := p.snapshot(ctx, sys.pool())
+	parked, err := p.snapshot(ctx, touch)
 	if err != nil {
 		return side, err
 	}
 	side.RowsPerParked, side.TransactionsPerParked = parked.minus(before, workflows)
 
 	// Deliver.
-	sent, returned := make([]time.Time, workflows), make([]time.Time, workflows)
-	cpuSince = startCPU(ctx, sys.pool())
+	cpuSince = startCPU(ctx, sys.pool(), ph.pids()...)
 	start = time.Now()
-	if err := fanOut(c, workflows, func(i int) error {
-		sent[i] = time.Now()
-		err := sys.send(ctx, ids[i])
-		returned[i] = time.Now()
-		return err
-	}); err != nil {
+	sent, returned, err := ph.deliver(ctx, ids, c)
+	if err != nil {
 		return side, fmt.Errorf("%s: send: %w", sys.name(), err)
 	}
 	done, err := sys.completions(ctx, p, ids)
@@ -256,12 +277,95 @@ func runPeerSide(ctx context.Context, sys peerRunner, workflows, c int) (PeerSid
 	}
 	side.EventsPerSecond = float64(workflows) / last.Sub(start).Seconds()
 	side.SendToCompletion = Summarise(lat)
-	delivered, err := p.snapshot(ctx, sys.pool())
+	delivered, err := p.snapshot(ctx, touch)
 	if err != nil {
 		return side, err
 	}
 	side.RowsPerEvent, side.TransactionsPerEvent = delivered.minus(parked, workflows)
 	return side, nil
+}
+
+// phases are a round's two timed steps on one system: start workflows workflows from c
+// concurrent starters and return their ids; deliver one event to each of ids from c
+// concurrent senders and return when each send started and returned. pids are the
+// processes besides this one whose CPU the steps take.
+type phases interface {
+	park(ctx context.Context, workflows, c int) ([]string, error)
+	deliver(ctx context.Context, ids []string, c int) (sent, returned []time.Time, err error)
+	pids() []int
+}
+
+// callee is a system this process calls for each workflow.
+type callee interface {
+	// start starts one workflow and returns its id.
+	start(ctx context.Context) (string, error)
+	// send delivers the event to workflow id.
+	send(ctx context.Context, id string) error
+}
+
+// phasesOf is sys's own phases when it runs them itself (a system in a process of its
+// own), else its start and send fanned out from this process.
+func phasesOf(sys peerRunner) phases {
+	if p, ok := sys.(phases); ok {
+		return p
+	}
+	return inProcess{sys.(callee)}
+}
+
+// inProcess runs a system's phases by calling it from concurrent goroutines here.
+type inProcess struct{ sys callee }
+
+func (p inProcess) pids() []int { return nil }
+
+func (p inProcess) park(ctx context.Context, workflows, c int) ([]string, error) {
+	ids := make([]string, workflows)
+	err := fanOut(c, workflows, func(i int) error {
+		id, err := p.sys.start(ctx)
+		ids[i] = id
+		return err
+	})
+	return ids, err
+}
+
+func (p inProcess) deliver(ctx context.Context, ids []string, c int) (sent, returned []time.Time, err error) {
+	sent, returned = make([]time.Time, len(ids)), make([]time.Time, len(ids))
+	err = fanOut(c, len(ids), func(i int) error {
+		sent[i] = time.Now()
+		err := p.sys.send(ctx, ids[i])
+		returned[i] = time.Now()
+		return err
+	})
+	return sent, returned, err
+}
+
+// idleToucher is a system whose connections are not in its pool(): it touches its idle
+// connections itself and says on how many.
+type idleToucher interface {
+	touchIdle(ctx context.Context) (int, error)
+}
+
+// touchIdle is how snapshot reaches sys's idle connections: those of its pool, and
+// those it touches itself.
+func touchIdle(sys peerRunner) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		n := 0
+		for _, c := range sys.pool().AcquireAllIdle(ctx) {
+			_, err := c.Exec(ctx, "SELECT 1")
+			c.Release()
+			if err != nil {
+				return n, fmt.Errorf("touch connection: %w", err)
+			}
+			n++
+		}
+		if t, ok := sys.(idleToucher); ok {
+			m, err := t.touchIdle(ctx)
+			n += m
+			if err != nil {
+				return n, fmt.Errorf("touch connections: %w", err)
+			}
+		}
+		return n, nil
+	}
 }
 
 // latest is the later of a and b.
@@ -399,14 +503,14 @@ func (s stats) minus(earlier stats, units int) (rows, transactions float64) {
 // snapshot reads the counters once every backend has reported its own. A PostgreSQL
 // backend reports its counters when it goes idle, at most once a second (else only
 // after ten idle seconds), so this waits out the second, then runs a statement on each
-// of the system's idle connections and on the probe's, and counts those statements as
-// the probe's own. A connection busy at that moment (a peer's poller) reports once it
-// goes idle: the counters are read again, a second apart, until they stop moving (at
-// most statsSettleReads times).
-func (p *probe) snapshot(ctx context.Context, pool *pgxpool.Pool) (stats, error) {
+// of the system's idle connections (touch) and on the probe's, and counts those
+// statements as the probe's own. A connection busy at that moment (a peer's poller)
+// reports once it goes idle: the counters are read again, a second apart, until they
+// stop moving (at most statsSettleReads times).
+func (p *probe) snapshot(ctx context.Context, touch func(context.Context) (int, error)) (stats, error) {
 	var last stats
 	for read := range statsSettleReads {
-		s, err := p.read(ctx, pool)
+		s, err := p.read(ctx, touch)
 		if err != nil {
 			return stats{}, err
 		}
@@ -422,24 +526,21 @@ func (p *probe) snapshot(ctx context.Context, pool *pgxpool.Pool) (stats, error)
 const statsSettleReads = 4
 
 // read is one reading of the counters for snapshot.
-func (p *probe) read(ctx context.Context, pool *pgxpool.Pool) (stats, error) {
+func (p *probe) read(ctx context.Context, touch func(context.Context) (int, error)) (stats, error) {
 	if err := sleepCtx(ctx, 1100*time.Millisecond); err != nil {
 		return stats{}, err
 	}
-	for _, c := range pool.AcquireAllIdle(ctx) {
-		_, err := c.Exec(ctx, "SELECT 1")
-		c.Release()
-		if err != nil {
-			return stats{}, fmt.Errorf("touch connection: %w", err)
-		}
-		p.ran++
+	touched, err := touch(ctx)
+	p.ran += touched
+	if err != nil {
+		return stats{}, err
 	}
 	p.ran++
 	if _, err := p.conn.Exec(ctx, "SELECT 1"); err != nil {
 		return stats{}, err
 	}
 	s := stats{ran: p.ran}
-	err := p.queryRow(ctx, `
+	err = p.queryRow(ctx, `
 SELECT (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1),
        (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database())`,
 		p.schema).Scan(&s.rows, &s.transactions)
