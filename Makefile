@@ -107,8 +107,9 @@ run:
 
 ## bench: the performance figures in one run — (a) versioned-UPDATE baseline, (b) Kafka records/s,
 ## (c) callbacks/s, (d) latency at half of each path's maximum, (e) 100 000 deadlines at
-## once, (f) (b) with 1 000 000 waiting rows — as a table of ratios to (a) and targets, and
-## as JSON in BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
+## once, (f) (b) with 1 000 000 waiting rows, (m) payload matching, (p) the peers DBOS and
+## Temporal (whose runner, harness/bench/temporal, is built first) — as a table with each
+## path's floor, the peers and the targets, and as JSON in BENCH_JSON. BENCH_FLAGS passes sizes and --only (rendezvous-bench -h lists them).
 BENCH_JSON ?= bench-results.json
 BENCH_FLAGS ?=
 bench:
