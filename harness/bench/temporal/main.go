@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -83,13 +84,15 @@ func main() {
 	shards := flag.Int("shards", 4, "history shards")
 	pollers := flag.Int("pollers", 16, "the worker's workflow task pollers")
 	flag.Parse()
-	if err := run(*dbURL, *conns, *visConns, int32(*shards), *pollers); err != nil {
+	if err := run(*dbURL, *conns, *visConns, int32(*shards), *pollers, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "temporal-peer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dbURL string, conns, visConns int, shards int32, pollers int) error {
+// run starts the server and the worker on the database at dbURL, then answers the
+// commands read from in on out until in ends.
+func run(dbURL string, conns, visConns int, shards int32, pollers int, in io.Reader, out io.Writer) error {
 	ctx := context.Background()
 	logger := log.NewZapLogger(log.BuildZapLogger(log.Config{Level: "warn", OutputFile: "/dev/stderr"}))
 	pools := &poolSet{}
@@ -148,30 +151,30 @@ func run(dbURL string, conns, visConns int, shards int32, pollers int) error {
 	}
 	defer w.Stop()
 
-	out := json.NewEncoder(os.Stdout)
-	if err := out.Encode(map[string]bool{"ready": true}); err != nil {
+	enc := json.NewEncoder(out)
+	if err := enc.Encode(map[string]bool{"ready": true}); err != nil {
 		return err
 	}
 	l := &load{c: c}
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	for in.Scan() {
+	lines := bufio.NewScanner(in)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	for lines.Scan() {
 		var cmd struct {
 			Op        string `json:"op"`
 			Workflows int    `json:"workflows"`
 			Senders   int    `json:"senders"`
 		}
 		var answer any
-		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+		if err := json.Unmarshal(lines.Bytes(), &cmd); err != nil {
 			answer = failure(err)
 		} else {
 			answer = l.do(ctx, cmd.Op, cmd.Workflows, cmd.Senders, pools)
 		}
-		if err := out.Encode(answer); err != nil {
+		if err := enc.Encode(answer); err != nil {
 			return err
 		}
 	}
-	return in.Err()
+	return lines.Err()
 }
 
 func failure(err error) map[string]string { return map[string]string{"error": err.Error()} }
