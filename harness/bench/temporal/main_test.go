@@ -35,7 +35,13 @@ func TestRunnerParksAndDelivers(t *testing.T) {
 	name := "rdv_temporal_test_" + hex.EncodeToString(b[:])
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), server)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
 	u, err := url.Parse(server)
 	require.NoError(t, err)
 	u.Path, u.RawQuery = "/"+name, ""
