@@ -132,7 +132,7 @@ func (e *env) start(t *testing.T, id string, opts ...func(*server.Config)) *svc 
 	cfg.Executor = executor.Config{
 		PollInterval: 50 * time.Millisecond, Workers: 4, OutboxWorkers: 2,
 		OutboxBackoffMin: 10 * time.Millisecond, OutboxBackoffMax: 100 * time.Millisecond,
-		ShutdownTimeout: 10 * time.Second, HTTPClient: testClient(t),
+		ShutdownTimeout: 10 * time.Second, Outbound: cfg.Executor.Outbound,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -84,9 +83,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// NodeTypes is the registry of node types. Default BuiltinNodeTypes().
 	NodeTypes map[string]NodeType
-	// HTTPClient sends node and outbox requests. Default a client without a global
-	// timeout (each request carries its own).
-	HTTPClient *http.Client
+	// Outbound configures the client of http nodes and correlated calls: the egress
+	// policy, secrets (each request carries its own timeout). Its
+	// MeterProvider defaults to the executor's.
+	Outbound outbound.ClientConfig
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TestSignals: steps tests wait for; inert in production.
@@ -142,8 +142,8 @@ func (c Config) WithDefaults() Config {
 	if c.NodeTypes == nil {
 		c.NodeTypes = BuiltinNodeTypes()
 	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+	if c.Outbound.MeterProvider == nil {
+		c.Outbound.MeterProvider = c.MeterProvider
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -190,6 +190,8 @@ type Executor struct {
 	depthCache telemetry.Cached[map[string]int64]
 	// calls sends the correlated calls of waits.
 	calls *outbound.Sender
+	// client sends every outbound request, the http nodes' and the calls'.
+	client *outbound.Client
 
 	// continueStart, set by tests, runs as each continuation run in the deciding
 	// transaction starts: before the waits are written, when the continuation is made
@@ -250,9 +252,12 @@ func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, e
 		return nil, err
 	}
 	e.agg = agg
+	if e.client, err = outbound.NewClient(cfg.Outbound); err != nil {
+		return nil, fmt.Errorf("executor.outbound: %w", err)
+	}
 	e.calls, err = outbound.NewSender(pool, outbound.Config{
 		InstanceID: cfg.InstanceID, Lease: cfg.Lease, Timeout: cfg.OutboxTimeout, MaxAttempts: cfg.OutboxMaxAttempts,
-		BackoffMin: cfg.OutboxBackoffMin, BackoffMax: cfg.OutboxBackoffMax, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger,
+		BackoffMin: cfg.OutboxBackoffMin, BackoffMax: cfg.OutboxBackoffMax, Client: e.client, Logger: cfg.Logger,
 		Waits: agg, Executions: e, OnDatabaseError: e.databaseError, Attempted: cfg.TestSignals.OutboxAttempted,
 		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
 	})

@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/db"
 	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/dbtest"
+	"github.com/rendezvous-run/rendezvous/outbound"
 	"github.com/rendezvous-run/rendezvous/server/readmodel"
 	"github.com/rendezvous-run/rendezvous/vocab"
 )
@@ -32,14 +32,6 @@ func TestMain(m *testing.M) {
 // a few poll intervals; the margin is for -race on a loaded 2-core machine.
 const waitTimeout = 20 * time.Second
 
-// testClient is an HTTP client whose idle connections are closed when the test ends,
-// so no keep-alive goroutine outlives it.
-func testClient(t *testing.T) *http.Client {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
-
 // config is an executor configuration for tests: fast polling and backoff.
 func config(t *testing.T, instance string) executor.Config {
 	return executor.Config{
@@ -48,8 +40,9 @@ func config(t *testing.T, instance string) executor.Config {
 		OutboxBackoffMin: 10 * time.Millisecond,
 		OutboxBackoffMax: 50 * time.Millisecond,
 		ShutdownTimeout:  10 * time.Second,
-		HTTPClient:       testClient(t),
-		Logger:           testkit.Logger(t),
+		// The fake service listens on loopback.
+		Outbound: outbound.ClientConfig{Allow: []string{"127.0.0.1"}},
+		Logger:   testkit.Logger(t),
 	}
 }
 

@@ -2,9 +2,9 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
@@ -42,8 +42,9 @@ type RunContext struct {
 	ExecutionID uuid.UUID
 	Node        *workflow.CompiledNode
 	// Scope renders the node's templates: execution input, vars, earlier outputs.
-	Scope  template.Scope
-	HTTP   *http.Client
+	Scope template.Scope
+	// HTTP sends the node's requests under the egress policy.
+	HTTP   *outbound.Client
 	Logger *slog.Logger
 	// Now is when the node runs, on the executor's clock (Config.Clock): the time a
 	// node decides by, as a wait node's moment to resume.
@@ -203,12 +204,17 @@ func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
 	// Stable per node and execution: a retried attempt (lease lost, pod killed) is
 	// recognisable as the same call by a receiver that honours Idempotency-Key.
 	req.Headers.Set("Idempotency-Key", rc.ExecutionID.String()+":"+rc.Node.ID)
-	resp, err := outbound.Do(ctx, rc.HTTP, req, cfg.Timeout)
+	resp, err := rc.HTTP.Do(ctx, req, outbound.SendOptions{Timeout: cfg.Timeout, FollowRedirects: cfg.FollowRedirects})
+	var missing *outbound.MissingSecretError
+	if outbound.Refused(err) != nil || errors.As(err, &missing) {
+		// Neither changes on another attempt: the node fails now, saying why.
+		return Failed("http %s: %v", req.Target(), err), nil
+	}
 	if err != nil {
-		return Outcome{}, fmt.Errorf("http %s %s: %w", req.Method, req.URL, err)
+		return Outcome{}, fmt.Errorf("http %s: %w", req.Target(), err)
 	}
 	if cfg.FailOnNon2xx && (resp.Status < 200 || resp.Status > 299) {
-		return Failed("http %s %s: status %d: %s", req.Method, req.URL, resp.Status, outbound.Excerpt(resp.Body)), nil
+		return Failed("http %s: status %d: %s", req.Target(), resp.Status, outbound.Excerpt(resp.Body)), nil
 	}
 	headers := map[string]any{}
 	for k, v := range resp.Headers {

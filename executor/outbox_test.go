@@ -47,7 +47,7 @@ func TestOutboxSurvivesCrashBetweenCommitAndSend(t *testing.T) {
 	t.Parallel()
 	stuck := stuckTransport{entered: make(chan *http.Request, 10)}
 	h := setup(t, func(c *executor.Config) {
-		c.HTTPClient = &http.Client{Transport: stuck}
+		c.Outbound.WrapTransport = func(http.RoundTripper) http.RoundTripper { return stuck }
 		c.ShutdownTimeout = 100 * time.Millisecond // the pod is killed, not drained
 	})
 	name := h.put(t, h.waitDef("crash", nil))

@@ -278,7 +278,7 @@ func (e *Executor) runNode(ctx context.Context, job dbsqlc.RunQueue) error {
 		return fmt.Errorf("mark node running: %w", err)
 	}
 	out, runErr := typ.Run(ctx, &RunContext{
-		ExecutionID: job.ExecutionID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient, Now: e.cfg.Clock.Now(),
+		ExecutionID: job.ExecutionID, Node: node, Scope: st.scope(), HTTP: e.client, Now: e.cfg.Clock.Now(),
 		Logger: e.logger.With("execution_id", job.ExecutionID, "node_id", job.NodeID, "instance_id", e.cfg.InstanceID),
 	})
 	if runErr != nil {

@@ -252,7 +252,7 @@ func (e *Executor) runInlineRoots(ctx context.Context, st *execState) (inline []
 		}
 		runCtx, span := e.startNodeRun(ctx, st.exec.ID, root, 1)
 		out, err := typ.Run(runCtx, &RunContext{
-			ExecutionID: st.exec.ID, Node: node, Scope: st.scope(), HTTP: e.cfg.HTTPClient, Now: e.cfg.Clock.Now(),
+			ExecutionID: st.exec.ID, Node: node, Scope: st.scope(), HTTP: e.client, Now: e.cfg.Clock.Now(),
 			Logger: e.logger.With("execution_id", st.exec.ID, "node_id", root, "instance_id", e.cfg.InstanceID),
 		})
 		if err != nil || out.Status != OutcomeWaiting || out.Wait == nil {

@@ -1,29 +1,41 @@
 package outbound
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rendezvous-run/rendezvous/workflow"
 	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
-// Request is a rendered outbound HTTP request.
+// Request is a rendered outbound HTTP request. Its secrets are references until
+// Client.Do sends it: what it holds may be logged and stored.
 type Request struct {
 	Method  string
 	URL     string
 	Headers http.Header
 	Body    []byte
+	// mark is the mark of the render's secret references (template.SecretRef).
+	mark string
+	// jsonBody says Body was encoded as JSON, so a secret in it is JSON-escaped.
+	jsonBody bool
+}
+
+// Target names the request in messages: its method and URL, secrets as referenced.
+func (r *Request) Target() string { return r.Method + " " + r.display(r.URL) }
+
+// display returns s with the request's secret references as the definition wrote them.
+func (r *Request) display(s string) string {
+	if r.mark == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, ":"+r.mark+"}", "}")
 }
 
 // Build renders a wait's correlated call and injects the two ids into the configured
@@ -66,13 +78,15 @@ func Build(c *workflow.APICall, scope template.Scope, executionID, correlationID
 }
 
 // Render renders a request's URL and headers into a Request, and its body into a value
-// for Encode; where names the definition's field in errors ("apiCall", "data").
+// for Encode; where names the definition's field in errors ("apiCall", "data"). Secrets
+// stay references (template.RootSecrets), marked for this request alone.
 func Render(method, url string, headers map[string]string, body any, scope template.Scope, where string) (*Request, any, error) {
+	scope.SecretMark = newMark()
 	u, err := template.RenderString(url, scope)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s.url: %w", where, err)
 	}
-	req := &Request{Method: method, URL: u, Headers: http.Header{}}
+	req := &Request{Method: method, URL: u, Headers: http.Header{}, mark: scope.SecretMark}
 	for k, v := range headers {
 		hv, err := template.RenderString(v, scope)
 		if err != nil {
@@ -106,7 +120,7 @@ func Encode(req *Request, body any) error {
 		if err != nil {
 			return fmt.Errorf("encode body: %w", err)
 		}
-		req.Body = raw
+		req.Body, req.jsonBody = raw, true
 		if req.Headers.Get("Content-Type") == "" {
 			req.Headers.Set("Content-Type", "application/json")
 		}
@@ -156,34 +170,6 @@ type Response struct {
 
 // maxResponseBytes bounds what is read of a response: outputs live in the database.
 const maxResponseBytes = 1 << 20
-
-// Do sends req with the given timeout. When ctx holds a span, the request carries its
-// W3C traceparent (over one the definition set), so the receiver can continue the
-// trace: the wait's call span for a correlated call, the node's span for an http node.
-func Do(ctx context.Context, client *http.Client, req *Request, timeout time.Duration) (*Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var body io.Reader
-	if req.Body != nil {
-		body = bytes.NewReader(req.Body)
-	}
-	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
-	if err != nil {
-		return nil, err
-	}
-	hr.Header = req.Headers.Clone()
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
-	resp, err := client.Do(hr)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
-	}
-	return &Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}, nil
-}
 
 // Excerpt returns the start of a body for error messages. It ends up in text columns,
 // so it must be text PostgreSQL accepts: valid UTF-8 without NUL bytes, cut at a

@@ -75,10 +75,11 @@ type Config struct {
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the exponential backoff between attempts.
 	BackoffMin, BackoffMax time.Duration
-	HTTPClient             *http.Client
-	Logger                 *slog.Logger
-	Waits                  Waits
-	Executions             Executions
+	// Client sends the calls under the egress policy.
+	Client     *Client
+	Logger     *slog.Logger
+	Waits      Waits
+	Executions Executions
 	// OnDatabaseError counts a failed database operation (optional).
 	OnDatabaseError func(context.Context)
 	TracerProvider  trace.TracerProvider
@@ -219,21 +220,21 @@ func (s *Sender) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, 
 	span.SetAttributes(callAttributes(req)...)
 	// Do sends the span's traceparent: the service may continue the wait's trace.
 	sent := time.Now()
-	resp, sendErr := Do(ctx, s.cfg.HTTPClient, req, s.cfg.Timeout)
+	resp, sendErr := s.cfg.Client.Do(ctx, req, SendOptions{Timeout: s.cfg.Timeout, FollowRedirects: cfg.FollowRedirects})
 	took := time.Since(sent)
 	if resp != nil {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(resp.Status))
 	}
 	if sendErr == nil && resp.Status >= 200 && resp.Status <= 299 {
 		s.record(ctx, resultOK, took)
-		log.DebugContext(ctx, "correlated call sent", "method", req.Method, "url", req.URL, "status", resp.Status, "attempt", item.Attempt)
+		log.DebugContext(ctx, "correlated call sent", "method", req.Method, "url", req.display(req.URL), "status", resp.Status, "attempt", item.Attempt)
 		return s.delete(ctx, s.pool, item)
 	}
 	reason := ""
 	if sendErr != nil {
-		reason = fmt.Sprintf("api call %s %s: %v", req.Method, req.URL, sendErr)
+		reason = fmt.Sprintf("api call %s: %v", req.Target(), sendErr)
 	} else {
-		reason = fmt.Sprintf("api call %s %s: status %d: %s", req.Method, req.URL, resp.Status, Excerpt(resp.Body))
+		reason = fmt.Sprintf("api call %s: status %d: %s", req.Target(), resp.Status, Excerpt(resp.Body))
 	}
 	span.SetStatus(codes.Error, reason)
 	if retryable(resp, sendErr) && int(item.Attempt) < s.cfg.MaxAttempts {
@@ -255,10 +256,12 @@ func (s *Sender) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, 
 	return s.giveUp(ctx, item, correlationID, cfg, fmt.Sprintf("%s (attempt %d of %d)", reason, item.Attempt, s.cfg.MaxAttempts))
 }
 
-// retryable reports whether a send that ended this way may succeed later.
+// retryable reports whether a send that ended this way may succeed later: not one the
+// egress policy refused, nor one whose secret is not set.
 func retryable(resp *Response, err error) bool {
 	if err != nil {
-		return true
+		var missing *MissingSecretError
+		return Refused(err) == nil && !errors.As(err, &missing)
 	}
 	return resp.Status >= 500 || resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusRequestTimeout
 }

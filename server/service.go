@@ -167,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		s.ownTel = true
 	}
 	if err := s.init(ctx); err != nil {
+		s.closeListeners()
 		s.shutdownTelemetry()
 		pool.Close()
 		return nil, err
@@ -191,8 +192,12 @@ func (s *Service) init(ctx context.Context) error {
 	acfg := cfg.Aggregator
 	acfg.InstanceID, acfg.Logger = cfg.InstanceID, s.logger
 	acfg.TracerProvider, acfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
+	if err := s.listen(); err != nil {
+		return err
+	}
 	ecfg := cfg.Executor
 	ecfg.InstanceID = cfg.InstanceID
+	ecfg.Outbound.Self = []string{s.Addr(), s.AdminAddr()}
 	ecfg.Logger = s.logger
 	ecfg.TracerProvider, ecfg.MeterProvider = s.tel.TracerProvider, s.tel.MeterProvider
 	ex, err := executor.New(s.pool, acfg, ecfg)
@@ -252,16 +257,33 @@ func (s *Service) init(ctx context.Context) error {
 	if err := checkRouteAccess(s.Routes()); err != nil {
 		return err
 	}
-	if s.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	return nil
+}
+
+// listen binds the listeners, first of all: the egress policy refuses the addresses
+// they are bound to, so the executor is built knowing them.
+func (s *Service) listen() (err error) {
+	if s.listener, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.HTTPAddr, err)
 	}
-	if cfg.AdminAddr != "" {
-		if s.adminListener, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+	if s.cfg.AdminAddr != "" {
+		if s.adminListener, err = net.Listen("tcp", s.cfg.AdminAddr); err != nil {
 			_ = s.listener.Close()
-			return fmt.Errorf("listen on %s: %w", cfg.AdminAddr, err)
+			s.listener = nil
+			return fmt.Errorf("listen on %s: %w", s.cfg.AdminAddr, err)
 		}
 	}
 	return nil
+}
+
+// closeListeners releases the listeners of a service that failed to start.
+func (s *Service) closeListeners() {
+	if s.listener != nil {
+		_ = s.listener.Close()
+	}
+	if s.adminListener != nil {
+		_ = s.adminListener.Close()
+	}
 }
 
 // newEcho returns a server with the service's error format, tracing, access control and

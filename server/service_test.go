@@ -302,6 +302,9 @@ func runService(t *testing.T, cfg server.Config) *server.Service {
 	if cfg.Executor.PollInterval == 0 {
 		cfg.Executor.PollInterval = 50 * time.Millisecond
 	}
+	if cfg.Executor.Outbound.Allow == nil {
+		cfg.Executor.Outbound.Allow = []string{"127.0.0.1"} // the fake service
+	}
 	return replica.Start(t, cfg).Service
 }
 

@@ -89,6 +89,7 @@ func (c *compiler) compile(raw []byte) *Workflow {
 	def.Name, _ = c.str(top, "", "name")
 	fields, _ := doc.(map[string]any)
 	def.Vars, _ = fields["vars"].(map[string]any)
+	c.warns = append(c.warns, credentialVars(def.Vars)...)
 	top0 := &object{m: fields, errs: &c.errs, rejected: c.rejected}
 	def.EventBufferTTL = top0.duration("eventBufferTtl", 0)
 	def.Triggers = parseTriggers(top0)

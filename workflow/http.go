@@ -21,6 +21,9 @@ type HTTP struct {
 	Body         any               // object, array or string, may contain templates; nil when absent
 	Timeout      time.Duration     // default 10s, at most 60s
 	FailOnNon2xx bool              // JSON "failOnNon2xx", default true
+	// FollowRedirects follows 3xx answers to destinations the egress policy allows;
+	// default false: a 3xx is the response.
+	FollowRedirects bool
 }
 
 // ParseHTTPNode is the NodeParser for http nodes; config is an *HTTP with
@@ -32,12 +35,13 @@ func ParseHTTPNode(data json.RawMessage, path string) (any, []FieldError) {
 		return nil, errs
 	}
 	h := &HTTP{
-		URL:          o.url(),
-		Method:       o.method("GET"),
-		Headers:      o.headers(),
-		Body:         o.body(),
-		Timeout:      o.duration("timeout", DefaultHTTPTimeout),
-		FailOnNon2xx: o.boolean("failOnNon2xx", true),
+		URL:             o.url(),
+		Method:          o.method("GET"),
+		Headers:         o.headers(),
+		Body:            o.body(),
+		Timeout:         o.duration("timeout", DefaultHTTPTimeout),
+		FailOnNon2xx:    o.boolean("failOnNon2xx", true),
+		FollowRedirects: o.boolean("followRedirects", false),
 	}
 	// The schema bounds a number of seconds; a duration string is only
 	// known once parsed.

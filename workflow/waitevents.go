@@ -112,6 +112,7 @@ type APICall struct {
 	ExecutionIDHeader   string            // default "X-Execution-Id"
 	Timeout             time.Duration     // default: the node's overall timeout
 	Required            bool              // default true
+	FollowRedirects     bool              // default false: a 3xx is the answer
 }
 
 // KafkaEvent describes the Kafka record a wait_events node waits for.
@@ -306,6 +307,7 @@ func parseAPICall(o *object, overall time.Duration) *APICall {
 		ExecutionIDHeader:   c.str("executionIdHeader", DefaultExecutionIDHeader),
 		Timeout:             c.duration("timeout", overall),
 		Required:            c.boolean("required", true),
+		FollowRedirects:     c.boolean("followRedirects", false),
 	}
 }
 

@@ -17,10 +17,13 @@ package workflow
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rendezvous-run/rendezvous/workflow/template"
 )
 
 // Definition is the JSON document describing a workflow.
@@ -154,6 +157,37 @@ type Workflow struct {
 // document order; empty (not nil) when there is nothing to say.
 func (w *Workflow) Warnings() []FieldError {
 	return append([]FieldError{}, w.warns...)
+}
+
+// credentialWords mark a var name as a credential's.
+var credentialWords = []string{"token", "password", "passwd", "secret", "key", "credential"}
+
+// credentialVars warns of each var whose name looks like a credential's: a var's value
+// is stored with the definition, and shown to every viewer; @{secrets.NAME} is read at
+// send time instead.
+func credentialVars(vars map[string]any) []FieldError {
+	var out []FieldError
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		lower := strings.ToLower(name)
+		if !slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(lower, w) }) {
+			continue
+		}
+		out = append(out, FieldError{Path: "vars." + name, Message: fmt.Sprintf(
+			"%q looks like a credential: a var's value is stored with the definition and readable by every viewer; reference a secret instead, @{secrets.%s}, set as %s or a file in --secrets-dir (or override the var with %s)",
+			name, secretName(name), "RENDEZVOUS_SECRET_"+strings.ToUpper(strings.ReplaceAll(secretName(name), "-", "_")), template.EnvName(name))})
+	}
+	return out
+}
+
+// secretName suggests a secret's name for a var's: the characters a secret name may
+// not have become '_'.
+func secretName(v string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, v)
 }
 
 // Definition returns a copy of the definition the workflow was compiled

@@ -486,3 +486,21 @@ func TestUnknownFieldSuggestion(t *testing.T) {
 	require.Contains(t, errs, `nodes[0].data.timout: unknown field; did you mean "timeout"?`)
 	require.Contains(t, errs, `nodes[0].data.color: unknown field`)
 }
+
+// TestCredentialVarsWarn: a var named like a credential is a warning at its path that
+// points at secrets; the definition stays valid.
+func TestCredentialVarsWarn(t *testing.T) {
+	wf, err := Compile([]byte(`{"name": "w", "vars": {"serviceUrl": "https://a", "apiToken": "t", "db-password": "p", "KEY": "k"},
+		"nodes": [{"id": "a", "type": "http", "data": {"url": "@{_vars.serviceUrl}"}}]}`), nil)
+	require.NoError(t, err)
+	ws := wf.Warnings()
+	require.Len(t, ws, 3)
+	paths := []string{ws[0].Path, ws[1].Path, ws[2].Path}
+	require.Equal(t, []string{"vars.apiToken", "vars.db-password", "vars.KEY"}, paths, "in document order")
+	require.Contains(t, ws[0].Message, "@{secrets.apiToken}")
+	require.Contains(t, ws[0].Message, "RENDEZVOUS_SECRET_APITOKEN")
+	require.Contains(t, ws[1].Message, "RENDEZVOUS_SECRET_DB_PASSWORD")
+	clean, err := Compile([]byte(`{"name": "w", "vars": {"serviceUrl": "https://a"}, "nodes": [{"id": "a", "type": "http", "data": {"url": "https://b"}}]}`), nil)
+	require.NoError(t, err)
+	require.Empty(t, clean.Warnings())
+}

@@ -156,6 +156,11 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Version = buildVersion()
 	cfg.Kafka.Brokers = broker.ListenAddrs()
 	cfg.Kafka.AllowAutoTopicCreation = true
+	if d.exampleAddr != "" {
+		// The example service listens on loopback, which the egress policy refuses
+		// unless allowed; the replica's own listeners stay refused.
+		cfg.Executor.Outbound.Allow = append(cfg.Executor.Outbound.Allow, "127.0.0.0/8", "::1")
+	}
 	s, err := server.New(ctx, cfg)
 	if err != nil {
 		return err

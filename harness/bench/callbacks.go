@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rendezvous-run/rendezvous/executor"
+	"github.com/rendezvous-run/rendezvous/outbound"
 	"github.com/rendezvous-run/rendezvous/server"
 	"github.com/rendezvous-run/rendezvous/server/auth"
 )
@@ -65,6 +67,8 @@ func startCallbacks(ctx context.Context, url string, logger *slog.Logger) (*call
 		// The bench measures the event paths on loopback; authentication is not what it measures.
 		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: url, HTTPAddr: "127.0.0.1:0", InstanceID: "bench", DBMaxConns: 32, Logger: logger,
+		// The stand-in for the external service listens on loopback.
+		Executor: executor.Config{Outbound: outbound.ClientConfig{Allow: []string{"127.0.0.1"}}},
 	})
 	if err != nil {
 		stop()

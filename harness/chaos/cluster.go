@@ -358,6 +358,8 @@ func (c *cluster) startReplica(r *replica) error {
 		"--sweep-max-sleep", "1s",
 		"--shutdown-timeout", "5s",
 		"--outbox-max-attempts", "20",
+		// The fake service listens on loopback.
+		"--outbound-allow", "127.0.0.1",
 		"--log-format", "json",
 		// The checks find every sent record's trace in unmatched_events: keep them all.
 		"--unmatched-retention", "1000000",

@@ -10,7 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
 	"github.com/rendezvous-run/rendezvous/server/auth"
@@ -84,7 +83,7 @@ func startAuthService(t *testing.T) (string, func(name string, role auth.Role) s
 	cfg := replica.Config(t, dbtest.NewSchema(t).URL, "ui-auth")
 	cfg.Auth = auth.Config{BootstrapToken: e2eBootstrap}
 	cfg.DBMaxConns = 4
-	cfg.Executor = executor.Config{PollInterval: 50 * time.Millisecond}
+	cfg.Executor.PollInterval = 50 * time.Millisecond
 	svc := replica.Start(t, cfg)
 	base := "http://" + svc.Addr()
 	return base, func(name string, role auth.Role) string {

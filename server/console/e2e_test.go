@@ -25,7 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rendezvous-run/rendezvous/consumer"
-	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/dbtest"
 	"github.com/rendezvous-run/rendezvous/harness/testkit"
 	"github.com/rendezvous-run/rendezvous/harness/testkit/replica"
@@ -87,7 +86,7 @@ func startService(t *testing.T, cluster *kfake.Cluster) *replica.Replica {
 	// covers a service that checks it).
 	cfg := replica.Config(t, dbtest.NewSchema(t).URL, "ui-e2e")
 	cfg.DBMaxConns = 8
-	cfg.Executor = executor.Config{PollInterval: 50 * time.Millisecond}
+	cfg.Executor.PollInterval = 50 * time.Millisecond
 	cfg.Kafka = consumer.Config{
 		Brokers: cluster.ListenAddrs(), AllowAutoTopicCreation: true,
 		TopicRefresh: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,

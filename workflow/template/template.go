@@ -16,6 +16,7 @@
 //	@{_execution.id}            the execution id
 //	@{_execution.correlationId} the correlation id of the current node
 //	@{nodes.fetch.output.body}  output of the node "fetch"
+//	@{secrets.TOKEN}            a secret, left for the sender (see RootSecrets)
 //	@@{                         a literal "@{"
 package template
 
@@ -37,6 +38,13 @@ const (
 	RootVars      = "_vars"
 	RootExecution = "_execution"
 	RootNodes     = "nodes"
+	// RootSecrets names a secret by reference. Rendering never resolves it: it leaves a
+	// reference carrying Scope.SecretMark (SecretRef), which the sender of a request
+	// replaces with the secret's value as the request leaves, so the value is in no
+	// rendered string anything might store, log or quote in an error. Text that only
+	// looks like a reference (an execution's input, say) lacks the mark of the render
+	// and is sent as it is.
+	RootSecrets = "secrets"
 )
 
 // EnvPrefix is prepended to a var name to form the environment variable
@@ -68,6 +76,33 @@ type Scope struct {
 	// Nodes maps a node id to that node's output, referenced as
 	// @{nodes.<id>.output...}.
 	Nodes map[string]any
+	// SecretMark is set, unguessable, by whoever renders a request that may carry
+	// secrets: @{secrets.NAME} renders as SecretRef(NAME, SecretMark). Empty, a
+	// reference renders as written.
+	SecretMark string
+}
+
+// SecretRef is what @{secrets.name} renders as under mark: the reference itself, with
+// the mark after the name ("@{secrets.TOKEN:3f9a…}").
+func SecretRef(name, mark string) string {
+	if mark == "" {
+		return "@{" + RootSecrets + "." + name + "}"
+	}
+	return "@{" + RootSecrets + "." + name + ":" + mark + "}"
+}
+
+// ValidSecretName reports whether name may follow "secrets.": letters, digits, '_' and
+// '-', as the keys of a Kubernetes secret (without dots, which separate path segments).
+func ValidSecretName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Error is a template failure, located within the value passed to Render.
@@ -182,6 +217,11 @@ func parseExpr(expr string) ([]string, error) {
 			return nil, errors.New("_execution fields are id and correlationId")
 		}
 		return segs, nil
+	case RootSecrets:
+		if len(segs) != 2 || !ValidSecretName(segs[1]) {
+			return nil, errors.New("secrets are named @{secrets.NAME}: letters, digits, '_' and '-'")
+		}
+		return segs, nil
 	case RootNodes:
 		// Node ids may contain dots, so "output" may be any segment after
 		// the id; resolution picks the split naming an existing node.
@@ -190,7 +230,7 @@ func parseExpr(expr string) ([]string, error) {
 		}
 		return segs, nil
 	}
-	return nil, fmt.Errorf("unknown root %q (known: %s, %s, %s, %s)", segs[0], RootTrigger, RootVars, RootExecution, RootNodes)
+	return nil, fmt.Errorf("unknown root %q (known: %s, %s, %s, %s, %s)", segs[0], RootTrigger, RootVars, RootExecution, RootNodes, RootSecrets)
 }
 
 // outputIndex returns the index of the first "output" segment that can
@@ -387,6 +427,8 @@ func resolve(segs []string, sc *Scope) (any, error) {
 		return sc.CorrelationID, nil
 	case RootNodes:
 		return resolveNode(segs, sc)
+	case RootSecrets:
+		return SecretRef(segs[1], sc.SecretMark), nil
 	}
 	return nil, fmt.Errorf("unknown root %q", segs[0])
 }

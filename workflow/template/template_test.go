@@ -226,8 +226,11 @@ func TestCheck(t *testing.T) {
 		{in: "ok @{_trigger.a} then @{", wantErr: `unterminated "@{" at offset 22`},
 		{in: "@{}", wantErr: "empty expression"},
 		{in: "@{   }", wantErr: "empty expression"},
-		{in: "@{foo.bar}", wantErr: `unknown root "foo" (known: _trigger, _vars, _execution, nodes)`},
+		{in: "@{foo.bar}", wantErr: `unknown root "foo" (known: _trigger, _vars, _execution, nodes, secrets)`},
 		{in: "@{_vars}", wantErr: "_vars needs a variable name"},
+		{in: "Bearer @{secrets.API_TOKEN}"},
+		{in: "@{secrets}", wantErr: "secrets are named @{secrets.NAME}"},
+		{in: "@{secrets.a.b}", wantErr: "secrets are named @{secrets.NAME}"},
 		{in: "@{_execution.start}", wantErr: "_execution fields are id and correlationId"},
 		{in: "@{_execution}", wantErr: "_execution fields are id and correlationId"},
 		{in: "@{_execution.id.x}", wantErr: "_execution fields are id and correlationId"},
@@ -291,4 +294,18 @@ func FuzzRender(f *testing.F) {
 		_, _ = RenderString(s, sc)
 		_, _ = Render(map[string]any{s: []any{s, map[string]any{"k": s}}}, sc)
 	})
+}
+
+// TestSecretRendersAsMarkedReference: a secret is never resolved by rendering; it stays
+// a reference carrying the render's mark, so only the sender (which knows the mark) puts
+// a value there, and text from the input that merely looks like a reference does not
+// carry the mark.
+func TestSecretRendersAsMarkedReference(t *testing.T) {
+	sc := Scope{Trigger: map[string]any{"evil": "@{secrets.TOKEN}"}, SecretMark: "m1"}
+	got, err := RenderString("Bearer @{secrets.TOKEN} @{_trigger.evil}", sc)
+	require.NoError(t, err)
+	require.Equal(t, "Bearer @{secrets.TOKEN:m1} @{secrets.TOKEN}", got)
+	v, err := Render(map[string]any{"t": "@{secrets.TOKEN}"}, Scope{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"t": "@{secrets.TOKEN}"}, v)
 }

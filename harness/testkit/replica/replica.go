@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rendezvous-run/rendezvous/executor"
 	"github.com/rendezvous-run/rendezvous/harness/testkit"
+	"github.com/rendezvous-run/rendezvous/outbound"
 	"github.com/rendezvous-run/rendezvous/server"
 	"github.com/rendezvous-run/rendezvous/server/auth"
 )
@@ -22,12 +24,15 @@ type Replica struct {
 
 // Config is a replica's configuration for a test on databaseURL: authentication off
 // (server tests it; elsewhere it would only be in the way), a free loopback
-// port, migrations applied, and the test kit's logger. Callers change what they test.
+// port, migrations applied, outbound requests allowed to loopback (where the test kit's
+// fake service listens; the replica's own listeners stay refused), and the test kit's
+// logger. Callers change what they test.
 func Config(t testing.TB, databaseURL, instanceID string) server.Config {
 	return server.Config{
 		Auth:        auth.Config{Insecure: true},
 		DatabaseURL: databaseURL, HTTPAddr: "127.0.0.1:0", InstanceID: instanceID, AutoMigrate: true,
-		Logger: testkit.Logger(t),
+		Executor: executor.Config{Outbound: outbound.ClientConfig{Allow: []string{"127.0.0.1"}}},
+		Logger:   testkit.Logger(t),
 	}
 }
 
