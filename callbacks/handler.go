@@ -65,6 +65,21 @@ type Config struct {
 	SignatureTolerance time.Duration
 	// MaxBodyBytes bounds a body. Default MaxBodyBytesDefault.
 	MaxBodyBytes int64
+	// RatePerSource and BurstPerSource bound the callbacks one source address may send:
+	// a bucket of BurstPerSource refilled at RatePerSource a second; beyond it, 429 with
+	// Retry-After. Defaults RatePerSourceDefault and BurstPerSourceDefault; a negative
+	// rate turns the limit off.
+	RatePerSource, BurstPerSource int
+	// RatePerExecution and BurstPerExecution bound the callbacks for one execution, from
+	// any source, the same way. Defaults RatePerExecutionDefault and
+	// BurstPerExecutionDefault; a negative rate turns the limit off.
+	RatePerExecution, BurstPerExecution int
+	// RateLimitKeys bounds the buckets kept per scope. Default RateLimitKeysDefault.
+	RateLimitKeys int
+	// TrustedProxies are the addresses and CIDRs of proxies in front of the replicas: a
+	// callback from one of them is counted against the address its X-Forwarded-For
+	// names. Default none: the peer's address is the source.
+	TrustedProxies []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -77,10 +92,32 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault
 	}
+	defInt := func(d *int, v int) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt(&c.RatePerSource, RatePerSourceDefault)
+	defInt(&c.BurstPerSource, BurstPerSourceDefault)
+	defInt(&c.RatePerExecution, RatePerExecutionDefault)
+	defInt(&c.BurstPerExecution, BurstPerExecutionDefault)
+	defInt(&c.RateLimitKeys, RateLimitKeysDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.BurstPerSource < 1:
+		return errors.New("callbacks.burst_per_source: must be at least 1")
+	case c.BurstPerExecution < 1:
+		return errors.New("callbacks.burst_per_execution: must be at least 1")
+	case c.RateLimitKeys < 2:
+		return errors.New("callbacks.rate_limit_keys: must be at least 2")
+	}
+	return nil
 }
 
 // Handler serves the callback endpoint.
@@ -88,12 +125,26 @@ type Handler struct {
 	cfg      Config
 	agg      *aggregator.Aggregator
 	verifier *Verifier
+	// perSource and perExecution are the rate limits (nil: off); proxies are trusted to
+	// name the source.
+	perSource, perExecution *keyedLimiter
+	proxies                 proxies
 }
 
 // New returns a Handler that feeds agg.
 func New(agg *aggregator.Aggregator, cfg Config) (*Handler, error) {
 	cfg = cfg.WithDefaults()
-	h := &Handler{cfg: cfg, agg: agg}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, agg: agg,
+		perSource:    newKeyedLimiter(cfg.RatePerSource, cfg.BurstPerSource, cfg.RateLimitKeys),
+		perExecution: newKeyedLimiter(cfg.RatePerExecution, cfg.BurstPerExecution, cfg.RateLimitKeys),
+	}
+	var err error
+	if h.proxies, err = parseProxies(cfg.TrustedProxies); err != nil {
+		return nil, err
+	}
 	if len(cfg.Secrets) > 0 {
 		v, err := NewVerifier(cfg.Secrets, cfg.SignatureTolerance)
 		if err != nil {
@@ -104,9 +155,30 @@ func New(agg *aggregator.Aggregator, cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// Register adds the endpoint to e.
+// Register adds the endpoint to e, and its per-source rate limit ahead of e's routing
+// and middleware: a flood is answered at the cost of the check, not of a span, an
+// access decision and an audit lookup each.
 func (h *Handler) Register(e *echo.Echo) {
+	e.Pre(h.limitSources)
 	e.POST(Route, h.handle)
+}
+
+// routePrefix is Route up to its parameter.
+var routePrefix = strings.TrimSuffix(Route, ":service")
+
+// limitSources answers 429 to a callback whose source is over its limit.
+func (h *Handler) limitSources(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if !strings.HasPrefix(req.URL.Path, routePrefix) {
+			return next(c)
+		}
+		if wait := h.perSource.take(h.proxies.source(req)); wait > 0 {
+			h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, RejectRateLimited)
+			return limited(c, LimitSource, wait)
+		}
+		return next(c)
+	}
 }
 
 // Accepted is the body of 200 and 202 answers.
@@ -153,6 +225,10 @@ func (h *Handler) handle(c echo.Context) error {
 		h.cfg.Logger.WarnContext(req.Context(), "callback rejected", "service", c.Param("service"), "err", perr.Detail)
 		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, rejectReason(perr))
 		return perr
+	}
+	if wait := h.perExecution.take(ev.ExecutionID.String()); wait > 0 {
+		h.agg.RecordRejected(req.Context(), aggregator.SourceCallback, RejectRateLimited)
+		return limited(c, LimitExecution, wait)
 	}
 	if webhookID != "" {
 		// Neither id headers nor the event's name are covered by the signature: the

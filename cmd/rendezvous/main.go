@@ -270,6 +270,11 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 	o.Strings(&cfg.Callbacks.Secrets, "callback-secret", "RENDEZVOUS_CALLBACK_SECRET", "Standard Webhooks secrets (whsec_…); when set, callbacks must be signed")
 	var maxBody int
 	o.Int(&maxBody, "callback-max-bytes", "RENDEZVOUS_CALLBACK_MAX_BYTES", callbacks.MaxBodyBytesDefault, "largest accepted callback body")
+	o.Int(&cfg.Callbacks.RatePerSource, "callback-rate-per-source", "RENDEZVOUS_CALLBACK_RATE_PER_SOURCE", callbacks.RatePerSourceDefault, "callbacks a second one source address may send, beyond its burst (then 429 with Retry-After; negative: no limit)")
+	o.Int(&cfg.Callbacks.BurstPerSource, "callback-burst-per-source", "RENDEZVOUS_CALLBACK_BURST_PER_SOURCE", callbacks.BurstPerSourceDefault, "callbacks one source address may send at once")
+	o.Int(&cfg.Callbacks.RatePerExecution, "callback-rate-per-execution", "RENDEZVOUS_CALLBACK_RATE_PER_EXECUTION", callbacks.RatePerExecutionDefault, "callbacks a second for one execution, from any source, beyond its burst (negative: no limit)")
+	o.Int(&cfg.Callbacks.BurstPerExecution, "callback-burst-per-execution", "RENDEZVOUS_CALLBACK_BURST_PER_EXECUTION", callbacks.BurstPerExecutionDefault, "callbacks for one execution at once")
+	o.Strings(&cfg.Callbacks.TrustedProxies, "trusted-proxies", "RENDEZVOUS_TRUSTED_PROXIES", "addresses and CIDRs of proxies whose X-Forwarded-For names a callback's source for its rate limit")
 	o.inSection("Executor")
 	o.Int(&cfg.Executor.Workers, "workers", "RENDEZVOUS_WORKERS", executor.WorkersDefault, "nodes run at once by this replica")
 	o.Int(&cfg.Executor.OutboxWorkers, "outbox-workers", "RENDEZVOUS_OUTBOX_WORKERS", executor.OutboxWorkersDefault, "correlated calls sent at once by this replica")

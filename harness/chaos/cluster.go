@@ -360,6 +360,8 @@ func (c *cluster) startReplica(r *replica) error {
 		"--outbox-max-attempts", "20",
 		// The fake service listens on loopback.
 		"--outbound-allow", "127.0.0.1",
+		// Every callback comes from the driver's one address, at the pace the run asks.
+		"--callback-rate-per-source", "-1",
 		"--log-format", "json",
 		// The checks find every sent record's trace in unmatched_events: keep them all.
 		"--unmatched-retention", "1000000",
