@@ -84,7 +84,7 @@ type Config struct {
 	// NodeTypes is the registry of node types. Default BuiltinNodeTypes().
 	NodeTypes map[string]NodeType
 	// Outbound configures the client of http nodes and correlated calls: the egress
-	// policy, secrets (each request carries its own timeout). Its
+	// policy, secrets, the circuit breakers (each request carries its own timeout). Its
 	// MeterProvider defaults to the executor's.
 	Outbound outbound.ClientConfig
 	// Logger defaults to slog.Default().
@@ -266,6 +266,10 @@ func New(pool *pgxpool.Pool, aggCfg aggregator.Config, cfg Config) (*Executor, e
 	}
 	return e, nil
 }
+
+// Circuits are the destination hosts whose circuit is open or half-open in this replica,
+// with that state: /readyz's detail.
+func (e *Executor) Circuits() map[string]outbound.CircuitState { return e.client.Circuits() }
 
 // Aggregator is the aggregator the executor runs on (see New).
 func (e *Executor) Aggregator() *aggregator.Aggregator { return e.agg }

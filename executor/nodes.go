@@ -204,7 +204,7 @@ func runHTTP(ctx context.Context, rc *RunContext) (Outcome, error) {
 	// Stable per node and execution: a retried attempt (lease lost, pod killed) is
 	// recognisable as the same call by a receiver that honours Idempotency-Key.
 	req.Headers.Set("Idempotency-Key", rc.ExecutionID.String()+":"+rc.Node.ID)
-	resp, err := rc.HTTP.Do(ctx, req, outbound.SendOptions{Timeout: cfg.Timeout, FollowRedirects: cfg.FollowRedirects})
+	resp, err := rc.HTTP.Do(ctx, req, outbound.SendOptions{Timeout: cfg.Timeout, FollowRedirects: cfg.FollowRedirects, WaitForCircuit: true})
 	var missing *outbound.MissingSecretError
 	if outbound.Refused(err) != nil || errors.As(err, &missing) {
 		// Neither changes on another attempt: the node fails now, saying why.

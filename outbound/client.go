@@ -45,10 +45,12 @@ type ClientConfig struct {
 	// Resolver resolves host names before the policy judges their addresses. Default
 	// the system's.
 	Resolver *net.Resolver
+	// Breaker configures the circuit breaker of each destination host.
+	Breaker BreakerConfig
 	// WrapTransport, when set, wraps the transport that enforces the policy: a test's
 	// network that holds requests. Default none.
 	WrapTransport func(http.RoundTripper) http.RoundTripper
-	// MeterProvider receives rendezvous.outbound.refused.
+	// MeterProvider receives rendezvous.outbound.refused and the circuits' states.
 	// Default a no-op provider.
 	MeterProvider metric.MeterProvider
 }
@@ -59,6 +61,8 @@ type Client struct {
 	http    *http.Client
 	secrets secretSource
 	refused metric.Int64Counter
+	// breakers are the circuits of the hosts this replica calls.
+	breakers *breakers
 }
 
 // NewClient returns a Client for cfg.
@@ -92,6 +96,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		metric.WithDescription("Outbound requests the egress policy refused, by reason (metadata, link_local, reserved, loopback, private, unspecified, self).")); err != nil {
 		return nil, err
 	}
+	if c.breakers, err = newBreakers(cfg.Breaker, m); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -121,6 +128,12 @@ type SendOptions struct {
 	// FollowRedirects follows 3xx answers (to allowed destinations); otherwise a 3xx is
 	// the answer.
 	FollowRedirects bool
+	// WaitForCircuit waits, within Timeout, while the host's circuit is open, and sends
+	// then: a caller that holds its slot (an http node). Without it, a request its
+	// circuit holds back, or whose failure opened the circuit, is a *CircuitOpenError
+	// for the caller to send again later without counting an attempt (a correlated
+	// call).
+	WaitForCircuit bool
 }
 
 // Do sends req. When ctx holds a span, the request carries its W3C traceparent (over one
@@ -145,10 +158,29 @@ func (c *Client) Do(ctx context.Context, req *Request, opt SendOptions) (*Respon
 	}
 	hr.Header = out.Headers
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
-	resp, err := c.http.Do(hr)
+	host := strings.ToLower(hr.URL.Host)
+	for opt.WaitForCircuit {
+		wait := c.breakers.wait(host)
+		if wait == 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, used.redactErr(&CircuitOpenError{Host: host, RetryIn: wait})
+		case <-t.C:
+		}
+	}
+	resp, err := c.breakers.do(host, func() (*http.Response, error) { return c.http.Do(hr) })
 	if err != nil {
 		if r := Refused(err); r != nil {
 			c.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(r.Reason))))
+		}
+		if !opt.WaitForCircuit && CircuitOpen(err) == nil {
+			if wait := c.breakers.wait(host); wait > 0 {
+				err = &CircuitOpenError{Host: host, RetryIn: wait, Cause: used.redactErr(err)}
+			}
 		}
 		return nil, used.redactErr(err)
 	}
@@ -157,7 +189,14 @@ func (c *Client) Do(ctx context.Context, req *Request, opt SendOptions) (*Respon
 	if err != nil {
 		return nil, used.redactErr(fmt.Errorf("read response: %w", err))
 	}
-	return used.redactResponse(&Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw}), nil
+	out2 := used.redactResponse(&Response{Status: resp.StatusCode, Headers: resp.Header, Body: raw})
+	if !opt.WaitForCircuit && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests) {
+		if wait := c.breakers.wait(host); wait > 0 {
+			return nil, &CircuitOpenError{Host: host, RetryIn: wait,
+				Cause: fmt.Errorf("status %d: %s", out2.Status, Excerpt(out2.Body))}
+		}
+	}
+	return out2, nil
 }
 
 // newMark returns the mark of one render's secret references: unguessable, so that text

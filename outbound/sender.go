@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -94,6 +95,9 @@ const (
 	resultOK     callResult = "ok"
 	resultRetry  callResult = "retry"
 	resultFailed callResult = "failed"
+	// resultHeld: the host's circuit is open; the call waits for it without spending an
+	// attempt.
+	resultHeld callResult = "held"
 )
 
 // scope names the package's tracer and meter.
@@ -123,7 +127,7 @@ func NewSender(pool *pgxpool.Pool, cfg Config) (*Sender, error) {
 	m := mp.Meter(scope)
 	var err error
 	if s.calls, err = m.Int64Counter("rendezvous.outbound.calls",
-		metric.WithDescription("Correlated API call attempts by result (ok; retry: sent again later; failed: permanent or attempts exhausted).")); err != nil {
+		metric.WithDescription("Correlated API call attempts by result (ok; retry: sent again later; failed: permanent or attempts exhausted; held: the host's circuit is open, no attempt spent).")); err != nil {
 		return nil, err
 	}
 	// An attempt is bounded by Config.Timeout.
@@ -225,6 +229,9 @@ func (s *Sender) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, 
 	if resp != nil {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(resp.Status))
 	}
+	if open := CircuitOpen(sendErr); open != nil {
+		return s.hold(ctx, span, item, req, open, took)
+	}
 	if sendErr == nil && resp.Status >= 200 && resp.Status <= 299 {
 		s.record(ctx, resultOK, took)
 		log.DebugContext(ctx, "correlated call sent", "method", req.Method, "url", req.display(req.URL), "status", resp.Status, "attempt", item.Attempt)
@@ -254,6 +261,30 @@ func (s *Sender) call(ctx context.Context, span trace.Span, item dbsqlc.Outbox, 
 	}
 	s.record(ctx, resultFailed, took)
 	return s.giveUp(ctx, item, correlationID, cfg, fmt.Sprintf("%s (attempt %d of %d)", reason, item.Attempt, s.cfg.MaxAttempts))
+}
+
+// hold puts a call whose host's circuit is open back in the queue until the circuit may
+// let a probe through, giving back the attempt its claim counted: a service that is down
+// holds its calls, however many, instead of spending their attempts one failure each. The
+// wait's deadline still runs.
+func (s *Sender) hold(ctx context.Context, span trace.Span, item dbsqlc.Outbox, req *Request, open *CircuitOpenError, took time.Duration) error {
+	s.record(ctx, resultHeld, took)
+	reason := fmt.Sprintf("api call %s: %v", req.Target(), open)
+	span.SetStatus(codes.Error, reason)
+	// Jitter spreads the calls a circuit held over its probe's window.
+	delay := open.RetryIn + rand.N(open.RetryIn/4+time.Millisecond)
+	s.cfg.Logger.DebugContext(ctx, "correlated call held: its host's circuit is open", "execution_id", item.ExecutionID,
+		"node_id", item.NodeID, "instance_id", s.cfg.InstanceID, "host", open.Host, "retry_in", delay)
+	n, err := s.q.OutboxPostpone(ctx, s.pool, dbsqlc.OutboxPostponeParams{
+		DelaySeconds: delay.Seconds(), LastError: reason, ID: item.ID, Attempt: item.Attempt,
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
 }
 
 // retryable reports whether a send that ended this way may succeed later: not one the

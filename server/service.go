@@ -336,6 +336,11 @@ func (s *Service) ready(c echo.Context) error {
 			body["kafka_stalled_partitions"] = stalled
 		}
 	}
+	// A host whose circuit is open leaves the pod ready too (every replica calls the same
+	// host), named here beside rendezvous_outbound_circuit_state.
+	if open := s.Exec.Circuits(); len(open) > 0 {
+		body["outbound_circuits"] = open
+	}
 	return c.JSON(code, body)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/rendezvous-run/rendezvous/internal/gctune"
 	"github.com/rendezvous-run/rendezvous/internal/suggest"
 	"github.com/rendezvous-run/rendezvous/internal/telemetry"
+	"github.com/rendezvous-run/rendezvous/outbound"
 	"github.com/rendezvous-run/rendezvous/server"
 	"github.com/rendezvous-run/rendezvous/server/auth"
 )
@@ -286,6 +287,9 @@ the executor and the deadline sweeper. Run as many as you like against one datab
 	o.Duration(&cfg.Executor.RetentionInterval, "retention-interval", "RENDEZVOUS_RETENTION_INTERVAL", executor.RetentionIntervalDefault, "how often one replica purges what retention no longer keeps")
 	o.inSection("Outbound requests")
 	o.Strings(&cfg.Executor.Outbound.Allow, "outbound-allow", "RENDEZVOUS_OUTBOUND_ALLOW", "destinations outbound requests may reach besides public addresses: CIDRs, addresses, host names, *.domain, each with an optional :port (loopback and private ranges are refused otherwise; link-local and cloud metadata always)")
+	o.Int(&cfg.Executor.Outbound.Breaker.Failures, "breaker-failures", "RENDEZVOUS_BREAKER_FAILURES", outbound.BreakerFailuresDefault, "consecutive failures (network errors, 5xx, 429) that open a destination host's circuit in this replica (negative: no circuit breakers)")
+	o.Duration(&cfg.Executor.Outbound.Breaker.OpenFor, "breaker-open-for", "RENDEZVOUS_BREAKER_OPEN_FOR", outbound.BreakerOpenForDefault, "how long an open circuit sends nothing to its host before probing it")
+	o.Int(&cfg.Executor.Outbound.Breaker.Probes, "breaker-probes", "RENDEZVOUS_BREAKER_PROBES", outbound.BreakerProbesDefault, "requests a half-open circuit lets through; all must succeed to close it")
 	o.String(&cfg.Executor.Outbound.SecretsDir, "secrets-dir", "RENDEZVOUS_SECRETS_DIR", "", "directory of secrets for @{secrets.NAME}, one file per name (a mounted Kubernetes secret); RENDEZVOUS_SECRET_NAME variables are read first")
 	o.inSection("Deadlines and events")
 	o.Int(&cfg.Aggregator.SweepWorkers, "sweep-workers", "RENDEZVOUS_SWEEP_WORKERS", aggregator.SweepWorkersDefault, "deadline sweeper transactions in flight when many deadlines are due together")

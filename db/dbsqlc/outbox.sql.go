@@ -117,6 +117,37 @@ func (q *Queries) OutboxInsert(ctx context.Context, db DBTX, arg OutboxInsertPar
 	return err
 }
 
+const outboxPostpone = `-- name: OutboxPostpone :execrows
+UPDATE outbox
+SET attempt = attempt - 1,
+    visible_at = now() + make_interval(secs => $1::float8),
+    last_error = $2::text
+WHERE id = $3::bigint AND attempt = $4::integer
+`
+
+type OutboxPostponeParams struct {
+	DelaySeconds float64
+	LastError    string
+	ID           int64
+	Attempt      int32
+}
+
+// A claimed call held back because its host's circuit is open: it becomes visible again
+// when the circuit may let a probe through, and gives back the attempt its claim counted,
+// since nothing was sent (or what was sent is the failure that opened the circuit).
+func (q *Queries) OutboxPostpone(ctx context.Context, db DBTX, arg OutboxPostponeParams) (int64, error) {
+	result, err := db.Exec(ctx, outboxPostpone,
+		arg.DelaySeconds,
+		arg.LastError,
+		arg.ID,
+		arg.Attempt,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxRetryLater = `-- name: OutboxRetryLater :execrows
 UPDATE outbox
 SET visible_at = now() + make_interval(secs => $1::float8),

@@ -42,3 +42,13 @@ DELETE FROM outbox WHERE wait_state_id = @wait_state_id::uuid;
 SELECT correlation_id, trace_parent, (status = 'waiting')::boolean AS waiting
 FROM execution_wait_states
 WHERE id = @id::uuid;
+
+-- name: OutboxPostpone :execrows
+-- A claimed call held back because its host's circuit is open: it becomes visible again
+-- when the circuit may let a probe through, and gives back the attempt its claim counted,
+-- since nothing was sent (or what was sent is the failure that opened the circuit).
+UPDATE outbox
+SET attempt = attempt - 1,
+    visible_at = now() + make_interval(secs => sqlc.arg(delay_seconds)::float8),
+    last_error = @last_error::text
+WHERE id = @id::bigint AND attempt = @attempt::integer;
