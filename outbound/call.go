@@ -5,6 +5,13 @@
 // rows with SKIP LOCKED), retried with backoff, and given up for good: the wait's
 // strategy decides whether the wait can go on without the reply (Waits.FailCall), and
 // the executor fails the node when it cannot (Executions.FailNode).
+//
+// Every request leaves through one Client per replica, which owns what may not be left
+// to a definition: where a request may connect (the egress policy, judged in the dialer
+// on the address DNS answered), the values of its secrets (put in as it leaves, kept out
+// of everything stored), and whether its host is called at all (a circuit breaker per
+// host). It does not own the definitions' templates (package template) nor the outbox's
+// rows (db).
 package outbound
 
 import (
