@@ -154,6 +154,11 @@ func TestCommandLine(t *testing.T) {
 func TestMain(m *testing.M) {
 	// The README's recipes run several replicas as processes: the server is theirs.
 	testkit.NeedsWholeServer()
+	// The tests run make as a person does: not as a sub-make of make test, whose
+	// variables would make it print "make[1]" and pass its flags on.
+	for _, v := range []string{"MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"} {
+		_ = os.Unsetenv(v)
+	}
 	testkit.VerifyTestMain(m, func() {
 		if release.dir != "" {
 			_ = os.RemoveAll(release.dir)

@@ -210,8 +210,9 @@ func TestRedriveSurvivesSIGKILL(t *testing.T) {
 	defer cancel()
 	fk := startKillFake(t, 2*time.Second)
 	// Two sends of a correlated call, half a second apart: the service down for a second
-	// fails the wait.
-	r, pool := startKillCluster(ctx, t, "redrive_kill", fk.url(), "--outbox-max-attempts", "2")
+	// fails the wait. No circuit breaker: one would hold the calls back while the service
+	// is down instead of spending their attempts, and this test needs them to fail.
+	r, pool := startKillCluster(ctx, t, "redrive_kill", fk.url(), "--outbox-max-attempts", "2", "--breaker-failures", "-1")
 	cl := r.cl
 
 	// The wait outlasts a lease: a call claimed by a replica that is killed is sent by

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -428,7 +429,8 @@ func (p *page) fillForm(t *testing.T, prefix string, v map[string]any) {
 // as the document writes it (testkit.PatternExamples), into the JSON tab of a new
 // workflow: it is valid, and its requiredEvents — unused under strategy all — is a
 // warning, apart from the errors: on the bar, on the node, in the node's panel and in the
-// save dialog. It is stored as written.
+// save dialog. So is the token var its headers read, stored as written: its name looks
+// like a credential's. It is stored as written.
 func authorThePatternsNodeConfiguration(t *testing.T, p *page, base string) {
 	ex := testkit.PatternExamples(t)[0]
 	var node map[string]any
@@ -443,12 +445,12 @@ func authorThePatternsNodeConfiguration(t *testing.T, p *page, base string) {
 	awaitBuilder(t, p, "an empty canvas", func(s builderState) bool { return s.Panel == "definition" && len(s.Nodes) == 0 })
 	p.click(t, "#tab-json")
 	p.set(t, "#builder-json", string(raw))
-	s := awaitBuilder(t, p, "valid, with one warning", func(s builderState) bool { return s.Check == "valid" && s.Warnings == 1 })
+	s := awaitBuilder(t, p, "valid, with two warnings", func(s builderState) bool { return s.Check == "valid" && s.Warnings == 2 })
 	require.Equal(t, map[string]int{"wait": 0}, s.Nodes, "no error is marked")
 	require.Equal(t, map[string]int{"wait": 1}, s.NodeWarnings)
 	jsonTab := await(t, p, "the warning under the JSON", `[...document.querySelectorAll('[data-panel=json] .builder-warnings li')].map((l) => l.dataset.path)`,
-		func(v []string) bool { return len(v) == 1 })
-	require.Equal(t, []string{"nodes[0].data.requiredEvents"}, jsonTab)
+		func(v []string) bool { return len(v) == 2 })
+	require.ElementsMatch(t, []string{"nodes[0].data.requiredEvents", "vars.token"}, jsonTab)
 	require.Equal(t, 0, await(t, p, "no error list", `document.querySelectorAll('.builder-errors').length`, func(int) bool { return true }))
 
 	p.click(t, "#tab-properties")
@@ -456,12 +458,14 @@ func authorThePatternsNodeConfiguration(t *testing.T, p *page, base string) {
 	msg := await(t, p, "the warning in the node's panel", `(() => { const l = document.querySelector('[data-panel=node] .builder-warnings li[data-path="nodes[0].data.requiredEvents"]'); return l ? l.textContent : ''; })()`,
 		func(v string) bool { return v != "" })
 	require.Contains(t, msg, `ignored: only used with aggregationStrategy "custom"`)
-	p.screenshot(t, "builder-warning", "the pattern document's node configuration pasted as written: valid, one warning on the bar and on the node (amber, not red), and the node's panel saying requiredEvents is ignored under strategy all")
+	p.screenshot(t, "builder-warning", "the pattern document's node configuration pasted as written: valid, two warnings on the bar and one on the node (amber, not red), and the node's panel saying requiredEvents is ignored under strategy all")
 
 	p.save(t)
 	p.click(t, "#builder-save-dialog [data-dialog=confirm]")
 	await(t, p, "the save dialog's warning", `[...document.querySelectorAll('#builder-save-dialog .builder-warnings li')].map((l) => l.dataset.path)`,
-		func(v []string) bool { return len(v) == 1 && v[0] == "nodes[0].data.requiredEvents" })
+		func(v []string) bool {
+			return len(v) == 2 && slices.Contains(v, "nodes[0].data.requiredEvents") && slices.Contains(v, "vars.token")
+		})
 	await(t, p, "stored as version 1", `(document.getElementById('builder-saved') || {dataset: {}}).dataset.version || ''`,
 		func(s string) bool { return s == "1" })
 	p.click(t, "#builder-save-dialog [data-dialog=close]")
