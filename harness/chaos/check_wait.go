@@ -60,7 +60,10 @@ func (c *checker) deliveryWindows(p *ExecPlan, e *ExecLog) (windows map[string]W
 			if ev.Name == EventSend {
 				read, what = sendWindow, "sent event"
 			}
-			win, recorded, ok, problems := read(ev)
+			// The windows span every attempt (both lives of a redriven wait read them);
+			// the answers are judged against the first life's rows, so by its attempts.
+			win, _, ok, _ := read(ev)
+			_, recorded, _, problems := read(firstLifeAttempts(e, ev))
 			for _, pr := range problems {
 				c.violate(InvAnswers, p.Index, e.ID, "%s: %s", what, pr)
 			}
@@ -79,6 +82,19 @@ func (c *checker) deliveryWindows(p *ExecPlan, e *ExecLog) (windows map[string]W
 		}
 	}
 	return windows, answered, faulted
+}
+
+// firstLifeAttempts is ev with only the attempts that began before an operator's
+// redrive of the execution: an attempt sent after it (a retry of a callback that a fault
+// held back past the wait's deadline, say) may reach the reopened wait, so it belongs to
+// the wait's second life, which the redrive's own checks judge from the final rows.
+func firstLifeAttempts(e *ExecLog, ev EventLog) EventLog {
+	if e.Redrive == nil || e.Redrive.Before == nil {
+		return ev
+	}
+	at := e.Redrive.Before.At
+	ev.Attempts = slices.DeleteFunc(slices.Clone(ev.Attempts), func(a Attempt) bool { return a.Start.After(at) })
+	return ev
 }
 
 // life is what a wait's outcome is judged by: the final rows, or, for an execution an
