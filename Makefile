@@ -70,21 +70,22 @@ PORTS ?= 8080 9092 9090 8081
 doctor:
 	@DATABASE_URL='$(DATABASE_URL)' PORTS='$(PORTS)' bash scripts/doctor.sh
 
-## test: what CI runs — system deps, then vet and generated-code freshness (make vet verify,
-## beside the tests: the suite waits on PostgreSQL as much as on the CPU), the whole suite
-## with the race detector, and the ten slowest tests. Two packages at a time (-p 2): every
+## test: what CI runs — system deps, generated-code freshness (verify, which also installs
+## the console's npm packages the browser tests read), then vet beside the whole suite with
+## the race detector (the suite waits on PostgreSQL as much as on the CPU), and the ten
+## slowest tests. Two packages at a time (-p 2): every
 ## package's tests open connections to the one local PostgreSQL, so each takes a share of
 ## it first (a slot; all of them for the few that run several replicas, harness/testkit's
 ## NeedsWholeServer). gotestsum runs go test and keeps its events for the slowest-tests
 ## list (bin/test-events.json).
 GOTESTSUM := go run gotest.tools/gotestsum@v1.13.0
 TEST_EVENTS := $(BIN)/test-events.json
-test: deps
+test: deps verify
 	@mkdir -p $(BIN)
-	@$(MAKE) --no-print-directory vet verify > $(BIN)/checks.log 2>&1 & checks=$$!; \
+	@$(MAKE) --no-print-directory vet > $(BIN)/checks.log 2>&1 & checks=$$!; \
 	$(GOTESTSUM) --format standard-quiet --jsonfile $(TEST_EVENTS) -- -race -count=1 -p 2 -timeout 12m ./...; rc=$$?; \
 	echo; echo "The ten slowest tests:"; $(GOTESTSUM) tool slowest --jsonfile $(TEST_EVENTS) --num 10; \
-	if wait $$checks; then echo "vet, verify: ok"; else echo "vet, verify: FAILED"; cat $(BIN)/checks.log; rc=1; fi; exit $$rc
+	if wait $$checks; then echo "vet: ok"; else echo "vet: FAILED"; cat $(BIN)/checks.log; rc=1; fi; exit $$rc
 
 ## dev: everything in one process — embedded Kafka broker, local PostgreSQL, examples.
 ## The binary is built, then run by exec (go run would exit 1 on the signal). Ctrl-C in

@@ -54,7 +54,7 @@ func takeSlots() (release func(), err error) {
 		}
 	}
 	open := func(i int) (*os.File, error) {
-		return os.OpenFile(filepath.Join(dir, "slot-"+strconv.Itoa(i)), os.O_CREATE|os.O_RDWR, 0o666)
+		return os.OpenFile(filepath.Join(dir, "slot-"+strconv.Itoa(i)), os.O_CREATE|os.O_RDONLY, 0o666)
 	}
 	if wholeServer.Load() {
 		// Every slot, in order, each waited for: two such packages cannot deadlock, and
