@@ -42,7 +42,12 @@ func takeSlots() (release func(), err error) {
 	if n == 0 {
 		return func() {}, nil
 	}
-	dir := filepath.Join(os.TempDir(), "rendezvous-test-slots")
+	return lockSlots(filepath.Join(os.TempDir(), "rendezvous-test-slots"), n, wholeServer.Load())
+}
+
+// lockSlots takes one of the n slot files in dir, or every one of them when whole, and
+// returns the function that gives them back.
+func lockSlots(dir string, n int, whole bool) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("testkit: slots: %w", err)
 	}
@@ -56,7 +61,7 @@ func takeSlots() (release func(), err error) {
 	open := func(i int) (*os.File, error) {
 		return os.OpenFile(filepath.Join(dir, "slot-"+strconv.Itoa(i)), os.O_CREATE|os.O_RDONLY, 0o666)
 	}
-	if wholeServer.Load() {
+	if whole {
 		// Every slot, in order, each waited for: two such packages cannot deadlock, and
 		// a one-slot package never waits while holding one.
 		for i := range n {
